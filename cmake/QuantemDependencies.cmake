@@ -1,0 +1,27 @@
+# Every dependency comes from the system (Debian 12 packages, or conda-forge in
+# the deployment environment). Nothing is vendored.
+find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+find_package(HDF5 REQUIRED COMPONENTS C)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(CLI11 2.1 REQUIRED)
+find_package(spdlog REQUIRED)
+pkg_check_modules(LZ4 REQUIRED IMPORTED_TARGET liblz4)
+pkg_check_modules(FFTW3F REQUIRED IMPORTED_TARGET fftw3f)
+
+# cpp-httplib: Debian ships a compiled library with a pkg-config file; conda-forge
+# ships a CMake package of the header-only build.
+find_package(httplib CONFIG QUIET)
+if(TARGET httplib::httplib)
+  add_library(quantem_httplib INTERFACE)
+  target_link_libraries(quantem_httplib INTERFACE httplib::httplib)
+else()
+  pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+  add_library(quantem_httplib INTERFACE)
+  target_link_libraries(quantem_httplib INTERFACE PkgConfig::HTTPLIB)
+endif()
+
+add_library(quantem_hdf5 INTERFACE)
+target_include_directories(quantem_hdf5 SYSTEM INTERFACE ${HDF5_INCLUDE_DIRS})
+target_link_libraries(quantem_hdf5 INTERFACE ${HDF5_C_LIBRARIES})
+target_compile_definitions(quantem_hdf5 INTERFACE ${HDF5_DEFINITIONS} H5_USE_110_API)

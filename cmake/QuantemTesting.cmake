@@ -1,0 +1,28 @@
+find_package(GTest REQUIRED)
+include(GoogleTest)
+
+# The Python reference (h5py + the official bitshuffle filter + numpy) comes from
+# Debian's python3-h5py/python3-hdf5plugin/bitshuffle/python3-numpy: prefer that interpreter.
+if(EXISTS /usr/bin/python3)
+  set(QUANTEM_PYTHON /usr/bin/python3 CACHE FILEPATH "Python with h5py, hdf5plugin and numpy")
+else()
+  find_package(Python3 REQUIRED COMPONENTS Interpreter)
+  set(QUANTEM_PYTHON ${Python3_EXECUTABLE} CACHE FILEPATH "Python with h5py, hdf5plugin and numpy")
+endif()
+set(QUANTEM_REAL_DATA_DIR "${CMAKE_SOURCE_DIR}/../shared/data/real" CACHE PATH "Real detector files")
+
+# quantem_add_test(NAME SOURCES ... LIBS ... [LABELS ...] [GPU])
+# Tests that need a GPU carry the label "gpu" so CPU machines can run the rest.
+function(quantem_add_test name)
+  cmake_parse_arguments(ARG "GPU" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} quantem_test_support GTest::gtest GTest::gtest_main quantem_warnings quantem_sanitizers)
+  set(labels ${ARG_LABELS})
+  if(ARG_GPU)
+    list(APPEND labels gpu)
+  endif()
+  gtest_discover_tests(${name}
+    PROPERTIES LABELS "${labels}"
+    ENVIRONMENT "QUANTEM_PYTHON=${QUANTEM_PYTHON};QUANTEM_REAL_DATA_DIR=${QUANTEM_REAL_DATA_DIR};QUANTEM_SOURCE_DIR=${CMAKE_SOURCE_DIR};QUANTEM_BINARY=$<TARGET_FILE:quantem-gpu>;HDF5_PLUGIN_PATH=/usr/lib/x86_64-linux-gnu/hdf5/serial/plugins"
+    DISCOVERY_TIMEOUT 60)
+endfunction()

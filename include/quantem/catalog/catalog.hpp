@@ -1,0 +1,48 @@
+#pragma once
+// The catalog of a data folder: sessions (directories that directly contain
+// masters) and their acquisitions, with the reference's discovery, exclusion,
+// ordering and alias rules (reference/browse-protocol.md §2.1-§2.2).
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "quantem/catalog/acquisition.hpp"
+
+namespace quantem::catalog {
+
+struct Session {
+  std::string path;    // relative POSIX path of the directory, "." for the root
+  std::string source;  // see reference §2.2
+  std::string date;
+  std::vector<Acquisition> files;  // sorted by name
+};
+
+struct Catalog {
+  std::string data_folder;            // absolute, not symlink-resolved
+  std::vector<Session> sessions;      // sorted by plain string order of path
+  std::map<std::string, std::string> session_directories;  // id or legacy alias -> absolute directory
+
+  // Finds a session by id or alias; nullptr when unknown.
+  const Session* find_session(const std::string& id) const;
+};
+
+// Absolute form of a folder argument: expanduser + absolute, no symlink resolution.
+std::string absolute_folder(const std::string& folder);
+
+// Every catalogued master under data_folder, absolute paths, in the reference's
+// component-wise order. Skips `_`/`.` components; does not descend into symlinked directories.
+std::vector<std::string> discover_masters(const std::string& data_folder);
+
+// Walks and inspects everything.
+Catalog build_catalog(const std::string& data_folder);
+
+// The JSON document of GET /api/browse/sessions (reference §4.2), byte-compatible
+// when dumped with nlohmann::json::dump() (compact separators).
+nlohmann::json sessions_document(const Catalog& catalog);
+
+// Python-compatible human size: "0 B", "1023 B", "1.0 KB", "9.6 KB", ...
+std::string format_size(std::uint64_t bytes);
+
+}  // namespace quantem::catalog
