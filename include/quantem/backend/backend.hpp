@@ -1,0 +1,105 @@
+#pragma once
+// One interface, two implementations: `cpu` (explicit, exact, first-class) and
+// `cuda`. A backend owns devices (real GPUs or CPU virtual devices), says how
+// many bytes a load needs before anything is allocated (plan -> admit -> run),
+// and loads one acquisition into one Resident on one device.
+//
+// A Resident answers exact integer primitives for any PlanGeometry of its
+// acquisition; the products module builds every protocol product from them.
+// All sums are accumulated in uint64 and are identical for any thread count or
+// launch shape. Primitives on one Resident may be called concurrently.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "quantem/catalog/acquisition.hpp"
+#include "quantem/plan/plan.hpp"
+
+namespace quantem::backend {
+
+struct DeviceInfo {
+  int index = 0;                       // CUDA ordinal, or virtual CPU device number
+  std::string name;                    // "NVIDIA H200", "CPU virtual device 0"
+  std::uint64_t total_memory_bytes = 0;
+  std::uint64_t budget_bytes = 0;      // data-cache budget used by admission
+};
+
+enum class LoadStage : int { queued, reading, decoding, encoding, done, failed, cancelled };
+const char* load_stage_name(LoadStage stage) noexcept;
+
+// Shared between a running load and observers (residency route, cancellation).
+struct LoadProgress {
+  std::atomic<std::uint64_t> bytes_done{0};
+  std::atomic<std::uint64_t> bytes_total{0};
+  std::atomic<LoadStage> stage{LoadStage::queued};
+  std::atomic<bool> cancel_requested{false};
+};
+
+// Byte accounting computed before allocation; the load never exceeds it.
+struct LoadEstimate {
+  std::uint64_t resident_bytes = 0;         // upper bound of the finished resident
+  std::uint64_t transition_peak_bytes = 0;  // resident bound + staging + scratch
+};
+
+enum class RegionReduce { sum, max };
+
+// Per-position centre-of-mass moments, exact integers in binned detector coordinates.
+struct CenterOfMassSums {
+  std::vector<std::uint64_t> total;       // Σ I over the (binned) frame
+  std::vector<std::uint64_t> row_moment;  // Σ (r / detector_bin) · I   (source row r)
+  std::vector<std::uint64_t> col_moment;  // Σ (c / detector_bin) · I
+};
+
+class Resident {
+ public:
+  virtual ~Resident() = default;
+  virtual int device_index() const = 0;
+  virtual std::uint64_t resident_bytes() const = 0;  // bytes actually held on the device
+  virtual std::string encoding() const = 0;          // e.g. "dense-u16", "ans-u16"
+  virtual DType resident_dtype() const = 0;          // type of the held codes (u32 narrowed to u16 when lossless)
+  virtual const catalog::Acquisition& source() const = 0;
+
+  // Σ over every plan position of the binned frame: one uint64 per binned
+  // detector pixel (row-major, geometry.detector_pixels() values).
+  virtual std::vector<std::uint64_t> pattern_sum(const plan::PlanGeometry& geometry) = 0;
+  // Per plan position (row-major, geometry.positions() values): Σ over binned
+  // detector pixels whose mask byte is non-zero. mask has detector_pixels() bytes.
+  virtual std::vector<std::uint64_t> masked_sum(const plan::PlanGeometry& geometry,
+                                                const std::vector<std::uint8_t>& binned_detector_mask) = 0;
+  virtual CenterOfMassSums center_of_mass_sums(const plan::PlanGeometry& geometry) = 0;
+  // The binned frame at a plan position (scan bin sums up to bin² frames).
+  virtual std::vector<std::uint64_t> frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
+                                           std::uint64_t scan_col) = 0;
+  // Sum or max over the binned frames at the given plan positions (row-major flat indices).
+  virtual std::vector<std::uint64_t> region_reduce(const plan::PlanGeometry& geometry,
+                                                   const std::vector<std::uint64_t>& positions,
+                                                   RegionReduce reduce) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "cpu" or "cuda"
+  virtual std::vector<DeviceInfo> devices() const = 0;
+  // Live free memory of a device, nullopt when unknown.
+  virtual std::optional<std::uint64_t> free_bytes(int device_index) const = 0;
+  virtual LoadEstimate estimate_load(const catalog::Acquisition& acquisition) const = 0;
+  // Loads a loadable acquisition onto one device. Throws quantem::Error:
+  // corrupt_data for a bad chunk (the message names frame and file),
+  // io for read failures, payload_too_large when the device is out of memory,
+  // unavailable when progress.cancel_requested was set. Never leaves anything allocated on failure.
+  virtual std::shared_ptr<Resident> load(const catalog::Acquisition& acquisition, int device_index,
+                                         LoadProgress& progress) = 0;
+};
+
+struct CpuBackendOptions {
+  int virtual_devices = 1;
+  std::uint64_t budget_bytes_per_device = 0;  // 0: 80% of physical RAM / virtual_devices
+  unsigned threads = 0;                       // 0: hardware concurrency
+};
+std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options);
+
+}  // namespace quantem::backend

@@ -1,0 +1,57 @@
+#pragma once
+// A browse plan is a view of one resident acquisition: a half-open scan crop,
+// a scan bin and a detector bin. Plans never touch devices; every plan of an
+// acquisition is served from its one resident (PROTOCOL.md §2).
+#include <cstdint>
+#include <optional>
+
+namespace quantem::plan {
+
+// Half-open scan region [row_start, row_stop) × [col_start, col_stop).
+struct ScanRegion {
+  std::uint64_t row_start = 0;
+  std::uint64_t row_stop = 0;
+  std::uint64_t col_start = 0;
+  std::uint64_t col_stop = 0;
+  bool operator==(const ScanRegion& o) const {
+    return row_start == o.row_start && row_stop == o.row_stop && col_start == o.col_start && col_stop == o.col_stop;
+  }
+};
+
+// What a request asks for, before it is checked against the source shape.
+struct BrowsePlan {
+  std::optional<ScanRegion> crop;  // nullopt: the full scan
+  std::uint64_t scan_bin = 1;
+  std::uint64_t detector_bin = 1;
+};
+
+// A plan resolved against a source: every size the products need.
+// Output sizes use ceiling division (partial edge bins are kept).
+struct PlanGeometry {
+  std::uint64_t source_scan_rows = 0;
+  std::uint64_t source_scan_cols = 0;
+  std::uint64_t source_detector_rows = 0;
+  std::uint64_t source_detector_cols = 0;
+  ScanRegion region;  // always explicit (the full scan when the plan has no crop)
+  bool cropped = false;  // false when the crop was absent or equal to the full scan
+  std::uint64_t scan_bin = 1;
+  std::uint64_t detector_bin = 1;
+  std::uint64_t scan_rows = 0;      // ceil((row_stop - row_start) / scan_bin)
+  std::uint64_t scan_cols = 0;      // ceil((col_stop - col_start) / scan_bin)
+  std::uint64_t detector_rows = 0;  // ceil(source_detector_rows / detector_bin)
+  std::uint64_t detector_cols = 0;
+
+  std::uint64_t positions() const { return scan_rows * scan_cols; }
+  std::uint64_t detector_pixels() const { return detector_rows * detector_cols; }
+  bool operator==(const PlanGeometry& o) const;
+};
+
+// Validates a plan against a source shape and resolves it. Throws
+// quantem::Error(bad_request) with the reference's exact texts:
+//  "scan crop must be a nonempty half-open (row, column) region"
+//  "scan crop exceeds the source scan shape"
+// and, for bins outside 1..axis length, a clear message naming the bin and the axis.
+PlanGeometry resolve_plan(const BrowsePlan& plan, std::uint64_t source_scan_rows, std::uint64_t source_scan_cols,
+                          std::uint64_t source_detector_rows, std::uint64_t source_detector_cols);
+
+}  // namespace quantem::plan
