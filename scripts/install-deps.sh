@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the build and test dependencies from Debian 12 packages (run as root).
+# Usage: scripts/install-deps.sh [--test]   (--test adds the Python reference tools)
+set -euo pipefail
+packages=(build-essential cmake ninja-build pkg-config git
+  libhdf5-dev hdf5-tools liblz4-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
+  libcpp-httplib-dev libfftw3-dev googletest libgtest-dev curl ca-certificates)
+if [[ "${1:-}" == "--test" ]]; then
+  # Independent references: h5py + the official bitshuffle filter + numpy.
+  packages+=(python3 python3-h5py python3-hdf5plugin bitshuffle python3-numpy)
+fi
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Quick start 2 (and CI): install, build and run every test.
+#   1. the full suite (Release with debug info; CUDA kernels compiled when nvcc exists,
+#      GPU tests skip with a message on machines without a GPU);
+#   2. the decoders' tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh --test
+jobs="${QUANTEM_JOBS:-$(nproc)}"
+
+cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build-test -j "$jobs"
+ctest --test-dir build-test -j "$jobs" --output-on-failure --timeout 600
+
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DQUANTEM_SANITIZE=ON -DQUANTEM_CUDA=OFF
+cmake --build build-asan -j "$jobs" --target quantem_codec_tests
+ctest --test-dir build-asan -j "$jobs" --output-on-failure -L sanitize --timeout 600
