@@ -1,0 +1,368 @@
+#include "arina_writer.hpp"
+
+#include <array>
+#include <cstdio>
+#include <utility>
+
+#include "quantem/core/error.hpp"
+#include "quantem/core/version.hpp"
+
+namespace quantem::synth::detail {
+
+namespace {
+
+// HDF5's error stack (innermost first), then cleared.
+std::string hdf5_error_stack() {
+  std::string text;
+  const auto append = [](unsigned depth, const H5E_error2_t* error, void* data) -> herr_t {
+    auto& out = *static_cast<std::string*>(data);
+    out += depth == 0 ? " [" : "; ";
+    out += error->func_name ? error->func_name : "?";
+    out += ": ";
+    out += error->desc ? error->desc : "";
+    return 0;
+  };
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, append, &text);
+  H5Eclear2(H5E_DEFAULT);
+  if (!text.empty()) text += "]";
+  return text;
+}
+
+[[noreturn]] void fail(const std::string& what) { throw HdfError("synth: " + what + hdf5_error_stack()); }
+
+hid_t check_id(hid_t id, const std::string& what) {
+  if (id < 0) fail(what);
+  return id;
+}
+
+void check_status(herr_t status, const std::string& what) {
+  if (status < 0) fail(what);
+}
+
+Hid make_property_list(hid_t property_class) {
+  return Hid(check_id(H5Pcreate(property_class), "H5Pcreate"), H5Pclose);
+}
+
+Hid make_scalar_space() { return Hid(check_id(H5Screate(H5S_SCALAR), "H5Screate"), H5Sclose); }
+
+Hid make_simple_space(std::initializer_list<hsize_t> dims) {
+  const std::vector<hsize_t> shape(dims);
+  return Hid(check_id(H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr), "H5Screate_simple"),
+             H5Sclose);
+}
+
+// Fixed-length, NUL-terminated ASCII, sized to the text plus its NUL, like the
+// strings DECTRIS writes.
+Hid make_string_type(const std::string& text) {
+  Hid type(check_id(H5Tcopy(H5T_C_S1), "H5Tcopy"), H5Tclose);
+  check_status(H5Tset_size(type.get(), text.size() + 1), "H5Tset_size");
+  check_status(H5Tset_strpad(type.get(), H5T_STR_NULLTERM), "H5Tset_strpad");
+  check_status(H5Tset_cset(type.get(), H5T_CSET_ASCII), "H5Tset_cset");
+  return type;
+}
+
+Hid create_file(const std::string& path) {
+  // Low bound 1.8: superblock v2 and a version-3 layout message, i.e. the v1
+  // B-tree chunk index of real Arina files (1.10 bounds would pick an
+  // extensible array for the unlimited frame axis).
+  Hid access = make_property_list(H5P_FILE_ACCESS);
+  check_status(H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_V18), "H5Pset_libver_bounds");
+  return Hid(check_id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), "cannot create " + path),
+             H5Fclose);
+}
+
+Hid create_group(hid_t parent, const char* name, const char* nx_class);
+
+void write_string_attribute(hid_t object, const char* name, const std::string& value) {
+  Hid type = make_string_type(value);
+  Hid space = make_scalar_space();
+  Hid attribute(check_id(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                         std::string("H5Acreate2 ") + name),
+                H5Aclose);
+  check_status(H5Awrite(attribute.get(), type.get(), value.c_str()), std::string("H5Awrite ") + name);
+}
+
+// An attribute of `count` elements; count 0 means a scalar dataspace.
+void write_attribute(hid_t object, const char* name, hid_t file_type, hid_t memory_type, const void* value,
+                     hsize_t count = 0) {
+  Hid space = count == 0 ? make_scalar_space() : make_simple_space({count});
+  Hid attribute(check_id(H5Acreate2(object, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                         std::string("H5Acreate2 ") + name),
+                H5Aclose);
+  check_status(H5Awrite(attribute.get(), memory_type, value), std::string("H5Awrite ") + name);
+}
+
+Hid create_group(hid_t parent, const char* name, const char* nx_class) {
+  Hid group(check_id(H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), std::string("H5Gcreate2 ") + name),
+            H5Gclose);
+  if (nx_class) write_string_attribute(group.get(), "NX_class", nx_class);
+  return group;
+}
+
+void write_dataset(hid_t group, const char* name, hid_t file_type, hid_t memory_type, hid_t space, const void* value,
+                   const char* units = nullptr) {
+  Hid dataset(check_id(H5Dcreate2(group, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                       std::string("H5Dcreate2 ") + name),
+              H5Dclose);
+  check_status(H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, value),
+               std::string("H5Dwrite ") + name);
+  if (units) write_string_attribute(dataset.get(), "units", units);
+}
+
+void write_scalar(hid_t group, const char* name, hid_t file_type, hid_t memory_type, const void* value,
+                  const char* units = nullptr) {
+  Hid space = make_scalar_space();
+  write_dataset(group, name, file_type, memory_type, space.get(), value, units);
+}
+
+void write_u64(hid_t group, const char* name, std::uint64_t value) {
+  write_scalar(group, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &value);
+}
+void write_u32(hid_t group, const char* name, std::uint32_t value) {
+  write_scalar(group, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &value);
+}
+void write_u16(hid_t group, const char* name, std::uint16_t value) {
+  write_scalar(group, name, H5T_STD_U16LE, H5T_NATIVE_UINT16, &value);
+}
+void write_i64(hid_t group, const char* name, std::int64_t value) {
+  write_scalar(group, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
+}
+void write_i8(hid_t group, const char* name, std::int8_t value) {
+  write_scalar(group, name, H5T_STD_I8LE, H5T_NATIVE_INT8, &value);
+}
+void write_f64(hid_t group, const char* name, double value, const char* units) {
+  write_scalar(group, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value, units);
+}
+void write_text(hid_t group, const char* name, const std::string& value) {
+  Hid type = make_string_type(value);
+  write_scalar(group, name, type.get(), type.get(), value.c_str());
+}
+
+hid_t file_type_of(DType dtype) {
+  switch (dtype) {
+    case DType::uint8: return H5T_STD_U8LE;
+    case DType::uint16: return H5T_STD_U16LE;
+    case DType::uint32: return H5T_STD_U32LE;
+  }
+  return H5T_STD_U16LE;
+}
+
+hid_t memory_type_of(DType dtype) {
+  switch (dtype) {
+    case DType::uint8: return H5T_NATIVE_UINT8;
+    case DType::uint16: return H5T_NATIVE_UINT16;
+    case DType::uint32: return H5T_NATIVE_UINT32;
+  }
+  return H5T_NATIVE_UINT16;
+}
+
+// The filter function of our 32008 class: chunks only ever arrive through
+// H5Dwrite_chunk, so any call means someone tried to filter data in-process.
+size_t refuse_to_filter(unsigned /*flags*/, size_t /*cd_nelmts*/, const unsigned /*cd_values*/[], size_t /*nbytes*/,
+                        size_t* /*buf_size*/, void** /*buf*/) {
+  return 0;  // failure
+}
+
+// The comment the official plugin stores in the filter pipeline message.
+constexpr const char* kBitshuffleFilterName = "bitshuffle; see https://github.com/kiyo-masui/bitshuffle";
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+Hid& Hid::operator=(Hid&& other) noexcept {
+  if (this != &other) {
+    reset();
+    id_ = std::exchange(other.id_, -1);
+    closer_ = other.closer_;
+  }
+  return *this;
+}
+
+void Hid::reset() noexcept {
+  if (id_ >= 0 && closer_) closer_(id_);
+  id_ = -1;
+}
+
+void Hid::close(const std::string& what) {
+  if (id_ < 0) return;
+  const hid_t id = std::exchange(id_, -1);
+  if (closer_(id) < 0) fail(what);
+}
+
+HdfErrorSilencer::HdfErrorSilencer() {
+  H5Eget_auto2(H5E_DEFAULT, &previous_function_, &previous_data_);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+
+HdfErrorSilencer::~HdfErrorSilencer() { H5Eset_auto2(H5E_DEFAULT, previous_function_, previous_data_); }
+
+BitshuffleFilterRegistration::BitshuffleFilterRegistration() {
+  static const H5Z_class2_t filter_class = {
+      H5Z_CLASS_T_VERS,
+      static_cast<H5Z_filter_t>(kBitshuffleFilterId),
+      1,  // encoder present
+      1,  // decoder present
+      kBitshuffleFilterName,
+      nullptr,  // can_apply
+      nullptr,  // set_local: keep our cd_values as given
+      refuse_to_filter,
+  };
+  check_status(H5Zregister(&filter_class), "H5Zregister(32008)");
+}
+
+BitshuffleFilterRegistration::~BitshuffleFilterRegistration() {
+  // Lets a later read in this process load the official plugin again.
+  if (H5Zunregister(static_cast<H5Z_filter_t>(kBitshuffleFilterId)) < 0) H5Eclear2(H5E_DEFAULT);
+}
+
+// ---------------------------------------------------------------------------
+
+ShardFile::ShardFile(const std::string& path, std::uint64_t first_image_number, std::uint64_t frames,
+                     std::uint64_t detector_rows, std::uint64_t detector_cols, DType dtype)
+    : path_(path) {
+  file_ = create_file(path);
+  Hid entry = create_group(file_.get(), "entry", "NXentry");
+  Hid data = create_group(entry.get(), "data", "NXdata");
+
+  const std::array<hsize_t, 3> dims = {frames, detector_rows, detector_cols};
+  const std::array<hsize_t, 3> max_dims = {H5S_UNLIMITED, detector_rows, detector_cols};
+  const std::array<hsize_t, 3> chunk = {1, detector_rows, detector_cols};
+  Hid space(check_id(H5Screate_simple(3, dims.data(), max_dims.data()), "H5Screate_simple"), H5Sclose);
+
+  Hid creation = make_property_list(H5P_DATASET_CREATE);
+  check_status(H5Pset_chunk(creation.get(), 3, chunk.data()), "H5Pset_chunk");
+  const std::array<unsigned, 5> cd_values = {0, 3, static_cast<unsigned>(dtype_size(dtype)), 0, 2};
+  check_status(H5Pset_filter(creation.get(), static_cast<H5Z_filter_t>(kBitshuffleFilterId), H5Z_FLAG_MANDATORY,
+                             cd_values.size(), cd_values.data()),
+               "H5Pset_filter(32008)");
+  const std::uint32_t all_ones = dtype_max(dtype);
+  const std::uint8_t fill_u8 = static_cast<std::uint8_t>(all_ones);
+  const std::uint16_t fill_u16 = static_cast<std::uint16_t>(all_ones);
+  const void* fill = dtype == DType::uint8 ? static_cast<const void*>(&fill_u8)
+                     : dtype == DType::uint16 ? static_cast<const void*>(&fill_u16)
+                                              : static_cast<const void*>(&all_ones);
+  check_status(H5Pset_fill_value(creation.get(), memory_type_of(dtype), fill), "H5Pset_fill_value");
+  check_status(H5Pset_fill_time(creation.get(), H5D_FILL_TIME_IFSET), "H5Pset_fill_time");
+  check_status(H5Pset_alloc_time(creation.get(), H5D_ALLOC_TIME_INCR), "H5Pset_alloc_time");
+
+  dataset_ = Hid(check_id(H5Dcreate2(data.get(), "data", file_type_of(dtype), space.get(), H5P_DEFAULT, creation.get(),
+                                     H5P_DEFAULT),
+                          "H5Dcreate2 /entry/data/data in " + path),
+                 H5Dclose);
+  const std::uint64_t last_image_number = first_image_number + frames - 1;
+  write_attribute(dataset_.get(), "image_nr_low", H5T_STD_U64LE, H5T_NATIVE_UINT64, &first_image_number);
+  write_attribute(dataset_.get(), "image_nr_high", H5T_STD_U64LE, H5T_NATIVE_UINT64, &last_image_number);
+}
+
+void ShardFile::write_chunk(std::uint64_t local_index, const std::uint8_t* stored, std::size_t stored_bytes) {
+  const std::array<hsize_t, 3> offset = {local_index, 0, 0};
+  if (H5Dwrite_chunk(dataset_.get(), H5P_DEFAULT, 0, offset.data(), stored_bytes, stored) < 0) {
+    fail("H5Dwrite_chunk frame " + std::to_string(local_index) + " of " + path_);
+  }
+}
+
+void ShardFile::close() {
+  dataset_.close("H5Dclose " + path_);
+  file_.close("H5Fclose " + path_);
+}
+
+// ---------------------------------------------------------------------------
+
+void write_master(const std::string& path, const MasterContents& contents) {
+  Hid file = create_file(path);
+  write_string_attribute(file.get(), "default", "entry");
+  Hid entry = create_group(file.get(), "entry", "NXentry");
+  write_string_attribute(entry.get(), "default", "data");
+  write_text(entry.get(), "definition", "NXmx");
+
+  {
+    Hid data = create_group(entry.get(), "data", "NXdata");
+    write_string_attribute(data.get(), "signal", contents.shard_basenames.empty() ? "" : "data_000001");
+    for (std::size_t i = 0; i < contents.shard_basenames.size(); ++i) {
+      char link_name[32];
+      std::snprintf(link_name, sizeof link_name, "data_%06zu", i + 1);
+      check_status(H5Lcreate_external(contents.shard_basenames[i].c_str(), "/entry/data/data", data.get(), link_name,
+                                      H5P_DEFAULT, H5P_DEFAULT),
+                   std::string("H5Lcreate_external ") + link_name);
+    }
+  }
+
+  const unsigned bits = static_cast<unsigned>(dtype_size(contents.dtype) * 8);
+  Hid instrument = create_group(entry.get(), "instrument", "NXinstrument");
+  Hid detector = create_group(instrument.get(), "detector", "NXdetector");
+  write_text(detector.get(), "description", "Dectris ARINA CZT");
+  write_text(detector.get(), "detector_number", "SYNTH-0001");
+  write_text(detector.get(), "sensor_material", "CZT");
+  write_f64(detector.get(), "sensor_thickness", 1.5e-3, "m");
+  write_u16(detector.get(), "bit_depth_image", static_cast<std::uint16_t>(bits));
+  write_u16(detector.get(), "bit_depth_readout", static_cast<std::uint16_t>(bits));
+  write_i64(detector.get(), "saturation_value", static_cast<std::int64_t>(contents.saturation_count));
+  write_f64(detector.get(), "x_pixel_size", 1e-4, "m");
+  write_f64(detector.get(), "y_pixel_size", 1e-4, "m");
+  write_f64(detector.get(), "count_time", 9.95e-5, "s");
+  write_f64(detector.get(), "frame_time", 1e-4, "s");
+  write_f64(detector.get(), "threshold_energy", 17500.0, "eV");
+  write_f64(detector.get(), "beam_center_x", (static_cast<double>(contents.detector_cols) - 1.0) / 2.0, "pixel");
+  write_f64(detector.get(), "beam_center_y", (static_cast<double>(contents.detector_rows) - 1.0) / 2.0, "pixel");
+  write_i8(detector.get(), "countrate_correction_applied", 1);
+  write_i8(detector.get(), "pixel_mask_applied", 1);
+  write_i8(detector.get(), "flatfield_correction_applied", 0);
+  write_i8(detector.get(), "virtual_pixel_correction_applied", 1);
+
+  Hid specific = create_group(detector.get(), "detectorSpecific", "NXcollection");
+  write_u64(specific.get(), "nimages", 1);
+  write_u64(specific.get(), "ntrigger", contents.scan_rows * contents.scan_cols);
+  write_text(specific.get(), "trigger_mode", "exts");
+  write_u64(specific.get(), "x_pixels_in_detector", contents.detector_cols);
+  write_u64(specific.get(), "y_pixels_in_detector", contents.detector_rows);
+  write_text(specific.get(), "compression", "bslz4");
+  write_u32(specific.get(), "countrate_correction_count_cutoff", contents.saturation_count);
+  write_u32(specific.get(), "number_of_excluded_pixels", contents.excluded_pixels);
+  write_text(specific.get(), "eiger_fw_version", "synthetic-quantem");
+  write_text(specific.get(), "software_version", std::string("quantem-gpu ") + version_string());
+  write_text(specific.get(), "roi_mode", "");
+  write_f64(specific.get(), "frame_count_time", 9.95e-5, "s");
+  write_f64(specific.get(), "frame_period", 1e-4, "s");
+  write_f64(specific.get(), "photon_energy", 300000.0, "eV");
+  {
+    // Contiguous and unfiltered (the default layout), as Neggia requires.
+    Hid space = make_simple_space({contents.detector_rows, contents.detector_cols});
+    write_dataset(specific.get(), "pixel_mask", H5T_STD_U32LE, H5T_NATIVE_UINT32, space.get(),
+                  contents.pixel_mask.data());
+  }
+
+  specific.close("H5Gclose detectorSpecific");
+  detector.close("H5Gclose detector");
+  instrument.close("H5Gclose instrument");
+  entry.close("H5Gclose entry");
+  file.close("H5Fclose " + path);
+}
+
+void write_stem_metadata(const std::string& path, std::uint64_t scan_rows, std::uint64_t scan_cols) {
+  Hid file = create_file(path);
+  Hid metadata = create_group(file.get(), "STEM Metadata", nullptr);
+  const auto num_pixels_x = static_cast<std::int64_t>(scan_cols);
+  const auto num_pixels_y = static_cast<std::int64_t>(scan_rows);
+  const std::uint32_t prescan = 0;
+  const std::uint8_t calibrated = 0;
+  write_attribute(metadata.get(), "NumPixelsX", H5T_STD_I64LE, H5T_NATIVE_INT64, &num_pixels_x);
+  write_attribute(metadata.get(), "NumPixelsY", H5T_STD_I64LE, H5T_NATIVE_INT64, &num_pixels_y);
+  write_attribute(metadata.get(), "NumPixelsPrescan", H5T_STD_U32LE, H5T_NATIVE_UINT32, &prescan, 1);
+  write_attribute(metadata.get(), "IsPixelSizeCalibrated", H5T_STD_U8LE, H5T_NATIVE_UINT8, &calibrated, 1);
+  const std::pair<const char*, double> doubles[] = {
+      {"Pixel Size", 0.25},        // nm
+      {"High Tension", 300000.0},  // V
+      {"Camera Length", 0.115},    // m
+      {"ScanDwellTime", 1e-4},     // s
+      {"Rotation", 0.0},
+      {"Magnification", 2.0e7},
+  };
+  for (const auto& [name, value] : doubles) {
+    write_attribute(metadata.get(), name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value, 1);
+  }
+  metadata.close("H5Gclose STEM Metadata");
+  file.close("H5Fclose " + path);
+}
+
+}  // namespace quantem::synth::detail

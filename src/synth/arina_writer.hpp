@@ -1,0 +1,104 @@
+#pragma once
+// HDF5 side of `synth` (private to src/synth): the Arina-style master, the
+// STEM Metadata sidecar and the data shards. Not thread-safe: every call runs on
+// the one writer thread (HDF5 is not built thread-safe here). Failures throw
+// quantem::HdfError carrying HDF5's error stack (HDF5's own printing is silenced
+// by HdfErrorSilencer while synth runs).
+#include <hdf5.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "quantem/core/dtype.hpp"
+
+namespace quantem::synth::detail {
+
+// Owns one HDF5 identifier and closes it with the matching H5?close.
+class Hid {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Hid() = default;
+  Hid(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  Hid(const Hid&) = delete;
+  Hid& operator=(const Hid&) = delete;
+  Hid(Hid&& other) noexcept : id_(other.id_), closer_(other.closer_) { other.id_ = -1; }
+  Hid& operator=(Hid&& other) noexcept;
+  ~Hid() { reset(); }
+  hid_t get() const noexcept { return id_; }
+  void reset() noexcept;
+  // Closes now and throws HdfError if closing fails (flushes a file).
+  void close(const std::string& what);
+
+ private:
+  hid_t id_ = -1;
+  Closer closer_ = nullptr;
+};
+
+// Turns HDF5's automatic error printing off for its lifetime.
+class HdfErrorSilencer {
+ public:
+  HdfErrorSilencer();
+  ~HdfErrorSilencer();
+  HdfErrorSilencer(const HdfErrorSilencer&) = delete;
+  HdfErrorSilencer& operator=(const HdfErrorSilencer&) = delete;
+
+ private:
+  H5E_auto2_t previous_function_ = nullptr;
+  void* previous_data_ = nullptr;
+};
+
+// Registers, for its lifetime, a class for filter 32008 (bitshuffle) whose
+// filter function refuses to run. It lets a dataset carry 32008 as a mandatory
+// filter (flags 0, as real Arina files do) with exactly the cd_values we choose,
+// without the official plugin's set_local rewriting them; every chunk is then
+// written pre-compressed with H5Dwrite_chunk. It replaces the official plugin
+// in this process while alive: do not read 32008 data through HDF5 meanwhile.
+class BitshuffleFilterRegistration {
+ public:
+  BitshuffleFilterRegistration();
+  ~BitshuffleFilterRegistration();
+  BitshuffleFilterRegistration(const BitshuffleFilterRegistration&) = delete;
+  BitshuffleFilterRegistration& operator=(const BitshuffleFilterRegistration&) = delete;
+};
+
+constexpr unsigned kBitshuffleFilterId = 32008;
+
+// One `<prefix>_data_NNNNNN.h5`: /entry/data/data (frames, rows, cols), chunk
+// (1, rows, cols), filter 32008 with cd_values {0, 3, element_size, 0, 2},
+// fill value all-ones, v1 B-tree chunk index, image_nr_low/high attributes.
+class ShardFile {
+ public:
+  ShardFile(const std::string& path, std::uint64_t first_image_number, std::uint64_t frames,
+            std::uint64_t detector_rows, std::uint64_t detector_cols, DType dtype);
+  // Writes frame `local_index` (0-based within the shard) as one stored chunk.
+  void write_chunk(std::uint64_t local_index, const std::uint8_t* stored, std::size_t stored_bytes);
+  // Flushes and closes; throws on failure. The destructor closes silently.
+  void close();
+
+ private:
+  std::string path_;
+  Hid file_;
+  Hid dataset_;
+};
+
+struct MasterContents {
+  std::vector<std::string> shard_basenames;  // data_000001 ... in order
+  std::uint64_t scan_rows = 0;
+  std::uint64_t scan_cols = 0;
+  std::uint64_t detector_rows = 0;
+  std::uint64_t detector_cols = 0;
+  DType dtype = DType::uint16;
+  std::uint32_t saturation_count = 0;
+  std::vector<std::uint32_t> pixel_mask;  // detector_rows * detector_cols
+  std::uint32_t excluded_pixels = 0;
+};
+
+void write_master(const std::string& path, const MasterContents& contents);
+
+// `<prefix>.h5`: group "/STEM Metadata" with NumPixelsX/Y and a few plausible
+// microscope attributes, typed like the real Arina sidecar.
+void write_stem_metadata(const std::string& path, std::uint64_t scan_rows, std::uint64_t scan_cols);
+
+}  // namespace quantem::synth::detail
