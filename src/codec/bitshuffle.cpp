@@ -1,0 +1,246 @@
+// Bit transposes of one bitshuffle block (reference/arina-format-and-codecs.md §2.5).
+//
+// Layout: a block of n elements (n a multiple of 8) of element_size bytes is
+// stored as 8*element_size bit planes of n/8 bytes each; bit m of byte g of
+// plane p is bit p of element 8g+m (p = 8*j + b for bit b of byte j).
+//
+// Both directions work on "groups" of 8 consecutive elements. For one group g
+// and one element byte j, the 8 plane bytes {plane 8j+k, byte g : k = 0..7}
+// and the 8 element bytes {element 8g+m, byte j : m = 0..7} are the rows of two
+// 8x8 bit matrices that are transposes of each other. Each 8x8 bit matrix lives
+// in one 64-bit word (byte = row, bit = column) and is transposed with three
+// masked swap steps. Gathering the plane bytes of 8 or 16 consecutive groups
+// is itself an 8x8 / 8x16 byte transpose (shift-and-mask on 64-bit words, or
+// SSE2 unpacks).
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "quantem/codec/chunk_codec.hpp"
+#include "quantem/core/error.hpp"
+
+// The 64-bit word tricks below read byte r of a word as its bits 8r..8r+7.
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "quantem codec assumes a little-endian host"
+#endif
+
+#if defined(__SSE2__) || defined(_M_X64)
+#include <emmintrin.h>
+#define QUANTEM_CODEC_SSE2 1
+#endif
+
+namespace quantem::codec {
+namespace {
+
+std::uint64_t load_u64(const std::uint8_t* p) {
+  std::uint64_t value;
+  std::memcpy(&value, p, sizeof value);
+  return value;
+}
+
+void store_u64(std::uint8_t* p, std::uint64_t value) { std::memcpy(p, &value, sizeof value); }
+
+// Transposes the 8x8 bit matrix held in `x` (byte r = row r, bit c = column c).
+std::uint64_t transpose_bits_8x8(std::uint64_t x) {
+  std::uint64_t t = (x ^ (x >> 7)) & 0x00AA00AA00AA00AAull;
+  x ^= t ^ (t << 7);
+  t = (x ^ (x >> 14)) & 0x0000CCCC0000CCCCull;
+  x ^= t ^ (t << 14);
+  t = (x ^ (x >> 28)) & 0x00000000F0F0F0F0ull;
+  x ^= t ^ (t << 28);
+  return x;
+}
+
+// Transposes the 8x8 byte matrix rows[0..7] (byte i of rows[k] = element (k, i)) in place.
+void transpose_bytes_8x8(std::uint64_t rows[8]) {
+  auto swap_step = [](std::uint64_t& a, std::uint64_t& b, unsigned shift, std::uint64_t mask) {
+    const std::uint64_t t = ((a >> shift) ^ b) & mask;
+    b ^= t;
+    a ^= t << shift;
+  };
+  for (int k = 0; k < 8; k += 2) swap_step(rows[k], rows[k + 1], 8, 0x00FF00FF00FF00FFull);
+  for (int k : {0, 1, 4, 5}) swap_step(rows[k], rows[k + 2], 16, 0x0000FFFF0000FFFFull);
+  for (int k = 0; k < 4; ++k) swap_step(rows[k], rows[k + 4], 32, 0x00000000FFFFFFFFull);
+}
+
+// ---- unshuffle (planes -> elements) -------------------------------------
+
+// One group, any element size.
+void unshuffle_group(const std::uint8_t* in, std::uint8_t* out, std::size_t plane_bytes,
+                     std::size_t element_size, std::size_t group) {
+  for (std::size_t j = 0; j < element_size; ++j) {
+    std::uint64_t rows = 0;
+    for (std::size_t k = 0; k < 8; ++k) rows |= std::uint64_t{in[(8 * j + k) * plane_bytes + group]} << (8 * k);
+    const std::uint64_t element_bytes = transpose_bits_8x8(rows);
+    std::uint8_t* first = out + 8 * group * element_size + j;
+    for (std::size_t m = 0; m < 8; ++m) first[m * element_size] = static_cast<std::uint8_t>(element_bytes >> (8 * m));
+  }
+}
+
+// Eight consecutive groups, any element size (portable 64-bit path).
+void unshuffle_eight_groups(const std::uint8_t* in, std::uint8_t* out, std::size_t plane_bytes,
+                            std::size_t element_size, std::size_t first_group) {
+  for (std::size_t j = 0; j < element_size; ++j) {
+    std::uint64_t words[8];
+    for (std::size_t k = 0; k < 8; ++k) words[k] = load_u64(in + (8 * j + k) * plane_bytes + first_group);
+    transpose_bytes_8x8(words);  // words[i] byte k = plane 8j+k, byte first_group+i
+    for (std::size_t i = 0; i < 8; ++i) {
+      const std::uint64_t element_bytes = transpose_bits_8x8(words[i]);
+      const std::size_t group = first_group + i;
+      if (element_size == 1) {
+        store_u64(out + 8 * group, element_bytes);
+      } else {
+        std::uint8_t* first = out + 8 * group * element_size + j;
+        for (std::size_t m = 0; m < 8; ++m) first[m * element_size] = static_cast<std::uint8_t>(element_bytes >> (8 * m));
+      }
+    }
+  }
+}
+
+#ifdef QUANTEM_CODEC_SSE2
+__m128i transpose_bits_8x8_sse2(__m128i x) {
+  const __m128i mask1 = _mm_set1_epi64x(0x00AA00AA00AA00AALL);
+  const __m128i mask2 = _mm_set1_epi64x(0x0000CCCC0000CCCCLL);
+  const __m128i mask3 = _mm_set1_epi64x(0x00000000F0F0F0F0LL);
+  __m128i t = _mm_and_si128(_mm_xor_si128(x, _mm_srli_epi64(x, 7)), mask1);
+  x = _mm_xor_si128(x, _mm_xor_si128(t, _mm_slli_epi64(t, 7)));
+  t = _mm_and_si128(_mm_xor_si128(x, _mm_srli_epi64(x, 14)), mask2);
+  x = _mm_xor_si128(x, _mm_xor_si128(t, _mm_slli_epi64(t, 14)));
+  t = _mm_and_si128(_mm_xor_si128(x, _mm_srli_epi64(x, 28)), mask3);
+  x = _mm_xor_si128(x, _mm_xor_si128(t, _mm_slli_epi64(t, 28)));
+  return x;
+}
+
+// For element byte j and 16 consecutive groups: lanes[i] holds groups
+// first_group+2i (low 64 bits) and first_group+2i+1 (high 64 bits); byte m of a
+// lane is byte j of element 8g+m.
+void unshuffle_sixteen_groups_byte(const std::uint8_t* in, std::size_t plane_bytes, std::size_t j,
+                                   std::size_t first_group, __m128i lanes[8]) {
+  __m128i p[8];
+  for (std::size_t k = 0; k < 8; ++k)
+    p[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + (8 * j + k) * plane_bytes + first_group));
+  // 8 planes x 16 groups -> 16 groups x 8 planes.
+  const __m128i a0 = _mm_unpacklo_epi8(p[0], p[1]), a1 = _mm_unpackhi_epi8(p[0], p[1]);
+  const __m128i a2 = _mm_unpacklo_epi8(p[2], p[3]), a3 = _mm_unpackhi_epi8(p[2], p[3]);
+  const __m128i a4 = _mm_unpacklo_epi8(p[4], p[5]), a5 = _mm_unpackhi_epi8(p[4], p[5]);
+  const __m128i a6 = _mm_unpacklo_epi8(p[6], p[7]), a7 = _mm_unpackhi_epi8(p[6], p[7]);
+  const __m128i b0 = _mm_unpacklo_epi16(a0, a2), b1 = _mm_unpackhi_epi16(a0, a2);  // groups 0-3, 4-7; planes 0-3
+  const __m128i b2 = _mm_unpacklo_epi16(a1, a3), b3 = _mm_unpackhi_epi16(a1, a3);  // groups 8-11, 12-15
+  const __m128i b4 = _mm_unpacklo_epi16(a4, a6), b5 = _mm_unpackhi_epi16(a4, a6);  // planes 4-7
+  const __m128i b6 = _mm_unpacklo_epi16(a5, a7), b7 = _mm_unpackhi_epi16(a5, a7);
+  lanes[0] = transpose_bits_8x8_sse2(_mm_unpacklo_epi32(b0, b4));
+  lanes[1] = transpose_bits_8x8_sse2(_mm_unpackhi_epi32(b0, b4));
+  lanes[2] = transpose_bits_8x8_sse2(_mm_unpacklo_epi32(b1, b5));
+  lanes[3] = transpose_bits_8x8_sse2(_mm_unpackhi_epi32(b1, b5));
+  lanes[4] = transpose_bits_8x8_sse2(_mm_unpacklo_epi32(b2, b6));
+  lanes[5] = transpose_bits_8x8_sse2(_mm_unpackhi_epi32(b2, b6));
+  lanes[6] = transpose_bits_8x8_sse2(_mm_unpacklo_epi32(b3, b7));
+  lanes[7] = transpose_bits_8x8_sse2(_mm_unpackhi_epi32(b3, b7));
+}
+
+void store_128(std::uint8_t* p, __m128i value) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), value); }
+
+// 16 consecutive groups (128 elements) for element sizes 1, 2 and 4.
+template <std::size_t ElementSize>
+void unshuffle_sixteen_groups(const std::uint8_t* in, std::uint8_t* out, std::size_t plane_bytes,
+                              std::size_t first_group) {
+  __m128i lanes[ElementSize][8];
+  for (std::size_t j = 0; j < ElementSize; ++j) unshuffle_sixteen_groups_byte(in, plane_bytes, j, first_group, lanes[j]);
+  std::uint8_t* block_out = out + 8 * first_group * ElementSize;
+  for (std::size_t i = 0; i < 8; ++i) {
+    std::uint8_t* pair_out = block_out + 16 * ElementSize * i;  // groups 2i and 2i+1
+    if constexpr (ElementSize == 1) {
+      store_128(pair_out, lanes[0][i]);
+    } else if constexpr (ElementSize == 2) {
+      store_128(pair_out, _mm_unpacklo_epi8(lanes[0][i], lanes[1][i]));
+      store_128(pair_out + 16, _mm_unpackhi_epi8(lanes[0][i], lanes[1][i]));
+    } else {
+      static_assert(ElementSize == 4);
+      const __m128i low01 = _mm_unpacklo_epi8(lanes[0][i], lanes[1][i]);
+      const __m128i high01 = _mm_unpackhi_epi8(lanes[0][i], lanes[1][i]);
+      const __m128i low23 = _mm_unpacklo_epi8(lanes[2][i], lanes[3][i]);
+      const __m128i high23 = _mm_unpackhi_epi8(lanes[2][i], lanes[3][i]);
+      store_128(pair_out, _mm_unpacklo_epi16(low01, low23));
+      store_128(pair_out + 16, _mm_unpackhi_epi16(low01, low23));
+      store_128(pair_out + 32, _mm_unpacklo_epi16(high01, high23));
+      store_128(pair_out + 48, _mm_unpackhi_epi16(high01, high23));
+    }
+  }
+}
+#endif  // QUANTEM_CODEC_SSE2
+
+// ---- shuffle (elements -> planes) ---------------------------------------
+
+// Byte j of the 8 elements of one group, packed into one word (byte m = element 8g+m).
+std::uint64_t gather_element_bytes(const std::uint8_t* in, std::size_t element_size, std::size_t group,
+                                   std::size_t j) {
+  const std::uint8_t* first = in + 8 * group * element_size + j;
+  if (element_size == 1) return load_u64(first);
+  std::uint64_t word = 0;
+  for (std::size_t m = 0; m < 8; ++m) word |= std::uint64_t{first[m * element_size]} << (8 * m);
+  return word;
+}
+
+void shuffle_group(const std::uint8_t* in, std::uint8_t* out, std::size_t plane_bytes, std::size_t element_size,
+                   std::size_t group) {
+  for (std::size_t j = 0; j < element_size; ++j) {
+    const std::uint64_t plane_bytes_of_group = transpose_bits_8x8(gather_element_bytes(in, element_size, group, j));
+    for (std::size_t k = 0; k < 8; ++k)
+      out[(8 * j + k) * plane_bytes + group] = static_cast<std::uint8_t>(plane_bytes_of_group >> (8 * k));
+  }
+}
+
+void shuffle_eight_groups(const std::uint8_t* in, std::uint8_t* out, std::size_t plane_bytes,
+                          std::size_t element_size, std::size_t first_group) {
+  for (std::size_t j = 0; j < element_size; ++j) {
+    std::uint64_t words[8];
+    for (std::size_t i = 0; i < 8; ++i)
+      words[i] = transpose_bits_8x8(gather_element_bytes(in, element_size, first_group + i, j));
+    transpose_bytes_8x8(words);  // words[k] byte i = plane 8j+k, byte first_group+i
+    for (std::size_t k = 0; k < 8; ++k) store_u64(out + (8 * j + k) * plane_bytes + first_group, words[k]);
+  }
+}
+
+void check_block_arguments(const char* function, std::size_t element_count, std::size_t element_size) {
+  if (element_size == 0 || element_count % 8 != 0)
+    throw internal_error(std::string(function) + ": element_count " + std::to_string(element_count) +
+                         " must be a multiple of 8 and element_size " + std::to_string(element_size) +
+                         " must be positive");
+}
+
+}  // namespace
+
+void bitshuffle_block(const std::uint8_t* in, std::uint8_t* out, std::size_t element_count,
+                      std::size_t element_size) {
+  check_block_arguments("bitshuffle_block", element_count, element_size);
+  const std::size_t groups = element_count / 8;  // = bytes per bit plane
+  std::size_t group = 0;
+  for (; group + 8 <= groups; group += 8) shuffle_eight_groups(in, out, groups, element_size, group);
+  for (; group < groups; ++group) shuffle_group(in, out, groups, element_size, group);
+}
+
+void bitunshuffle_block(const std::uint8_t* in, std::uint8_t* out, std::size_t element_count,
+                        std::size_t element_size) {
+  check_block_arguments("bitunshuffle_block", element_count, element_size);
+  const std::size_t groups = element_count / 8;  // = bytes per bit plane
+  std::size_t group = 0;
+#ifdef QUANTEM_CODEC_SSE2
+  switch (element_size) {
+    case 1:
+      for (; group + 16 <= groups; group += 16) unshuffle_sixteen_groups<1>(in, out, groups, group);
+      break;
+    case 2:
+      for (; group + 16 <= groups; group += 16) unshuffle_sixteen_groups<2>(in, out, groups, group);
+      break;
+    case 4:
+      for (; group + 16 <= groups; group += 16) unshuffle_sixteen_groups<4>(in, out, groups, group);
+      break;
+    default:
+      break;
+  }
+#endif
+  for (; group + 8 <= groups; group += 8) unshuffle_eight_groups(in, out, groups, element_size, group);
+  for (; group < groups; ++group) unshuffle_group(in, out, groups, element_size, group);
+}
+
+}  // namespace quantem::codec
