@@ -4,6 +4,7 @@
 // acquisition is served from its one resident (PROTOCOL.md §2).
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace quantem::plan {
 
@@ -53,5 +54,10 @@ struct PlanGeometry {
 // and, for bins outside 1..axis length, a clear message naming the bin and the axis.
 PlanGeometry resolve_plan(const BrowsePlan& plan, std::uint64_t source_scan_rows, std::uint64_t source_scan_cols,
                           std::uint64_t source_detector_rows, std::uint64_t source_detector_cols);
+
+// A compact, unique text form of every field of a geometry, e.g.
+// "scan 8x6 region [0,8)x[0,6) bin 2 detector 5x7 bin 3"; equal geometries give
+// equal texts. Used for cache keys and logs.
+std::string to_string(const PlanGeometry& geometry);
 
 }  // namespace quantem::plan

@@ -1,0 +1,84 @@
+#include "quantem/plan/plan.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "quantem/core/error.hpp"
+
+namespace quantem::plan {
+namespace {
+
+std::uint64_t ceil_div(std::uint64_t value, std::uint64_t divisor) { return value / divisor + (value % divisor != 0); }
+
+void check_bin(const char* name, std::uint64_t bin, std::uint64_t rows, std::uint64_t cols, const char* what) {
+  const std::uint64_t longest = std::max(rows, cols);
+  if (bin < 1 || bin > longest) {
+    throw bad_request(std::string(name) + "=" + std::to_string(bin) + " must be between 1 and " +
+                      std::to_string(longest) + ", the longer axis of the " + std::to_string(rows) + " x " +
+                      std::to_string(cols) + " " + what);
+  }
+}
+
+}  // namespace
+
+bool PlanGeometry::operator==(const PlanGeometry& o) const {
+  return source_scan_rows == o.source_scan_rows && source_scan_cols == o.source_scan_cols &&
+         source_detector_rows == o.source_detector_rows && source_detector_cols == o.source_detector_cols &&
+         region == o.region && cropped == o.cropped && scan_bin == o.scan_bin && detector_bin == o.detector_bin &&
+         scan_rows == o.scan_rows && scan_cols == o.scan_cols && detector_rows == o.detector_rows &&
+         detector_cols == o.detector_cols;
+}
+
+PlanGeometry resolve_plan(const BrowsePlan& plan, std::uint64_t source_scan_rows, std::uint64_t source_scan_cols,
+                          std::uint64_t source_detector_rows, std::uint64_t source_detector_cols) {
+  if (plan.crop && (plan.crop->row_stop <= plan.crop->row_start || plan.crop->col_stop <= plan.crop->col_start)) {
+    throw bad_request("scan crop must be a nonempty half-open (row, column) region");
+  }
+  if (source_scan_rows == 0 || source_scan_cols == 0 || source_detector_rows == 0 || source_detector_cols == 0) {
+    throw unprocessable("the source scan and detector shapes must be known to resolve a plan (got " +
+                        std::to_string(source_scan_rows) + " x " + std::to_string(source_scan_cols) + " scan, " +
+                        std::to_string(source_detector_rows) + " x " + std::to_string(source_detector_cols) +
+                        " detector)");
+  }
+  if (plan.crop && (plan.crop->row_stop > source_scan_rows || plan.crop->col_stop > source_scan_cols)) {
+    throw bad_request("scan crop exceeds the source scan shape");
+  }
+
+  PlanGeometry geometry;
+  geometry.source_scan_rows = source_scan_rows;
+  geometry.source_scan_cols = source_scan_cols;
+  geometry.source_detector_rows = source_detector_rows;
+  geometry.source_detector_cols = source_detector_cols;
+  const ScanRegion full{0, source_scan_rows, 0, source_scan_cols};
+  geometry.region = plan.crop.value_or(full);
+  geometry.cropped = !(geometry.region == full);
+
+  const std::uint64_t region_rows = geometry.region.row_stop - geometry.region.row_start;
+  const std::uint64_t region_cols = geometry.region.col_stop - geometry.region.col_start;
+  check_bin("scan_bin", plan.scan_bin, region_rows, region_cols, "scan region");
+  check_bin("det_bin", plan.detector_bin, source_detector_rows, source_detector_cols, "detector");
+
+  geometry.scan_bin = plan.scan_bin;
+  geometry.detector_bin = plan.detector_bin;
+  geometry.scan_rows = ceil_div(region_rows, plan.scan_bin);
+  geometry.scan_cols = ceil_div(region_cols, plan.scan_bin);
+  geometry.detector_rows = ceil_div(source_detector_rows, plan.detector_bin);
+  geometry.detector_cols = ceil_div(source_detector_cols, plan.detector_bin);
+  return geometry;
+}
+
+}  // namespace quantem::plan
+
+namespace quantem::plan {
+
+std::string to_string(const PlanGeometry& geometry) {
+  const auto n = [](std::uint64_t value) { return std::to_string(value); };
+  return "scan " + n(geometry.source_scan_rows) + "x" + n(geometry.source_scan_cols) + " region [" +
+         n(geometry.region.row_start) + "," + n(geometry.region.row_stop) + ")x[" + n(geometry.region.col_start) +
+         "," + n(geometry.region.col_stop) + ")" + (geometry.cropped ? " cropped" : "") + " bin " +
+         n(geometry.scan_bin) + " -> " + n(geometry.scan_rows) + "x" + n(geometry.scan_cols) + " detector " +
+         n(geometry.source_detector_rows) + "x" + n(geometry.source_detector_cols) + " bin " +
+         n(geometry.detector_bin) + " -> " + n(geometry.detector_rows) + "x" + n(geometry.detector_cols);
+}
+
+}  // namespace quantem::plan
