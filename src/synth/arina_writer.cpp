@@ -43,6 +43,14 @@ Hid make_property_list(hid_t property_class) {
   return Hid(check_id(H5Pcreate(property_class), "H5Pcreate"), H5Pclose);
 }
 
+// Creation property lists without modification times, so the same options
+// always give byte-identical files.
+Hid make_creation_list(hid_t property_class) {
+  Hid list = make_property_list(property_class);
+  check_status(H5Pset_obj_track_times(list.get(), false), "H5Pset_obj_track_times");
+  return list;
+}
+
 Hid make_scalar_space() { return Hid(check_id(H5Screate(H5S_SCALAR), "H5Screate"), H5Sclose); }
 
 Hid make_simple_space(std::initializer_list<hsize_t> dims) {
@@ -93,7 +101,9 @@ void write_attribute(hid_t object, const char* name, hid_t file_type, hid_t memo
 }
 
 Hid create_group(hid_t parent, const char* name, const char* nx_class) {
-  Hid group(check_id(H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), std::string("H5Gcreate2 ") + name),
+  Hid creation = make_creation_list(H5P_GROUP_CREATE);
+  Hid group(check_id(H5Gcreate2(parent, name, H5P_DEFAULT, creation.get(), H5P_DEFAULT),
+                     std::string("H5Gcreate2 ") + name),
             H5Gclose);
   if (nx_class) write_string_attribute(group.get(), "NX_class", nx_class);
   return group;
@@ -101,7 +111,8 @@ Hid create_group(hid_t parent, const char* name, const char* nx_class) {
 
 void write_dataset(hid_t group, const char* name, hid_t file_type, hid_t memory_type, hid_t space, const void* value,
                    const char* units = nullptr) {
-  Hid dataset(check_id(H5Dcreate2(group, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+  Hid creation = make_creation_list(H5P_DATASET_CREATE);
+  Hid dataset(check_id(H5Dcreate2(group, name, file_type, space, H5P_DEFAULT, creation.get(), H5P_DEFAULT),
                        std::string("H5Dcreate2 ") + name),
               H5Dclose);
   check_status(H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, value),
@@ -230,7 +241,7 @@ ShardFile::ShardFile(const std::string& path, std::uint64_t first_image_number, 
   const std::array<hsize_t, 3> chunk = {1, detector_rows, detector_cols};
   Hid space(check_id(H5Screate_simple(3, dims.data(), max_dims.data()), "H5Screate_simple"), H5Sclose);
 
-  Hid creation = make_property_list(H5P_DATASET_CREATE);
+  Hid creation = make_creation_list(H5P_DATASET_CREATE);
   check_status(H5Pset_chunk(creation.get(), 3, chunk.data()), "H5Pset_chunk");
   const std::array<unsigned, 5> cd_values = {0, 3, static_cast<unsigned>(dtype_size(dtype)), 0, 2};
   check_status(H5Pset_filter(creation.get(), static_cast<H5Z_filter_t>(kBitshuffleFilterId), H5Z_FLAG_MANDATORY,
