@@ -1,0 +1,66 @@
+#pragma once
+// GPU decode of bitshuffle/LZ4 chunks (HDF5 filter 32008), a batch at a time.
+// CUDA-free header; implemented in kernels/codec/bitshuffle_lz4.cu.
+//
+// Format: reference/arina-format-and-codecs.md §2 (12-byte big-endian header,
+// per block a u32 BE length + an LZ4 raw block decoding to the bit-shuffled
+// block, an optional partial block of (N mod block) rounded down to 8 elements,
+// then (N mod 8) raw elements). The CPU reference is codec::decode_chunk.
+//
+// The unit of parallelism is the bitshuffle block: one warp LZ4-decodes a block
+// into shared memory (every read and write bounds-checked), bit-unshuffles it
+// with warp ballots and writes the elements coalesced. A malformed chunk never
+// faults: it gets a non-ok ChunkStatus and its frame holds unspecified bytes.
+#include <cstddef>
+#include <cstdint>
+
+#include "quantem/cuda/device.hpp"
+
+namespace quantem::cuda {
+
+// Per-chunk result, one uint32 per chunk in the status array. The first error
+// found wins; ok means the frame was decoded exactly.
+enum class ChunkStatus : std::uint32_t {
+  ok = 0,
+  header_truncated = 1,        // fewer than 12 stored bytes
+  size_mismatch = 2,           // header total bytes != elements_per_chunk * element_size
+  unsupported_block_size = 3,  // header block size != the batch's block size (or invalid)
+  block_truncated = 4,         // a block length field or payload runs past the chunk
+  lz4_corrupt = 5,             // malformed LZ4 sequence (bad offset, overrun, end-of-block rules)
+  lz4_wrong_size = 6,          // an LZ4 block decoded to fewer bytes than its block
+  trailing_bytes = 7,          // bytes left after the raw tail, or a short raw tail
+};
+
+const char* chunk_status_name(ChunkStatus status) noexcept;
+
+// A batch of chunks staged in one device buffer, all decoding to the same size
+// (one detector frame each).
+struct BitshuffleLz4Batch {
+  const std::uint8_t* d_stored = nullptr;          // device: the staged chunk bytes
+  const std::uint64_t* d_chunk_offsets = nullptr;  // device: chunk i starts at d_stored + offset[i]
+  const std::uint32_t* d_chunk_sizes = nullptr;    // device: stored bytes of chunk i
+  std::size_t chunk_count = 0;
+  std::size_t element_size = 2;         // 1, 2 or 4 bytes
+  std::size_t elements_per_chunk = 0;   // decoded elements per chunk (detector pixels)
+  std::size_t block_elements = 0;       // 0: bitshuffle's default (8192 bytes / element_size)
+  std::uint8_t* d_decoded = nullptr;    // device: chunk i -> d_decoded + i * elements_per_chunk * element_size
+  std::uint32_t* d_status = nullptr;    // device: one ChunkStatus per chunk (written for every chunk)
+};
+
+// Largest block the GPU decoder supports: 8192 bytes (the default for every
+// element size, and what DECTRIS and h5py/hdf5plugin write).
+inline constexpr std::size_t kMaxBitshuffleBlockBytes = 8192;
+
+// Device scratch bytes decode_bitshuffle_lz4 needs for this batch shape
+// (a block table of 8 bytes per block). Throws quantem::Error(bad_request) for
+// an invalid shape (element size, block size, zero elements).
+std::size_t bitshuffle_lz4_scratch_bytes(const BitshuffleLz4Batch& batch);
+
+// Enqueues the decode on `stream` (asynchronous: synchronise before reading
+// d_decoded or d_status). d_scratch must hold bitshuffle_lz4_scratch_bytes().
+// Throws CudaError on a launch failure and quantem::Error(bad_request) for an
+// invalid batch; corrupt chunk data only ever shows in d_status.
+void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std::size_t scratch_bytes,
+                           StreamHandle stream);
+
+}  // namespace quantem::cuda

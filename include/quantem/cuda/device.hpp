@@ -1,0 +1,95 @@
+#pragma once
+// Host-side device utilities (CUDA-free header; implemented in kernels/).
+//
+// Pointers named d_* are device pointers. Every function checks its CUDA calls
+// and throws quantem::cuda::CudaError (OutOfDeviceMemory for failed
+// allocations); device_count() alone never throws.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+struct CUstream_st;  // cudaStream_t is CUstream_st*
+
+namespace quantem::cuda {
+
+// A CUDA stream handle (cudaStream_t). nullptr is the legacy default stream.
+using StreamHandle = CUstream_st*;
+
+// Number of usable CUDA devices; 0 when there is no driver, no device, or the
+// runtime reports any error. Never throws.
+int device_count() noexcept;
+
+// Name of device `index` ("NVIDIA H200").
+std::string device_name(int index);
+
+// True when QUANTEM_DEBUG_SYNC is set to anything but "" or "0": every launch
+// through our launchers is then followed by a stream synchronisation and a check.
+bool debug_sync_enabled() noexcept;
+
+// Binds the calling thread to a device (cudaSetDevice).
+void set_device(int index);
+
+// Blocks until all work on the current device has finished; throws on a
+// pending asynchronous error.
+void synchronize_device();
+void synchronize_stream(StreamHandle stream);
+
+// Free and total bytes on the current device (cudaMemGetInfo).
+struct DeviceMemoryInfo {
+  std::uint64_t free_bytes = 0;
+  std::uint64_t total_bytes = 0;
+};
+DeviceMemoryInfo device_memory_info();
+
+// One device allocation (cudaMalloc), freed on destruction. Move-only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes);  // throws OutOfDeviceMemory
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return bytes_; }
+  template <class T>
+  T* as() const noexcept {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// Synchronous copies and fill (the legacy default stream).
+void copy_to_device(void* d_destination, const void* host_source, std::size_t bytes);
+void copy_to_host(void* host_destination, const void* d_source, std::size_t bytes);
+void fill_device(void* d_destination, int byte_value, std::size_t bytes);
+
+// Pinned (page-locked) host memory, freed on destruction. Move-only.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(std::size_t bytes);
+  ~PinnedBuffer();
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  void* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return bytes_; }
+  template <class T>
+  T* as() const noexcept {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace quantem::cuda

@@ -1,0 +1,141 @@
+#pragma once
+// LZ4 raw block decoding (lz4_Block_format.md), written once for the host and
+// the device: the control flow lives here, the byte movement in an Io policy.
+//
+// The policy provides
+//   std::uint32_t read(std::uint32_t input_position)             // one input byte
+//   void copy_literals(std::uint32_t input_position, std::uint32_t output_position, std::uint32_t count)
+//   void copy_match(std::uint32_t output_position, std::uint32_t offset, std::uint32_t count)
+// and is only ever called with positions inside [0, input_bytes) and
+// [0, output_bytes): every bound is checked here, before the call.
+//
+// Acceptance follows liblz4's LZ4_decompress_safe (1.9.x) for full blocks:
+//  - a literal run that ends within the last 12 output bytes (MFLIMIT) or
+//    within the last 8 input bytes must be the last sequence, consuming the
+//    input exactly;
+//  - a match must end at least 5 bytes (LASTLITERALS) before the block end;
+//  - a match offset must be 1..output position. liblz4 accepts offset 0 in
+//    some positions (it then copies undefined bytes); we always reject it.
+//  - the block must decode to exactly output_bytes (bitshuffle's own check).
+#include <cstdint>
+
+#include "../common/host_device.hpp"
+
+namespace quantem::kernels {
+
+enum class Lz4Result : std::uint32_t { ok = 0, corrupt = 1, wrong_size = 2 };
+
+inline constexpr std::uint32_t kLz4MinMatch = 4;
+inline constexpr std::uint32_t kLz4LastLiterals = 5;
+inline constexpr std::uint32_t kLz4MatchFindLimit = 12;
+
+template <class Io>
+QUANTEM_HOST_DEVICE Lz4Result lz4_decode_block(Io& io, std::uint32_t input_bytes,
+                                               std::uint32_t output_bytes) {
+  const std::uint64_t input_end = input_bytes;
+  const std::uint64_t output_end = output_bytes;
+  std::uint32_t input_position = 0;
+  std::uint32_t output_position = 0;
+  for (;;) {
+    if (input_position >= input_end) return Lz4Result::corrupt;
+    const std::uint32_t token = io.read(input_position++);
+    std::uint32_t literal_count = token >> 4;
+    if (literal_count == 15) {
+      std::uint32_t extension = 255;
+      while (extension == 255) {
+        if (input_position >= input_end) return Lz4Result::corrupt;
+        extension = io.read(input_position++);
+        literal_count += extension;
+        if (literal_count > output_bytes) return Lz4Result::corrupt;
+      }
+    }
+    const std::uint64_t literals_end_output = std::uint64_t{output_position} + literal_count;
+    const std::uint64_t literals_end_input = std::uint64_t{input_position} + literal_count;
+    if (literals_end_output + kLz4MatchFindLimit > output_end ||
+        literals_end_input + 2 + 1 + kLz4LastLiterals > input_end) {
+      // Only the last sequence may get this close to either end.
+      if (literals_end_input != input_end || literals_end_output > output_end) return Lz4Result::corrupt;
+      io.copy_literals(input_position, output_position, literal_count);
+      output_position += literal_count;
+      break;
+    }
+    io.copy_literals(input_position, output_position, literal_count);
+    input_position += literal_count;
+    output_position += literal_count;
+
+    // At least 8 input bytes remain (checked above): the offset is in bounds.
+    const std::uint32_t offset = io.read(input_position) | (io.read(input_position + 1) << 8);
+    input_position += 2;
+    std::uint32_t match_count = token & 15u;
+    if (match_count == 15) {
+      std::uint32_t extension = 255;
+      while (extension == 255) {
+        if (std::uint64_t{input_position} + kLz4LastLiterals >= input_end) return Lz4Result::corrupt;
+        extension = io.read(input_position++);
+        match_count += extension;
+        if (match_count > output_bytes) return Lz4Result::corrupt;
+      }
+    }
+    match_count += kLz4MinMatch;
+    if (offset == 0 || offset > output_position) return Lz4Result::corrupt;
+    if (std::uint64_t{output_position} + match_count + kLz4LastLiterals > output_end) return Lz4Result::corrupt;
+    io.copy_match(output_position, offset, match_count);
+    output_position += match_count;
+  }
+  return output_position == output_bytes ? Lz4Result::ok : Lz4Result::wrong_size;
+}
+
+// Host policy: plain byte loops (used by the CPU test of the shared control flow).
+struct HostLz4Io {
+  const std::uint8_t* input;
+  std::uint8_t* output;
+  std::uint32_t read(std::uint32_t position) const { return input[position]; }
+  void copy_literals(std::uint32_t input_position, std::uint32_t output_position, std::uint32_t count) {
+    for (std::uint32_t i = 0; i < count; ++i) output[output_position + i] = input[input_position + i];
+  }
+  void copy_match(std::uint32_t output_position, std::uint32_t offset, std::uint32_t count) {
+    for (std::uint32_t i = 0; i < count; ++i) output[output_position + i] = output[output_position - offset + i];
+  }
+};
+
+#if defined(__CUDACC__)
+// Device policy: one warp decodes one block into shared memory. Every lane runs
+// the same control flow on the same (broadcast) input bytes; the copies are
+// split across the 32 lanes. An overlapping match (offset < count) repeats the
+// `offset` bytes before the output position: out[p + i] = out[p - offset + i % offset],
+// which reads only bytes written before this call, so all lanes copy at once.
+struct WarpLz4Io {
+  const std::uint8_t* input;  // global memory
+  std::uint8_t* output;       // shared memory
+  std::uint32_t lane;
+
+  __device__ std::uint32_t read(std::uint32_t position) const { return __ldg(input + position); }
+
+  __device__ void copy_literals(std::uint32_t input_position, std::uint32_t output_position,
+                                std::uint32_t count) {
+    for (std::uint32_t i = lane; i < count; i += 32) output[output_position + i] = __ldg(input + input_position + i);
+    __syncwarp();
+  }
+
+  __device__ void copy_match(std::uint32_t output_position, std::uint32_t offset, std::uint32_t count) {
+    const std::uint32_t source = output_position - offset;
+    if (offset >= count) {
+      for (std::uint32_t i = lane; i < count; i += 32) output[output_position + i] = output[source + i];
+    } else if (offset == 1) {
+      const std::uint8_t value = output[source];
+      for (std::uint32_t i = lane; i < count; i += 32) output[output_position + i] = value;
+    } else {
+      std::uint32_t phase = lane % offset;       // i % offset, advanced incrementally
+      const std::uint32_t step = 32u % offset;
+      for (std::uint32_t i = lane; i < count; i += 32) {
+        output[output_position + i] = output[source + phase];
+        phase += step;
+        if (phase >= offset) phase -= offset;
+      }
+    }
+    __syncwarp();
+  }
+};
+#endif
+
+}  // namespace quantem::kernels

@@ -1,0 +1,137 @@
+// Host-side device utilities and the CUDA error plumbing.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "quantem/cuda/device.hpp"
+#include "cuda_check.cuh"
+
+namespace quantem::cuda {
+namespace detail {
+
+namespace {
+std::string describe(cudaError_t status, const char* expression, const char* file, int line) {
+  return std::string(expression) + " failed: " + cudaGetErrorName(status) + " (" +
+         cudaGetErrorString(status) + ") at " + file + ":" + std::to_string(line);
+}
+}  // namespace
+
+void throw_cuda_error(cudaError_t status, const char* expression, const char* file, int line) {
+  const std::string message = describe(status, expression, file, line);
+  if (status == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // allocation failures are not sticky: clear them
+    throw OutOfDeviceMemory(message);
+  }
+  throw CudaError(message);
+}
+
+void report_cuda_error_nothrow(cudaError_t status, const char* expression, const char* file,
+                               int line) noexcept {
+  std::fprintf(stderr, "quantem-gpu: %s\n", describe(status, expression, file, line).c_str());
+}
+
+void check_launch(cudaStream_t stream, const char* kernel_name, const char* file, int line) {
+  const cudaError_t launch_status = cudaGetLastError();
+  if (launch_status != cudaSuccess) throw_cuda_error(launch_status, kernel_name, file, line);
+  if (debug_sync_enabled()) {
+    const cudaError_t sync_status = cudaStreamSynchronize(stream);
+    if (sync_status != cudaSuccess) throw_cuda_error(sync_status, kernel_name, file, line);
+  }
+}
+
+}  // namespace detail
+
+int device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+std::string device_name(int index) {
+  cudaDeviceProp properties{};
+  QUANTEM_CUDA_TRY(cudaGetDeviceProperties(&properties, index));
+  return properties.name;
+}
+
+bool debug_sync_enabled() noexcept {
+  static const bool enabled = [] {
+    const char* value = std::getenv("QUANTEM_DEBUG_SYNC");
+    return value != nullptr && value[0] != '\0' && std::strcmp(value, "0") != 0;
+  }();
+  return enabled;
+}
+
+void set_device(int index) { QUANTEM_CUDA_TRY(cudaSetDevice(index)); }
+
+void synchronize_device() { QUANTEM_CUDA_TRY(cudaDeviceSynchronize()); }
+
+void synchronize_stream(StreamHandle stream) { QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream)); }
+
+DeviceMemoryInfo device_memory_info() {
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  QUANTEM_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return {free_bytes, total_bytes};
+}
+
+DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+  if (bytes > 0) QUANTEM_CUDA_TRY(cudaMalloc(&data_, bytes));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_ != nullptr) QUANTEM_CUDA_TRY_NOTHROW(cudaFree(data_));
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) QUANTEM_CUDA_TRY_NOTHROW(cudaFree(data_));
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+PinnedBuffer::PinnedBuffer(std::size_t bytes) : bytes_(bytes) {
+  if (bytes > 0) QUANTEM_CUDA_TRY(cudaMallocHost(&data_, bytes));
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (data_ != nullptr) QUANTEM_CUDA_TRY_NOTHROW(cudaFreeHost(data_));
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) QUANTEM_CUDA_TRY_NOTHROW(cudaFreeHost(data_));
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+void copy_to_device(void* d_destination, const void* host_source, std::size_t bytes) {
+  if (bytes == 0) return;
+  QUANTEM_CUDA_TRY(cudaMemcpy(d_destination, host_source, bytes, cudaMemcpyHostToDevice));
+}
+
+void copy_to_host(void* host_destination, const void* d_source, std::size_t bytes) {
+  if (bytes == 0) return;
+  QUANTEM_CUDA_TRY(cudaMemcpy(host_destination, d_source, bytes, cudaMemcpyDeviceToHost));
+}
+
+void fill_device(void* d_destination, int byte_value, std::size_t bytes) {
+  if (bytes == 0) return;
+  QUANTEM_CUDA_TRY(cudaMemset(d_destination, byte_value, bytes));
+}
+
+}  // namespace quantem::cuda

@@ -1,0 +1,277 @@
+// GPU bitshuffle/LZ4 decode against the CPU reference (codec::decode_chunk),
+// bit for bit, on generated chunks, real detector files and corrupt chunks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_test_support.hpp"
+#include "quantem/codec/chunk_codec.hpp"
+#include "quantem/core/error.hpp"
+#include "quantem/cuda/bitshuffle_lz4.hpp"
+#include "quantem/cuda/device.hpp"
+#include "test_support.hpp"
+
+namespace quantem {
+namespace {
+
+using cuda::ChunkStatus;
+using Bytes = std::vector<std::uint8_t>;
+
+struct GpuDecodeResult {
+  std::vector<Bytes> frames;
+  std::vector<ChunkStatus> status;
+};
+
+// Packs the chunks back to back (no alignment, as a staging buffer would) and
+// decodes them in one batch.
+GpuDecodeResult decode_on_gpu(const std::vector<Bytes>& chunks, std::size_t element_size, std::size_t elements,
+                              std::size_t block_elements = 0) {
+  Bytes staged;
+  std::vector<std::uint64_t> offsets;
+  std::vector<std::uint32_t> sizes;
+  for (const Bytes& chunk : chunks) {
+    offsets.push_back(staged.size());
+    sizes.push_back(static_cast<std::uint32_t>(chunk.size()));
+    staged.insert(staged.end(), chunk.begin(), chunk.end());
+  }
+  const std::size_t frame_bytes = elements * element_size;
+  cuda::DeviceBuffer d_stored(std::max<std::size_t>(staged.size(), 1));
+  cuda::DeviceBuffer d_offsets(offsets.size() * sizeof(std::uint64_t));
+  cuda::DeviceBuffer d_sizes(sizes.size() * sizeof(std::uint32_t));
+  cuda::DeviceBuffer d_decoded(chunks.size() * frame_bytes);
+  cuda::DeviceBuffer d_status(chunks.size() * sizeof(std::uint32_t));
+  cuda::copy_to_device(d_stored.data(), staged.data(), staged.size());
+  cuda::copy_to_device(d_offsets.data(), offsets.data(), d_offsets.size());
+  cuda::copy_to_device(d_sizes.data(), sizes.data(), d_sizes.size());
+  cuda::fill_device(d_decoded.data(), 0xA5, d_decoded.size());  // poison: every byte must be written
+  cuda::fill_device(d_status.data(), 0xFF, d_status.size());
+
+  cuda::BitshuffleLz4Batch batch;
+  batch.d_stored = d_stored.as<std::uint8_t>();
+  batch.d_chunk_offsets = d_offsets.as<std::uint64_t>();
+  batch.d_chunk_sizes = d_sizes.as<std::uint32_t>();
+  batch.chunk_count = chunks.size();
+  batch.element_size = element_size;
+  batch.elements_per_chunk = elements;
+  batch.block_elements = block_elements;
+  batch.d_decoded = d_decoded.as<std::uint8_t>();
+  batch.d_status = d_status.as<std::uint32_t>();
+  cuda::DeviceBuffer d_scratch(std::max<std::size_t>(cuda::bitshuffle_lz4_scratch_bytes(batch), 1));
+  cuda::decode_bitshuffle_lz4(batch, d_scratch.data(), d_scratch.size(), nullptr);
+  cuda::synchronize_device();
+
+  GpuDecodeResult result;
+  Bytes all(d_decoded.size());
+  cuda::copy_to_host(all.data(), d_decoded.data(), all.size());
+  std::vector<std::uint32_t> status(chunks.size());
+  cuda::copy_to_host(status.data(), d_status.data(), d_status.size());
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    result.frames.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(i * frame_bytes),
+                               all.begin() + static_cast<std::ptrdiff_t>((i + 1) * frame_bytes));
+    result.status.push_back(static_cast<ChunkStatus>(status[i]));
+  }
+  return result;
+}
+
+// CPU reference decode; nullopt-like empty + false when it rejects the chunk.
+bool decode_on_cpu(const Bytes& chunk, std::size_t element_size, std::size_t elements, Bytes& out) {
+  out.assign(elements * element_size, 0);
+  codec::ChunkFormat format;
+  format.filter = codec::ChunkFilter::bitshuffle_lz4;
+  format.element_size = element_size;
+  try {
+    codec::decode_chunk(format, chunk.data(), chunk.size(), out.data(), out.size());
+    return true;
+  } catch (const CorruptChunk&) {
+    return false;
+  }
+}
+
+TEST(BitshuffleLz4Gpu, DecodesGeneratedChunksBitForBit) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  std::mt19937_64 rng(20261202);
+  const std::vector<std::string> patterns = {"zero", "max", "uniform", "sparse", "disc"};
+  for (std::size_t element_size : {1u, 2u, 4u}) {
+    // 192x192 frames, partial blocks, raw tails, tail-only chunks, several blocks.
+    for (std::size_t elements : {36864u, 4100u, 4108u, 12u, 8u, 7u, 1u, 100003u, 2048u * 3 + 40}) {
+      std::vector<Bytes> sources;
+      std::vector<Bytes> chunks;
+      for (const std::string& pattern : patterns) {
+        sources.push_back(gpu_test::random_frame(rng, elements, element_size, pattern));
+        chunks.push_back(codec::encode_bitshuffle_lz4(sources.back().data(), elements, element_size));
+      }
+      const GpuDecodeResult gpu = decode_on_gpu(chunks, element_size, elements);
+      for (std::size_t i = 0; i < chunks.size(); ++i) {
+        SCOPED_TRACE("element_size " + std::to_string(element_size) + ", elements " + std::to_string(elements) +
+                     ", pattern " + patterns[i]);
+        Bytes cpu;
+        ASSERT_TRUE(decode_on_cpu(chunks[i], element_size, elements, cpu));
+        EXPECT_EQ(gpu.status[i], ChunkStatus::ok) << cuda::chunk_status_name(gpu.status[i]);
+        EXPECT_EQ(gpu.frames[i], cpu);
+        EXPECT_EQ(gpu.frames[i], sources[i]);
+      }
+    }
+  }
+}
+
+TEST(BitshuffleLz4Gpu, DecodesNonDefaultBlockSizesWhenDeclared) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  std::mt19937_64 rng(7);
+  for (std::size_t block_elements : {8u, 256u, 1024u}) {
+    const std::size_t elements = 5000;
+    const Bytes source = gpu_test::random_frame(rng, elements, 2, "disc");
+    const Bytes chunk = codec::encode_bitshuffle_lz4(source.data(), elements, 2, block_elements);
+    const GpuDecodeResult declared = decode_on_gpu({chunk}, 2, elements, block_elements);
+    EXPECT_EQ(declared.status[0], ChunkStatus::ok) << "block " << block_elements;
+    EXPECT_EQ(declared.frames[0], source) << "block " << block_elements;
+    const GpuDecodeResult undeclared = decode_on_gpu({chunk}, 2, elements);
+    EXPECT_EQ(undeclared.status[0], ChunkStatus::unsupported_block_size) << "block " << block_elements;
+  }
+}
+
+TEST(BitshuffleLz4Gpu, DecodesRealDetectorFilesLikeTheCpuReference) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  const std::string root = test::real_data_dir();
+  const std::vector<std::string> files = {
+      "eiger_h5_testmodes/eiger2_simread7_2datafiles_4images_bslz4_data_000001.h5",
+      "eiger_h5_testmodes/eiger2_simread7_2datafiles_4images_bslz4_data_000002.h5",
+      "eiger_h5_testmodes/eiger2_simread7_2datafiles_4images_bslz4_uint8_data_000001.h5",
+      "eiger_h5_testmodes/eiger2_simread7_2datafiles_4images_bslz4_uint8_data_000002.h5",
+      "eiger_h5_testmodes/eiger2_simread7_2datafiles_4images_bslz4_uint32_data_000001.h5",
+      "eiger_h5_testmodes/eiger2_simread7_2datafiles_4images_bslz4_uint32_data_000002.h5",
+      "eiger_h5_testmodes/eiger1_testmode10_2datafiles_4images_bslz4_data_000001.h5",
+      "eiger_h5_testmodes/eiger1_testmode10_2datafiles_4images_bslz4_data_000002.h5",
+      "arina/rsciio_test_00/test_00_data_000001.h5",
+  };
+  for (const std::string& name : files) {
+    SCOPED_TRACE(name);
+    const std::string path = root + "/" + name;
+    ASSERT_TRUE(test::file_exists(path)) << "real data file missing: " << path;
+    const gpu_test::StoredDataset dataset = gpu_test::read_stored_dataset(path);
+    ASSERT_EQ(dataset.filter_id, 32008);
+    ASSERT_FALSE(dataset.chunks.empty());
+    std::vector<Bytes> chunks;
+    for (const auto& chunk : dataset.chunks) chunks.push_back(chunk.bytes);
+    const GpuDecodeResult gpu = decode_on_gpu(chunks, dataset.element_size, dataset.frame_elements);
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      Bytes cpu;
+      ASSERT_TRUE(decode_on_cpu(chunks[i], dataset.element_size, dataset.frame_elements, cpu)) << "chunk " << i;
+      EXPECT_EQ(gpu.status[i], ChunkStatus::ok) << "chunk " << i << ": " << cuda::chunk_status_name(gpu.status[i]);
+      EXPECT_TRUE(gpu.frames[i] == cpu) << "chunk " << i << " differs from the CPU reference";
+    }
+  }
+}
+
+// Every mutation is decoded by both; the GPU accepts a chunk exactly when the
+// CPU reference does, and then yields the same bytes. Good chunks in the same
+// batch are unaffected.
+TEST(BitshuffleLz4Gpu, CorruptChunksFailAloneAndAgreeWithTheCpuReference) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  std::mt19937_64 rng(99);
+  const std::size_t elements = 36864 + 5;  // raw tail too
+  const Bytes source = gpu_test::random_frame(rng, elements, 2, "disc");
+  const Bytes good = codec::encode_bitshuffle_lz4(source.data(), elements, 2);
+
+  std::vector<Bytes> chunks;
+  std::vector<std::string> labels;
+  auto add = [&](Bytes chunk, std::string label) {
+    chunks.push_back(std::move(chunk));
+    labels.push_back(std::move(label));
+    chunks.push_back(good);
+    labels.push_back("good");
+  };
+  for (std::size_t keep : {std::size_t{0}, std::size_t{5}, std::size_t{11}, std::size_t{12}, std::size_t{15},
+                           good.size() / 2, good.size() - 11, good.size() - 1})
+    add(Bytes(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(keep)), "truncated to " + std::to_string(keep));
+  {
+    Bytes longer = good;
+    longer.push_back(0);
+    add(longer, "one extra byte");
+    Bytes header = good;
+    header[7] ^= 0x02;
+    add(header, "header total changed");
+    Bytes block_size = good;
+    block_size[10] ^= 0x01;
+    add(block_size, "header block size changed");
+    for (int delta : {-1, 1, 1000}) {
+      Bytes length = good;
+      const std::uint32_t old = (std::uint32_t{length[12]} << 24) | (std::uint32_t{length[13]} << 16) |
+                                (std::uint32_t{length[14]} << 8) | length[15];
+      const std::uint32_t changed = old + static_cast<std::uint32_t>(delta);
+      for (int b = 0; b < 4; ++b) length[12 + b] = static_cast<std::uint8_t>(changed >> (24 - 8 * b));
+      add(length, "first block length " + std::to_string(delta));
+    }
+    Bytes zero_length = good;
+    std::memset(zero_length.data() + 12, 0, 4);
+    add(zero_length, "first block length 0");
+  }
+  std::uniform_int_distribution<std::size_t> position(16, good.size() - 1);
+  std::uniform_int_distribution<int> bit(0, 7);
+  for (int flip = 0; flip < 400; ++flip) {
+    Bytes flipped = good;
+    const std::size_t at = position(rng);
+    flipped[at] ^= static_cast<std::uint8_t>(1u << bit(rng));
+    add(flipped, "bit flip at " + std::to_string(at));
+  }
+
+  const GpuDecodeResult gpu = decode_on_gpu(chunks, 2, elements);
+  int rejected = 0;
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    SCOPED_TRACE(labels[i]);
+    Bytes cpu;
+    const bool cpu_ok = decode_on_cpu(chunks[i], 2, elements, cpu);
+    const bool gpu_ok = gpu.status[i] == ChunkStatus::ok;
+    EXPECT_EQ(gpu_ok, cpu_ok) << "GPU status " << cuda::chunk_status_name(gpu.status[i]);
+    if (gpu_ok && cpu_ok) {
+      EXPECT_TRUE(gpu.frames[i] == cpu);
+    }
+    if (labels[i] == "good") {
+      EXPECT_TRUE(gpu.frames[i] == source);
+    }
+    if (!gpu_ok) ++rejected;
+  }
+  EXPECT_GT(rejected, 50);  // the mutations really exercise the error paths
+}
+
+TEST(BitshuffleLz4Gpu, ManyFramesInOneBatch) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  std::mt19937_64 rng(3);
+  const std::size_t elements = 192 * 192;
+  std::vector<Bytes> sources;
+  std::vector<Bytes> chunks;
+  for (int i = 0; i < 64; ++i) {
+    sources.push_back(gpu_test::random_frame(rng, elements, 4, i % 2 ? "disc" : "sparse"));
+    chunks.push_back(codec::encode_bitshuffle_lz4(sources.back().data(), elements, 4));
+  }
+  std::vector<Bytes> many;
+  std::vector<std::size_t> source_of;
+  for (int i = 0; i < 3000; ++i) {
+    many.push_back(chunks[static_cast<std::size_t>(i) % chunks.size()]);
+    source_of.push_back(static_cast<std::size_t>(i) % chunks.size());
+  }
+  const GpuDecodeResult gpu = decode_on_gpu(many, 4, elements);
+  for (std::size_t i = 0; i < many.size(); ++i) {
+    ASSERT_EQ(gpu.status[i], ChunkStatus::ok) << "frame " << i;
+    ASSERT_TRUE(gpu.frames[i] == sources[source_of[i]]) << "frame " << i;
+  }
+}
+
+TEST(BitshuffleLz4Gpu, RejectsInvalidBatchShapes) {
+  cuda::BitshuffleLz4Batch batch;
+  batch.element_size = 3;
+  batch.elements_per_chunk = 10;
+  EXPECT_THROW(cuda::bitshuffle_lz4_scratch_bytes(batch), Error);
+  batch.element_size = 2;
+  batch.block_elements = 8192;  // 16 KiB blocks exceed the shared-memory buffer
+  EXPECT_THROW(cuda::bitshuffle_lz4_scratch_bytes(batch), Error);
+  batch.block_elements = 12;    // not a multiple of 8
+  EXPECT_THROW(cuda::bitshuffle_lz4_scratch_bytes(batch), Error);
+}
+
+}  // namespace
+}  // namespace quantem
