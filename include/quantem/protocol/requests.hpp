@@ -1,0 +1,76 @@
+#pragma once
+// Typed parameters of every route, read and validated before any residency
+// work (PROTOCOL.md §2). Each parse_* function:
+//  1. reads the parameters in the reference's declaration order, throwing
+//     QueryValidationError (422, pydantic list) when any coercion fails;
+//  2. checks everything that does not need the source: mode and shape names,
+//     finiteness, radii, crop form, bin signs, format — quantem::Error
+//     (bad_request) with the reference's exact texts where it has one.
+// Checks that need the source shape (crop bounds, bins beyond an axis, an
+// empty scan ROI) happen after resolution, still before residency.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "quantem/plan/plan.hpp"
+#include "quantem/products/products.hpp"
+#include "quantem/protocol/query.hpp"
+#include "quantem/protocol/wire_image.hpp"
+
+namespace quantem::protocol {
+
+// Exact 400 texts of the reference (§6) used by the parsers.
+extern const char* const kCropIncompleteMessage;
+extern const char* const kCropEmptyMessage;
+
+struct SourceRef {
+  std::string session;
+  std::string file;
+};
+
+struct ProductQuery {
+  SourceRef source;
+  plan::BrowsePlan plan;
+  PayloadFormat format = PayloadFormat::raw;
+};
+
+struct RealspaceQuery : ProductQuery {
+  std::string mode_name;
+  products::RealspaceRequest request;
+  bool ensure_resident = false;
+};
+
+struct ShapeQuery : ProductQuery {
+  std::string shape_name;
+  products::ShapeRequest request;
+};
+
+struct CbedQuery : ProductQuery {
+  std::int64_t scan_row = 0;  // sx: scan ROW (reference §4.7)
+  std::int64_t scan_col = 0;  // sy: scan COLUMN
+  bool ensure_resident = false;
+};
+
+struct RegionQuery : ProductQuery {
+  std::string shape_name;
+  std::string reduce_name;
+  products::RegionRequest request;
+  bool ensure_resident = false;
+};
+
+RealspaceQuery parse_realspace_query(const QueryParams& params);
+ShapeQuery parse_shape_query(const QueryParams& params);
+CbedQuery parse_cbed_query(const QueryParams& params);
+RegionQuery parse_region_query(const QueryParams& params);
+SourceRef parse_source_query(const QueryParams& params);  // residency routes: session, file
+bool parse_sessions_refresh(const QueryParams& params);   // refresh: bool = false
+
+// Python's repr() of a str (quotes and escapes as CPython 3 prints them);
+// used in "unknown virtual-image mode: 'bf'".
+std::string python_str_repr(const std::string& text);
+
+// Names as they appear on the wire.
+std::optional<products::RealspaceMode> realspace_mode_from_wire(const std::string& name);
+bool realspace_mode_is_float(products::RealspaceMode mode);
+
+}  // namespace quantem::protocol

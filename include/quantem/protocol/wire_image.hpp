@@ -1,0 +1,31 @@
+#pragma once
+// The binary image payload of the array routes (reference/browse-protocol.md
+// §3.4, PROTOCOL.md §1/§3): a raw row-major little-endian body (`<u4` for
+// exact counts, `<f4` for the CoM family), or the same values as a NumPy .npy.
+#include <cstdint>
+#include <string>
+
+#include "quantem/products/products.hpp"
+
+namespace quantem::protocol {
+
+enum class PayloadFormat { raw, npy };
+
+// The reference's exact 409 text for an integer result above 2^32 - 1.
+extern const char* const kCountOverflowMessage;
+
+struct WireImage {
+  std::uint64_t width = 0;   // x-width (columns)
+  std::uint64_t height = 0;  // x-height (rows)
+  std::string dtype;         // x-dtype: "<u4" or "<f4"
+  std::uint64_t value_divisor = 1;
+  std::string content_type;  // application/octet-stream or application/x-npy
+  std::string body;
+};
+
+// Encodes an image. Throws quantem::Error(conflict, kCountOverflowMessage)
+// when an integer value exceeds 2^32 - 1 (never wraps), and
+// Error(internal) when the image's value count does not match its shape.
+WireImage encode_wire_image(const products::Image& image, PayloadFormat format);
+
+}  // namespace quantem::protocol

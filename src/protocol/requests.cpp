@@ -1,0 +1,304 @@
+#include "quantem/protocol/requests.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+#include "quantem/core/error.hpp"
+
+namespace quantem::protocol {
+
+const char* const kCropIncompleteMessage = "scan crop requires row_start, row_stop, column_start, and column_stop";
+const char* const kCropEmptyMessage = "scan crop must be a nonempty half-open (row, column) region";
+
+namespace {
+
+struct RawPlan {
+  std::int64_t det_bin = 1;
+  std::int64_t scan_bin = 1;
+  std::optional<std::int64_t> row_start, row_stop, column_start, column_stop;
+};
+
+std::optional<plan::ScanRegion> validate_crop(const RawPlan& raw) {
+  const int given = int(raw.row_start.has_value()) + int(raw.row_stop.has_value()) +
+                    int(raw.column_start.has_value()) + int(raw.column_stop.has_value());
+  if (given == 0) return std::nullopt;
+  if (given != 4) throw bad_request(kCropIncompleteMessage);
+  if (*raw.row_start < 0 || *raw.column_start < 0 || *raw.row_stop <= *raw.row_start ||
+      *raw.column_stop <= *raw.column_start) {
+    throw bad_request(kCropEmptyMessage);
+  }
+  plan::ScanRegion region;
+  region.row_start = static_cast<std::uint64_t>(*raw.row_start);
+  region.row_stop = static_cast<std::uint64_t>(*raw.row_stop);
+  region.col_start = static_cast<std::uint64_t>(*raw.column_start);
+  region.col_stop = static_cast<std::uint64_t>(*raw.column_stop);
+  return region;
+}
+
+void validate_bin(const char* name, std::int64_t value) {
+  if (value < 1) {
+    throw bad_request(std::string(name) + " must be a positive integer (1 up to the axis length); got " +
+                      std::to_string(value));
+  }
+}
+
+plan::BrowsePlan validate_plan(const RawPlan& raw) {
+  plan::BrowsePlan result;
+  result.crop = validate_crop(raw);
+  validate_bin("det_bin", raw.det_bin);
+  validate_bin("scan_bin", raw.scan_bin);
+  result.detector_bin = static_cast<std::uint64_t>(raw.det_bin);
+  result.scan_bin = static_cast<std::uint64_t>(raw.scan_bin);
+  return result;
+}
+
+void read_crop(QueryReader& reader, RawPlan& raw) {
+  raw.row_start = reader.optional_int("row_start");
+  raw.row_stop = reader.optional_int("row_stop");
+  raw.column_start = reader.optional_int("column_start");
+  raw.column_stop = reader.optional_int("column_stop");
+}
+
+PayloadFormat validate_format(const std::string& name) {
+  if (name == "raw") return PayloadFormat::raw;
+  if (name == "npy") return PayloadFormat::npy;
+  throw bad_request("format must be raw or npy");
+}
+
+bool all_finite(std::initializer_list<double> values) {
+  for (double v : values)
+    if (!std::isfinite(v)) return false;
+  return true;
+}
+
+// Reads one UTF-8 sequence at i (leniently: the text was sanitised by the
+// query parser) and advances i past it.
+void next_code_point(const std::string& text, std::size_t& i, std::uint32_t& code_point) {
+  const auto lead = static_cast<unsigned char>(text[i]);
+  std::size_t length = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+  if (i + length > text.size()) length = text.size() - i;
+  code_point = lead;
+  if (length == 2) code_point = lead & 0x1F;
+  if (length == 3) code_point = lead & 0x0F;
+  if (length == 4) code_point = lead & 0x07;
+  for (std::size_t k = 1; k < length; ++k) code_point = (code_point << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
+  i += length;
+}
+
+}  // namespace
+
+std::optional<products::RealspaceMode> realspace_mode_from_wire(const std::string& name) {
+  using M = products::RealspaceMode;
+  if (name == "BF") return M::BF;
+  if (name == "ABF") return M::ABF;
+  if (name == "ADF") return M::ADF;
+  if (name == "HAADF") return M::HAADF;
+  if (name == "DF") return M::DF;
+  if (name == "CoMx") return M::CoMx;
+  if (name == "CoMy") return M::CoMy;
+  if (name == "CoMmag") return M::CoMmag;
+  if (name == "DPC") return M::DPC;
+  if (name == "iCoM") return M::iCoM;
+  return std::nullopt;
+}
+
+bool realspace_mode_is_float(products::RealspaceMode mode) {
+  using M = products::RealspaceMode;
+  return mode == M::CoMx || mode == M::CoMy || mode == M::CoMmag || mode == M::DPC || mode == M::iCoM;
+}
+
+std::string python_str_repr(const std::string& text) {
+  const bool has_single = text.find('\'') != std::string::npos;
+  const bool has_double = text.find('"') != std::string::npos;
+  const char quote = has_single && !has_double ? '"' : '\'';
+  std::string out(1, quote);
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const std::size_t start = i;
+    std::uint32_t cp = 0;
+    next_code_point(text, i, cp);
+    char buffer[16];
+    if (cp == '\\') {
+      out += "\\\\";
+    } else if (cp == static_cast<std::uint32_t>(quote)) {
+      out += '\\';
+      out += quote;
+    } else if (cp == '\t') {
+      out += "\\t";
+    } else if (cp == '\n') {
+      out += "\\n";
+    } else if (cp == '\r') {
+      out += "\\r";
+    } else if (cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp <= 0xA0) || cp == 0xAD) {
+      std::snprintf(buffer, sizeof buffer, "\\x%02x", cp);
+      out += buffer;
+    } else if (cp == 0x2028 || cp == 0x2029 || (cp >= 0x200B && cp <= 0x200F) || cp == 0xFEFF) {
+      std::snprintf(buffer, sizeof buffer, "\\u%04x", cp);
+      out += buffer;
+    } else {
+      out.append(text, start, i - start);
+    }
+  }
+  out += quote;
+  return out;
+}
+
+RealspaceQuery parse_realspace_query(const QueryParams& params) {
+  // Declaration order: session, file, mode, inner, outer, cx, cy, det_bin,
+  // dtype, scan_bin, row_start, row_stop, column_start, column_stop,
+  // ensure_resident (then the additive format).
+  QueryReader reader(params);
+  RealspaceQuery query;
+  RawPlan raw;
+  query.source.session = reader.required_string("session");
+  query.source.file = reader.required_string("file");
+  query.mode_name = reader.string_or("mode", "BF");
+  query.request.inner = reader.float_or("inner", 0.0);
+  query.request.outer = reader.float_or("outer", 1.0);
+  query.request.center_col = reader.optional_float("cx");
+  query.request.center_row = reader.optional_float("cy");
+  raw.det_bin = reader.int_or("det_bin", 1);
+  (void)reader.string_or("dtype", "uint16");  // accepted and ignored (reference §4.5)
+  raw.scan_bin = reader.int_or("scan_bin", 1);
+  read_crop(reader, raw);
+  query.ensure_resident = reader.bool_or("ensure_resident", false);
+  const std::string format = reader.string_or("format", "raw");
+  reader.finish();
+
+  const auto mode = realspace_mode_from_wire(query.mode_name);
+  if (!mode) throw bad_request("unknown virtual-image mode: " + python_str_repr(query.mode_name));
+  query.request.mode = *mode;
+  query.plan = validate_plan(raw);
+  if (!all_finite({query.request.inner, query.request.outer, query.request.center_col.value_or(0.0),
+                   query.request.center_row.value_or(0.0)})) {
+    throw bad_request("detector center and radii must be finite");
+  }
+  query.format = validate_format(format);
+  return query;
+}
+
+ShapeQuery parse_shape_query(const QueryParams& params) {
+  // session, file, shape, cx, cy, inner, outer, det_bin, scan_bin, crop (then format).
+  QueryReader reader(params);
+  ShapeQuery query;
+  RawPlan raw;
+  query.source.session = reader.required_string("session");
+  query.source.file = reader.required_string("file");
+  query.shape_name = reader.string_or("shape", "annulus");
+  query.request.center_col = reader.float_or("cx", 0.0);
+  query.request.center_row = reader.float_or("cy", 0.0);
+  query.request.inner = reader.float_or("inner", 0.0);
+  query.request.outer = reader.float_or("outer", 0.0);
+  raw.det_bin = reader.int_or("det_bin", 1);
+  raw.scan_bin = reader.int_or("scan_bin", 1);
+  read_crop(reader, raw);
+  const std::string format = reader.string_or("format", "raw");
+  reader.finish();
+
+  if (query.shape_name == "circle") {
+    query.request.shape = products::DetectorShape::circle;
+  } else if (query.shape_name == "square") {
+    query.request.shape = products::DetectorShape::square;
+  } else if (query.shape_name == "annulus") {
+    query.request.shape = products::DetectorShape::annulus;
+  } else {
+    throw bad_request("detector shape must be circle, square, or annulus");
+  }
+  const auto& r = query.request;
+  if (!all_finite({r.center_col, r.center_row, r.inner, r.outer})) {
+    throw bad_request("detector center and radii must be finite");
+  }
+  if (r.outer <= 0 || (r.shape == products::DetectorShape::annulus && (r.inner < 0 || r.outer <= r.inner))) {
+    throw bad_request("detector radii must satisfy 0 <= inner < outer");
+  }
+  query.plan = validate_plan(raw);
+  query.format = validate_format(format);
+  return query;
+}
+
+CbedQuery parse_cbed_query(const QueryParams& params) {
+  // session, file, sx, sy, det_bin, scan_bin, crop, ensure_resident (then format).
+  QueryReader reader(params);
+  CbedQuery query;
+  RawPlan raw;
+  query.source.session = reader.required_string("session");
+  query.source.file = reader.required_string("file");
+  query.scan_row = reader.int_or("sx", 0);
+  query.scan_col = reader.int_or("sy", 0);
+  raw.det_bin = reader.int_or("det_bin", 1);
+  raw.scan_bin = reader.int_or("scan_bin", 1);
+  read_crop(reader, raw);
+  query.ensure_resident = reader.bool_or("ensure_resident", false);
+  const std::string format = reader.string_or("format", "raw");
+  reader.finish();
+
+  query.plan = validate_plan(raw);
+  query.format = validate_format(format);
+  return query;
+}
+
+RegionQuery parse_region_query(const QueryParams& params) {
+  // session, file, shape, cx, cy, radius, reduce, det_bin, scan_bin, crop,
+  // ensure_resident (then format).
+  QueryReader reader(params);
+  RegionQuery query;
+  RawPlan raw;
+  query.source.session = reader.required_string("session");
+  query.source.file = reader.required_string("file");
+  query.shape_name = reader.string_or("shape", "circle");
+  query.request.center_col = reader.float_or("cx", 0.0);
+  query.request.center_row = reader.float_or("cy", 0.0);
+  query.request.radius = reader.float_or("radius", 1.0);
+  query.reduce_name = reader.string_or("reduce", "mean");
+  raw.det_bin = reader.int_or("det_bin", 1);
+  raw.scan_bin = reader.int_or("scan_bin", 1);
+  read_crop(reader, raw);
+  query.ensure_resident = reader.bool_or("ensure_resident", false);
+  const std::string format = reader.string_or("format", "raw");
+  reader.finish();
+
+  using Reduce = products::RegionRequest::Reduce;
+  if (query.reduce_name == "mean") {
+    query.request.reduce = Reduce::mean;
+  } else if (query.reduce_name == "sum") {
+    query.request.reduce = Reduce::sum;
+  } else if (query.reduce_name == "max") {
+    query.request.reduce = Reduce::max;
+  } else {
+    throw bad_request("scan ROI reduction must be mean, sum, or max");
+  }
+  query.plan = validate_plan(raw);
+  if (query.shape_name == "circle") {
+    query.request.shape = products::ScanRoiShape::circle;
+  } else if (query.shape_name == "square") {
+    query.request.shape = products::ScanRoiShape::square;
+  } else {
+    throw bad_request("scan ROI shape must be circle or square");
+  }
+  if (!std::isfinite(query.request.radius) || query.request.radius <= 0) {
+    throw bad_request("scan ROI radius must be greater than zero");
+  }
+  if (!std::isfinite(query.request.center_col) || !std::isfinite(query.request.center_row)) {
+    throw bad_request("scan ROI center must be finite");
+  }
+  query.format = validate_format(format);
+  return query;
+}
+
+SourceRef parse_source_query(const QueryParams& params) {
+  QueryReader reader(params);
+  SourceRef source;
+  source.session = reader.required_string("session");
+  source.file = reader.required_string("file");
+  reader.finish();
+  return source;
+}
+
+bool parse_sessions_refresh(const QueryParams& params) {
+  QueryReader reader(params);
+  const bool refresh = reader.bool_or("refresh", false);
+  reader.finish();
+  return refresh;
+}
+
+}  // namespace quantem::protocol

@@ -1,0 +1,90 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "quantem/core/error.hpp"
+#include "quantem/protocol/npy.hpp"
+#include "quantem/protocol/wire_image.hpp"
+
+using namespace quantem::protocol;
+using quantem::products::Image;
+
+TEST(WireImage, CountsAreLittleEndianUint32WithoutFloatRounding) {
+  Image image;
+  image.height = 1;
+  image.width = 3;
+  image.counts = {16777217, 40000001, 4294967295ULL};
+  const auto wire = encode_wire_image(image, PayloadFormat::raw);
+  EXPECT_EQ(wire.dtype, "<u4");
+  EXPECT_EQ(wire.width, 3u);
+  EXPECT_EQ(wire.height, 1u);
+  EXPECT_EQ(wire.value_divisor, 1u);
+  EXPECT_EQ(wire.content_type, "application/octet-stream");
+  ASSERT_EQ(wire.body.size(), 12u);
+  EXPECT_EQ(wire.body.substr(0, 4), std::string("\x01\x00\x00\x01", 4));
+  EXPECT_EQ(wire.body.substr(4, 4), std::string("\x01\x5a\x62\x02", 4));
+  EXPECT_EQ(wire.body.substr(8, 4), std::string("\xff\xff\xff\xff", 4));
+}
+
+TEST(WireImage, CountAboveUint32IsTheReferenceConflict) {
+  Image image;
+  image.height = 1;
+  image.width = 2;
+  image.counts = {1, 4294967296ULL};
+  try {
+    encode_wire_image(image, PayloadFormat::raw);
+    FAIL() << "expected a conflict";
+  } catch (const quantem::Error& error) {
+    EXPECT_EQ(error.kind(), quantem::ErrorKind::conflict);
+    EXPECT_STREQ(error.what(),
+                 "Exact detector counts exceed uint32 display capacity. Use a smaller scan bin or detector aperture.");
+  }
+}
+
+TEST(WireImage, FloatsKeepTheirBitsIncludingNan) {
+  Image image;
+  image.height = 2;
+  image.width = 1;
+  image.is_float = true;
+  image.values = {1.5f, std::numeric_limits<float>::quiet_NaN()};
+  const auto wire = encode_wire_image(image, PayloadFormat::raw);
+  EXPECT_EQ(wire.dtype, "<f4");
+  ASSERT_EQ(wire.body.size(), 8u);
+  float first = 0, second = 0;
+  std::memcpy(&first, wire.body.data(), 4);
+  std::memcpy(&second, wire.body.data() + 4, 4);
+  EXPECT_EQ(first, 1.5f);
+  EXPECT_TRUE(std::isnan(second));
+}
+
+TEST(WireImage, NpyCarriesTheSameValuesAfterANumpyHeader) {
+  Image image;
+  image.height = 2;
+  image.width = 2;
+  image.counts = {1, 2, 3, 4};
+  image.value_divisor = 4;
+  const auto raw = encode_wire_image(image, PayloadFormat::raw);
+  const auto npy = encode_wire_image(image, PayloadFormat::npy);
+  EXPECT_EQ(npy.content_type, "application/x-npy");
+  EXPECT_EQ(npy.value_divisor, 4u);
+  EXPECT_EQ(npy.body, npy_header("<u4", {2, 2}) + raw.body);
+}
+
+TEST(WireImage, DivisorIsAtLeastOne) {
+  Image image;
+  image.height = 1;
+  image.width = 1;
+  image.counts = {0};
+  image.value_divisor = 0;
+  EXPECT_EQ(encode_wire_image(image, PayloadFormat::raw).value_divisor, 1u);
+}
+
+TEST(WireImage, MismatchedShapeIsInternal) {
+  Image image;
+  image.height = 2;
+  image.width = 2;
+  image.counts = {1, 2, 3};
+  EXPECT_THROW(encode_wire_image(image, PayloadFormat::raw), quantem::Error);
+}
