@@ -48,11 +48,12 @@ PoissonSampler::PoissonSampler() : inverse_count_(kMaxInversionCount + 1, 0.0) {
   for (int k = 1; k <= kMaxInversionCount; ++k) inverse_count_[k] = 1.0 / k;
 }
 
-std::uint64_t PoissonSampler::sample(double mean, SplitMix64& random) const noexcept {
+std::uint64_t PoissonSampler::sample(double mean, double exp_minus_mean, SplitMix64& random) const noexcept {
   if (!(mean > 0.0)) return 0;
   if (mean < kInversionLimit) {
     const double u = random.uniform();
-    double probability = std::exp(-mean);
+    if (u < exp_minus_mean) return 0;  // the common case outside the disk
+    double probability = exp_minus_mean;
     double cumulative = probability;
     int count = 0;
     while (u >= cumulative && count < kMaxInversionCount) {
@@ -196,9 +197,10 @@ ProbeState PatternModel::probe_state(std::uint64_t scan_row, std::uint64_t scan_
 namespace {
 
 // Adds amplitude * exp(-d^2 / (2 sigma^2)) around (centre_row, centre_col) over a
-// window of +-4 sigma clipped to the detector.
-void add_gaussian_spot(std::vector<float>& means, std::size_t rows, std::size_t cols, double centre_row,
-                       double centre_col, double sigma, double amplitude) {
+// window of +-4 sigma clipped to the detector, keeping zero_probabilities =
+// exp(-means) up to date.
+void add_gaussian_spot(std::vector<float>& means, std::vector<float>& zero_probabilities, std::size_t rows,
+                       std::size_t cols, double centre_row, double centre_col, double sigma, double amplitude) {
   if (amplitude <= 0.0) return;
   const double reach = 4.0 * sigma;
   const double row_low = std::max(0.0, std::ceil(centre_row - reach));
@@ -210,9 +212,12 @@ void add_gaussian_spot(std::vector<float>& means, std::size_t rows, std::size_t 
   for (auto row = static_cast<std::size_t>(row_low); row <= static_cast<std::size_t>(row_high); ++row) {
     const double dy = static_cast<double>(row) - centre_row;
     float* line = means.data() + row * cols;
+    float* zero_line = zero_probabilities.data() + row * cols;
     for (auto col = static_cast<std::size_t>(col_low); col <= static_cast<std::size_t>(col_high); ++col) {
       const double dx = static_cast<double>(col) - centre_col;
-      line[col] += static_cast<float>(amplitude * std::exp(-(dx * dx + dy * dy) * inverse_two_variance));
+      const double added = amplitude * std::exp(-(dx * dx + dy * dy) * inverse_two_variance);
+      line[col] = static_cast<float>(line[col] + added);
+      zero_line[col] = static_cast<float>(std::exp(-static_cast<double>(line[col])));
     }
   }
 }
@@ -226,51 +231,59 @@ void PatternModel::render_means(std::uint64_t frame_index, Scratch& scratch) con
 
   const std::size_t samples = disk_profile_.size();
   scratch.radial.resize(samples);
+  scratch.radial_zero_probability.resize(samples);
   const auto bright_field = static_cast<float>(state.bright_field);
   const auto diffuse = static_cast<float>(state.diffuse);
   for (std::size_t i = 0; i < samples; ++i) {
     scratch.radial[i] = bright_field * disk_profile_[i] + diffuse * diffuse_profile_[i];
+    scratch.radial_zero_probability[i] = static_cast<float>(std::exp(-static_cast<double>(scratch.radial[i])));
   }
 
   scratch.means.resize(frame_elements());
+  scratch.zero_probabilities.resize(frame_elements());
   const auto centre_row = static_cast<float>(state.centre_row);
   const auto centre_col = static_cast<float>(state.centre_col);
   const float* radial = scratch.radial.data();
+  const float* radial_zero = scratch.radial_zero_probability.data();
   const auto last = static_cast<std::int32_t>(samples - 1);
   for (std::size_t row = 0; row < detector_rows_; ++row) {
     const float dy = static_cast<float>(row) - centre_row;
     const float dy2 = dy * dy;
     float* line = scratch.means.data() + row * detector_cols_;
+    float* zero_line = scratch.zero_probabilities.data() + row * detector_cols_;
     for (std::size_t col = 0; col < detector_cols_; ++col) {
       const float dx = static_cast<float>(col) - centre_col;
       const float r = std::sqrt(dx * dx + dy2);
       const auto index = std::min(static_cast<std::int32_t>(r * kRadialSteps + 0.5f), last);
       line[col] = radial[index];
+      zero_line[col] = radial_zero[index];
     }
   }
 
   // Two hexagonal orders of Bragg spots around the (deflected) transmitted beam.
   for (int k = 0; k < 6; ++k) {
     const double angle = state.bragg_angle + k * kPi / 3.0;
-    add_gaussian_spot(scratch.means, detector_rows_, detector_cols_,
+    add_gaussian_spot(scratch.means, scratch.zero_probabilities, detector_rows_, detector_cols_,
                       state.centre_row + bragg_radius_ * std::sin(angle),
                       state.centre_col + bragg_radius_ * std::cos(angle), bragg_sigma_, state.bragg_peak);
     const double second = angle + kPi / 6.0;
     const double second_radius = bragg_radius_ * std::sqrt(3.0);
-    add_gaussian_spot(scratch.means, detector_rows_, detector_cols_, state.centre_row + second_radius * std::sin(second),
+    add_gaussian_spot(scratch.means, scratch.zero_probabilities, detector_rows_, detector_cols_, state.centre_row + second_radius * std::sin(second),
                       state.centre_col + second_radius * std::cos(second), bragg_sigma_, 0.3 * state.bragg_peak);
   }
-  add_gaussian_spot(scratch.means, detector_rows_, detector_cols_, state.centre_row, state.centre_col,
+  add_gaussian_spot(scratch.means, scratch.zero_probabilities, detector_rows_, detector_cols_, state.centre_row, state.centre_col,
                     central_spot_sigma_, dose_.central_spot * std::exp(-state.thickness));
 }
 
 template <typename Element>
-void PatternModel::sample_frame(std::uint64_t frame_index, const std::vector<float>& means, std::uint8_t* out) const {
+void PatternModel::sample_frame(std::uint64_t frame_index, const Scratch& scratch, std::uint8_t* out) const {
   SplitMix64 random(frame_seed(seed_, frame_index));
   const std::uint64_t saturation = saturation_count();
   const std::size_t elements = frame_elements();
+  const float* means = scratch.means.data();
+  const float* zero_probabilities = scratch.zero_probabilities.data();
   for (std::size_t i = 0; i < elements; ++i) {
-    const std::uint64_t count = std::min(sampler_.sample(means[i], random), saturation);
+    const std::uint64_t count = std::min(sampler_.sample(means[i], zero_probabilities[i], random), saturation);
     const auto value = static_cast<Element>(count);
     std::memcpy(out + i * sizeof(Element), &value, sizeof(Element));  // little-endian host
   }
@@ -283,9 +296,9 @@ void PatternModel::sample_frame(std::uint64_t frame_index, const std::vector<flo
 void PatternModel::render_frame(std::uint64_t frame_index, std::uint8_t* out, Scratch& scratch) const {
   render_means(frame_index, scratch);
   switch (dtype_) {
-    case DType::uint8: sample_frame<std::uint8_t>(frame_index, scratch.means, out); break;
-    case DType::uint16: sample_frame<std::uint16_t>(frame_index, scratch.means, out); break;
-    case DType::uint32: sample_frame<std::uint32_t>(frame_index, scratch.means, out); break;
+    case DType::uint8: sample_frame<std::uint8_t>(frame_index, scratch, out); break;
+    case DType::uint16: sample_frame<std::uint16_t>(frame_index, scratch, out); break;
+    case DType::uint32: sample_frame<std::uint32_t>(frame_index, scratch, out); break;
   }
 }
 

@@ -156,6 +156,10 @@ class FrameWorkers {
   std::vector<std::thread> workers_;
 };
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 void remove_if_present(const std::filesystem::path& path) {
   std::error_code error;
   std::filesystem::remove(path, error);
@@ -206,10 +210,14 @@ SynthReport write_acquisition(const SynthOptions& options) {
                               options.detector_cols, options.dtype);
       for (std::uint64_t local = 0; local < count; ++local) {
         const std::vector<std::uint8_t> chunk = queue.take(first + local);
+        const auto write_started = std::chrono::steady_clock::now();
         shard.write_chunk(local, chunk.data(), chunk.size());
+        report.writer_seconds += seconds_since(write_started);
         report.stored_bytes += chunk.size();
       }
+      const auto close_started = std::chrono::steady_clock::now();
       shard.close();
+      report.writer_seconds += seconds_since(close_started);
     }
   }
 
@@ -239,7 +247,7 @@ SynthReport write_acquisition(const SynthOptions& options) {
     throw IoError("synth: cannot rename " + partial_master_path.string() + ": " + rename_error.message());
   }
 
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  report.seconds = seconds_since(started);
   spdlog::debug("synth: {} frames in {} data files, {:.2f} s, compression {:.2f}x", frames, shard_names.size(),
                 report.seconds,
                 report.stored_bytes ? static_cast<double>(report.dense_bytes) / report.stored_bytes : 0.0);

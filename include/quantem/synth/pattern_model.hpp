@@ -24,6 +24,7 @@
 // only on the seed and the shapes, and each frame draws its noise from its own
 // stream seeded from (seed, frame_index), so a frame's bytes do not depend on
 // which thread renders it or in which order.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -65,7 +66,12 @@ class PoissonSampler {
   PoissonSampler();
 
   // One draw. A non-positive or NaN mean gives 0.
-  std::uint64_t sample(double mean, SplitMix64& random) const noexcept;
+  std::uint64_t sample(double mean, SplitMix64& random) const noexcept {
+    return sample(mean, std::exp(-mean), random);
+  }
+  // The same draw given exp(-mean) precomputed (the frame renderer shares one
+  // exp per radial sample instead of one per pixel).
+  std::uint64_t sample(double mean, double exp_minus_mean, SplitMix64& random) const noexcept;
 
  private:
   static constexpr int kMaxInversionCount = 256;
@@ -123,12 +129,15 @@ class PatternModel {
 
   // Per-thread working memory, reused from frame to frame.
   struct Scratch {
-    std::vector<float> means;   // frame_elements()
-    std::vector<float> radial;  // the frame's radial profile
+    std::vector<float> means;                   // frame_elements()
+    std::vector<float> zero_probabilities;      // exp(-means)
+    std::vector<float> radial;                  // the frame's radial profile
+    std::vector<float> radial_zero_probability; // exp(-radial)
   };
 
   // Mean counts of one frame (no noise, no clamping, no bad pixels) into
-  // scratch.means (resized to frame_elements(), row-major).
+  // scratch.means (resized to frame_elements(), row-major), and exp(-mean)
+  // into scratch.zero_probabilities.
   void render_means(std::uint64_t frame_index, Scratch& scratch) const;
 
   // One frame of counts as little-endian elements of dtype() into `out`
@@ -145,7 +154,7 @@ class PatternModel {
   };
 
   template <typename Element>
-  void sample_frame(std::uint64_t frame_index, const std::vector<float>& means, std::uint8_t* out) const;
+  void sample_frame(std::uint64_t frame_index, const Scratch& scratch, std::uint8_t* out) const;
 
   std::uint64_t seed_;
   std::uint64_t scan_rows_, scan_cols_;

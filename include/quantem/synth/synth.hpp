@@ -33,12 +33,29 @@ struct SynthReport {
   std::uint64_t frames = 0;
   std::uint64_t dense_bytes = 0;
   std::uint64_t stored_bytes = 0;  // sum of compressed chunk bytes
-  double seconds = 0.0;
+  double seconds = 0.0;            // the whole call
+  double writer_seconds = 0.0;     // time the one writer thread spent in HDF5 (the serial part)
 };
 
 std::optional<Preset> preset_from_name(const std::string& name);
 
-// Throws quantem::Error on invalid options or I/O failure.
+// Writes <output_dir>/<prefix>_data_NNNNNN.h5 (frames_per_shard frames each),
+// then <prefix>.h5, then <prefix>_master.h5 (written aside and renamed, so a
+// folder watcher never sees a master whose data is incomplete; an existing master
+// of that prefix is removed first). Creates output_dir if needed and overwrites
+// files of the same names. The model is described in pattern_model.hpp.
+//
+// Threads: `threads` workers (0: hardware concurrency) render and encode frames
+// (codec::encode_bitshuffle_lz4); the calling thread alone makes every HDF5 call,
+// in frame order. The files are byte-identical for a given seed and shape,
+// whatever the thread count. While it runs, filter 32008 is registered in this
+// process as a write-only class (see src/synth/arina_writer.hpp): do not read
+// bitshuffle data through HDF5 on other threads meanwhile.
+//
+// Throws quantem::Error: bad_request for invalid options (empty scan or
+// detector, a side above 4096, more than half the pixels bad, a prefix that is
+// not a plain file name, more than 999999 data files, more than 1024 threads),
+// io (IoError/HdfError) when a folder or file cannot be created or written.
 SynthReport write_acquisition(const SynthOptions& options);
 
 }  // namespace quantem::synth
