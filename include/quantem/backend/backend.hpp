@@ -8,6 +8,9 @@
 // acquisition; the products module builds every protocol product from them.
 // All sums are accumulated in uint64 and are identical for any thread count or
 // launch shape. Primitives on one Resident may be called concurrently.
+// Every primitive throws quantem::Error(internal) when the geometry was not
+// resolved for this resident's source shape, and Error(bad_request) for a plan
+// position or mask size out of range.
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -15,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "quantem/backend/derived_cache.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/plan/plan.hpp"
 
@@ -77,6 +81,13 @@ class Resident {
   virtual std::vector<std::uint64_t> region_reduce(const plan::PlanGeometry& geometry,
                                                    const std::vector<std::uint64_t>& positions,
                                                    RegionReduce reduce) = 0;
+
+  // Values derived from this resident by higher layers (per-plan BF fit, CoM
+  // maps); they are dropped with the resident. Thread-safe.
+  DerivedCache& derived_cache() const { return derived_cache_; }
+
+ private:
+  mutable DerivedCache derived_cache_;
 };
 
 class Backend {

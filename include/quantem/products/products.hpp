@@ -84,9 +84,10 @@ struct RegionRequest {
 std::vector<std::uint64_t> scan_roi_positions(const RegionRequest& request, std::uint64_t scan_rows,
                                               std::uint64_t scan_cols);
 
-// Per-plan derived values, computed once and reused (BF fit, CoM maps).
-// Thread-safe; owned by whoever owns the Resident.
-class PlanCache;
+// Per-plan derived values (the BF fit, the CoM maps, iCoM) are computed once
+// per (resident, geometry) and kept in the resident's DerivedCache, so a second
+// request for the same plan reuses them; they die with the resident.
+// All functions below are thread-safe for concurrent calls on one resident.
 
 Image realspace(backend::Resident& resident, const plan::PlanGeometry& geometry, const RealspaceRequest& request,
                 UsedGeometry& used);

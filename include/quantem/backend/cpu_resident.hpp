@@ -1,0 +1,43 @@
+#pragma once
+// The CPU backend's resident: one acquisition held losslessly in host memory
+// (dense codes, frame-major: [scan_row][scan_col][detector_row][detector_col]).
+// Built by the CPU backend's load() from files, or directly from a dense array
+// (tests, benchmarks, conformance suites), with exactly the same rules:
+//  - detector pixels flagged in acquisition.pixel_mask are zeroed in every frame;
+//  - uint8 and uint16 sources keep their type; a uint32 source is held as 16-bit
+//    codes when every masked count fits in 16 bits, else as 32-bit codes.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "quantem/backend/backend.hpp"
+#include "quantem/core/error.hpp"
+
+namespace quantem::backend {
+
+struct CpuResidentOptions {
+  int device_index = 0;  // the virtual CPU device reported by device_index()
+  unsigned threads = 0;  // threads used by the primitives; 0: hardware concurrency
+};
+
+// `counts` holds acquisition.frame_count() * acquisition.frame_pixels() values
+// of *acquisition.dtype (little-endian, the acquisition's 4-D shape, row-major);
+// count_bytes must be exactly that many bytes. Throws quantem::Error(bad_request)
+// for a size or shape mismatch, Error(payload_too_large) when memory runs out.
+std::shared_ptr<Resident> make_cpu_resident(const catalog::Acquisition& acquisition, const void* counts,
+                                            std::size_t count_bytes, const CpuResidentOptions& options = {});
+
+template <class Count>
+std::shared_ptr<Resident> make_cpu_resident(const catalog::Acquisition& acquisition,
+                                            const std::vector<Count>& counts,
+                                            const CpuResidentOptions& options = {}) {
+  if (!acquisition.dtype || dtype_size(*acquisition.dtype) != sizeof(Count)) {
+    throw bad_request("dense counts of " + std::to_string(sizeof(Count)) +
+                      " bytes per value do not match the acquisition's dtype");
+  }
+  return make_cpu_resident(acquisition, counts.data(), counts.size() * sizeof(Count), options);
+}
+
+}  // namespace quantem::backend

@@ -1,0 +1,241 @@
+// The explicit CPU backend: virtual devices with their own budgets, and a
+// loader that turns an acquisition's stored chunks into one CpuResident with
+// a few large preads per thread against a prebuilt frame index.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cpu/cpu_resident.hpp"
+#include "cpu/load_plan.hpp"
+#include "cpu/thread_pool.hpp"
+#include "quantem/backend/backend.hpp"
+#include "quantem/catalog/acquisition.hpp"
+#include "quantem/codec/chunk_codec.hpp"
+#include "quantem/core/error.hpp"
+
+namespace quantem::backend {
+namespace {
+
+std::uint64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return 0;
+  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size);
+}
+
+std::optional<std::uint64_t> available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  std::uint64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return std::nullopt;
+}
+
+// Open file descriptors of the shards, closed on every exit path.
+class ShardFiles {
+ public:
+  explicit ShardFiles(const std::vector<std::string>& paths) {
+    for (const std::string& path : paths) {
+      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        const int error = errno;
+        close_all();
+        throw IoError("cannot open " + path + ": " + std::strerror(error));
+      }
+      fds_.push_back(fd);
+    }
+  }
+  ~ShardFiles() { close_all(); }
+  ShardFiles(const ShardFiles&) = delete;
+  ShardFiles& operator=(const ShardFiles&) = delete;
+  int fd(std::size_t shard) const { return fds_.at(shard); }
+
+ private:
+  void close_all() noexcept {
+    for (const int fd : fds_) ::close(fd);
+    fds_.clear();
+  }
+  std::vector<int> fds_;
+};
+
+struct LoadCancelled {};
+
+void read_exactly(int fd, std::uint8_t* out, std::uint64_t bytes, std::uint64_t offset, const std::string& path,
+                  std::uint64_t first_frame) {
+  std::uint64_t done = 0;
+  while (done < bytes) {
+    const ssize_t got = ::pread(fd, out + done, bytes - done, static_cast<off_t>(offset + done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw IoError("reading " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) + " of " +
+                    path + ": " + std::strerror(errno));
+    }
+    if (got == 0) {
+      throw CorruptChunk(path + " ends at byte " + std::to_string(offset + done) + ", inside the stored chunk of frame " +
+                         std::to_string(first_frame) + " or a later frame of the same read (offset " +
+                         std::to_string(offset) + ", " + std::to_string(bytes) + " bytes)");
+    }
+    done += static_cast<std::uint64_t>(got);
+  }
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const CpuBackendOptions& options)
+      : pool_(std::make_shared<cpu::ThreadPool>(options.threads)) {
+    if (options.virtual_devices < 1) throw bad_request("the CPU backend needs at least one virtual device");
+    const std::uint64_t physical = physical_memory_bytes();
+    const std::uint64_t budget = options.budget_bytes_per_device != 0
+                                     ? options.budget_bytes_per_device
+                                     : physical / 10 * 8 / static_cast<std::uint64_t>(options.virtual_devices);
+    for (int i = 0; i < options.virtual_devices; ++i) {
+      devices_.push_back({i, "CPU virtual device " + std::to_string(i), physical, budget});
+    }
+  }
+
+  std::string name() const override { return "cpu"; }
+  std::vector<DeviceInfo> devices() const override { return devices_; }
+
+  // Every virtual device draws on the same host memory: this is the host's MemAvailable.
+  std::optional<std::uint64_t> free_bytes(int device_index) const override {
+    check_device(device_index);
+    return available_memory_bytes();
+  }
+
+  LoadEstimate estimate_load(const catalog::Acquisition& acquisition) const override {
+    check_loadable_shape(acquisition);
+    const cpu::LoadPlan plan = cpu::plan_load(acquisition, pool_->size());
+    return {plan.resident_bytes, plan.transition_peak_bytes};
+  }
+
+  std::shared_ptr<Resident> load(const catalog::Acquisition& acquisition, int device_index,
+                                 LoadProgress& progress) override {
+    check_device(device_index);
+    try {
+      auto resident = load_checked(acquisition, device_index, progress);
+      progress.stage = LoadStage::done;
+      return resident;
+    } catch (const LoadCancelled&) {
+      progress.stage = LoadStage::cancelled;
+      throw unavailable("loading " + acquisition.name + " was cancelled");
+    } catch (const std::bad_alloc&) {
+      progress.stage = LoadStage::failed;
+      throw payload_too_large("not enough host memory to load " + acquisition.name + " on CPU virtual device " +
+                              std::to_string(device_index));
+    } catch (...) {
+      progress.stage = LoadStage::failed;
+      throw;
+    }
+  }
+
+ private:
+  void check_device(int device_index) const {
+    if (device_index < 0 || device_index >= static_cast<int>(devices_.size())) {
+      throw bad_request("no CPU virtual device " + std::to_string(device_index) + " (the backend has " +
+                        std::to_string(devices_.size()) + ")");
+    }
+  }
+
+  static void check_loadable_shape(const catalog::Acquisition& acquisition) {
+    if (!acquisition.scan_shape_known() || !acquisition.detector_shape_known()) {
+      throw unprocessable(acquisition.name + " has no usable 4-D shape (scan " + std::to_string(acquisition.scan_rows) +
+                          " x " + std::to_string(acquisition.scan_cols) + ", detector " +
+                          std::to_string(acquisition.detector_rows) + " x " +
+                          std::to_string(acquisition.detector_cols) + ")");
+    }
+    if (!acquisition.dtype) throw unprocessable(acquisition.name + " has no supported detector dtype");
+    if (acquisition.chunk_format.element_size != dtype_size(*acquisition.dtype)) {
+      throw unprocessable(acquisition.name + ": the chunk element size " +
+                          std::to_string(acquisition.chunk_format.element_size) + " does not match dtype " +
+                          dtype_name(*acquisition.dtype));
+    }
+    if (!acquisition.pixel_mask.empty() && acquisition.pixel_mask.size() != acquisition.frame_pixels()) {
+      throw unprocessable(acquisition.name + ": the pixel mask has " + std::to_string(acquisition.pixel_mask.size()) +
+                          " values for a detector of " + std::to_string(acquisition.frame_pixels()) + " pixels");
+    }
+  }
+
+  std::shared_ptr<Resident> load_checked(const catalog::Acquisition& acquisition, int device_index,
+                                         LoadProgress& progress) {
+    if (!acquisition.status.loadable) {
+      throw conflict(acquisition.status.reason.empty() ? acquisition.name + " is not ready to load"
+                                                       : acquisition.status.reason);
+    }
+    check_loadable_shape(acquisition);
+    if (progress.cancel_requested) throw LoadCancelled{};
+    progress.stage = LoadStage::reading;
+    const cpu::LoadPlan plan = cpu::plan_load(acquisition, pool_->size());
+    const catalog::FrameIndex index = catalog::build_frame_index(acquisition);
+    const std::vector<cpu::ReadBatch> batches = cpu::plan_reads(acquisition, index, plan);
+    ShardFiles files(index.shard_paths);
+
+    std::uint64_t bytes_total = 0;
+    for (const cpu::ReadBatch& batch : batches) bytes_total += batch.stored_bytes;
+    progress.bytes_total = bytes_total;
+    progress.stage = LoadStage::decoding;
+
+    const std::uint64_t pixels = acquisition.frame_pixels();
+    const std::size_t element = dtype_size(*acquisition.dtype);
+    DType code_dtype = cpu::ResidentBuilder::initial_code_dtype(*acquisition.dtype);
+    for (;;) {
+      progress.bytes_done = 0;
+      try {
+        cpu::ResidentBuilder builder(acquisition, code_dtype, pool_);
+        std::vector<std::vector<std::uint8_t>> staging(pool_->size());
+        pool_->parallel_for(batches.size(), 1, [&](std::size_t begin, std::size_t end, unsigned who) {
+          std::vector<std::uint8_t>& buffer = staging[who];
+          if (buffer.size() < plan.staging_bytes_per_thread) buffer.resize(plan.staging_bytes_per_thread);
+          for (std::size_t b = begin; b < end; ++b) {
+            if (progress.cancel_requested) throw LoadCancelled{};
+            const cpu::ReadBatch& batch = batches[b];
+            const std::string& path = index.shard_paths[batch.shard];
+            read_exactly(files.fd(batch.shard), buffer.data(), batch.bytes, batch.file_offset, path, batch.first_frame);
+            for (std::uint64_t frame = batch.first_frame; frame < batch.first_frame + batch.frame_count; ++frame) {
+              const catalog::FrameLocation& location = index.frames[frame];
+              codec::ChunkFormat format = acquisition.chunk_format;
+              if ((location.filter_mask & 1u) != 0) format.filter = codec::ChunkFilter::none;
+              try {
+                codec::decode_chunk(format, buffer.data() + (location.file_offset - batch.file_offset),
+                                    location.stored_bytes, builder.decode_target(frame, who), pixels * element);
+              } catch (const Error& error) {
+                throw CorruptChunk("frame " + std::to_string(frame) + " (scan row " +
+                                   std::to_string(frame / acquisition.scan_cols) + ", column " +
+                                   std::to_string(frame % acquisition.scan_cols) + ") of " + path +
+                                   " does not decode (chunk at byte " + std::to_string(location.file_offset) + ", " +
+                                   std::to_string(location.stored_bytes) + " stored bytes): " + error.what());
+              }
+              builder.finish_frame(frame, who);
+            }
+            progress.bytes_done += batch.stored_bytes;
+          }
+        });
+        staging.clear();
+        return builder.finish(device_index);
+      } catch (const cpu::NeedsWideCodes&) {
+        code_dtype = DType::uint32;  // a masked count above 65535: hold 32-bit codes, exactly
+      }
+    }
+  }
+
+  std::shared_ptr<cpu::ThreadPool> pool_;
+  std::vector<DeviceInfo> devices_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
+}  // namespace quantem::backend

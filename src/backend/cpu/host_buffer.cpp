@@ -1,0 +1,41 @@
+#include "cpu/host_buffer.hpp"
+
+#include <sys/mman.h>
+
+#include <new>
+#include <utility>
+
+namespace quantem::backend::cpu {
+
+HostBuffer::HostBuffer(std::size_t bytes) {
+  if (bytes == 0) return;
+  void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  if (bytes >= (std::size_t{2} << 20)) madvise(mapped, bytes, MADV_HUGEPAGE);  // a hint; failure is harmless
+#endif
+  data_ = static_cast<std::uint8_t*>(mapped);
+  size_ = bytes;
+}
+
+HostBuffer::~HostBuffer() { release(); }
+
+HostBuffer::HostBuffer(HostBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+void HostBuffer::release() noexcept {
+  if (data_ != nullptr) munmap(data_, size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+}  // namespace quantem::backend::cpu

@@ -1,0 +1,79 @@
+#include "cpu/load_plan.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "cpu/cpu_resident.hpp"
+#include "quantem/core/error.hpp"
+
+namespace quantem::backend::cpu {
+
+LoadPlan plan_load(const catalog::Acquisition& acquisition, unsigned threads) {
+  LoadPlan plan;
+  plan.threads = std::max(1u, threads);
+  const DType source_dtype = acquisition.dtype.value_or(DType::uint32);
+  const std::uint64_t frame_bytes = acquisition.frame_pixels() * dtype_size(source_dtype);
+  // Any real encoding of a frame (bitshuffle/LZ4 worst case is ~0.4% above raw
+  // plus block headers) is far below this bound.
+  plan.max_stored_chunk_bytes = 3 * frame_bytes + 4096;
+  plan.staging_bytes_per_thread = std::max(kReadBatchBytes, plan.max_stored_chunk_bytes);
+  plan.frame_index_bytes = acquisition.frame_count() * (sizeof(catalog::FrameLocation) + sizeof(ReadBatch)) +
+                           acquisition.shards.size() * 4096;
+
+  const DType first = ResidentBuilder::initial_code_dtype(source_dtype);
+  const std::uint64_t first_pass = ResidentBuilder::code_bytes(acquisition, first) +
+                                   ResidentBuilder::working_bytes(acquisition, first, plan.threads);
+  std::uint64_t widest_pass = first_pass;
+  std::uint64_t resident_codes = ResidentBuilder::code_bytes(acquisition, first);
+  if (first != source_dtype) {  // a uint32 source may need a second, 32-bit pass (the first is freed)
+    widest_pass = std::max(first_pass, ResidentBuilder::code_bytes(acquisition, source_dtype) +
+                                           ResidentBuilder::working_bytes(acquisition, source_dtype, plan.threads));
+    resident_codes = ResidentBuilder::code_bytes(acquisition, source_dtype);
+  }
+  plan.resident_bytes = resident_codes + (acquisition.frame_pixels() + acquisition.frame_count()) * 8;
+  plan.transition_peak_bytes = widest_pass + plan.threads * plan.staging_bytes_per_thread + plan.frame_index_bytes;
+  return plan;
+}
+
+std::vector<ReadBatch> plan_reads(const catalog::Acquisition& acquisition, const catalog::FrameIndex& index,
+                                  const LoadPlan& plan) {
+  const std::uint64_t frames = acquisition.frame_count();
+  if (index.frames.size() < frames) {
+    throw conflict(acquisition.name + " stores " + std::to_string(index.frames.size()) + " frames; its " +
+                   std::to_string(acquisition.scan_rows) + " x " + std::to_string(acquisition.scan_cols) +
+                   " scan needs " + std::to_string(frames));
+  }
+  std::vector<ReadBatch> batches;
+  for (std::uint64_t frame = 0; frame < frames; ++frame) {
+    const catalog::FrameLocation& location = index.frames[frame];
+    if (location.shard >= index.shard_paths.size()) {
+      throw CorruptChunk("frame " + std::to_string(frame) + " of " + acquisition.master_path +
+                         " points at shard " + std::to_string(location.shard) + " of " +
+                         std::to_string(index.shard_paths.size()));
+    }
+    if (location.stored_bytes == 0 || location.stored_bytes > plan.max_stored_chunk_bytes) {
+      throw CorruptChunk("frame " + std::to_string(frame) + " of " + index.shard_paths[location.shard] +
+                         " has a stored chunk of " + std::to_string(location.stored_bytes) + " bytes at byte " +
+                         std::to_string(location.file_offset) + "; a frame of " +
+                         std::to_string(acquisition.frame_pixels()) + " pixels is stored in at most " +
+                         std::to_string(plan.max_stored_chunk_bytes));
+    }
+    if (!batches.empty()) {
+      ReadBatch& batch = batches.back();
+      const std::uint64_t batch_end = batch.file_offset + batch.bytes;
+      const std::uint64_t chunk_end = location.file_offset + location.stored_bytes;
+      if (location.shard == batch.shard && location.file_offset >= batch_end &&
+          location.file_offset - batch_end <= kReadGapBytes && chunk_end - batch.file_offset <= kReadBatchBytes &&
+          batch.frame_count < kReadBatchFrames) {
+        batch.bytes = chunk_end - batch.file_offset;
+        batch.frame_count += 1;
+        batch.stored_bytes += location.stored_bytes;
+        continue;
+      }
+    }
+    batches.push_back({location.shard, location.file_offset, location.stored_bytes, frame, 1, location.stored_bytes});
+  }
+  return batches;
+}
+
+}  // namespace quantem::backend::cpu

@@ -1,0 +1,43 @@
+#pragma once
+// Internal: the byte accounting of a CPU load (computed before anything is
+// allocated, from the acquisition alone) and its read schedule (from the
+// frame index): consecutive chunks of a shard are coalesced into large preads.
+#include <cstdint>
+#include <vector>
+
+#include "quantem/catalog/acquisition.hpp"
+
+namespace quantem::backend::cpu {
+
+// Largest coalesced read (a single larger chunk gets a read of its own).
+constexpr std::uint64_t kReadBatchBytes = std::uint64_t{4} << 20;
+// Frames per read at most, so threads stay balanced and progress moves.
+constexpr std::uint64_t kReadBatchFrames = 256;
+// A hole between two chunks of at most this many bytes is read through.
+constexpr std::uint64_t kReadGapBytes = std::uint64_t{64} << 10;
+
+struct LoadPlan {
+  unsigned threads = 1;
+  std::uint64_t max_stored_chunk_bytes = 0;     // a larger chunk is corrupt
+  std::uint64_t staging_bytes_per_thread = 0;   // one read buffer per thread
+  std::uint64_t frame_index_bytes = 0;          // the catalog's frame index and the read schedule
+  std::uint64_t resident_bytes = 0;             // upper bound (uint32 counted at 32 bits)
+  std::uint64_t transition_peak_bytes = 0;      // everything alive at once, at the worst moment
+};
+LoadPlan plan_load(const catalog::Acquisition& acquisition, unsigned threads);
+
+struct ReadBatch {
+  std::uint32_t shard = 0;
+  std::uint64_t file_offset = 0;  // first byte read
+  std::uint64_t bytes = 0;        // bytes read (chunks and the small holes between them)
+  std::uint64_t first_frame = 0;
+  std::uint64_t frame_count = 0;
+  std::uint64_t stored_bytes = 0;  // Σ chunk sizes (progress)
+};
+// Throws CorruptChunk (naming frame and file) for a chunk larger than the
+// plan allows or a shard index out of range, Error(conflict) when the index
+// holds fewer frames than the scan needs.
+std::vector<ReadBatch> plan_reads(const catalog::Acquisition& acquisition, const catalog::FrameIndex& index,
+                                  const LoadPlan& plan);
+
+}  // namespace quantem::backend::cpu

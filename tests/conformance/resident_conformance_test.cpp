@@ -1,0 +1,208 @@
+// One typed suite for every backend's Resident: each primitive, for many plan
+// geometries (crops, scan and detector bins with partial edges), must equal
+// the naive reference bit for bit and must not depend on the thread count.
+// Today the CPU resident runs it; the CUDA resident joins by adding a factory.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dense_fixture.hpp"
+#include "naive_reference.hpp"
+#include "quantem/backend/cpu_resident.hpp"
+#include "quantem/core/error.hpp"
+#include "quantem/plan/plan.hpp"
+
+namespace quantem::test {
+namespace {
+
+struct CpuResidentFactory {
+  static std::shared_ptr<backend::Resident> make(const DenseCase& c, unsigned threads) {
+    const std::vector<std::uint8_t> bytes = c.source_bytes();
+    backend::CpuResidentOptions options;
+    options.threads = threads;
+    return backend::make_cpu_resident(c.acquisition(), bytes.data(), bytes.size(), options);
+  }
+  // Launch shapes to compare: the CPU resident's thread counts.
+  static std::vector<unsigned> launch_shapes() { return {1, 2, 3}; }
+};
+
+std::vector<DenseCase> dense_cases() {
+  return {
+      // uint16, odd detector, non-square scan, masked hot pixels.
+      random_case("u16_odd", DType::uint16, 7, 5, 9, 11, 11, 900, 3, 60000),
+      // uint8 near saturation.
+      random_case("u8", DType::uint8, 6, 9, 8, 7, 12, 250, 2, 255),
+      // uint32 with unmasked counts above 65535: held as 32-bit codes.
+      random_case("u32_wide", DType::uint32, 5, 4, 6, 5, 13, 200000, 1, 3000000000ull, true),
+      // uint32 whose only large counts are masked: narrowed to 16-bit codes.
+      random_case("u32_narrow", DType::uint32, 4, 6, 7, 6, 14, 1000, 2, 70000),
+  };
+}
+
+std::vector<plan::BrowsePlan> plans_for(const DenseCase& c) {
+  std::vector<plan::BrowsePlan> plans;
+  plans.push_back({});
+  plan::BrowsePlan p;
+  p.crop = plan::ScanRegion{1, c.scan_rows, 0, c.scan_cols - 1};
+  plans.push_back(p);
+  p.scan_bin = 2;
+  p.detector_bin = 2;
+  plans.push_back(p);
+  plan::BrowsePlan q;
+  q.scan_bin = 3;
+  q.detector_bin = 4;
+  plans.push_back(q);
+  q.crop = plan::ScanRegion{0, 3, 1, 3};
+  q.scan_bin = 3;
+  q.detector_bin = 3;
+  plans.push_back(q);
+  plan::BrowsePlan whole;
+  whole.scan_bin = std::max(c.scan_rows, c.scan_cols);
+  whole.detector_bin = std::max(c.detector_rows, c.detector_cols);
+  plans.push_back(whole);
+  return plans;
+}
+
+std::vector<std::vector<std::uint8_t>> masks_for(const plan::PlanGeometry& g, std::uint64_t seed) {
+  const std::uint64_t n = g.detector_pixels();
+  std::mt19937_64 random(seed);
+  std::vector<std::vector<std::uint8_t>> masks;
+  masks.emplace_back(n, 0);  // empty
+  masks.emplace_back(n, 1);  // full
+  for (const double density : {0.2, 0.85}) {  // sparse, and dense (summed as total - complement)
+    std::vector<std::uint8_t> mask(n);
+    std::bernoulli_distribution in(density);
+    for (auto& m : mask) m = in(random) ? 1 : 0;
+    masks.push_back(mask);
+  }
+  std::vector<std::uint8_t> disk(n);
+  for (std::uint64_t r = 0; r < g.detector_rows; ++r)
+    for (std::uint64_t c = 0; c < g.detector_cols; ++c) {
+      const double dr = static_cast<double>(r) - static_cast<double>(g.detector_rows) / 2.0;
+      const double dc = static_cast<double>(c) - static_cast<double>(g.detector_cols) / 2.0;
+      disk[r * g.detector_cols + c] = dr * dr + dc * dc <= 4.0 ? 1 : 0;
+    }
+  masks.push_back(disk);
+  return masks;
+}
+
+template <class Factory>
+class ResidentConformance : public ::testing::Test {};
+
+using Backends = ::testing::Types<CpuResidentFactory>;
+TYPED_TEST_SUITE(ResidentConformance, Backends);
+
+TYPED_TEST(ResidentConformance, HoldsNativeTypesAndNarrowsUint32OnlyWhenLossless) {
+  for (const DenseCase& c : dense_cases()) {
+    const auto resident = TypeParam::make(c, 2);
+    const DType expected = c.name == "u32_wide" ? DType::uint32 : c.name == "u8" ? DType::uint8 : DType::uint16;
+    EXPECT_EQ(resident->resident_dtype(), expected) << c.name;
+    EXPECT_GE(resident->resident_bytes(), c.frames() * c.frame_pixels() * dtype_size(expected)) << c.name;
+    EXPECT_EQ(resident->source().scan_rows, c.scan_rows);
+    EXPECT_EQ(resident->source().masked_pixel_count, c.name == "u8" ? 2u : c.name == "u32_wide" ? 1u : c.name == "u16_odd" ? 3u : 2u);
+  }
+}
+
+TYPED_TEST(ResidentConformance, EveryPrimitiveMatchesTheNaiveReferenceForEveryGeometry) {
+  for (const DenseCase& c : dense_cases()) {
+    const std::vector<std::uint64_t> content = c.masked_counts();
+    for (const unsigned threads : TypeParam::launch_shapes()) {
+      const auto resident = TypeParam::make(c, threads);
+      for (const plan::BrowsePlan& browse_plan : plans_for(c)) {
+        const plan::PlanGeometry g =
+            plan::resolve_plan(browse_plan, c.scan_rows, c.scan_cols, c.detector_rows, c.detector_cols);
+        const NaiveReference reference(content, g);
+        const std::string where = c.name + " threads=" + std::to_string(threads) + " " + plan::to_string(g);
+
+        EXPECT_EQ(resident->pattern_sum(g), reference.pattern_sum()) << where;
+        std::uint64_t seed = 1;
+        for (const auto& mask : masks_for(g, seed++)) {
+          EXPECT_EQ(resident->masked_sum(g, mask), reference.masked_sum(mask)) << where;
+        }
+        const backend::CenterOfMassSums got = resident->center_of_mass_sums(g);
+        const backend::CenterOfMassSums want = reference.center_of_mass_sums();
+        EXPECT_EQ(got.total, want.total) << where;
+        EXPECT_EQ(got.row_moment, want.row_moment) << where;
+        EXPECT_EQ(got.col_moment, want.col_moment) << where;
+        for (std::uint64_t row = 0; row < g.scan_rows; ++row)
+          for (std::uint64_t col = 0; col < g.scan_cols; ++col)
+            ASSERT_EQ(resident->frame(g, row, col), reference.frame(row, col)) << where << " at " << row << "," << col;
+
+        std::vector<std::uint64_t> all(g.positions());
+        for (std::uint64_t p = 0; p < g.positions(); ++p) all[p] = p;
+        const std::vector<std::uint64_t> some = {g.positions() - 1, 0, g.positions() / 2};
+        for (const auto& positions : {all, some}) {
+          for (const auto reduce : {backend::RegionReduce::sum, backend::RegionReduce::max}) {
+            EXPECT_EQ(resident->region_reduce(g, positions, reduce), reference.region_reduce(positions, reduce))
+                << where << (reduce == backend::RegionReduce::sum ? " sum" : " max");
+          }
+        }
+      }
+    }
+  }
+}
+
+TYPED_TEST(ResidentConformance, MaskedPixelsAreZeroBeforeAnySum) {
+  const DenseCase c = random_case("masked", DType::uint16, 3, 3, 5, 5, 21, 100, 4, 65535);
+  const auto resident = TypeParam::make(c, 2);
+  const plan::PlanGeometry g = plan::resolve_plan({}, 3, 3, 5, 5);
+  const std::vector<std::uint64_t> pattern = resident->pattern_sum(g);
+  for (std::uint64_t p = 0; p < c.frame_pixels(); ++p) {
+    if (c.pixel_mask[p] != 0) {
+      EXPECT_EQ(pattern[p], 0u) << "masked pixel " << p;
+    }
+  }
+  EXPECT_EQ(resident->masked_sum(g, c.pixel_mask), std::vector<std::uint64_t>(9, 0));
+}
+
+TYPED_TEST(ResidentConformance, ConcurrentCallsOnOneResidentAgree) {
+  const DenseCase c = random_case("concurrent", DType::uint16, 8, 8, 12, 12, 31, 500, 1, 7);
+  const auto resident = TypeParam::make(c, 2);
+  plan::BrowsePlan browse_plan;
+  browse_plan.scan_bin = 3;
+  const plan::PlanGeometry g = plan::resolve_plan(browse_plan, 8, 8, 12, 12);
+  const NaiveReference reference(c.masked_counts(), g);
+  const auto masks = masks_for(g, 5);
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round) {
+        const auto& mask = masks[static_cast<std::size_t>(round + t) % masks.size()];
+        if (resident->masked_sum(g, mask) != reference.masked_sum(mask)) ++mismatches[static_cast<std::size_t>(t)];
+        if (resident->center_of_mass_sums(g).total != reference.center_of_mass_sums().total)
+          ++mismatches[static_cast<std::size_t>(t)];
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+}
+
+TYPED_TEST(ResidentConformance, RejectsForeignGeometriesAndOutOfRangeArguments) {
+  const DenseCase c = random_case("errors", DType::uint8, 4, 5, 6, 7, 41, 100, 0, 0);
+  const auto resident = TypeParam::make(c, 2);
+  const plan::PlanGeometry foreign = plan::resolve_plan({}, 5, 4, 6, 7);
+  const auto kind_of = [](auto&& call) {
+    try {
+      call();
+    } catch (const Error& error) {
+      return error.kind();
+    }
+    return ErrorKind::forbidden;  // "did not throw"
+  };
+  EXPECT_EQ(kind_of([&] { resident->pattern_sum(foreign); }), ErrorKind::internal);
+  plan::PlanGeometry forged = plan::resolve_plan({}, 4, 5, 6, 7);
+  forged.scan_rows = 3;
+  EXPECT_EQ(kind_of([&] { resident->center_of_mass_sums(forged); }), ErrorKind::internal);
+  const plan::PlanGeometry g = plan::resolve_plan({}, 4, 5, 6, 7);
+  EXPECT_EQ(kind_of([&] { resident->masked_sum(g, std::vector<std::uint8_t>(41, 1)); }), ErrorKind::bad_request);
+  EXPECT_EQ(kind_of([&] { resident->frame(g, 4, 0); }), ErrorKind::bad_request);
+  EXPECT_EQ(kind_of([&] { resident->region_reduce(g, {20}, backend::RegionReduce::sum); }), ErrorKind::bad_request);
+}
+
+}  // namespace
+}  // namespace quantem::test
