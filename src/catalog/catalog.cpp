@@ -1,1 +1,326 @@
-// placeholder: implemented by the catalog work
+// Discovery, sessions and the sessions document: reference/browse-protocol.md
+// §2.1-§2.2, §2.6 and §4.2.
+#include "quantem/catalog/catalog.hpp"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+namespace quantem::catalog {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kMasterSuffix = "_master.h5";
+
+std::vector<std::string> split_components(const std::string& relative) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (start <= relative.size()) {
+    auto slash = relative.find('/', start);
+    if (slash == std::string::npos) slash = relative.size();
+    if (slash > start) parts.push_back(relative.substr(start, slash - start));
+    start = slash + 1;
+  }
+  return parts;
+}
+
+bool is_hidden_component(const std::string& name) { return !name.empty() && (name[0] == '.' || name[0] == '_'); }
+
+bool is_master_name(const std::string& name) {
+  const std::string suffix = kMasterSuffix;
+  return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Strict UTF-8 validation (no overlongs, no surrogates, at most U+10FFFF).
+bool is_valid_utf8(const std::string& text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const auto* end = p + text.size();
+  while (p < end) {
+    const unsigned char c = *p;
+    std::size_t length = 0;
+    std::uint32_t code = 0;
+    if (c < 0x80) {
+      ++p;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      length = 2;
+      code = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      length = 3;
+      code = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      length = 4;
+      code = c & 0x07;
+    } else {
+      return false;
+    }
+    if (static_cast<std::size_t>(end - p) < length) return false;
+    for (std::size_t i = 1; i < length; ++i) {
+      if ((p[i] & 0xC0) != 0x80) return false;
+      code = (code << 6) | (p[i] & 0x3F);
+    }
+    if ((length == 2 && code < 0x80) || (length == 3 && code < 0x800) || (length == 4 && code < 0x10000) ||
+        code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) {
+      return false;
+    }
+    p += length;
+  }
+  return true;
+}
+
+// Replaces every invalid byte with U+FFFD.
+std::string repaired_utf8(const std::string& text) {
+  if (is_valid_utf8(text)) return text;
+  std::string out;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    bool matched = false;
+    for (std::size_t length = 1; length <= 4 && i + length <= text.size(); ++length) {
+      const std::string piece = text.substr(i, length);
+      if (is_valid_utf8(piece)) {
+        out += piece;
+        i += length;
+        matched = true;
+        break;
+      }
+    }
+    if (!matched) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
+std::string relative_to(const std::string& root, const std::string& path) {
+  if (path == root) return "";
+  const std::string prefix = root == "/" ? "/" : root + "/";
+  return path.compare(0, prefix.size(), prefix) == 0 ? path.substr(prefix.size()) : path;
+}
+
+std::string base_name(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string parent_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return "";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// Python's Path.name of an absolute path: "" for "/".
+std::string path_name(const std::string& absolute) { return absolute == "/" ? "" : base_name(absolute); }
+
+// Reference §2.2: (source, date) from the relative directory parts.
+std::pair<std::string, std::string> source_and_date(const std::string& root, const std::vector<std::string>& parts) {
+  if (parts.size() >= 2) return {parts[parts.size() - 2], parts.back()};
+  if (parts.size() == 1) return {path_name(root), parts[0]};
+  return {path_name(parent_of(root)), path_name(root)};
+}
+
+nlohmann::ordered_json optional_number(const std::optional<double>& value) {
+  if (value && std::isfinite(*value)) return *value;
+  return nullptr;
+}
+
+}  // namespace
+
+const Session* Catalog::find_session(const std::string& id) const {
+  const auto found = session_directories.find(id);
+  if (found == session_directories.end()) return nullptr;
+  for (const auto& session : sessions) {
+    if (session.directory == found->second) return &session;
+  }
+  return nullptr;
+}
+
+std::string absolute_folder(const std::string& folder) {
+  std::string expanded = folder;
+  if (!expanded.empty() && expanded[0] == '~') {
+    const auto slash = expanded.find('/');
+    const std::string user = expanded.substr(1, slash == std::string::npos ? std::string::npos : slash - 1);
+    std::string home;
+    if (user.empty()) {
+      if (const char* env = std::getenv("HOME")) home = env;
+      if (home.empty()) {
+        if (const passwd* entry = getpwuid(getuid())) home = entry->pw_dir;
+      }
+    } else if (const passwd* entry = getpwnam(user.c_str())) {
+      home = entry->pw_dir;
+    }
+    if (!home.empty()) expanded = home + (slash == std::string::npos ? "" : expanded.substr(slash));
+  }
+  fs::path path(expanded.empty() ? "." : expanded);
+  if (path.is_relative()) {
+    std::error_code error;
+    const fs::path cwd = fs::current_path(error);
+    path = (error ? fs::path("/") : cwd) / path;
+  }
+  std::string normal = path.lexically_normal().string();
+  while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+  return normal;
+}
+
+namespace {
+
+using FoundMaster = std::pair<std::vector<std::string>, std::string>;  // (components, absolute path)
+
+// One directory level; an unreadable directory is skipped with a warning, its
+// siblings are still walked. Symlinked directories are not descended into.
+void walk_directory(const std::string& root, const fs::path& directory, std::vector<FoundMaster>& found) {
+  std::error_code error;
+  fs::directory_iterator it(directory, fs::directory_options::skip_permission_denied, error);
+  if (error) {
+    spdlog::warn("catalog: cannot list {}: {}", directory.string(), error.message());
+    return;
+  }
+  std::vector<fs::path> subdirectories;
+  for (const fs::directory_iterator end; it != end; it.increment(error)) {
+    if (error) {
+      spdlog::warn("catalog: listing {}: {}", directory.string(), error.message());
+      break;
+    }
+    const std::string name = it->path().filename().string();
+    if (is_hidden_component(name)) continue;
+    std::error_code type_error;
+    if (it->is_directory(type_error) && !it->is_symlink(type_error)) subdirectories.push_back(it->path());
+    if (!is_master_name(name)) continue;  // a directory named *_master.h5 is listed, as rglob does
+    const std::string path = it->path().string();
+    const std::string relative = relative_to(root, path);
+    if (!is_valid_utf8(relative)) {
+      spdlog::warn("catalog: skipping a master whose path is not valid UTF-8: {}", repaired_utf8(path));
+      continue;
+    }
+    found.emplace_back(split_components(relative), path);
+  }
+  for (const auto& subdirectory : subdirectories) walk_directory(root, subdirectory, found);
+}
+
+}  // namespace
+
+std::vector<std::string> discover_masters(const std::string& data_folder) {
+  const std::string root = absolute_folder(data_folder);
+  std::vector<FoundMaster> found;
+  walk_directory(root, root, found);
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> masters;
+  masters.reserve(found.size());
+  for (auto& entry : found) masters.push_back(std::move(entry.second));
+  return masters;
+}
+
+Catalog build_catalog(const std::string& data_folder) {
+  Catalog catalog;
+  catalog.data_folder = absolute_folder(data_folder);
+  const std::string& root = catalog.data_folder;
+
+  std::map<std::string, Session> by_path;
+  for (const auto& master : discover_masters(root)) {
+    const std::string directory = parent_of(master);
+    const std::string relative_directory = relative_to(root, directory);
+    const std::string session_path = relative_directory.empty() ? "." : relative_directory;
+    Acquisition acquisition;
+    try {
+      acquisition = inspect_master(master);
+    } catch (const std::exception& e) {
+      spdlog::warn("catalog: skipping {}: {}", master, e.what());
+      continue;
+    }
+    auto [entry, inserted] = by_path.try_emplace(session_path);
+    Session& session = entry->second;
+    if (inserted) {
+      session.path = session_path;
+      session.directory = directory;
+      std::tie(session.source, session.date) = source_and_date(root, split_components(relative_directory));
+    }
+    session.files.push_back(std::move(acquisition));
+  }
+
+  // std::map orders by plain string order of path, as the reference does.
+  for (auto& [path, session] : by_path) {
+    std::sort(session.files.begin(), session.files.end(),
+              [](const Acquisition& a, const Acquisition& b) { return a.name < b.name; });
+    catalog.session_directories[path] = session.directory;
+    catalog.sessions.push_back(std::move(session));
+  }
+  // Legacy aliases "{source}/{date}": only when unambiguous and not a real path.
+  std::map<std::string, std::set<std::string>> alias_directories;
+  for (const auto& session : catalog.sessions) {
+    alias_directories[session.source + "/" + session.date].insert(session.directory);
+  }
+  for (const auto& [alias, directories] : alias_directories) {
+    if (directories.size() == 1) catalog.session_directories.emplace(alias, *directories.begin());
+  }
+  return catalog;
+}
+
+nlohmann::ordered_json sessions_document(const Catalog& catalog) {
+  using json = nlohmann::ordered_json;
+  json sessions = json::array();
+  for (const auto& session : catalog.sessions) {
+    json files = json::array();
+    for (const auto& file : session.files) {
+      json entry;
+      entry["name"] = repaired_utf8(file.name);
+      entry["shape"] = json::array({file.scan_rows, file.scan_cols, file.detector_rows, file.detector_cols});
+      entry["dtype"] = file.dtype ? json(dtype_name(*file.dtype)) : json(nullptr);
+      entry["cal"] = file.scan_sampling_A && std::isfinite(*file.scan_sampling_A) ? "ok" : "un";
+      entry["size"] = format_size(file.size_bytes);
+      entry["size_bytes"] = file.size_bytes;
+      entry["loadable"] = file.status.loadable;
+      json status;
+      status["loadable"] = file.status.loadable;
+      status["reason"] = repaired_utf8(file.status.reason);
+      status["action"] = file.status.action;
+      entry["load_status"] = std::move(status);
+      entry["scan_sampling_A"] = optional_number(file.scan_sampling_A);
+      entry["k_pixel_size_mrad"] = optional_number(file.k_pixel_size_mrad);
+      entry["has_ssb"] = false;
+      files.push_back(std::move(entry));
+    }
+    json item;
+    item["path"] = repaired_utf8(session.path);
+    item["source"] = repaired_utf8(session.source);
+    item["date"] = repaired_utf8(session.date);
+    item["files"] = std::move(files);
+    sessions.push_back(std::move(item));
+  }
+  json document;
+  document["data_folder"] = repaired_utf8(catalog.data_folder);
+  document["data_folders"] = json::array({repaired_utf8(catalog.data_folder)});
+  document["sessions"] = std::move(sessions);
+  document["complete"] = true;
+  return document;
+}
+
+std::string format_size(std::uint64_t bytes) {
+  struct Unit {
+    const char* name;
+    std::uint64_t bytes;
+  };
+  static constexpr Unit kUnits[] = {{"TB", 1ull << 40}, {"GB", 1ull << 30}, {"MB", 1ull << 20}, {"KB", 1ull << 10}};
+  for (const auto& unit : kUnits) {
+    if (bytes >= unit.bytes) {
+      // "%.1f" rounds the exact binary value half-to-even, like Python's ":.1f".
+      char text[64];
+      std::snprintf(text, sizeof text, "%.1f %s", static_cast<double>(bytes) / static_cast<double>(unit.bytes),
+                    unit.name);
+      return text;
+    }
+  }
+  return std::to_string(bytes) + " B";
+}
+
+}  // namespace quantem::catalog

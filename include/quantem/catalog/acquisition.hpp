@@ -2,6 +2,23 @@
 // What the catalog knows about one Arina/Eiger acquisition (one *_master.h5).
 // Inspection reads HDF5 headers only, never frames, and never throws for a bad
 // file: the problem is reported in `status` (reference/browse-protocol.md §2.3).
+//
+// Readiness runs the reference's checks (§2.3 rows 1-21) in order, then these
+// tightenings, then the stability check (row 22):
+//   - the stored dtype is uint8, uint16 or uint32 (little-endian);
+//   - every source is contiguous or chunked one frame per chunk (1, ..., rows, cols);
+//   - every source's filter pipeline is bitshuffle-LZ4 (32008, cd_values[2] =
+//     element size, cd_values[4] = 2), LZ4 (32004) or empty, and all agree;
+//   - every chunk of every source is written (H5Dget_num_chunks), and a
+//     contiguous source has its storage allocated;
+//   - a known scan shape covers exactly the stored frames.
+// Scan shape: the first positive 2-vector `scan_shape` of §2.4, else the Arina
+// sidecar <stem>.h5 (/STEM Metadata NumPixelsY rows x NumPixelsX cols, or
+// NumPixelsX + NumPixelsPrescan cols, whichever matches the frame total), else
+// the square root of the frame total (ntrigger x nimages, or the stored frames
+// when there is no ntrigger), else unknown (0, 0).
+// A pixel_mask whose shape differs from the detector, or that is not an
+// integer dataset, is ignored with a logged warning: the frames stay usable.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -21,15 +38,22 @@ struct LoadStatus {
 
 // One file's identity for staleness checks: a resident or cached image built
 // from a signature is never served once any entry changes.
+// Stats follow symlinks; a file that cannot be stat'ed is recorded as missing
+// (exists = false, every other field 0).
 struct SignatureEntry {
   std::string path;  // absolute
   bool exists = false;
   std::int64_t size_bytes = 0;
   std::int64_t mtime_ns = 0;
+  std::int64_t ctime_ns = 0;  // also catches an atomic replace that keeps size and mtime
+  std::uint64_t device = 0;
+  std::uint64_t inode = 0;
   bool operator==(const SignatureEntry& other) const {
     return path == other.path && exists == other.exists && size_bytes == other.size_bytes &&
-           mtime_ns == other.mtime_ns;
+           mtime_ns == other.mtime_ns && ctime_ns == other.ctime_ns && device == other.device &&
+           inode == other.inode;
   }
+  bool operator!=(const SignatureEntry& other) const { return !(*this == other); }
 };
 using SourceSignature = std::vector<SignatureEntry>;  // master first, then linked files in link order
 
@@ -53,24 +77,26 @@ struct Acquisition {
   std::uint64_t scan_cols = 0;
   std::uint64_t detector_rows = 0;
   std::uint64_t detector_cols = 0;
-  std::string scan_shape_basis;  // where the scan shape came from ("scan_shape attribute", "STEM Metadata sidecar", ...)
+  std::string scan_shape_basis;  // where the scan shape came from, e.g. "STEM Metadata sidecar test_00.h5"
 
   std::optional<DType> dtype;       // stored element type; nullopt when unknown or unsupported
   codec::ChunkFormat chunk_format;  // the common filter of every source
   std::vector<Shard> shards;
-  std::uint64_t stored_frames = 0;
-  std::optional<std::uint64_t> expected_frames;
+  std::uint64_t stored_frames = 0;                 // summed over the sources that were read
+  std::optional<std::uint64_t> expected_frames;   // ntrigger x nimages, else the scan_shape product
+  std::optional<std::uint64_t> ntrigger;
+  std::optional<std::uint64_t> nimages;
 
   // Bad-pixel mask at detector resolution, row-major, 1 = masked (NXdetector
   // rule: any of the low 16 bits of pixel_mask set). Empty when the master has none.
   std::vector<std::uint8_t> pixel_mask;
   std::uint64_t masked_pixel_count = 0;
 
-  std::uint64_t size_bytes = 0;  // master + every linked file that exists
+  std::uint64_t size_bytes = 0;  // master + every distinct linked file that exists
   LoadStatus status;
   std::optional<double> scan_sampling_A;
   std::optional<double> k_pixel_size_mrad;
-  SourceSignature signature;
+  SourceSignature signature;  // master, then every distinct linked file, stat'ed during inspection
 
   bool scan_shape_known() const { return scan_rows > 0 && scan_cols > 0; }
   bool detector_shape_known() const { return detector_rows > 0 && detector_cols > 0; }
@@ -101,8 +127,15 @@ struct FrameIndex {
   std::uint64_t stored_bytes_total = 0;  // sum of stored_bytes
 };
 
-// Builds the frame index of a loadable acquisition. Throws quantem::Error
-// (corrupt_data / io) when a shard's chunk index is malformed or a chunk is missing.
+// Builds the frame index of a loadable acquisition. Chunked sources: the chunk
+// index is read from the file (v1 B-tree, single chunk, implicit and fixed
+// array indexes); other index kinds fall back to H5Dget_chunk_info with a
+// logged warning (correct, O(N^2)). Contiguous sources: frame i at the data
+// offset + i x frame bytes.
+// Throws quantem::Error: conflict when the acquisition is not loadable or a
+// shard changed since inspection; corrupt_data when a chunk index is malformed,
+// a frame has no chunk, or a chunk lies outside its file; HdfError / IoError
+// when a file cannot be opened or read.
 FrameIndex build_frame_index(const Acquisition& acquisition);
 
 }  // namespace quantem::catalog

@@ -14,6 +14,7 @@ namespace quantem::catalog {
 
 struct Session {
   std::string path;    // relative POSIX path of the directory, "." for the root
+  std::string directory;  // absolute
   std::string source;  // see reference §2.2
   std::string date;
   std::vector<Acquisition> files;  // sorted by name
@@ -32,15 +33,19 @@ struct Catalog {
 std::string absolute_folder(const std::string& folder);
 
 // Every catalogued master under data_folder, absolute paths, in the reference's
-// component-wise order. Skips `_`/`.` components; does not descend into symlinked directories.
+// component-wise order. Skips `_`/`.` components; does not descend into
+// symlinked directories; skips (with a warning) paths that are not valid UTF-8
+// (reference §8.17). A missing or unreadable folder gives an empty list.
 std::vector<std::string> discover_masters(const std::string& data_folder);
 
 // Walks and inspects everything.
 Catalog build_catalog(const std::string& data_folder);
 
-// The JSON document of GET /api/browse/sessions (reference §4.2), byte-compatible
-// when dumped with nlohmann::json::dump() (compact separators).
-nlohmann::json sessions_document(const Catalog& catalog);
+// The JSON document of GET /api/browse/sessions (reference §4.2) with the
+// reference's key order, byte-compatible when dumped with dump() (compact
+// separators). Text that is not valid UTF-8 is repaired with U+FFFD so dump()
+// never throws (discovery already skips undecodable names).
+nlohmann::ordered_json sessions_document(const Catalog& catalog);
 
 // Python-compatible human size: "0 B", "1023 B", "1.0 KB", "9.6 KB", ...
 std::string format_size(std::uint64_t bytes);

@@ -1,0 +1,365 @@
+#include "hdf5_handles.hpp"
+
+#include <cctype>
+#include <limits>
+
+#include "quantem/core/error.hpp"
+
+namespace quantem::catalog::hdf5 {
+
+void silence_error_printing() {
+  thread_local bool silenced = false;
+  if (!silenced) {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    silenced = true;
+  }
+}
+
+namespace {
+
+herr_t collect_description(unsigned /*n*/, const H5E_error2_t* error, void* client_data) {
+  auto* descriptions = static_cast<std::vector<std::string>*>(client_data);
+  if (error && error->desc && *error->desc) descriptions->emplace_back(error->desc);
+  return 0;
+}
+
+// Checks an HDF5 return value: negative means failure.
+template <typename T>
+T checked(T value, const char* what) {
+  if (value < 0) throw_error(what);
+  return value;
+}
+
+}  // namespace
+
+std::string take_error_message() {
+  std::vector<std::string> descriptions;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_description, &descriptions);
+  H5Eclear2(H5E_DEFAULT);
+  if (descriptions.empty()) return {};
+  // Like h5py: the API-level description, capitalised, then the innermost cause.
+  std::string message = descriptions.front();
+  message[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(message[0])));
+  if (descriptions.size() > 1 && descriptions.back() != descriptions.front()) {
+    message += " (" + descriptions.back() + ")";
+  }
+  return message;
+}
+
+void throw_error(const std::string& what) {
+  std::string message = take_error_message();
+  if (message.empty()) message = "HDF5 call failed";
+  throw HdfError(what + ": " + message);
+}
+
+PropertyList PropertyList::file_access_without_locking() {
+  silence_error_printing();
+  PropertyList fapl(checked(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate(file access)"));
+  checked(H5Pset_file_locking(fapl.id(), false, true), "H5Pset_file_locking");
+  return fapl;
+}
+
+H5T_class_t Datatype::type_class() const {
+  const H5T_class_t type_class = H5Tget_class(id());
+  if (type_class == H5T_NO_CLASS) throw_error("H5Tget_class");
+  return type_class;
+}
+
+std::size_t Datatype::size() const {
+  const std::size_t bytes = H5Tget_size(id());
+  if (bytes == 0) throw_error("H5Tget_size");
+  return bytes;
+}
+
+bool Datatype::is_signed() const { return checked(H5Tget_sign(id()), "H5Tget_sign") == H5T_SGN_2; }
+
+bool Datatype::is_little_endian() const {
+  const H5T_order_t order = H5Tget_order(id());
+  if (order == H5T_ORDER_ERROR) throw_error("H5Tget_order");
+  return order != H5T_ORDER_BE;
+}
+
+bool Datatype::is_variable_string() const {
+  return checked(H5Tis_variable_str(id()), "H5Tis_variable_str") > 0;
+}
+
+std::string Datatype::numpy_str() const {
+  const std::size_t bytes = size();
+  const auto order = [&]() -> std::string { return bytes == 1 ? "|" : (is_little_endian() ? "<" : ">"); };
+  switch (type_class()) {
+    case H5T_INTEGER:
+      return order() + (is_signed() ? "i" : "u") + std::to_string(bytes);
+    case H5T_FLOAT:
+      return order() + "f" + std::to_string(bytes);
+    case H5T_STRING:
+      return is_variable_string() ? "|O" : "|S" + std::to_string(bytes);
+    case H5T_ENUM: {
+      Datatype base(H5Tget_super(id()));
+      if (!base.valid()) throw_error("H5Tget_super");
+      return base.numpy_str();
+    }
+    default:
+      return "|V" + std::to_string(bytes);
+  }
+}
+
+std::vector<hsize_t> Dataspace::dims() const {
+  const int rank = checked(H5Sget_simple_extent_ndims(id()), "H5Sget_simple_extent_ndims");
+  std::vector<hsize_t> dimensions(static_cast<std::size_t>(rank));
+  if (rank > 0) checked(H5Sget_simple_extent_dims(id(), dimensions.data(), nullptr), "H5Sget_simple_extent_dims");
+  return dimensions;
+}
+
+bool Dataspace::is_scalar() const {
+  return checked(H5Sget_simple_extent_type(id()), "H5Sget_simple_extent_type") == H5S_SCALAR;
+}
+
+hsize_t Dataspace::element_count() const {
+  const hssize_t count = H5Sget_simple_extent_npoints(id());
+  if (count < 0) throw_error("H5Sget_simple_extent_npoints");
+  return static_cast<hsize_t>(count);
+}
+
+Datatype Attribute::type() const { return Datatype(checked(H5Aget_type(id()), "H5Aget_type")); }
+Dataspace Attribute::space() const { return Dataspace(checked(H5Aget_space(id()), "H5Aget_space")); }
+
+Datatype Dataset::type() const { return Datatype(checked(H5Dget_type(id()), "H5Dget_type")); }
+Dataspace Dataset::space() const { return Dataspace(checked(H5Dget_space(id()), "H5Dget_space")); }
+PropertyList Dataset::creation_properties() const {
+  return PropertyList(checked(H5Dget_create_plist(id()), "H5Dget_create_plist"));
+}
+
+haddr_t Dataset::object_header_address() const {
+  H5O_info_t info{};
+  checked(H5Oget_info2(id(), &info, H5O_INFO_BASIC), "H5Oget_info");
+  return info.addr;
+}
+
+hsize_t Dataset::allocated_chunk_count() const {
+  Dataspace file_space = space();
+  hsize_t chunks = 0;
+  checked(H5Dget_num_chunks(id(), file_space.id(), &chunks), "H5Dget_num_chunks");
+  return chunks;
+}
+
+std::optional<haddr_t> Dataset::contiguous_offset() const {
+  const haddr_t offset = H5Dget_offset(id());
+  H5Eclear2(H5E_DEFAULT);  // HADDR_UNDEF (unallocated) may leave an error on the stack
+  if (offset == HADDR_UNDEF) return std::nullopt;
+  return offset;
+}
+
+File File::open_read_only(const std::string& path) {
+  silence_error_printing();
+  const PropertyList fapl = PropertyList::file_access_without_locking();
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.id());
+  if (id < 0) throw_error("H5Fopen(" + path + ")");
+  return File(id);
+}
+
+std::size_t File::offset_size() const {
+  PropertyList fcpl(checked(H5Fget_create_plist(id()), "H5Fget_create_plist"));
+  std::size_t offsets = 0, lengths = 0;
+  checked(H5Pget_sizes(fcpl.id(), &offsets, &lengths), "H5Pget_sizes");
+  return offsets;
+}
+
+std::size_t File::length_size() const {
+  PropertyList fcpl(checked(H5Fget_create_plist(id()), "H5Fget_create_plist"));
+  std::size_t offsets = 0, lengths = 0;
+  checked(H5Pget_sizes(fcpl.id(), &offsets, &lengths), "H5Pget_sizes");
+  return lengths;
+}
+
+hsize_t File::user_block_size() const {
+  PropertyList fcpl(checked(H5Fget_create_plist(id()), "H5Fget_create_plist"));
+  hsize_t bytes = 0;
+  checked(H5Pget_userblock(fcpl.id(), &bytes), "H5Pget_userblock");
+  return bytes;
+}
+
+bool path_exists(hid_t loc, const std::string& path) {
+  silence_error_printing();
+  // H5Lexists fails (instead of answering false) when an intermediate
+  // component is missing, so test each prefix in turn.
+  std::size_t position = 0;
+  while (position <= path.size()) {
+    std::size_t slash = path.find('/', position);
+    if (slash == std::string::npos) slash = path.size();
+    if (slash > position) {
+      const std::string prefix = path.substr(0, slash);
+      if (H5Lexists(loc, prefix.c_str(), H5P_DEFAULT) <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return false;
+      }
+    }
+    position = slash + 1;
+  }
+  // The last link exists; does it resolve (a dangling soft/external link does not)?
+  const htri_t resolves = H5Oexists_by_name(loc, path.c_str(), H5P_DEFAULT);
+  H5Eclear2(H5E_DEFAULT);
+  return resolves > 0;
+}
+
+bool link_exists(hid_t group, const std::string& name) {
+  silence_error_printing();
+  const htri_t exists = H5Lexists(group, name.c_str(), H5P_DEFAULT);
+  H5Eclear2(H5E_DEFAULT);
+  return exists > 0;
+}
+
+H5O_type_t object_type(hid_t loc, const std::string& path) {
+  if (!path_exists(loc, path)) return H5O_TYPE_UNKNOWN;
+  H5O_info_t info{};
+  if (H5Oget_info_by_name2(loc, path.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return H5O_TYPE_UNKNOWN;
+  }
+  return info.type;
+}
+
+Group open_group(hid_t loc, const std::string& path) {
+  silence_error_printing();
+  const hid_t id = H5Gopen2(loc, path.c_str(), H5P_DEFAULT);
+  if (id < 0) throw_error("H5Gopen(" + path + ")");
+  return Group(id);
+}
+
+Dataset open_dataset(hid_t loc, const std::string& path) {
+  silence_error_printing();
+  const hid_t id = H5Dopen2(loc, path.c_str(), H5P_DEFAULT);
+  if (id < 0) throw_error("H5Dopen(" + path + ")");
+  return Dataset(id);
+}
+
+bool attribute_exists(hid_t object, const std::string& name) {
+  silence_error_printing();
+  const htri_t exists = H5Aexists(object, name.c_str());
+  H5Eclear2(H5E_DEFAULT);
+  return exists > 0;
+}
+
+Attribute open_attribute(hid_t object, const std::string& name) {
+  silence_error_printing();
+  const hid_t id = H5Aopen(object, name.c_str(), H5P_DEFAULT);
+  if (id < 0) throw_error("H5Aopen(" + name + ")");
+  return Attribute(id);
+}
+
+namespace {
+
+// Reads every element of an attribute or dataset as the requested memory type.
+template <typename Reader>
+Value read_value_with(const Datatype& type, const Dataspace& space, Reader&& read) {
+  Value value;
+  const hsize_t count = space.element_count();
+  constexpr hsize_t kMaxMetadataElements = 1u << 20;  // metadata values only, never frames
+  if (count > kMaxMetadataElements) throw HdfError("metadata value has too many elements");
+  const H5T_class_t type_class = type.type_class();
+  if (type_class == H5T_INTEGER || type_class == H5T_ENUM) {
+    const bool is_signed = type_class == H5T_INTEGER ? type.is_signed() : true;
+    if (is_signed) {
+      value.integers.resize(count);
+      read(H5T_NATIVE_INT64, value.integers.data());
+    } else {
+      std::vector<std::uint64_t> unsigned_values(count);
+      read(H5T_NATIVE_UINT64, unsigned_values.data());
+      value.integers.reserve(count);
+      for (const auto v : unsigned_values) {
+        value.integers.push_back(v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())
+                                     ? std::numeric_limits<std::int64_t>::max()
+                                     : static_cast<std::int64_t>(v));
+      }
+      value.reals.assign(unsigned_values.begin(), unsigned_values.end());
+    }
+    if (value.reals.empty()) value.reals.assign(value.integers.begin(), value.integers.end());
+    value.is_integer = true;
+    value.is_real = true;
+  } else if (type_class == H5T_FLOAT) {
+    value.reals.resize(count);
+    read(H5T_NATIVE_DOUBLE, value.reals.data());
+    value.is_real = true;
+  } else if (type_class == H5T_STRING && count >= 1) {
+    // HDF5 converts strings only between types of the same character set.
+    const H5T_cset_t cset = H5Tget_cset(type.id());
+    if (type.is_variable_string()) {
+      Datatype memory(H5Tcopy(H5T_C_S1));
+      H5Tset_size(memory.id(), H5T_VARIABLE);
+      H5Tset_cset(memory.id(), cset);
+      std::vector<char*> strings(count, nullptr);
+      read(memory.id(), strings.data());
+      if (strings[0]) value.text = std::string(strings[0]);
+      for (char* s : strings) {
+        if (s) H5free_memory(s);
+      }
+    } else {
+      const std::size_t bytes = type.size();
+      Datatype memory(H5Tcopy(H5T_C_S1));
+      H5Tset_size(memory.id(), bytes);
+      H5Tset_cset(memory.id(), cset);
+      std::vector<char> buffer(bytes * count);
+      read(memory.id(), buffer.data());
+      std::string text(buffer.data(), bytes);
+      const auto end = text.find('\0');
+      if (end != std::string::npos) text.resize(end);
+      value.text = text;
+    }
+  }
+  return value;
+}
+
+}  // namespace
+
+Value read_value(const Attribute& attribute) {
+  const Datatype type = attribute.type();
+  const Dataspace space = attribute.space();
+  return read_value_with(type, space, [&](hid_t memory_type, void* buffer) {
+    checked(H5Aread(attribute.id(), memory_type, buffer), "H5Aread");
+  });
+}
+
+Value read_value(const Dataset& dataset) {
+  const Datatype type = dataset.type();
+  const Dataspace space = dataset.space();
+  return read_value_with(type, space, [&](hid_t memory_type, void* buffer) {
+    checked(H5Dread(dataset.id(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer), "H5Dread");
+  });
+}
+
+namespace {
+herr_t collect_member(hid_t /*group*/, const char* name, const H5L_info_t* /*info*/, void* client_data) {
+  static_cast<std::vector<std::string>*>(client_data)->emplace_back(name);
+  return 0;
+}
+}  // namespace
+
+std::vector<std::string> member_names(hid_t group) {
+  silence_error_printing();
+  std::vector<std::string> names;
+  hsize_t index = 0;
+  checked(H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, &index, collect_member, &names), "H5Literate");
+  return names;
+}
+
+LinkInfo link_info(hid_t group, const std::string& name) {
+  silence_error_printing();
+  LinkInfo result;
+  H5L_info_t info{};
+  checked(H5Lget_info(group, name.c_str(), &info, H5P_DEFAULT), ("H5Lget_info(" + name + ")").c_str());
+  result.type = info.type;
+  if (info.type == H5L_TYPE_EXTERNAL) {
+    std::vector<char> value(info.u.val_size + 1, '\0');
+    checked(H5Lget_val(group, name.c_str(), value.data(), info.u.val_size, H5P_DEFAULT),
+            ("H5Lget_val(" + name + ")").c_str());
+    unsigned flags = 0;
+    const char* file = nullptr;
+    const char* object = nullptr;
+    checked(H5Lunpack_elink_val(value.data(), info.u.val_size, &flags, &file, &object),
+            ("H5Lunpack_elink_val(" + name + ")").c_str());
+    result.external_file = file ? file : "";
+    result.external_object = object ? object : "";
+  }
+  return result;
+}
+
+}  // namespace quantem::catalog::hdf5

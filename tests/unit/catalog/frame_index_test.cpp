@@ -1,0 +1,261 @@
+// build_frame_index against HDF5's own answer: h5py's dset.id.get_chunk_info
+// (offset, address, size, filter mask) and read_direct_chunk (the chunk's raw
+// bytes, hashed) for every chunk, on generated files (v1 B-trees of one and
+// several levels, fixed arrays, single chunks, the extensible-array fallback,
+// user blocks, contiguous data) and on the real Arina and Eiger data files.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "catalog_fixtures.hpp"
+#include "quantem/catalog/acquisition.hpp"
+#include "quantem/core/error.hpp"
+
+namespace quantem::catalog {
+namespace {
+
+using test::TempDir;
+namespace fs = std::filesystem;
+
+std::uint64_t fnv1a64(const std::uint8_t* data, std::size_t size) {
+  std::uint64_t value = 0xCBF29CE484222325ull;
+  for (std::size_t i = 0; i < size; ++i) {
+    value ^= data[i];
+    value *= 0x100000001B3ull;
+  }
+  return value;
+}
+
+nlohmann::json chunk_info(const std::string& file, const std::string& dataset = "/entry/data/data") {
+  const auto result = test::run_python_script("catalog_fixtures.py", "chunk-info " + test::shell_quote(file) + " " +
+                                                                          test::shell_quote(dataset));
+  return nlohmann::json::parse(result.output);
+}
+
+// Checks frames [first, first + count) of `index` against HDF5's chunks of
+// `file`. HDF5 1.10.8 reports chunk addresses relative to the file's base
+// address (the user block size); the index holds absolute file offsets, which
+// the hash of the bytes found there confirms.
+void expect_matches_hdf5(const FrameIndex& index, std::size_t first, const std::string& file,
+                         std::uint64_t user_block = 0) {
+  const auto info = chunk_info(file);
+  const auto bytes = test::read_file(file);
+  const std::uint64_t frames = info["shape"][0].get<std::uint64_t>();
+  ASSERT_LE(first + frames, index.frames.size());
+  if (info.contains("contiguous_offset")) {
+    const std::uint64_t frame_bytes = index.frames[first].stored_bytes;
+    for (std::uint64_t i = 0; i < frames; ++i) {
+      EXPECT_EQ(index.frames[first + i].file_offset, info["contiguous_offset"].get<std::uint64_t>() + i * frame_bytes);
+    }
+    return;
+  }
+  ASSERT_EQ(info["chunks"].size(), frames) << file;
+  for (const auto& chunk : info["chunks"]) {
+    const std::uint64_t frame = chunk["offset"][0].get<std::uint64_t>();
+    const FrameLocation& location = index.frames.at(first + frame);
+    EXPECT_EQ(index.shard_paths.at(location.shard), file);
+    EXPECT_EQ(location.file_offset, user_block + chunk["byte_offset"].get<std::uint64_t>()) << "frame " << frame;
+    EXPECT_EQ(location.stored_bytes, chunk["size"].get<std::uint64_t>()) << "frame " << frame;
+    EXPECT_EQ(location.filter_mask, chunk["filter_mask"].get<std::uint32_t>()) << "frame " << frame;
+    // The bytes at the offset are the chunk HDF5 returns (absolute addressing).
+    ASSERT_LE(location.file_offset + location.stored_bytes, bytes.size());
+    EXPECT_EQ(std::to_string(fnv1a64(bytes.data() + location.file_offset, location.stored_bytes)),
+              chunk["fnv1a64"].get<std::string>())
+        << "frame " << frame;
+  }
+}
+
+class FrameIndexTest : public ::testing::Test {
+ protected:
+  Acquisition make(const std::string& stem, const std::string& options) {
+    test::make_acquisitions(dir_, {dir_.path() + " " + stem + " " + options});
+    auto acquisition = inspect_master(dir_.file(stem + "_master.h5"));
+    EXPECT_TRUE(acquisition.status.loadable) << acquisition.status.reason;
+    return acquisition;
+  }
+  TempDir dir_;
+};
+
+TEST_F(FrameIndexTest, SingleChunk) {
+  const auto a = make("one", "--shard-frames 1 --det 8x8");
+  const auto index = build_frame_index(a);
+  ASSERT_EQ(index.frames.size(), 1u);
+  ASSERT_EQ(index.shard_paths.size(), 1u);
+  expect_matches_hdf5(index, 0, dir_.file("one_data_000001.h5"));
+  EXPECT_EQ(index.stored_bytes_total, index.frames[0].stored_bytes);
+}
+
+TEST_F(FrameIndexTest, MultiLevelBtree) {
+  // 5000 chunks of 4x4: leaves hold at most 64 entries, so the tree has three levels.
+  const auto a = make("many", "--shard-frames 5000 --ntrigger 5000 --dtype uint8");
+  const auto index = build_frame_index(a);
+  ASSERT_EQ(index.frames.size(), 5000u);
+  expect_matches_hdf5(index, 0, dir_.file("many_data_000001.h5"));
+  std::uint64_t total = 0;
+  for (const auto& frame : index.frames) total += frame.stored_bytes;
+  EXPECT_EQ(index.stored_bytes_total, total);
+}
+
+TEST_F(FrameIndexTest, SeveralShardsInOrder) {
+  const auto a = make("three", "--shard-frames 3,2,4 --ntrigger 9 --dtype uint32");
+  const auto index = build_frame_index(a);
+  ASSERT_EQ(index.frames.size(), 9u);
+  ASSERT_EQ(index.shard_paths.size(), 3u);
+  expect_matches_hdf5(index, 0, dir_.file("three_data_000001.h5"));
+  expect_matches_hdf5(index, 3, dir_.file("three_data_000002.h5"));
+  expect_matches_hdf5(index, 5, dir_.file("three_data_000003.h5"));
+  EXPECT_EQ(index.frames[4].shard, 1u);
+  EXPECT_EQ(index.frames[8].shard, 2u);
+}
+
+TEST_F(FrameIndexTest, LatestFormatFixedArrayPaged) {
+  // libver latest + fixed dimensions: fixed-array index, paged above 1024 entries.
+  const auto a = make("fixed", "--shard-frames 1500 --libver latest");
+  const auto index = build_frame_index(a);
+  expect_matches_hdf5(index, 0, dir_.file("fixed_data_000001.h5"));
+}
+
+TEST_F(FrameIndexTest, LatestFormatFixedArrayUnfiltered) {
+  const auto a = make("plainfixed", "--shard-frames 9 --libver latest --filter none");
+  const auto index = build_frame_index(a);
+  expect_matches_hdf5(index, 0, dir_.file("plainfixed_data_000001.h5"));
+  EXPECT_EQ(index.frames[0].stored_bytes, 4u * 4u * 2u);
+}
+
+TEST_F(FrameIndexTest, LatestFormatSingleChunkIndex) {
+  const auto a = make("single", "--shard-frames 1 --libver latest");
+  const auto index = build_frame_index(a);
+  expect_matches_hdf5(index, 0, dir_.file("single_data_000001.h5"));
+}
+
+TEST_F(FrameIndexTest, ExtensibleArrayFallsBackToHdf5WithUserBlock) {
+  // libver latest + an unlimited frame axis: extensible array, read through
+  // H5Dget_chunk_info; the user block shifts every address.
+  const auto a = make("ext", "--shard-frames 300 --libver latest --unlimited --userblock 512");
+  const auto index = build_frame_index(a);
+  expect_matches_hdf5(index, 0, dir_.file("ext_data_000001.h5"), 512);
+}
+
+TEST_F(FrameIndexTest, BtreeWithUserBlock) {
+  const auto a = make("ub", "--shard-frames 70 --userblock 1024 --unlimited");
+  const auto index = build_frame_index(a);
+  expect_matches_hdf5(index, 0, dir_.file("ub_data_000001.h5"), 1024);
+}
+
+TEST_F(FrameIndexTest, ContiguousAndInline) {
+  const auto contiguous = make("contig", "--shard-frames 5 --filter contiguous");
+  const auto index = build_frame_index(contiguous);
+  ASSERT_EQ(index.frames.size(), 5u);
+  EXPECT_EQ(index.frames[1].stored_bytes, 32u);
+  expect_matches_hdf5(index, 0, dir_.file("contig_data_000001.h5"));
+
+  const auto inline_master = make("inl", "--shard-frames inline:3,2 --ntrigger 5 --dtype uint32");
+  const auto inline_index = build_frame_index(inline_master);
+  ASSERT_EQ(inline_index.frames.size(), 5u);
+  ASSERT_EQ(inline_index.shard_paths.size(), 1u);  // both sources live in the master
+  const auto first = chunk_info(dir_.file("inl_master.h5"), "/entry/data/data_000001");
+  const auto second = chunk_info(dir_.file("inl_master.h5"), "/entry/data/data_000002");
+  EXPECT_EQ(inline_index.frames[2].file_offset, first["chunks"][2]["byte_offset"].get<std::uint64_t>());
+  EXPECT_EQ(inline_index.frames[4].file_offset, second["chunks"][1]["byte_offset"].get<std::uint64_t>());
+}
+
+TEST_F(FrameIndexTest, RefusesAcquisitionsThatAreNotLoadable) {
+  test::make_acquisitions(dir_, {dir_.path() + " gone --shard-frames 4 --missing-shards 1"});
+  const auto a = inspect_master(dir_.file("gone_master.h5"));
+  ASSERT_FALSE(a.status.loadable);
+  try {
+    (void)build_frame_index(a);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::conflict);
+  }
+}
+
+TEST_F(FrameIndexTest, CorruptBtreeIsAnErrorNotACrash) {
+  // Break one "TREE" signature at a time (chunk B-tree nodes and the group
+  // B-trees): every build must throw a typed error, and breaking a leaf the
+  // daemon reads itself must be reported as corrupt data.
+  const auto a = make("bad", "--shard-frames 200 --ntrigger 200");
+  const std::string shard = dir_.file("bad_data_000001.h5");
+  const auto pristine = test::read_file(shard);
+  int signatures = 0, corrupt = 0;
+  for (std::size_t i = 0; i + 4 <= pristine.size(); ++i) {
+    if (pristine[i] != 'T' || pristine[i + 1] != 'R' || pristine[i + 2] != 'E' || pristine[i + 3] != 'E') continue;
+    ++signatures;
+    auto bytes = pristine;
+    bytes[i + 1] = 'X';
+    test::write_file(shard, bytes);
+    try {
+      (void)build_frame_index(a);
+      ADD_FAILURE() << "no error with the signature at " << i << " broken";
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::corrupt_data) ++corrupt;
+    }
+  }
+  test::write_file(shard, pristine);
+  EXPECT_GE(signatures, 3);
+  EXPECT_GE(corrupt, 1);
+  EXPECT_EQ(build_frame_index(a).frames.size(), 200u);
+}
+
+TEST_F(FrameIndexTest, ShardRewrittenSinceInspectionIsAConflict) {
+  const auto a = make("moved", "--shard-frames 4");
+  test::make_acquisitions(dir_, {dir_.path() + " moved --shard-frames 6"});
+  try {
+    (void)build_frame_index(a);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::conflict) << e.what();
+  }
+}
+
+TEST(FrameIndexReal, ArinaTest00) {
+  const std::string directory = test::real_data_dir() + "/arina/rsciio_test_00";
+  const auto a = inspect_master(directory + "/test_00_master.h5");
+  ASSERT_TRUE(a.status.loadable) << a.status.reason;
+  const auto index = build_frame_index(a);
+  ASSERT_EQ(index.frames.size(), 16u);
+  // reference/arina-format-and-codecs.md §1.3: 16 chunks of 858 bytes at 3933, 4791, ...
+  for (std::size_t i = 0; i < 16; ++i) {
+    EXPECT_EQ(index.frames[i].file_offset, 3933u + 858u * i);
+    EXPECT_EQ(index.frames[i].stored_bytes, 858u);
+    EXPECT_EQ(index.frames[i].filter_mask, 0u);
+  }
+  EXPECT_EQ(index.stored_bytes_total, 16u * 858u);
+  expect_matches_hdf5(index, 0, index.shard_paths[0]);
+}
+
+// A master in a TempDir with absolute links to a pair of real Eiger data files.
+void check_real_eiger_pair(const std::string& prefix, DType dtype, codec::ChunkFilter filter, int files) {
+  TempDir dir;
+  const std::string data = fs::path(test::real_data_dir() + "/eiger_h5_testmodes").lexically_normal().string();
+  // The fixture writes no data file (--missing-shards): it only links the real ones.
+  test::make_acquisitions(dir, {dir.path() + " eiger --shard-frames " + std::string(files == 2 ? "2,2" : "2") +
+                                " --absolute-links --missing-shards " + (files == 2 ? "1,2" : "1") +
+                                " --shard-name " + data + "/" + prefix + "_data_{i:06d}.h5"});
+  const auto a = inspect_master(dir.file("eiger_master.h5"));
+  ASSERT_TRUE(a.status.loadable) << prefix << ": " << a.status.reason;
+  ASSERT_TRUE(a.dtype.has_value());
+  EXPECT_EQ(*a.dtype, dtype);
+  EXPECT_EQ(a.chunk_format.filter, filter);
+  const auto index = build_frame_index(a);
+  ASSERT_EQ(index.frames.size(), static_cast<std::size_t>(2 * files));
+  for (int i = 1; i <= files; ++i) {
+    expect_matches_hdf5(index, static_cast<std::size_t>(2 * (i - 1)),
+                        data + "/" + prefix + "_data_00000" + std::to_string(i) + ".h5");
+  }
+}
+
+TEST(FrameIndexReal, EigerDataFiles) {
+  check_real_eiger_pair("eiger2_simread7_2datafiles_4images_bslz4", DType::uint16, codec::ChunkFilter::bitshuffle_lz4, 2);
+  check_real_eiger_pair("eiger2_simread7_2datafiles_4images_bslz4_uint8", DType::uint8, codec::ChunkFilter::bitshuffle_lz4, 2);
+  check_real_eiger_pair("eiger2_simread7_2datafiles_4images_bslz4_uint32", DType::uint32, codec::ChunkFilter::bitshuffle_lz4, 2);
+  check_real_eiger_pair("eiger2_simread7_2datafiles_4images_lz4", DType::uint16, codec::ChunkFilter::lz4, 1);
+  check_real_eiger_pair("eiger1_testmode10_2datafiles_4images_bslz4", DType::uint16, codec::ChunkFilter::bitshuffle_lz4, 2);
+}
+
+}  // namespace
+}  // namespace quantem::catalog
