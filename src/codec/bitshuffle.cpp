@@ -10,8 +10,9 @@
 // 8x8 bit matrices that are transposes of each other. Each 8x8 bit matrix lives
 // in one 64-bit word (byte = row, bit = column) and is transposed with three
 // masked swap steps. Gathering the plane bytes of 8 or 16 consecutive groups
-// is itself an 8x8 / 8x16 byte transpose (shift-and-mask on 64-bit words, or
-// SSE2 unpacks).
+// is itself an 8x8 / 8x16 byte transpose: shift-and-mask on 64-bit words here
+// (any element size, and the groups left over by the SIMD kernels), SSE2/AVX2
+// unpacks in bitshuffle_simd.hpp (unshuffle of element sizes 1, 2 and 4).
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -25,12 +26,30 @@
 #endif
 
 #if defined(__SSE2__) || defined(_M_X64)
-#include <emmintrin.h>
 #define QUANTEM_CODEC_SSE2 1
+#include "bitshuffle_simd.hpp"
 #endif
 
 namespace quantem::codec {
+
+#ifdef QUANTEM_CODEC_AVX2_KERNEL
+namespace detail {
+// bitshuffle_avx2.cpp (compiled with -mavx2): unshuffles whole runs of 32
+// groups from first_group on, for element sizes 1, 2, 4; returns the first
+// group not done.
+std::size_t unshuffle_group_runs_avx2(const std::uint8_t* in, std::uint8_t* out, std::size_t groups,
+                                      std::size_t element_size, std::size_t first_group);
+}  // namespace detail
+#endif
+
 namespace {
+
+#ifdef QUANTEM_CODEC_AVX2_KERNEL
+bool cpu_has_avx2() {
+  static const bool has_avx2 = __builtin_cpu_supports("avx2");
+  return has_avx2;
+}
+#endif
 
 std::uint64_t load_u64(const std::uint8_t* p) {
   std::uint64_t value;
@@ -97,77 +116,6 @@ void unshuffle_eight_groups(const std::uint8_t* in, std::uint8_t* out, std::size
   }
 }
 
-#ifdef QUANTEM_CODEC_SSE2
-__m128i transpose_bits_8x8_sse2(__m128i x) {
-  const __m128i mask1 = _mm_set1_epi64x(0x00AA00AA00AA00AALL);
-  const __m128i mask2 = _mm_set1_epi64x(0x0000CCCC0000CCCCLL);
-  const __m128i mask3 = _mm_set1_epi64x(0x00000000F0F0F0F0LL);
-  __m128i t = _mm_and_si128(_mm_xor_si128(x, _mm_srli_epi64(x, 7)), mask1);
-  x = _mm_xor_si128(x, _mm_xor_si128(t, _mm_slli_epi64(t, 7)));
-  t = _mm_and_si128(_mm_xor_si128(x, _mm_srli_epi64(x, 14)), mask2);
-  x = _mm_xor_si128(x, _mm_xor_si128(t, _mm_slli_epi64(t, 14)));
-  t = _mm_and_si128(_mm_xor_si128(x, _mm_srli_epi64(x, 28)), mask3);
-  x = _mm_xor_si128(x, _mm_xor_si128(t, _mm_slli_epi64(t, 28)));
-  return x;
-}
-
-// For element byte j and 16 consecutive groups: lanes[i] holds groups
-// first_group+2i (low 64 bits) and first_group+2i+1 (high 64 bits); byte m of a
-// lane is byte j of element 8g+m.
-void unshuffle_sixteen_groups_byte(const std::uint8_t* in, std::size_t plane_bytes, std::size_t j,
-                                   std::size_t first_group, __m128i lanes[8]) {
-  __m128i p[8];
-  for (std::size_t k = 0; k < 8; ++k)
-    p[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + (8 * j + k) * plane_bytes + first_group));
-  // 8 planes x 16 groups -> 16 groups x 8 planes.
-  const __m128i a0 = _mm_unpacklo_epi8(p[0], p[1]), a1 = _mm_unpackhi_epi8(p[0], p[1]);
-  const __m128i a2 = _mm_unpacklo_epi8(p[2], p[3]), a3 = _mm_unpackhi_epi8(p[2], p[3]);
-  const __m128i a4 = _mm_unpacklo_epi8(p[4], p[5]), a5 = _mm_unpackhi_epi8(p[4], p[5]);
-  const __m128i a6 = _mm_unpacklo_epi8(p[6], p[7]), a7 = _mm_unpackhi_epi8(p[6], p[7]);
-  const __m128i b0 = _mm_unpacklo_epi16(a0, a2), b1 = _mm_unpackhi_epi16(a0, a2);  // groups 0-3, 4-7; planes 0-3
-  const __m128i b2 = _mm_unpacklo_epi16(a1, a3), b3 = _mm_unpackhi_epi16(a1, a3);  // groups 8-11, 12-15
-  const __m128i b4 = _mm_unpacklo_epi16(a4, a6), b5 = _mm_unpackhi_epi16(a4, a6);  // planes 4-7
-  const __m128i b6 = _mm_unpacklo_epi16(a5, a7), b7 = _mm_unpackhi_epi16(a5, a7);
-  lanes[0] = transpose_bits_8x8_sse2(_mm_unpacklo_epi32(b0, b4));
-  lanes[1] = transpose_bits_8x8_sse2(_mm_unpackhi_epi32(b0, b4));
-  lanes[2] = transpose_bits_8x8_sse2(_mm_unpacklo_epi32(b1, b5));
-  lanes[3] = transpose_bits_8x8_sse2(_mm_unpackhi_epi32(b1, b5));
-  lanes[4] = transpose_bits_8x8_sse2(_mm_unpacklo_epi32(b2, b6));
-  lanes[5] = transpose_bits_8x8_sse2(_mm_unpackhi_epi32(b2, b6));
-  lanes[6] = transpose_bits_8x8_sse2(_mm_unpacklo_epi32(b3, b7));
-  lanes[7] = transpose_bits_8x8_sse2(_mm_unpackhi_epi32(b3, b7));
-}
-
-void store_128(std::uint8_t* p, __m128i value) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), value); }
-
-// 16 consecutive groups (128 elements) for element sizes 1, 2 and 4.
-template <std::size_t ElementSize>
-void unshuffle_sixteen_groups(const std::uint8_t* in, std::uint8_t* out, std::size_t plane_bytes,
-                              std::size_t first_group) {
-  __m128i lanes[ElementSize][8];
-  for (std::size_t j = 0; j < ElementSize; ++j) unshuffle_sixteen_groups_byte(in, plane_bytes, j, first_group, lanes[j]);
-  std::uint8_t* block_out = out + 8 * first_group * ElementSize;
-  for (std::size_t i = 0; i < 8; ++i) {
-    std::uint8_t* pair_out = block_out + 16 * ElementSize * i;  // groups 2i and 2i+1
-    if constexpr (ElementSize == 1) {
-      store_128(pair_out, lanes[0][i]);
-    } else if constexpr (ElementSize == 2) {
-      store_128(pair_out, _mm_unpacklo_epi8(lanes[0][i], lanes[1][i]));
-      store_128(pair_out + 16, _mm_unpackhi_epi8(lanes[0][i], lanes[1][i]));
-    } else {
-      static_assert(ElementSize == 4);
-      const __m128i low01 = _mm_unpacklo_epi8(lanes[0][i], lanes[1][i]);
-      const __m128i high01 = _mm_unpackhi_epi8(lanes[0][i], lanes[1][i]);
-      const __m128i low23 = _mm_unpacklo_epi8(lanes[2][i], lanes[3][i]);
-      const __m128i high23 = _mm_unpackhi_epi8(lanes[2][i], lanes[3][i]);
-      store_128(pair_out, _mm_unpacklo_epi16(low01, low23));
-      store_128(pair_out + 16, _mm_unpackhi_epi16(low01, low23));
-      store_128(pair_out + 32, _mm_unpacklo_epi16(high01, high23));
-      store_128(pair_out + 48, _mm_unpackhi_epi16(high01, high23));
-    }
-  }
-}
-#endif  // QUANTEM_CODEC_SSE2
 
 // ---- shuffle (elements -> planes) ---------------------------------------
 
@@ -224,20 +172,11 @@ void bitunshuffle_block(const std::uint8_t* in, std::uint8_t* out, std::size_t e
   check_block_arguments("bitunshuffle_block", element_count, element_size);
   const std::size_t groups = element_count / 8;  // = bytes per bit plane
   std::size_t group = 0;
+#ifdef QUANTEM_CODEC_AVX2_KERNEL
+  if (cpu_has_avx2()) group = detail::unshuffle_group_runs_avx2(in, out, groups, element_size, group);
+#endif
 #ifdef QUANTEM_CODEC_SSE2
-  switch (element_size) {
-    case 1:
-      for (; group + 16 <= groups; group += 16) unshuffle_sixteen_groups<1>(in, out, groups, group);
-      break;
-    case 2:
-      for (; group + 16 <= groups; group += 16) unshuffle_sixteen_groups<2>(in, out, groups, group);
-      break;
-    case 4:
-      for (; group + 16 <= groups; group += 16) unshuffle_sixteen_groups<4>(in, out, groups, group);
-      break;
-    default:
-      break;
-  }
+  group = unshuffle_group_runs<Sse2Ops>(in, out, groups, element_size, group);
 #endif
   for (; group + 8 <= groups; group += 8) unshuffle_eight_groups(in, out, groups, element_size, group);
   for (; group < groups; ++group) unshuffle_group(in, out, groups, element_size, group);
