@@ -297,8 +297,30 @@ TEST(SynthAcquisition, UsesTheV1BTreeChunkIndexOfRealArinaFiles) {
   EXPECT_GE(H5Fget_info2(file, &info), 0);
   super_version = info.super.version;
   EXPECT_EQ(super_version, 2u);  // as in the real Arina files
+
+  // write_acquisition's write-only 32008 class is gone: reading in this process
+  // goes through the official plugin (HDF5_PLUGIN_PATH) again.
+  std::vector<std::uint16_t> frames(24 * 24 * 32, 0);
+  EXPECT_GE(H5Dread(dataset, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, frames.data()), 0);
+  std::uint64_t sum = 0;
+  for (const std::uint16_t value : frames) sum += value;
+  EXPECT_GT(sum, 0u);
   H5Dclose(dataset);
   H5Fclose(file);
+}
+
+TEST(SynthAcquisition, HandlesDetectorsWhoseSizeIsNotAMultipleOfEight) {
+  TempDir folder;
+  SynthOptions options = tiny_options(folder.path());
+  options.detector_rows = 17;
+  options.detector_cols = 23;  // 391 elements: a raw tail of 7 after the bitshuffled blocks
+  options.dtype = DType::uint32;
+  const json out = inspect(write_acquisition(options));
+  ASSERT_TRUE(out.contains("shards"));
+  EXPECT_EQ(out["shards"][0]["shape"], json({24, 17, 23}));
+  EXPECT_EQ(out["shards"][0]["chunks_match_official_encoder"], true);
+  EXPECT_EQ(out["data"]["bad_pixels_all_ones"], true);
+  EXPECT_GT(out["data"]["sum_unmasked"].get<std::uint64_t>(), 0u);
 }
 
 TEST(SynthAcquisition, RejectsInvalidOptionsAsBadRequest) {
