@@ -261,18 +261,21 @@ void PatternModel::render_means(std::uint64_t frame_index, Scratch& scratch) con
   }
 
   // Two hexagonal orders of Bragg spots around the (deflected) transmitted beam.
+  const auto add_spot = [&](double row, double col, double sigma, double amplitude) {
+    add_gaussian_spot(scratch.means, scratch.zero_probabilities, detector_rows_, detector_cols_, row, col, sigma,
+                      amplitude);
+  };
+  const double second_order_radius = bragg_radius_ * std::sqrt(3.0);
   for (int k = 0; k < 6; ++k) {
-    const double angle = state.bragg_angle + k * kPi / 3.0;
-    add_gaussian_spot(scratch.means, scratch.zero_probabilities, detector_rows_, detector_cols_,
-                      state.centre_row + bragg_radius_ * std::sin(angle),
-                      state.centre_col + bragg_radius_ * std::cos(angle), bragg_sigma_, state.bragg_peak);
-    const double second = angle + kPi / 6.0;
-    const double second_radius = bragg_radius_ * std::sqrt(3.0);
-    add_gaussian_spot(scratch.means, scratch.zero_probabilities, detector_rows_, detector_cols_, state.centre_row + second_radius * std::sin(second),
-                      state.centre_col + second_radius * std::cos(second), bragg_sigma_, 0.3 * state.bragg_peak);
+    const double first = state.bragg_angle + k * kPi / 3.0;
+    add_spot(state.centre_row + bragg_radius_ * std::sin(first), state.centre_col + bragg_radius_ * std::cos(first),
+             bragg_sigma_, state.bragg_peak);
+    const double second = first + kPi / 6.0;
+    add_spot(state.centre_row + second_order_radius * std::sin(second),
+             state.centre_col + second_order_radius * std::cos(second), bragg_sigma_, 0.3 * state.bragg_peak);
   }
-  add_gaussian_spot(scratch.means, scratch.zero_probabilities, detector_rows_, detector_cols_, state.centre_row, state.centre_col,
-                    central_spot_sigma_, dose_.central_spot * std::exp(-state.thickness));
+  // Dense preset only: a focused spot bright enough to need 32-bit counts.
+  add_spot(state.centre_row, state.centre_col, central_spot_sigma_, dose_.central_spot * std::exp(-state.thickness));
 }
 
 template <typename Element>
