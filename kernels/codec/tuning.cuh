@@ -11,3 +11,20 @@ inline constexpr int kBslz4WarpsPerCta = 4;
 inline constexpr int kBslz4IndexThreads = 128;
 
 }  // namespace quantem::kernels::tuning
+
+namespace quantem::kernels::tuning {
+
+// ANS encoder.
+inline constexpr int kAnsSumThreads = 256;
+inline constexpr std::uint32_t kAnsSumFramesPerSlice = 64;
+inline constexpr int kAnsClassMapThreads = 1024;
+inline constexpr int kAnsCountThreads = 256;
+inline constexpr std::uint32_t kAnsCountFramesPerSlice = 256;
+inline constexpr int kAnsEncodeThreads = 128;
+inline constexpr int kAnsScanThreads = 1024;
+
+// ANS decoders: 128 KiB of decode tables per CTA -> one CTA per SM, so CTAs are wide.
+inline constexpr int kAnsDecodeThreads = 512;
+inline constexpr int kAnsMaskedSumThreads = 1024;
+
+}  // namespace quantem::kernels::tuning

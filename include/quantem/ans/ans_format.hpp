@@ -1,0 +1,87 @@
+#pragma once
+// The lossless ANS format of the resident (docs/kernels.md, "ANS resident").
+// Plain constants and POD structs shared by the CPU reference (src/ans) and
+// the CUDA kernels (kernels/codec/ans_*.cu): CUDA-free, host/device-neutral.
+//
+// A resident is a sequence of independent *groups*; a group holds
+// frame_count consecutive frames (whole scan rows, ~2048 frames) and is one
+// self-contained little-endian blob:
+//
+//   AnsGroupHeader (64 bytes)
+//   class map      detector pixels bytes, padded to 4    (class of each pixel, 0..31)
+//   freq tables    kAnsClassCount * 256 uint16           (per class; each used class sums to kAnsProbabilityScale)
+//   stream offsets stream_count uint32                   (byte offset of each stream in the stream data)
+//   stream data    stream_count rANS streams, each 2-byte aligned
+//
+// Stream s codes the 2x2 pixel quad (2*qr + dr, 2*qc + dc), s = qr * quad_cols + qc,
+// across the group's frames: for each frame, for each present pixel of the quad
+// in the order (0,0) (0,1) (1,0) (1,1), one symbol min(value, 255); symbol 255 is
+// an escape followed by raw_words raw 16-bit words (low word first) holding the
+// value. A stream is [uint32 initial decoder state][16-bit words in read order].
+// Decoding: slot = x & (scale-1); (symbol, freq, cdf) from the class table;
+// x = freq * (x >> kAnsProbabilityBits) + slot - cdf; if x < kAnsStateLower,
+// x = (x << 16) | next word. A raw word is x & 0xffff, then x >>= 16 and one
+// word is read. After the last symbol x == kAnsStateLower.
+//
+// Class of a pixel (integer arithmetic, identical on CPU and GPU):
+//   S = sum of the pixel's values over the group, F = frame_count
+//   h = min(4095, isqrt(64 S / F)); H = smallest h reaching 99.5 % of pixels
+//   K = clamp(61504 / (H + 1)^2, 1, 256)           (class_scale, in the header)
+//   class = min(31, isqrt(K S / F))                 (classes evenly spaced in sqrt(mean))
+#include <cstdint>
+
+namespace quantem::ans {
+
+inline constexpr std::uint32_t kAnsProbabilityBits = 10;
+inline constexpr std::uint32_t kAnsProbabilityScale = 1u << kAnsProbabilityBits;
+inline constexpr std::uint32_t kAnsStateLower = 1u << 16;  // states live in [2^16, 2^32)
+inline constexpr std::uint32_t kAnsAlphabetSize = 256;
+inline constexpr std::uint32_t kAnsEscapeSymbol = 255;
+inline constexpr std::uint32_t kAnsClassCount = 32;
+inline constexpr std::uint32_t kAnsClassHistogramBins = 4096;
+inline constexpr std::uint32_t kAnsMagic = 0x314e4151u;  // "QAN1"
+inline constexpr std::uint32_t kAnsHeaderBytes = 64;
+inline constexpr std::uint32_t kAnsPixelsPerStream = 4;   // 2x2 quads
+
+struct AnsGroupHeader {
+  std::uint32_t magic;
+  std::uint32_t header_bytes;
+  std::uint32_t frame_count;
+  std::uint32_t detector_rows;
+  std::uint32_t detector_cols;
+  std::uint32_t raw_words;         // 1: every value < 65536, 2: 32-bit values
+  std::uint32_t class_scale;       // K above
+  std::uint32_t stream_count;
+  std::uint32_t class_map_offset;  // byte offsets from the start of the blob
+  std::uint32_t freq_table_offset;
+  std::uint32_t stream_offsets_offset;
+  std::uint32_t stream_data_offset;
+  std::uint64_t stream_data_bytes;
+  std::uint64_t total_bytes;       // the whole blob
+};
+static_assert(sizeof(AnsGroupHeader) == kAnsHeaderBytes, "AnsGroupHeader must be 64 bytes");
+
+// Layout of everything before the stream data: a function of the shape only.
+struct AnsGroupLayout {
+  std::uint32_t quad_rows;
+  std::uint32_t quad_cols;
+  std::uint32_t stream_count;
+  std::uint32_t class_map_offset;
+  std::uint32_t freq_table_offset;
+  std::uint32_t stream_offsets_offset;
+  std::uint32_t stream_data_offset;
+};
+
+constexpr AnsGroupLayout ans_group_layout(std::uint32_t detector_rows, std::uint32_t detector_cols) {
+  AnsGroupLayout layout{};
+  layout.quad_rows = (detector_rows + 1) / 2;
+  layout.quad_cols = (detector_cols + 1) / 2;
+  layout.stream_count = layout.quad_rows * layout.quad_cols;
+  layout.class_map_offset = kAnsHeaderBytes;
+  layout.freq_table_offset = layout.class_map_offset + ((detector_rows * detector_cols + 3u) & ~3u);
+  layout.stream_offsets_offset = layout.freq_table_offset + kAnsClassCount * kAnsAlphabetSize * 2u;
+  layout.stream_data_offset = layout.stream_offsets_offset + layout.stream_count * 4u;
+  return layout;
+}
+
+}  // namespace quantem::ans

@@ -1,0 +1,124 @@
+#pragma once
+// The integer model of the ANS resident (ans_format.hpp), written once for the
+// CPU reference and the CUDA encoder so both produce byte-identical groups:
+// integer square root, class selection, frequency normalisation, one rANS
+// encode step. CUDA-free: QUANTEM_ANS_HD expands to __host__ __device__ only
+// under nvcc.
+#include <cstdint>
+
+#include "quantem/ans/ans_format.hpp"
+
+#if defined(__CUDACC__)
+#define QUANTEM_ANS_HD __host__ __device__
+#else
+#define QUANTEM_ANS_HD
+#endif
+
+namespace quantem::ans {
+
+// floor(sqrt(n)) for n < 2^62, exact.
+QUANTEM_ANS_HD inline std::uint64_t isqrt_u64(std::uint64_t n) {
+  std::uint64_t root = 0;
+  std::uint64_t bit = std::uint64_t{1} << 62;
+  while (bit > n) bit >>= 2;
+  while (bit != 0) {
+    if (n >= root + bit) {
+      n -= root + bit;
+      root = (root >> 1) + bit;
+    } else {
+      root >>= 1;
+    }
+    bit >>= 2;
+  }
+  return root;
+}
+
+// h of the class-scale histogram: min(4095, isqrt(64 S / F)).
+QUANTEM_ANS_HD inline std::uint32_t class_histogram_bin(std::uint64_t pixel_sum, std::uint32_t frame_count) {
+  const std::uint64_t h = isqrt_u64((pixel_sum * 64u) / frame_count);
+  return h < kAnsClassHistogramBins - 1 ? static_cast<std::uint32_t>(h) : kAnsClassHistogramBins - 1;
+}
+
+// K from the smallest histogram bin H reaching 99.5 % of the pixels.
+QUANTEM_ANS_HD inline std::uint32_t class_scale_from_bin(std::uint32_t high_bin) {
+  const std::uint64_t square = (std::uint64_t{high_bin} + 1) * (std::uint64_t{high_bin} + 1);
+  const std::uint64_t scale = 61504u / square;
+  return scale < 1 ? 1u : (scale > 256 ? 256u : static_cast<std::uint32_t>(scale));
+}
+
+// Pixels the 99.5 % quantile must reach.
+QUANTEM_ANS_HD inline std::uint64_t class_quantile_pixels(std::uint64_t pixel_count) {
+  return (pixel_count * 995u + 999u) / 1000u;
+}
+
+QUANTEM_ANS_HD inline std::uint32_t pixel_class(std::uint64_t pixel_sum, std::uint32_t frame_count,
+                                                std::uint32_t class_scale) {
+  const std::uint64_t c = isqrt_u64((pixel_sum * class_scale) / frame_count);
+  return c < kAnsClassCount - 1 ? static_cast<std::uint32_t>(c) : kAnsClassCount - 1;
+}
+
+// Normalises symbol counts to frequencies summing to kAnsProbabilityScale; a
+// symbol that occurs keeps a frequency >= 1. All zero counts give all zero
+// frequencies (an unused class).
+//  1. f = max(1, floor(count * scale / total)) for every occurring symbol;
+//  2. a shortfall goes to the most frequent symbol (lowest index on ties);
+//  3. an excess is taken from the largest frequency (lowest index on ties),
+//     never below 1, until the sum is exact.
+QUANTEM_ANS_HD inline void normalize_frequencies(const std::uint64_t* counts, std::uint16_t* frequencies) {
+  std::uint64_t total = 0;
+  std::uint32_t most_frequent = 0;
+  for (std::uint32_t s = 0; s < kAnsAlphabetSize; ++s) {
+    total += counts[s];
+    if (counts[s] > counts[most_frequent]) most_frequent = s;
+  }
+  if (total == 0) {
+    for (std::uint32_t s = 0; s < kAnsAlphabetSize; ++s) frequencies[s] = 0;
+    return;
+  }
+  std::uint32_t sum = 0;
+  for (std::uint32_t s = 0; s < kAnsAlphabetSize; ++s) {
+    std::uint64_t f = counts[s] == 0 ? 0 : (counts[s] * kAnsProbabilityScale) / total;
+    if (counts[s] != 0 && f == 0) f = 1;
+    frequencies[s] = static_cast<std::uint16_t>(f);
+    sum += static_cast<std::uint32_t>(f);
+  }
+  if (sum < kAnsProbabilityScale) {
+    frequencies[most_frequent] = static_cast<std::uint16_t>(frequencies[most_frequent] + (kAnsProbabilityScale - sum));
+    return;
+  }
+  while (sum > kAnsProbabilityScale) {
+    std::uint32_t largest = 0;
+    for (std::uint32_t s = 1; s < kAnsAlphabetSize; ++s)
+      if (frequencies[s] > frequencies[largest]) largest = s;
+    const std::uint32_t excess = sum - kAnsProbabilityScale;
+    const std::uint32_t room = frequencies[largest] - 1u;
+    const std::uint32_t take = excess < room ? excess : room;
+    frequencies[largest] = static_cast<std::uint16_t>(frequencies[largest] - take);
+    sum -= take;
+  }
+}
+
+inline constexpr std::uint32_t kAnsNoWord = 0xffffffffu;
+
+// One rANS encode step for a symbol of frequency `frequency` and cumulative
+// frequency `cdf`. Returns the 16-bit word emitted by renormalisation, or
+// kAnsNoWord. At most one word is emitted per step (the state stays in [2^16, 2^32)).
+QUANTEM_ANS_HD inline std::uint32_t encode_symbol(std::uint32_t& state, std::uint32_t frequency, std::uint32_t cdf) {
+  std::uint32_t word = kAnsNoWord;
+  const std::uint64_t limit = (std::uint64_t{kAnsStateLower >> kAnsProbabilityBits} << 16) * frequency;
+  if (state >= limit) {
+    word = state & 0xffffu;
+    state >>= 16;
+  }
+  state = ((state / frequency) << kAnsProbabilityBits) + (state % frequency) + cdf;
+  return word;
+}
+
+// Encodes one raw 16-bit word; always emits one renormalisation word.
+QUANTEM_ANS_HD inline std::uint32_t encode_raw_word(std::uint32_t& state, std::uint32_t raw) {
+  const std::uint32_t word = state & 0xffffu;
+  state = ((state >> 16) << 16) | raw;
+  return word;
+}
+
+}  // namespace quantem::ans

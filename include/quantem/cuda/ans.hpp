@@ -1,0 +1,89 @@
+#pragma once
+// GPU encoder, decoder and masked sum of the lossless ANS resident (format:
+// include/quantem/ans/ans_format.hpp; CPU reference: include/quantem/ans/ans_codec.hpp;
+// design: docs/kernels.md). CUDA-free header; implemented in kernels/codec/ans_*.cu.
+//
+// The GPU encoder writes byte-identical groups to the CPU reference, so either
+// side decodes what the other wrote. All pointers named d_* are device pointers.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "quantem/core/dtype.hpp"
+#include "quantem/cuda/device.hpp"
+
+namespace quantem::cuda {
+
+// Largest group the kernels accept (the masked sum keeps one uint64 per frame
+// of a group in shared memory).
+inline constexpr std::uint32_t kAnsMaxFramesPerGroup = 8192;
+
+// Dense frames on the device, cut into groups of frames_per_group frames (the
+// last group takes the remainder).
+struct AnsEncodeBatch {
+  const void* d_frames = nullptr;        // device: total_frames frames, frame-major, row-major
+  DType dtype = DType::uint16;
+  std::uint64_t total_frames = 0;
+  std::uint32_t frames_per_group = 2048;  // 1 .. kAnsMaxFramesPerGroup
+  std::uint32_t detector_rows = 0;
+  std::uint32_t detector_cols = 0;
+};
+
+std::size_t ans_group_count(std::uint64_t total_frames, std::uint32_t frames_per_group) noexcept;
+
+// Device scratch for ans_encode_measure + ans_encode_write of this batch.
+// Throws quantem::Error(bad_request) for an invalid batch.
+std::size_t ans_encode_scratch_bytes(const AnsEncodeBatch& batch);
+
+// Builds every group's model (classes, frequency tables) and sizes every
+// stream, then waits for `stream` and returns each group's blob size in bytes.
+std::vector<std::uint64_t> ans_encode_measure(const AnsEncodeBatch& batch, void* d_scratch, std::size_t scratch_bytes,
+                                              StreamHandle stream);
+
+// Writes group g's blob at d_output + d_group_offsets[g] (offsets device-side,
+// each a multiple of 16, with the sizes from ans_encode_measure). Needs the scratch
+// filled by ans_encode_measure for the same batch. Asynchronous.
+void ans_encode_write(const AnsEncodeBatch& batch, const void* d_scratch, std::size_t scratch_bytes,
+                      std::uint8_t* d_output, const std::uint64_t* d_group_offsets, StreamHandle stream);
+
+// An encoded resident on the device: group blobs in one buffer.
+struct AnsResidentView {
+  const std::uint8_t* d_blobs = nullptr;           // device
+  const std::uint64_t* d_group_offsets = nullptr;  // device: group g at d_blobs + offset[g] (multiples of 16)
+  std::size_t group_count = 0;
+  std::uint32_t frames_per_group = 0;              // every group but the last
+  std::uint64_t total_frames = 0;
+  std::uint32_t detector_rows = 0;
+  std::uint32_t detector_cols = 0;
+};
+
+// Decodes groups [first_group, first_group + group_count) into dense frames of
+// out_dtype (uint16 or uint32; a value that does not fit uint16 is truncated
+// to its low 16 bits and reported through d_error) at d_out, frame-major from
+// the first group's first frame. d_error (device, one uint32, may be null) is
+// set non-zero when a stream is malformed. Asynchronous.
+void ans_decode_frames(const AnsResidentView& resident, std::size_t first_group, std::size_t group_count,
+                       DType out_dtype, void* d_out, std::uint32_t* d_error, StreamHandle stream);
+
+// A detector mask prepared for masked sums: the streams that hold at least one
+// masked pixel, with which of their pixels count. Build once per mask.
+class AnsMaskedStreams {
+ public:
+  AnsMaskedStreams(const std::vector<std::uint8_t>& detector_mask, std::uint32_t detector_rows,
+                   std::uint32_t detector_cols);
+  std::uint32_t active_streams() const noexcept { return active_streams_; }
+  const std::uint32_t* d_entries() const noexcept { return entries_.as<std::uint32_t>(); }
+
+ private:
+  DeviceBuffer entries_;  // stream id | (pixel mask << 28)
+  std::uint32_t active_streams_ = 0;
+};
+
+// For every frame of the resident, the exact sum of the values at the masked
+// pixels, decoding only the streams the mask touches: d_sums[frame] (uint64,
+// total_frames values) is overwritten. Asynchronous. The sum is an integer sum
+// and does not depend on the launch shape.
+void ans_masked_sum(const AnsResidentView& resident, const AnsMaskedStreams& mask, std::uint64_t* d_sums,
+                    std::uint32_t* d_error, StreamHandle stream);
+
+}  // namespace quantem::cuda

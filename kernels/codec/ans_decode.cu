@@ -1,0 +1,259 @@
+// GPU decoders of the ANS resident: full frames, and the masked sum that
+// decodes only the streams a detector mask touches.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "quantem/ans/ans_format.hpp"
+#include "quantem/core/error.hpp"
+#include "quantem/cuda/ans.hpp"
+#include "../common/cuda_check.cuh"
+#include "ans_device.cuh"
+#include "tuning.cuh"
+
+namespace quantem::cuda {
+namespace {
+
+using namespace quantem::ans;
+namespace dev = quantem::kernels::ans_device;
+
+struct ResidentParams {
+  const std::uint8_t* blobs;
+  const std::uint64_t* group_offsets;
+  std::uint32_t frames_per_group;
+  std::uint32_t rows;
+  std::uint32_t cols;
+  std::uint32_t quad_cols;
+};
+
+ResidentParams make_params(const AnsResidentView& resident) {
+  if (resident.d_blobs == nullptr || resident.d_group_offsets == nullptr)
+    throw bad_request("ANS decode: null resident pointers");
+  if (resident.frames_per_group == 0 || resident.frames_per_group > kAnsMaxFramesPerGroup)
+    throw bad_request("ANS decode: frames_per_group must be 1.." + std::to_string(kAnsMaxFramesPerGroup));
+  if (resident.detector_rows == 0 || resident.detector_cols == 0) throw bad_request("ANS decode: empty detector");
+  if (resident.group_count != ans_group_count(resident.total_frames, resident.frames_per_group))
+    throw bad_request("ANS decode: group_count does not match total_frames / frames_per_group");
+  const AnsGroupLayout layout = ans_group_layout(resident.detector_rows, resident.detector_cols);
+  return {resident.d_blobs, resident.d_group_offsets, resident.frames_per_group, resident.detector_rows,
+          resident.detector_cols, layout.quad_cols};
+}
+
+// Decode tables + per-warp cdf scratch, rounded up to 16 bytes.
+__host__ __device__ constexpr std::size_t table_shared_bytes(unsigned threads) {
+  return (dev::kDecodeTableEntries * sizeof(std::uint32_t) +
+          std::size_t{threads / 32} * dev::kCdfScratchEntries * sizeof(std::uint16_t) + 15) / 16 * 16;
+}
+
+__device__ bool header_matches(const AnsGroupHeader& header, const ResidentParams& p, std::uint32_t expected_frames) {
+  return header.magic == kAnsMagic && header.detector_rows == p.rows && header.detector_cols == p.cols &&
+         header.frame_count == expected_frames && (header.raw_words == 1 || header.raw_words == 2);
+}
+
+// grid: (stream blocks, groups). One thread per stream writes its quad of every frame.
+template <class Out>
+__global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
+    decode_frames_kernel(ResidentParams p, std::uint64_t total_frames, std::uint32_t first_group, Out* out,
+                         std::uint32_t* error) {
+  extern __shared__ __align__(16) std::uint8_t shared[];
+  auto* table = reinterpret_cast<std::uint32_t*>(shared);
+  auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
+  const std::uint32_t group = first_group + blockIdx.y;
+  const std::uint8_t* blob = p.blobs + p.group_offsets[group];
+  const AnsGroupHeader header = dev::load_header(blob);
+  const std::uint64_t first_frame = std::uint64_t{group} * p.frames_per_group;
+  const std::uint64_t left = total_frames - first_frame;
+  const std::uint32_t frame_count = left < p.frames_per_group ? static_cast<std::uint32_t>(left) : p.frames_per_group;
+  if (!header_matches(header, p, frame_count)) {
+    if (threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
+    return;
+  }
+  dev::build_decode_tables(blob, header, table, cdf_scratch);
+  const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
+  if (stream >= header.stream_count) return;
+  std::uint32_t pixels[4];
+  const std::uint32_t present = dev::quad_pixels(stream, p.quad_cols, p.rows, p.cols, pixels);
+  const std::uint8_t* classes = blob + header.class_map_offset;
+  const std::uint32_t* class_table[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const std::uint32_t cls = ((present >> k) & 1u) ? min(std::uint32_t{__ldg(classes + pixels[k])}, kAnsClassCount - 1) : 0u;
+    class_table[k] = table + cls * kAnsProbabilityScale;
+  }
+  dev::StreamReader reader;
+  reader.open(blob, header, stream);
+  const std::uint64_t pixels_per_frame = std::uint64_t{p.rows} * p.cols;
+  Out* group_out = out + (first_frame - std::uint64_t{first_group} * p.frames_per_group) * pixels_per_frame;
+  bool overflow = false;
+  for (std::uint32_t f = 0; f < frame_count; ++f) {
+    Out* frame_out = group_out + f * pixels_per_frame;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if ((present >> k) & 1u) {
+        const std::uint32_t value = reader.decode_value(class_table[k], header.raw_words);
+        if (sizeof(Out) == 2 && value > 0xffffu) overflow = true;
+        frame_out[pixels[k]] = static_cast<Out>(value);
+      }
+    }
+  }
+  if ((!reader.finished_cleanly() || overflow) && error != nullptr) atomicOr(error, 1u);
+}
+
+// grid: (blocks of active streams, groups). Each thread decodes one active
+// stream; per frame a warp sums its lanes' masked values (redux) and adds the
+// result to the CTA's per-frame sums in shared memory; at the end the CTA adds
+// its sums to the global ones. Integer atomics: the result is exact and
+// independent of the launch shape.
+__global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
+    masked_sum_kernel(ResidentParams p, std::uint64_t total_frames, const std::uint32_t* __restrict__ entries,
+                      std::uint32_t active_streams, unsigned long long* sums, std::uint32_t* error) {
+  extern __shared__ __align__(16) std::uint8_t shared[];
+  auto* table = reinterpret_cast<std::uint32_t*>(shared);
+  auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
+  auto* frame_sums = reinterpret_cast<unsigned long long*>(
+      shared + table_shared_bytes(blockDim.x));
+  const std::uint32_t group = blockIdx.y;
+  const std::uint8_t* blob = p.blobs + p.group_offsets[group];
+  const AnsGroupHeader header = dev::load_header(blob);
+  const std::uint64_t first_frame = std::uint64_t{group} * p.frames_per_group;
+  const std::uint64_t left = total_frames - first_frame;
+  const std::uint32_t frame_count = left < p.frames_per_group ? static_cast<std::uint32_t>(left) : p.frames_per_group;
+  if (!header_matches(header, p, frame_count)) {
+    if (threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
+    return;
+  }
+  for (std::uint32_t f = threadIdx.x; f < frame_count; f += blockDim.x) frame_sums[f] = 0;
+  dev::build_decode_tables(blob, header, table, cdf_scratch);  // ends with __syncthreads()
+
+  const std::uint32_t index = blockIdx.x * blockDim.x + threadIdx.x;
+  const bool active = index < active_streams;
+  const bool warp_active = __any_sync(0xffffffffu, active);
+  if (warp_active) {
+    const std::uint32_t entry = active ? entries[index] : 0u;
+    const std::uint32_t stream = entry & 0x0fffffffu;
+    const std::uint32_t mask = entry >> 28;
+    std::uint32_t pixels[4];
+    const std::uint32_t present = active ? dev::quad_pixels(stream, p.quad_cols, p.rows, p.cols, pixels) : 0u;
+    const std::uint8_t* classes = blob + header.class_map_offset;
+    const std::uint32_t* class_table[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const std::uint32_t cls =
+          ((present >> k) & 1u) ? min(std::uint32_t{__ldg(classes + pixels[k])}, kAnsClassCount - 1) : 0u;
+      class_table[k] = table + cls * kAnsProbabilityScale;
+    }
+    dev::StreamReader reader;
+    if (active) reader.open(blob, header, stream);
+    const std::uint32_t lane = threadIdx.x % 32;
+    if (header.raw_words == 1) {
+      for (std::uint32_t f = 0; f < frame_count; ++f) {
+        std::uint32_t lane_sum = 0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          if ((present >> k) & 1u) {
+            const std::uint32_t value = reader.decode_value(class_table[k], 1);
+            if ((mask >> k) & 1u) lane_sum += value;
+          }
+        }
+        const std::uint32_t warp_sum = __reduce_add_sync(0xffffffffu, lane_sum);
+        if (lane == 0 && warp_sum != 0) atomicAdd(frame_sums + f, static_cast<unsigned long long>(warp_sum));
+      }
+    } else {
+      for (std::uint32_t f = 0; f < frame_count; ++f) {
+        unsigned long long lane_sum = 0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          if ((present >> k) & 1u) {
+            const std::uint32_t value = reader.decode_value(class_table[k], 2);
+            if ((mask >> k) & 1u) lane_sum += value;
+          }
+        }
+        for (int delta = 16; delta > 0; delta /= 2) lane_sum += __shfl_xor_sync(0xffffffffu, lane_sum, delta);
+        if (lane == 0 && lane_sum != 0) atomicAdd(frame_sums + f, lane_sum);
+      }
+    }
+    if (active && !reader.finished_cleanly() && error != nullptr) atomicOr(error, 1u);
+  }
+  __syncthreads();
+  for (std::uint32_t f = threadIdx.x; f < frame_count; f += blockDim.x)
+    if (frame_sums[f] != 0) atomicAdd(sums + first_frame + f, frame_sums[f]);
+}
+
+}  // namespace
+
+AnsMaskedStreams::AnsMaskedStreams(const std::vector<std::uint8_t>& detector_mask, std::uint32_t detector_rows,
+                                   std::uint32_t detector_cols) {
+  if (detector_mask.size() != std::size_t{detector_rows} * detector_cols)
+    throw bad_request("masked sum: the mask must hold detector_rows * detector_cols bytes");
+  const AnsGroupLayout layout = ans_group_layout(detector_rows, detector_cols);
+  if (layout.stream_count >= (1u << 28)) throw bad_request("masked sum: detector too large");
+  std::vector<std::uint32_t> entries;
+  for (std::uint32_t stream = 0; stream < layout.stream_count; ++stream) {
+    const std::uint32_t row = 2 * (stream / layout.quad_cols);
+    const std::uint32_t col = 2 * (stream % layout.quad_cols);
+    std::uint32_t mask = 0;
+    for (std::uint32_t k = 0; k < 4; ++k) {
+      const std::uint32_t r = row + k / 2;
+      const std::uint32_t c = col + k % 2;
+      if (r < detector_rows && c < detector_cols && detector_mask[std::size_t{r} * detector_cols + c] != 0) mask |= 1u << k;
+    }
+    if (mask != 0) entries.push_back(stream | (mask << 28));
+  }
+  active_streams_ = static_cast<std::uint32_t>(entries.size());
+  if (!entries.empty()) {
+    entries_ = DeviceBuffer(entries.size() * sizeof(std::uint32_t));
+    copy_to_device(entries_.data(), entries.data(), entries.size() * sizeof(std::uint32_t));
+  }
+}
+
+void ans_decode_frames(const AnsResidentView& resident, std::size_t first_group, std::size_t group_count,
+                       DType out_dtype, void* d_out, std::uint32_t* d_error, StreamHandle stream) {
+  const ResidentParams p = make_params(resident);
+  if (group_count == 0) return;
+  if (first_group + group_count > resident.group_count || group_count > 65535)
+    throw bad_request("ANS decode: group range out of bounds");
+  if (d_out == nullptr) throw bad_request("ANS decode: null output");
+  const int threads = kernels::tuning::kAnsDecodeThreads;
+  const std::size_t shared_bytes = table_shared_bytes(threads);
+  const AnsGroupLayout layout = ans_group_layout(resident.detector_rows, resident.detector_cols);
+  const dim3 grid((layout.stream_count + threads - 1) / threads, static_cast<unsigned>(group_count));
+  switch (out_dtype) {
+    case DType::uint16:
+      QUANTEM_CUDA_TRY(cudaFuncSetAttribute(decode_frames_kernel<std::uint16_t>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes)));
+      decode_frames_kernel<std::uint16_t><<<grid, threads, shared_bytes, stream>>>(
+          p, resident.total_frames, static_cast<std::uint32_t>(first_group), static_cast<std::uint16_t*>(d_out), d_error);
+      break;
+    case DType::uint32:
+      QUANTEM_CUDA_TRY(cudaFuncSetAttribute(decode_frames_kernel<std::uint32_t>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes)));
+      decode_frames_kernel<std::uint32_t><<<grid, threads, shared_bytes, stream>>>(
+          p, resident.total_frames, static_cast<std::uint32_t>(first_group), static_cast<std::uint32_t*>(d_out), d_error);
+      break;
+    default: throw bad_request("ANS decode: output must be uint16 or uint32");
+  }
+  QUANTEM_CUDA_CHECK_LAUNCH(stream, "decode_frames_kernel");
+}
+
+void ans_masked_sum(const AnsResidentView& resident, const AnsMaskedStreams& mask, std::uint64_t* d_sums,
+                    std::uint32_t* d_error, StreamHandle stream) {
+  const ResidentParams p = make_params(resident);
+  if (d_sums == nullptr) throw bad_request("masked sum: null output");
+  QUANTEM_CUDA_TRY(cudaMemsetAsync(d_sums, 0, resident.total_frames * sizeof(std::uint64_t), stream));
+  if (mask.active_streams() == 0 || resident.group_count == 0) return;
+  if (resident.group_count > 65535) throw bad_request("masked sum: more than 65535 groups");
+  const int threads = kernels::tuning::kAnsMaskedSumThreads;
+  const std::size_t shared_bytes =
+      table_shared_bytes(threads) + std::size_t{resident.frames_per_group} * sizeof(std::uint64_t);
+  QUANTEM_CUDA_TRY(cudaFuncSetAttribute(masked_sum_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(shared_bytes)));
+  const dim3 grid((mask.active_streams() + threads - 1) / threads, static_cast<unsigned>(resident.group_count));
+  masked_sum_kernel<<<grid, threads, shared_bytes, stream>>>(p, resident.total_frames, mask.d_entries(),
+                                                             mask.active_streams(),
+                                                             reinterpret_cast<unsigned long long*>(d_sums), d_error);
+  QUANTEM_CUDA_CHECK_LAUNCH(stream, "masked_sum_kernel");
+}
+
+}  // namespace quantem::cuda

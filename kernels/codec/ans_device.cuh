@@ -1,0 +1,162 @@
+#pragma once
+// Device building blocks of the ANS resident (format: quantem/ans/ans_format.hpp):
+// decode tables in shared memory, a per-thread stream reader, the 2x2 quad
+// geometry. One thread decodes one stream (one quad across a group's frames),
+// so a warp holds 32 independent rANS states and a masked product decodes
+// exactly the streams its mask touches.
+#include <cstdint>
+
+#include "quantem/ans/ans_format.hpp"
+
+namespace quantem::kernels::ans_device {
+
+using ans::AnsGroupHeader;
+using ans::kAnsAlphabetSize;
+using ans::kAnsClassCount;
+using ans::kAnsEscapeSymbol;
+using ans::kAnsProbabilityBits;
+using ans::kAnsProbabilityScale;
+using ans::kAnsStateLower;
+
+// Shared memory of the decode tables: one uint32 per (class, slot), 128 KiB.
+inline constexpr std::uint32_t kDecodeTableEntries = kAnsClassCount * kAnsProbabilityScale;
+// Per-warp cumulative-frequency scratch used while building the tables.
+inline constexpr std::uint32_t kCdfScratchEntries = kAnsAlphabetSize + 2;
+
+__device__ inline AnsGroupHeader load_header(const std::uint8_t* blob) {
+  AnsGroupHeader header;
+  const uint4* source = reinterpret_cast<const uint4*>(blob);  // blobs are 16-byte aligned
+  uint4* destination = reinterpret_cast<uint4*>(&header);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) destination[i] = __ldg(source + i);
+  return header;
+}
+
+// Builds the table of every class of the group: entry = symbol | frequency << 8 |
+// (slot - cdf) << 19, so one shared load gives x' = frequency * (x >> bits) + (slot - cdf).
+// A class whose frequencies do not sum to the scale (unused) gets frequency 0
+// entries, which the reader reports as corrupt if they are ever hit.
+// All threads of the CTA must call it; it ends with __syncthreads().
+__device__ inline void build_decode_tables(const std::uint8_t* blob, const AnsGroupHeader& header,
+                                           std::uint32_t* table, std::uint16_t* cdf_scratch) {
+  const std::uint32_t warp = threadIdx.x / 32;
+  const std::uint32_t lane = threadIdx.x % 32;
+  const std::uint32_t warps = blockDim.x / 32;
+  std::uint16_t* cdf = cdf_scratch + warp * kCdfScratchEntries;
+  const std::uint16_t* frequencies = reinterpret_cast<const std::uint16_t*>(blob + header.freq_table_offset);
+  for (std::uint32_t cls = warp; cls < kAnsClassCount; cls += warps) {
+    std::uint32_t local[8];
+    std::uint32_t local_sum = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      local[k] = __ldg(frequencies + cls * kAnsAlphabetSize + lane * 8 + k);
+      local_sum += local[k];
+    }
+    std::uint32_t inclusive = local_sum;
+#pragma unroll
+    for (int delta = 1; delta < 32; delta *= 2) {
+      const std::uint32_t other = __shfl_up_sync(0xffffffffu, inclusive, delta);
+      if (lane >= static_cast<std::uint32_t>(delta)) inclusive += other;
+    }
+    std::uint32_t running = inclusive - local_sum;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      cdf[lane * 8 + k] = static_cast<std::uint16_t>(running > 0xffffu ? 0xffffu : running);
+      running += local[k];
+    }
+    const std::uint32_t total = __shfl_sync(0xffffffffu, inclusive, 31);
+    if (lane == 0) cdf[kAnsAlphabetSize] = static_cast<std::uint16_t>(total > 0xffffu ? 0xffffu : total);
+    __syncwarp();
+    for (std::uint32_t slot = lane; slot < kAnsProbabilityScale; slot += 32) {
+      std::uint32_t entry = 0;
+      if (total == kAnsProbabilityScale) {
+        std::uint32_t low = 0;
+        std::uint32_t high = kAnsAlphabetSize - 1;
+        while (low < high) {  // the largest symbol with cdf <= slot has a non-zero frequency
+          const std::uint32_t middle = (low + high + 1) / 2;
+          if (cdf[middle] <= slot) low = middle;
+          else high = middle - 1;
+        }
+        const std::uint32_t frequency = cdf[low + 1] - cdf[low];
+        entry = low | (frequency << 8) | ((slot - cdf[low]) << 19);
+      }
+      table[cls * kAnsProbabilityScale + slot] = entry;
+    }
+    __syncwarp();
+  }
+  __syncthreads();
+}
+
+// One stream's decoder state. Reads are bounds-checked against the stream end;
+// a malformed stream sets `corrupt` and keeps going on zeros (never faults).
+struct StreamReader {
+  const std::uint16_t* position;
+  const std::uint16_t* end;
+  std::uint32_t state;
+  bool corrupt;
+
+  __device__ void open(const std::uint8_t* blob, const AnsGroupHeader& header, std::uint32_t stream) {
+    const std::uint32_t* offsets = reinterpret_cast<const std::uint32_t*>(blob + header.stream_offsets_offset);
+    const std::uint64_t begin = __ldg(offsets + stream);
+    const std::uint64_t finish = stream + 1 < header.stream_count ? __ldg(offsets + stream + 1) : header.stream_data_bytes;
+    const std::uint8_t* data = blob + header.stream_data_offset;
+    corrupt = begin + 4 > finish || finish > header.stream_data_bytes || (begin % 2) != 0 || (finish % 2) != 0;
+    if (corrupt) {
+      position = end = reinterpret_cast<const std::uint16_t*>(data);
+      state = kAnsStateLower;
+      return;
+    }
+    const std::uint16_t* words = reinterpret_cast<const std::uint16_t*>(data + begin);
+    state = __ldg(words) | (std::uint32_t{__ldg(words + 1)} << 16);
+    position = words + 2;
+    end = reinterpret_cast<const std::uint16_t*>(data + finish);
+  }
+
+  __device__ __forceinline__ std::uint32_t next_word() {
+    if (position < end) return __ldg(position++);
+    corrupt = true;
+    return 0;
+  }
+
+  __device__ __forceinline__ std::uint32_t decode_symbol(const std::uint32_t* class_table) {
+    const std::uint32_t slot = state & (kAnsProbabilityScale - 1);
+    const std::uint32_t entry = class_table[slot];
+    const std::uint32_t frequency = (entry >> 8) & 0x7ffu;
+    state = frequency * (state >> kAnsProbabilityBits) + (entry >> 19);
+    if (state < kAnsStateLower) state = (state << 16) | next_word();
+    if (frequency == 0) corrupt = true;
+    return entry & 0xffu;
+  }
+
+  __device__ __forceinline__ std::uint32_t decode_value(const std::uint32_t* class_table, std::uint32_t raw_words) {
+    std::uint32_t value = decode_symbol(class_table);
+    if (value == kAnsEscapeSymbol) {
+      value = state & 0xffffu;
+      state = (state & 0xffff0000u) | next_word();
+      if (raw_words == 2) {
+        value |= (state & 0xffffu) << 16;
+        state = (state & 0xffff0000u) | next_word();
+      }
+    }
+    return value;
+  }
+
+  __device__ bool finished_cleanly() const { return !corrupt && state == kAnsStateLower && position == end; }
+};
+
+// The 2x2 quad of stream `stream`: pixels[k] for quad position k = 2 * dr + dc
+// (coding order), and a bit mask of the positions inside the detector.
+__device__ inline std::uint32_t quad_pixels(std::uint32_t stream, std::uint32_t quad_cols, std::uint32_t rows,
+                                            std::uint32_t cols, std::uint32_t pixels[4]) {
+  const std::uint32_t row = 2 * (stream / quad_cols);
+  const std::uint32_t col = 2 * (stream % quad_cols);
+  pixels[0] = row * cols + col;
+  pixels[1] = pixels[0] + 1;
+  pixels[2] = pixels[0] + cols;
+  pixels[3] = pixels[2] + 1;
+  const bool has_right = col + 1 < cols;
+  const bool has_below = row + 1 < rows;
+  return 1u | (has_right ? 2u : 0u) | (has_below ? 4u : 0u) | (has_right && has_below ? 8u : 0u);
+}
+
+}  // namespace quantem::kernels::ans_device

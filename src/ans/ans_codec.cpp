@@ -1,0 +1,308 @@
+// CPU reference of the ANS resident codec. Straight loops over the format of
+// ans_format.hpp; the model arithmetic is shared with the CUDA encoder through
+// ans_model.hpp so both write the same bytes.
+#include "quantem/ans/ans_codec.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <string>
+
+#include "quantem/ans/ans_model.hpp"
+#include "quantem/core/error.hpp"
+
+namespace quantem::ans {
+namespace {
+
+std::uint32_t load_value(const void* data, DType dtype, std::size_t index) {
+  switch (dtype) {
+    case DType::uint8: return static_cast<const std::uint8_t*>(data)[index];
+    case DType::uint16: {
+      std::uint16_t v;
+      std::memcpy(&v, static_cast<const std::uint8_t*>(data) + 2 * index, 2);
+      return v;
+    }
+    case DType::uint32: {
+      std::uint32_t v;
+      std::memcpy(&v, static_cast<const std::uint8_t*>(data) + 4 * index, 4);
+      return v;
+    }
+  }
+  return 0;
+}
+
+template <class T>
+void store_le(std::uint8_t* p, T value) {
+  std::memcpy(p, &value, sizeof(T));
+}
+template <class T>
+T load_le(const std::uint8_t* p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));
+  return value;
+}
+
+// The pixels of stream s in coding order; returns how many exist.
+int quad_pixels(const AnsGroupLayout& layout, std::uint32_t rows, std::uint32_t cols, std::uint32_t stream,
+                std::array<std::uint32_t, 4>& pixels) {
+  const std::uint32_t quad_row = stream / layout.quad_cols;
+  const std::uint32_t quad_col = stream % layout.quad_cols;
+  int count = 0;
+  for (std::uint32_t dr = 0; dr < 2; ++dr)
+    for (std::uint32_t dc = 0; dc < 2; ++dc) {
+      const std::uint32_t r = 2 * quad_row + dr;
+      const std::uint32_t c = 2 * quad_col + dc;
+      if (r < rows && c < cols) pixels[static_cast<std::size_t>(count++)] = r * cols + c;
+    }
+  return count;
+}
+
+[[noreturn]] void corrupt(const std::string& what) { throw CorruptChunk("ANS group: " + what); }
+
+}  // namespace
+
+std::vector<std::uint8_t> encode_group(const HostFrames& frames) {
+  if (frames.frame_count == 0 || frames.detector_rows == 0 || frames.detector_cols == 0)
+    throw bad_request("encode_group: empty shape");
+  const std::uint32_t rows = frames.detector_rows;
+  const std::uint32_t cols = frames.detector_cols;
+  const std::uint32_t pixels = rows * cols;
+  const std::uint32_t frame_count = frames.frame_count;
+  const AnsGroupLayout layout = ans_group_layout(rows, cols);
+  auto value_at = [&](std::uint32_t frame, std::uint32_t pixel) {
+    return load_value(frames.data, frames.dtype, std::size_t{frame} * pixels + pixel);
+  };
+
+  // Model: per-pixel sums -> class scale -> classes -> per-class symbol counts -> frequencies.
+  std::vector<std::uint64_t> pixel_sums(pixels, 0);
+  std::uint32_t max_value = 0;
+  for (std::uint32_t f = 0; f < frame_count; ++f)
+    for (std::uint32_t p = 0; p < pixels; ++p) {
+      const std::uint32_t v = value_at(f, p);
+      pixel_sums[p] += v;
+      max_value = std::max(max_value, v);
+    }
+  const std::uint32_t raw_words = max_value > 0xffffu ? 2 : 1;
+  std::vector<std::uint64_t> histogram(kAnsClassHistogramBins, 0);
+  for (std::uint32_t p = 0; p < pixels; ++p) ++histogram[class_histogram_bin(pixel_sums[p], frame_count)];
+  const std::uint64_t quantile = class_quantile_pixels(pixels);
+  std::uint32_t high_bin = 0;
+  for (std::uint64_t cumulative = 0; high_bin < kAnsClassHistogramBins; ++high_bin) {
+    cumulative += histogram[high_bin];
+    if (cumulative >= quantile) break;
+  }
+  const std::uint32_t class_scale = class_scale_from_bin(high_bin);
+  std::vector<std::uint8_t> classes(pixels);
+  for (std::uint32_t p = 0; p < pixels; ++p)
+    classes[p] = static_cast<std::uint8_t>(pixel_class(pixel_sums[p], frame_count, class_scale));
+  std::vector<std::uint64_t> counts(std::size_t{kAnsClassCount} * kAnsAlphabetSize, 0);
+  for (std::uint32_t f = 0; f < frame_count; ++f)
+    for (std::uint32_t p = 0; p < pixels; ++p)
+      ++counts[std::size_t{classes[p]} * kAnsAlphabetSize + std::min<std::uint32_t>(value_at(f, p), kAnsEscapeSymbol)];
+  std::vector<std::uint16_t> frequencies(std::size_t{kAnsClassCount} * kAnsAlphabetSize);
+  std::vector<std::uint32_t> cdfs(std::size_t{kAnsClassCount} * kAnsAlphabetSize);
+  for (std::uint32_t c = 0; c < kAnsClassCount; ++c) {
+    normalize_frequencies(&counts[std::size_t{c} * kAnsAlphabetSize], &frequencies[std::size_t{c} * kAnsAlphabetSize]);
+    std::uint32_t cumulative = 0;
+    for (std::uint32_t s = 0; s < kAnsAlphabetSize; ++s) {
+      cdfs[std::size_t{c} * kAnsAlphabetSize + s] = cumulative;
+      cumulative += frequencies[std::size_t{c} * kAnsAlphabetSize + s];
+    }
+  }
+
+  // Streams: encode each quad backwards, then lay the words out in read order.
+  std::vector<std::vector<std::uint16_t>> stream_words(layout.stream_count);
+  std::vector<std::uint32_t> final_states(layout.stream_count);
+  for (std::uint32_t s = 0; s < layout.stream_count; ++s) {
+    std::array<std::uint32_t, 4> quad{};
+    const int present = quad_pixels(layout, rows, cols, s, quad);
+    std::uint32_t state = kAnsStateLower;
+    std::vector<std::uint16_t>& emitted = stream_words[s];
+    auto push = [&](std::uint32_t word) {
+      if (word != kAnsNoWord) emitted.push_back(static_cast<std::uint16_t>(word));
+    };
+    for (std::uint32_t f = frame_count; f-- > 0;) {
+      for (int j = present; j-- > 0;) {
+        const std::uint32_t pixel = quad[static_cast<std::size_t>(j)];
+        const std::uint32_t value = value_at(f, pixel);
+        const std::uint32_t symbol = std::min(value, kAnsEscapeSymbol);
+        if (symbol == kAnsEscapeSymbol) {
+          if (raw_words == 2) push(encode_raw_word(state, value >> 16));
+          push(encode_raw_word(state, value & 0xffffu));
+        }
+        const std::size_t entry = std::size_t{classes[pixel]} * kAnsAlphabetSize + symbol;
+        push(encode_symbol(state, frequencies[entry], cdfs[entry]));
+      }
+    }
+    final_states[s] = state;
+  }
+
+  std::uint64_t data_bytes = 0;
+  std::vector<std::uint32_t> stream_offsets(layout.stream_count);
+  for (std::uint32_t s = 0; s < layout.stream_count; ++s) {
+    stream_offsets[s] = static_cast<std::uint32_t>(data_bytes);
+    data_bytes += 4 + 2 * stream_words[s].size();
+  }
+  const std::uint64_t total = layout.stream_data_offset + data_bytes;
+  if (total > 0xffffffffu) throw bad_request("encode_group: group larger than 4 GiB; use fewer frames per group");
+  std::vector<std::uint8_t> blob(static_cast<std::size_t>(total), 0);
+  AnsGroupHeader header{};
+  header.magic = kAnsMagic;
+  header.header_bytes = kAnsHeaderBytes;
+  header.frame_count = frame_count;
+  header.detector_rows = rows;
+  header.detector_cols = cols;
+  header.raw_words = raw_words;
+  header.class_scale = class_scale;
+  header.stream_count = layout.stream_count;
+  header.class_map_offset = layout.class_map_offset;
+  header.freq_table_offset = layout.freq_table_offset;
+  header.stream_offsets_offset = layout.stream_offsets_offset;
+  header.stream_data_offset = layout.stream_data_offset;
+  header.stream_data_bytes = data_bytes;
+  header.total_bytes = total;
+  std::memcpy(blob.data(), &header, sizeof header);
+  std::memcpy(blob.data() + layout.class_map_offset, classes.data(), pixels);
+  for (std::size_t i = 0; i < frequencies.size(); ++i)
+    store_le<std::uint16_t>(blob.data() + layout.freq_table_offset + 2 * i, frequencies[i]);
+  for (std::uint32_t s = 0; s < layout.stream_count; ++s) {
+    store_le<std::uint32_t>(blob.data() + layout.stream_offsets_offset + 4 * std::size_t{s}, stream_offsets[s]);
+    std::uint8_t* stream = blob.data() + layout.stream_data_offset + stream_offsets[s];
+    store_le<std::uint32_t>(stream, final_states[s]);
+    const std::vector<std::uint16_t>& words = stream_words[s];
+    for (std::size_t k = 0; k < words.size(); ++k)  // the last word emitted is read first
+      store_le<std::uint16_t>(stream + 4 + 2 * k, words[words.size() - 1 - k]);
+  }
+  return blob;
+}
+
+AnsGroupHeader read_group_header(const std::uint8_t* blob, std::size_t bytes) {
+  if (bytes < kAnsHeaderBytes) corrupt("shorter than its header");
+  AnsGroupHeader header;
+  std::memcpy(&header, blob, sizeof header);
+  if (header.magic != kAnsMagic || header.header_bytes != kAnsHeaderBytes) corrupt("bad magic");
+  if (header.frame_count == 0 || header.detector_rows == 0 || header.detector_cols == 0) corrupt("empty shape");
+  if (header.raw_words != 1 && header.raw_words != 2) corrupt("raw_words must be 1 or 2");
+  const AnsGroupLayout layout = ans_group_layout(header.detector_rows, header.detector_cols);
+  if (header.stream_count != layout.stream_count || header.class_map_offset != layout.class_map_offset ||
+      header.freq_table_offset != layout.freq_table_offset ||
+      header.stream_offsets_offset != layout.stream_offsets_offset ||
+      header.stream_data_offset != layout.stream_data_offset)
+    corrupt("layout does not match the detector shape");
+  if (header.total_bytes != header.stream_data_offset + header.stream_data_bytes || header.total_bytes > bytes)
+    corrupt("sizes do not add up");
+  return header;
+}
+
+namespace {
+
+struct DecodeTables {
+  std::vector<std::uint8_t> symbol;    // [class][slot]
+  std::vector<std::uint16_t> frequency;  // [class][symbol]
+  std::vector<std::uint16_t> cdf;        // [class][symbol]
+};
+
+DecodeTables build_tables(const std::uint8_t* blob, const AnsGroupHeader& header) {
+  DecodeTables tables;
+  tables.symbol.assign(std::size_t{kAnsClassCount} * kAnsProbabilityScale, 0);
+  tables.frequency.assign(std::size_t{kAnsClassCount} * kAnsAlphabetSize, 0);
+  tables.cdf.assign(std::size_t{kAnsClassCount} * kAnsAlphabetSize, 0);
+  for (std::uint32_t c = 0; c < kAnsClassCount; ++c) {
+    std::uint32_t cumulative = 0;
+    for (std::uint32_t s = 0; s < kAnsAlphabetSize; ++s) {
+      const std::size_t entry = std::size_t{c} * kAnsAlphabetSize + s;
+      const std::uint16_t f = load_le<std::uint16_t>(blob + header.freq_table_offset + 2 * entry);
+      tables.frequency[entry] = f;
+      tables.cdf[entry] = static_cast<std::uint16_t>(cumulative);
+      if (cumulative + f > kAnsProbabilityScale) corrupt("class " + std::to_string(c) + " frequencies exceed the scale");
+      for (std::uint32_t slot = cumulative; slot < cumulative + f; ++slot)
+        tables.symbol[std::size_t{c} * kAnsProbabilityScale + slot] = static_cast<std::uint8_t>(s);
+      cumulative += f;
+    }
+    if (cumulative != 0 && cumulative != kAnsProbabilityScale) corrupt("class " + std::to_string(c) + " frequencies do not sum to the scale");
+  }
+  return tables;
+}
+
+// Decodes every stream, calling sink(frame, pixel, value).
+template <class Sink>
+void decode_streams(const std::uint8_t* blob, const AnsGroupHeader& header, Sink&& sink) {
+  const DecodeTables tables = build_tables(blob, header);
+  const AnsGroupLayout layout = ans_group_layout(header.detector_rows, header.detector_cols);
+  const std::uint8_t* classes = blob + header.class_map_offset;
+  const std::uint8_t* data = blob + header.stream_data_offset;
+  for (std::uint32_t s = 0; s < header.stream_count; ++s) {
+    const std::uint64_t begin = load_le<std::uint32_t>(blob + header.stream_offsets_offset + 4 * std::size_t{s});
+    const std::uint64_t end = s + 1 < header.stream_count
+                                  ? load_le<std::uint32_t>(blob + header.stream_offsets_offset + 4 * std::size_t{s + 1})
+                                  : header.stream_data_bytes;
+    if (begin > end || end > header.stream_data_bytes || end - begin < 4 || (end - begin) % 2 != 0)
+      corrupt("stream " + std::to_string(s) + " has invalid bounds");
+    std::uint64_t position = begin + 4;
+    std::uint32_t state = load_le<std::uint32_t>(data + begin);
+    auto next_word = [&]() -> std::uint32_t {
+      if (position + 2 > end) corrupt("stream " + std::to_string(s) + " read past its end");
+      const std::uint32_t word = load_le<std::uint16_t>(data + position);
+      position += 2;
+      return word;
+    };
+    std::array<std::uint32_t, 4> quad{};
+    const int present = quad_pixels(layout, header.detector_rows, header.detector_cols, s, quad);
+    for (std::uint32_t f = 0; f < header.frame_count; ++f) {
+      for (int j = 0; j < present; ++j) {
+        const std::uint32_t pixel = quad[static_cast<std::size_t>(j)];
+        const std::uint32_t cls = classes[pixel];
+        if (cls >= kAnsClassCount) corrupt("pixel class out of range");
+        const std::uint32_t slot = state & (kAnsProbabilityScale - 1);
+        const std::uint32_t symbol = tables.symbol[std::size_t{cls} * kAnsProbabilityScale + slot];
+        const std::size_t entry = std::size_t{cls} * kAnsAlphabetSize + symbol;
+        if (tables.frequency[entry] == 0) corrupt("slot of an unused class");
+        state = tables.frequency[entry] * (state >> kAnsProbabilityBits) + slot - tables.cdf[entry];
+        if (state < kAnsStateLower) state = (state << 16) | next_word();
+        std::uint32_t value = symbol;
+        if (symbol == kAnsEscapeSymbol) {
+          value = state & 0xffffu;
+          state = ((state >> 16) << 16) | next_word();
+          if (header.raw_words == 2) {
+            value |= (state & 0xffffu) << 16;
+            state = ((state >> 16) << 16) | next_word();
+          }
+        }
+        sink(f, pixel, value);
+      }
+    }
+    if (state != kAnsStateLower || position != end) corrupt("stream " + std::to_string(s) + " does not end cleanly");
+  }
+}
+
+}  // namespace
+
+void decode_group(const std::uint8_t* blob, std::size_t bytes, DType out_dtype, void* out) {
+  const AnsGroupHeader header = read_group_header(blob, bytes);
+  const std::size_t pixels = std::size_t{header.detector_rows} * header.detector_cols;
+  if (out_dtype == DType::uint16 && header.raw_words != 1)
+    throw bad_request("decode_group: the group holds 32-bit values, uint16 output cannot hold them");
+  decode_streams(blob, header, [&](std::uint32_t frame, std::uint32_t pixel, std::uint32_t value) {
+    const std::size_t index = frame * pixels + pixel;
+    switch (out_dtype) {
+      case DType::uint8:
+        if (value > 0xff) throw bad_request("decode_group: a value does not fit uint8");
+        static_cast<std::uint8_t*>(out)[index] = static_cast<std::uint8_t>(value);
+        break;
+      case DType::uint16: store_le<std::uint16_t>(static_cast<std::uint8_t*>(out) + 2 * index, static_cast<std::uint16_t>(value)); break;
+      case DType::uint32: store_le<std::uint32_t>(static_cast<std::uint8_t*>(out) + 4 * index, value); break;
+    }
+  });
+}
+
+std::vector<std::uint64_t> masked_sum_group(const std::uint8_t* blob, std::size_t bytes,
+                                            const std::uint8_t* detector_mask) {
+  const AnsGroupHeader header = read_group_header(blob, bytes);
+  std::vector<std::uint64_t> sums(header.frame_count, 0);
+  decode_streams(blob, header, [&](std::uint32_t frame, std::uint32_t pixel, std::uint32_t value) {
+    if (detector_mask[pixel] != 0) sums[frame] += value;
+  });
+  return sums;
+}
+
+}  // namespace quantem::ans

@@ -1,0 +1,273 @@
+// One typed suite for the ANS resident codec, run against the CPU reference
+// (src/ans) and the CUDA kernels (kernels/codec/ans_*.cu): exact round trips on
+// random and adversarial inputs, masked sums against dense sums, and the two
+// implementations writing byte-identical groups.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "../unit/ans/ans_test_data.hpp"
+#include "gpu_test_support.hpp"
+#include "quantem/ans/ans_codec.hpp"
+#include "quantem/cuda/ans.hpp"
+#include "quantem/cuda/device.hpp"
+
+namespace quantem {
+namespace {
+
+using ans_test::TestFrames;
+using Bytes = std::vector<std::uint8_t>;
+
+std::size_t group_frames(const TestFrames& frames, std::uint32_t frames_per_group, std::size_t group) {
+  return std::min<std::size_t>(frames_per_group, frames.frame_count - group * frames_per_group);
+}
+
+struct CpuAns {
+  static constexpr const char* kName = "cpu";
+  static std::vector<Bytes> encode(const TestFrames& frames, std::uint32_t frames_per_group) {
+    std::vector<Bytes> blobs;
+    const std::size_t frame_bytes = std::size_t{frames.rows} * frames.cols * dtype_size(frames.dtype);
+    for (std::size_t g = 0; g * frames_per_group < frames.frame_count; ++g) {
+      ans::HostFrames view;
+      view.data = frames.bytes.data() + g * frames_per_group * frame_bytes;
+      view.dtype = frames.dtype;
+      view.frame_count = static_cast<std::uint32_t>(group_frames(frames, frames_per_group, g));
+      view.detector_rows = frames.rows;
+      view.detector_cols = frames.cols;
+      blobs.push_back(ans::encode_group(view));
+    }
+    return blobs;
+  }
+  static std::vector<std::uint32_t> decode(const std::vector<Bytes>& blobs, const TestFrames& shape, std::uint32_t) {
+    std::vector<std::uint32_t> out;
+    for (const Bytes& blob : blobs) {
+      const ans::AnsGroupHeader header = ans::read_group_header(blob.data(), blob.size());
+      std::vector<std::uint32_t> group(std::size_t{header.frame_count} * shape.rows * shape.cols);
+      ans::decode_group(blob.data(), blob.size(), DType::uint32, group.data());
+      out.insert(out.end(), group.begin(), group.end());
+    }
+    return out;
+  }
+  static std::vector<std::uint64_t> masked_sum(const std::vector<Bytes>& blobs, const TestFrames&, std::uint32_t,
+                                               const std::vector<std::uint8_t>& mask) {
+    std::vector<std::uint64_t> out;
+    for (const Bytes& blob : blobs) {
+      const auto sums = ans::masked_sum_group(blob.data(), blob.size(), mask.data());
+      out.insert(out.end(), sums.begin(), sums.end());
+    }
+    return out;
+  }
+};
+
+// Group blobs laid out in one device buffer, 256-byte aligned.
+struct DeviceResident {
+  cuda::DeviceBuffer blobs;
+  cuda::DeviceBuffer offsets;
+  cuda::AnsResidentView view;
+};
+
+DeviceResident upload(const std::vector<Bytes>& host_blobs, const TestFrames& shape, std::uint32_t frames_per_group) {
+  std::vector<std::uint64_t> offsets;
+  std::size_t total = 0;
+  for (const Bytes& blob : host_blobs) {
+    offsets.push_back(total);
+    total += (blob.size() + 255) / 256 * 256;
+  }
+  DeviceResident resident;
+  resident.blobs = cuda::DeviceBuffer(std::max<std::size_t>(total, 1));
+  resident.offsets = cuda::DeviceBuffer(offsets.size() * sizeof(std::uint64_t));
+  for (std::size_t g = 0; g < host_blobs.size(); ++g)
+    cuda::copy_to_device(resident.blobs.as<std::uint8_t>() + offsets[g], host_blobs[g].data(), host_blobs[g].size());
+  cuda::copy_to_device(resident.offsets.data(), offsets.data(), resident.offsets.size());
+  resident.view.d_blobs = resident.blobs.as<std::uint8_t>();
+  resident.view.d_group_offsets = resident.offsets.as<std::uint64_t>();
+  resident.view.group_count = host_blobs.size();
+  resident.view.frames_per_group = frames_per_group;
+  resident.view.total_frames = shape.frame_count;
+  resident.view.detector_rows = shape.rows;
+  resident.view.detector_cols = shape.cols;
+  return resident;
+}
+
+struct CudaAns {
+  static constexpr const char* kName = "cuda";
+  static std::vector<Bytes> encode(const TestFrames& frames, std::uint32_t frames_per_group) {
+    cuda::DeviceBuffer d_frames(frames.bytes.size());
+    cuda::copy_to_device(d_frames.data(), frames.bytes.data(), frames.bytes.size());
+    cuda::AnsEncodeBatch batch;
+    batch.d_frames = d_frames.data();
+    batch.dtype = frames.dtype;
+    batch.total_frames = frames.frame_count;
+    batch.frames_per_group = frames_per_group;
+    batch.detector_rows = frames.rows;
+    batch.detector_cols = frames.cols;
+    cuda::DeviceBuffer scratch(cuda::ans_encode_scratch_bytes(batch));
+    cuda::fill_device(scratch.data(), 0x5A, scratch.size());  // the encoder must not rely on zeroed scratch
+    const std::vector<std::uint64_t> sizes = cuda::ans_encode_measure(batch, scratch.data(), scratch.size(), nullptr);
+    std::vector<std::uint64_t> offsets;
+    std::size_t total = 0;
+    for (std::uint64_t size : sizes) {
+      offsets.push_back(total);
+      total += (size + 255) / 256 * 256;
+    }
+    cuda::DeviceBuffer d_out(total);
+    cuda::fill_device(d_out.data(), 0xC3, d_out.size());  // poison: every blob byte must be written
+    cuda::DeviceBuffer d_offsets(offsets.size() * sizeof(std::uint64_t));
+    cuda::copy_to_device(d_offsets.data(), offsets.data(), d_offsets.size());
+    cuda::ans_encode_write(batch, scratch.data(), scratch.size(), d_out.as<std::uint8_t>(), d_offsets.as<std::uint64_t>(),
+                           nullptr);
+    cuda::synchronize_device();
+    std::vector<Bytes> blobs;
+    for (std::size_t g = 0; g < sizes.size(); ++g) {
+      Bytes blob(sizes[g]);
+      cuda::copy_to_host(blob.data(), d_out.as<std::uint8_t>() + offsets[g], blob.size());
+      blobs.push_back(std::move(blob));
+    }
+    return blobs;
+  }
+  static std::vector<std::uint32_t> decode(const std::vector<Bytes>& blobs, const TestFrames& shape,
+                                           std::uint32_t frames_per_group) {
+    DeviceResident resident = upload(blobs, shape, frames_per_group);
+    cuda::DeviceBuffer d_out(shape.elements() * sizeof(std::uint32_t));
+    cuda::fill_device(d_out.data(), 0xEE, d_out.size());
+    cuda::DeviceBuffer d_error(sizeof(std::uint32_t));
+    cuda::fill_device(d_error.data(), 0, d_error.size());
+    cuda::ans_decode_frames(resident.view, 0, blobs.size(), DType::uint32, d_out.data(), d_error.as<std::uint32_t>(),
+                            nullptr);
+    cuda::synchronize_device();
+    std::uint32_t error = 0;
+    cuda::copy_to_host(&error, d_error.data(), sizeof error);
+    EXPECT_EQ(error, 0u) << "the GPU decoder reported a malformed stream";
+    std::vector<std::uint32_t> out(shape.elements());
+    cuda::copy_to_host(out.data(), d_out.data(), d_out.size());
+    return out;
+  }
+  static std::vector<std::uint64_t> masked_sum(const std::vector<Bytes>& blobs, const TestFrames& shape,
+                                               std::uint32_t frames_per_group, const std::vector<std::uint8_t>& mask) {
+    DeviceResident resident = upload(blobs, shape, frames_per_group);
+    const cuda::AnsMaskedStreams streams(mask, shape.rows, shape.cols);
+    cuda::DeviceBuffer d_sums(shape.frame_count * sizeof(std::uint64_t));
+    cuda::fill_device(d_sums.data(), 0x77, d_sums.size());
+    cuda::DeviceBuffer d_error(sizeof(std::uint32_t));
+    cuda::fill_device(d_error.data(), 0, d_error.size());
+    cuda::ans_masked_sum(resident.view, streams, d_sums.as<std::uint64_t>(), d_error.as<std::uint32_t>(), nullptr);
+    cuda::synchronize_device();
+    std::uint32_t error = 0;
+    cuda::copy_to_host(&error, d_error.data(), sizeof error);
+    EXPECT_EQ(error, 0u) << "the GPU masked sum reported a malformed stream";
+    std::vector<std::uint64_t> out(shape.frame_count);
+    cuda::copy_to_host(out.data(), d_sums.data(), d_sums.size());
+    return out;
+  }
+};
+
+template <class Codec>
+class AnsConformance : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if constexpr (std::is_same_v<Codec, CudaAns>) {
+      QUANTEM_REQUIRE_CUDA_DEVICE();
+    }
+  }
+};
+
+using Implementations = ::testing::Types<CpuAns, CudaAns>;
+TYPED_TEST_SUITE(AnsConformance, Implementations);
+
+std::vector<std::uint32_t> values_of(const TestFrames& frames) {
+  std::vector<std::uint32_t> values(frames.elements());
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = ans_test::get(frames, i);
+  return values;
+}
+
+TYPED_TEST(AnsConformance, RoundTripsAdversarialAndRandomInputsExactly) {
+  std::uint64_t seed = 100;
+  for (DType dtype : {DType::uint8, DType::uint16, DType::uint32})
+    for (const char* pattern : {"zero", "max", "uniform16", "uniform32", "hot_pixel", "sparse", "disc", "ramp"}) {
+      const TestFrames frames = ans_test::make_frames(pattern, dtype, 37, 18, 22, seed++);
+      SCOPED_TRACE(frames.label);
+      const std::uint32_t frames_per_group = 16;  // three groups, the last one short
+      const auto blobs = TypeParam::encode(frames, frames_per_group);
+      ASSERT_EQ(blobs.size(), 3u);
+      EXPECT_EQ(TypeParam::decode(blobs, frames, frames_per_group), values_of(frames));
+    }
+}
+
+TYPED_TEST(AnsConformance, RoundTripsOddDetectorShapes) {
+  for (auto [rows, cols] : {std::pair{1u, 1u}, std::pair{7u, 1u}, std::pair{1u, 9u}, std::pair{5u, 9u}, std::pair{33u, 31u}})
+    for (const char* pattern : {"disc", "uniform32", "hot_pixel"}) {
+      const TestFrames frames = ans_test::make_frames(pattern, DType::uint32, 9, rows, cols, rows * 100 + cols);
+      SCOPED_TRACE(frames.label);
+      const auto blobs = TypeParam::encode(frames, 4);
+      EXPECT_EQ(TypeParam::decode(blobs, frames, 4), values_of(frames));
+    }
+}
+
+TYPED_TEST(AnsConformance, MaskedSumsEqualDenseSums) {
+  for (DType dtype : {DType::uint16, DType::uint32}) {
+    const TestFrames frames = ans_test::make_frames(dtype == DType::uint16 ? "disc" : "uniform32", dtype, 45, 41, 39, 5);
+    SCOPED_TRACE(frames.label);
+    const auto blobs = TypeParam::encode(frames, 20);
+    std::vector<std::vector<std::uint8_t>> masks;
+    std::vector<std::uint8_t> disc(41 * 39, 0), ring(41 * 39, 0), full(41 * 39, 1), empty(41 * 39, 0),
+        single(41 * 39, 0), edge(41 * 39, 0);
+    for (int r = 0; r < 41; ++r)
+      for (int c = 0; c < 39; ++c) {
+        const double d = std::hypot(r - 20.3, c - 18.6);
+        disc[static_cast<std::size_t>(r * 39 + c)] = d < 9.5;
+        ring[static_cast<std::size_t>(r * 39 + c)] = d > 12 && d < 17;
+        edge[static_cast<std::size_t>(r * 39 + c)] = r == 40 || c == 38;
+      }
+    single[17 * 39 + 23] = 1;
+    masks = {disc, ring, full, empty, single, edge};
+    for (const auto& mask : masks) {
+      std::vector<std::uint64_t> expected(frames.frame_count, 0);
+      for (std::uint32_t f = 0; f < frames.frame_count; ++f)
+        for (std::size_t p = 0; p < mask.size(); ++p)
+          if (mask[p]) expected[f] += ans_test::get(frames, f * mask.size() + p);
+      EXPECT_EQ(TypeParam::masked_sum(blobs, frames, 20, mask), expected);
+    }
+  }
+}
+
+TEST(AnsCudaEncoder, WritesTheCpuReferenceBytes) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  std::uint64_t seed = 7;
+  for (DType dtype : {DType::uint8, DType::uint16, DType::uint32})
+    for (const char* pattern : {"zero", "max", "uniform32", "hot_pixel", "disc", "ramp"})
+      for (auto [frame_count, rows, cols, per_group] :
+           {std::tuple{37u, 18u, 22u, 16u}, std::tuple{5u, 7u, 3u, 8u}, std::tuple{64u, 48u, 48u, 64u}}) {
+        const TestFrames frames = ans_test::make_frames(pattern, dtype, frame_count, rows, cols, seed++);
+        SCOPED_TRACE(frames.label);
+        const auto cpu = CpuAns::encode(frames, per_group);
+        const auto gpu = CudaAns::encode(frames, per_group);
+        ASSERT_EQ(cpu.size(), gpu.size());
+        for (std::size_t g = 0; g < cpu.size(); ++g) EXPECT_TRUE(cpu[g] == gpu[g]) << "group " << g << " differs";
+      }
+}
+
+TEST(AnsCudaDecoder, ReportsMalformedStreams) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  const TestFrames frames = ans_test::make_frames("disc", DType::uint16, 16, 16, 16, 3);
+  auto blobs = CpuAns::encode(frames, 16);
+  const ans::AnsGroupHeader header = ans::read_group_header(blobs[0].data(), blobs[0].size());
+  // Swap two stream offsets: streams now end before they start.
+  std::uint32_t* offsets = reinterpret_cast<std::uint32_t*>(blobs[0].data() + header.stream_offsets_offset);
+  std::swap(offsets[3], offsets[4]);
+  DeviceResident resident = upload(blobs, frames, 16);
+  cuda::DeviceBuffer d_out(frames.elements() * sizeof(std::uint16_t));
+  cuda::DeviceBuffer d_error(sizeof(std::uint32_t));
+  cuda::fill_device(d_error.data(), 0, d_error.size());
+  cuda::ans_decode_frames(resident.view, 0, 1, DType::uint16, d_out.data(), d_error.as<std::uint32_t>(), nullptr);
+  cuda::synchronize_device();
+  std::uint32_t error = 0;
+  cuda::copy_to_host(&error, d_error.data(), sizeof error);
+  EXPECT_NE(error, 0u);
+}
+
+}  // namespace
+}  // namespace quantem
