@@ -1,0 +1,109 @@
+#include <cuda_runtime.h>
+
+#include "bench_gpu_kernels.hpp"
+#include "../../kernels/common/cuda_check.cuh"
+
+namespace quantem::bench {
+namespace {
+
+constexpr int kDenseThreads = 256;
+constexpr int kFramesPerCta = 8;
+
+// One CTA sums kFramesPerCta frames; the pixel list lives in shared memory.
+__global__ void __launch_bounds__(kDenseThreads)
+    dense_masked_sum_kernel(const std::uint16_t* __restrict__ frames, std::uint64_t frame_count,
+                            std::uint32_t frame_pixels, const std::uint32_t* __restrict__ pixel_indices,
+                            std::uint32_t pixel_count, unsigned long long* sums) {
+  extern __shared__ std::uint32_t indices[];
+  __shared__ std::uint32_t warp_sums[kDenseThreads / 32];
+  for (std::uint32_t i = threadIdx.x; i < pixel_count; i += blockDim.x) indices[i] = pixel_indices[i];
+  __syncthreads();
+  for (int k = 0; k < kFramesPerCta; ++k) {
+    const std::uint64_t frame = std::uint64_t{blockIdx.x} * kFramesPerCta + k;
+    if (frame >= frame_count) break;
+    const std::uint16_t* base = frames + frame * frame_pixels;
+    std::uint32_t sum = 0;
+    for (std::uint32_t i = threadIdx.x; i < pixel_count; i += blockDim.x) sum += __ldg(base + indices[i]);
+    sum = __reduce_add_sync(0xffffffffu, sum);
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      std::uint32_t total = threadIdx.x < kDenseThreads / 32 ? warp_sums[threadIdx.x] : 0;
+      total = __reduce_add_sync(0xffffffffu, total);
+      if (threadIdx.x == 0) sums[frame] = total;
+    }
+    __syncthreads();
+  }
+}
+
+__global__ void count_differences_kernel(const uint4* a, const uint4* b, std::size_t words,
+                                         unsigned long long* differences) {
+  std::uint32_t local = 0;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < words; i += std::size_t{gridDim.x} * blockDim.x) {
+    const uint4 x = a[i];
+    const uint4 y = b[i];
+    local += (x.x != y.x) + (x.y != y.y) + (x.z != y.z) + (x.w != y.w);
+  }
+  local = __reduce_add_sync(0xffffffffu, local);
+  if (threadIdx.x % 32 == 0 && local != 0) atomicAdd(differences, static_cast<unsigned long long>(local));
+}
+
+}  // namespace
+
+void dense_masked_sum_u16(const std::uint16_t* d_frames, std::uint64_t frame_count, std::uint32_t frame_pixels,
+                          const std::uint32_t* d_pixel_indices, std::uint32_t pixel_count, std::uint64_t* d_sums,
+                          cuda::StreamHandle stream) {
+  const std::size_t shared = std::size_t{pixel_count} * sizeof(std::uint32_t);
+  QUANTEM_CUDA_TRY(cudaFuncSetAttribute(dense_masked_sum_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(shared)));
+  const unsigned ctas = static_cast<unsigned>((frame_count + kFramesPerCta - 1) / kFramesPerCta);
+  dense_masked_sum_kernel<<<ctas, kDenseThreads, shared, stream>>>(d_frames, frame_count, frame_pixels, d_pixel_indices,
+                                                                   pixel_count,
+                                                                   reinterpret_cast<unsigned long long*>(d_sums));
+  QUANTEM_CUDA_CHECK_LAUNCH(stream, "dense_masked_sum_kernel");
+}
+
+std::uint64_t count_differences(const std::uint8_t* d_a, const std::uint8_t* d_b, std::size_t bytes) {
+  // Buffers from cudaMalloc are 256-byte aligned; compare 16-byte words, then the tail on the host.
+  unsigned long long* d_count = nullptr;
+  QUANTEM_CUDA_TRY(cudaMalloc(&d_count, sizeof(unsigned long long)));
+  QUANTEM_CUDA_TRY(cudaMemset(d_count, 0, sizeof(unsigned long long)));
+  const std::size_t words = bytes / 16;
+  count_differences_kernel<<<1024, 256>>>(reinterpret_cast<const uint4*>(d_a), reinterpret_cast<const uint4*>(d_b),
+                                          words, d_count);
+  QUANTEM_CUDA_CHECK_LAUNCH(nullptr, "count_differences_kernel");
+  unsigned long long count = 0;
+  QUANTEM_CUDA_TRY(cudaMemcpy(&count, d_count, sizeof count, cudaMemcpyDeviceToHost));
+  QUANTEM_CUDA_TRY(cudaFree(d_count));
+  for (std::size_t i = words * 16; i < bytes; ++i) {
+    std::uint8_t x = 0, y = 0;
+    QUANTEM_CUDA_TRY(cudaMemcpy(&x, d_a + i, 1, cudaMemcpyDeviceToHost));
+    QUANTEM_CUDA_TRY(cudaMemcpy(&y, d_b + i, 1, cudaMemcpyDeviceToHost));
+    count += x != y;
+  }
+  return count;
+}
+
+EventTimer::EventTimer() {
+  QUANTEM_CUDA_TRY(cudaEventCreate(reinterpret_cast<cudaEvent_t*>(&start_)));
+  QUANTEM_CUDA_TRY(cudaEventCreate(reinterpret_cast<cudaEvent_t*>(&stop_)));
+}
+
+EventTimer::~EventTimer() {
+  QUANTEM_CUDA_TRY_NOTHROW(cudaEventDestroy(static_cast<cudaEvent_t>(start_)));
+  QUANTEM_CUDA_TRY_NOTHROW(cudaEventDestroy(static_cast<cudaEvent_t>(stop_)));
+}
+
+void EventTimer::start(cuda::StreamHandle stream) {
+  QUANTEM_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(start_), stream));
+}
+
+double EventTimer::stop_ms(cuda::StreamHandle stream) {
+  QUANTEM_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(stop_), stream));
+  QUANTEM_CUDA_TRY(cudaEventSynchronize(static_cast<cudaEvent_t>(stop_)));
+  float ms = 0;
+  QUANTEM_CUDA_TRY(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_), static_cast<cudaEvent_t>(stop_)));
+  return ms;
+}
+
+}  // namespace quantem::bench

@@ -1,0 +1,34 @@
+#pragma once
+// Bench-only GPU helpers (baselines and checks), CUDA-free declarations.
+#include <cstddef>
+#include <cstdint>
+
+#include "quantem/cuda/device.hpp"
+
+namespace quantem::bench {
+
+// Plain masked sum over a dense uint16 volume: d_sums[frame] = sum of the
+// frame's values at d_pixel_indices (pixel_count sorted row-major indices).
+void dense_masked_sum_u16(const std::uint16_t* d_frames, std::uint64_t frame_count, std::uint32_t frame_pixels,
+                          const std::uint32_t* d_pixel_indices, std::uint32_t pixel_count, std::uint64_t* d_sums,
+                          cuda::StreamHandle stream);
+
+// Number of differing bytes between two device buffers (synchronous).
+std::uint64_t count_differences(const std::uint8_t* d_a, const std::uint8_t* d_b, std::size_t bytes);
+
+// Device timer around work enqueued on `stream` (cudaEvent pair).
+class EventTimer {
+ public:
+  EventTimer();
+  ~EventTimer();
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+  void start(cuda::StreamHandle stream);
+  double stop_ms(cuda::StreamHandle stream);  // synchronises
+
+ private:
+  void* start_ = nullptr;
+  void* stop_ = nullptr;
+};
+
+}  // namespace quantem::bench
