@@ -12,7 +12,7 @@
 // masked swap steps. Gathering the plane bytes of 8 or 16 consecutive groups
 // is itself an 8x8 / 8x16 byte transpose: shift-and-mask on 64-bit words here
 // (any element size, and the groups left over by the SIMD kernels), SSE2/AVX2
-// unpacks in bitshuffle_simd.hpp (unshuffle of element sizes 1, 2 and 4).
+// unpacks in bitshuffle_simd.hpp (element sizes 1, 2 and 4).
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -34,11 +34,13 @@ namespace quantem::codec {
 
 #ifdef QUANTEM_CODEC_AVX2_KERNEL
 namespace detail {
-// bitshuffle_avx2.cpp (compiled with -mavx2): unshuffles whole runs of 32
-// groups from first_group on, for element sizes 1, 2, 4; returns the first
+// bitshuffle_avx2.cpp (compiled with -mavx2): (un)shuffle whole runs of 32
+// groups from first_group on, for element sizes 1, 2, 4; return the first
 // group not done.
 std::size_t unshuffle_group_runs_avx2(const std::uint8_t* in, std::uint8_t* out, std::size_t groups,
                                       std::size_t element_size, std::size_t first_group);
+std::size_t shuffle_group_runs_avx2(const std::uint8_t* in, std::uint8_t* out, std::size_t groups,
+                                    std::size_t element_size, std::size_t first_group);
 }  // namespace detail
 #endif
 
@@ -163,6 +165,12 @@ void bitshuffle_block(const std::uint8_t* in, std::uint8_t* out, std::size_t ele
   check_block_arguments("bitshuffle_block", element_count, element_size);
   const std::size_t groups = element_count / 8;  // = bytes per bit plane
   std::size_t group = 0;
+#ifdef QUANTEM_CODEC_AVX2_KERNEL
+  if (cpu_has_avx2()) group = detail::shuffle_group_runs_avx2(in, out, groups, element_size, group);
+#endif
+#ifdef QUANTEM_CODEC_SSE2
+  group = shuffle_group_runs<Sse2Ops>(in, out, groups, element_size, group);
+#endif
   for (; group + 8 <= groups; group += 8) shuffle_eight_groups(in, out, groups, element_size, group);
   for (; group < groups; ++group) shuffle_group(in, out, groups, element_size, group);
 }

@@ -1,12 +1,12 @@
 #pragma once
-// SIMD unshuffle kernels shared by bitshuffle.cpp (SSE2) and
+// SIMD shuffle/unshuffle kernels shared by bitshuffle.cpp (SSE2) and
 // bitshuffle_avx2.cpp (AVX2, compiled with -mavx2). Internal to src/codec.
 //
 // Everything is in an anonymous namespace on purpose: each translation unit
 // gets its own copy compiled for its own instruction set, so the linker can
 // never merge an AVX2-compiled instantiation into the SSE2 path.
 //
-// One kernel call unshuffles Ops::kGroups consecutive groups of 8 elements.
+// One kernel call (un)shuffles Ops::kGroups consecutive groups of 8 elements.
 // For each element byte j it loads the 8 bit planes 8j..8j+7 across those
 // groups, transposes bytes (planes x groups -> groups x planes, three unpack
 // stages) so each 64-bit lane holds one group's 8 plane bytes, transposes each
@@ -17,6 +17,7 @@
 // (the high planes of sparse counting data) skips the transposes.
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include <emmintrin.h>
 #ifdef __AVX2__
@@ -38,7 +39,9 @@ struct Sse2Ops {
   using Vector = __m128i;
   static constexpr std::size_t kGroups = 16;
   static Vector load(const std::uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
-  // Stores the 16 bytes of each 128-bit half: SSE2 has only the low half.
+  // Loads / stores the 16 bytes of each 128-bit half: SSE2 has only the low half.
+  static Vector load_halves(const std::uint8_t* low, const std::uint8_t*) { return load(low); }
+  static void store(std::uint8_t* p, Vector v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v); }
   static void store_halves(std::uint8_t* low, std::uint8_t*, Vector v) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(low), v);
   }
@@ -58,6 +61,15 @@ struct Sse2Ops {
   static Vector unpack_high16(Vector a, Vector b) { return _mm_unpackhi_epi16(a, b); }
   static Vector unpack_low32(Vector a, Vector b) { return _mm_unpacklo_epi32(a, b); }
   static Vector unpack_high32(Vector a, Vector b) { return _mm_unpackhi_epi32(a, b); }
+  static Vector broadcast16(short value) { return _mm_set1_epi16(value); }
+  template <int Shift>
+  static Vector shift_right16(Vector v) { return _mm_srli_epi16(v, Shift); }
+  template <int Shift>
+  static Vector shift_left32(Vector v) { return _mm_slli_epi32(v, Shift); }
+  template <int Shift>
+  static Vector shift_right_arithmetic32(Vector v) { return _mm_srai_epi32(v, Shift); }
+  static Vector pack_unsigned16(Vector a, Vector b) { return _mm_packus_epi16(a, b); }
+  static Vector pack_signed32(Vector a, Vector b) { return _mm_packs_epi32(a, b); }
 };
 
 #ifdef __AVX2__
@@ -65,6 +77,11 @@ struct Avx2Ops {
   using Vector = __m256i;
   static constexpr std::size_t kGroups = 32;
   static Vector load(const std::uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static Vector load_halves(const std::uint8_t* low, const std::uint8_t* high) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(low))),
+                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(high)), 1);
+  }
+  static void store(std::uint8_t* p, Vector v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
   static void store_halves(std::uint8_t* low, std::uint8_t* high, Vector v) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(low), _mm256_castsi256_si128(v));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(high), _mm256_extracti128_si256(v, 1));
@@ -85,6 +102,15 @@ struct Avx2Ops {
   static Vector unpack_high16(Vector a, Vector b) { return _mm256_unpackhi_epi16(a, b); }
   static Vector unpack_low32(Vector a, Vector b) { return _mm256_unpacklo_epi32(a, b); }
   static Vector unpack_high32(Vector a, Vector b) { return _mm256_unpackhi_epi32(a, b); }
+  static Vector broadcast16(short value) { return _mm256_set1_epi16(value); }
+  template <int Shift>
+  static Vector shift_right16(Vector v) { return _mm256_srli_epi16(v, Shift); }
+  template <int Shift>
+  static Vector shift_left32(Vector v) { return _mm256_slli_epi32(v, Shift); }
+  template <int Shift>
+  static Vector shift_right_arithmetic32(Vector v) { return _mm256_srai_epi32(v, Shift); }
+  static Vector pack_unsigned16(Vector a, Vector b) { return _mm256_packus_epi16(a, b); }
+  static Vector pack_signed32(Vector a, Vector b) { return _mm256_packs_epi32(a, b); }
 };
 #endif
 
@@ -181,6 +207,120 @@ std::size_t unshuffle_group_runs(const std::uint8_t* in, std::uint8_t* out, std:
       break;
     case 4:
       for (; group + Ops::kGroups <= groups; group += Ops::kGroups) unshuffle_groups<Ops, 4>(in, out, groups, group);
+      break;
+    default:
+      break;
+  }
+  return group;
+}
+
+
+// ---- shuffle (elements -> planes): the same steps in reverse -------------
+//
+// Element bytes are split per byte j with saturating packs (exact after
+// masking or sign-extending), giving lanes of 8 element bytes per group; each
+// lane's 8x8 bit matrix is transposed; then a 4-stage byte transpose turns
+// 16 groups x 8 planes into 8 planes x 16 groups.
+
+// Splits the 16-bit units of a and b: low bytes -> out_low, high bytes -> out_high.
+template <typename Ops>
+QUANTEM_CODEC_INLINE void split_bytes16(typename Ops::Vector a, typename Ops::Vector b, typename Ops::Vector& out_low,
+                                        typename Ops::Vector& out_high) {
+  const typename Ops::Vector low_byte = Ops::broadcast16(0x00FF);
+  out_low = Ops::pack_unsigned16(Ops::bit_and(a, low_byte), Ops::bit_and(b, low_byte));
+  out_high = Ops::pack_unsigned16(Ops::template shift_right16<8>(a), Ops::template shift_right16<8>(b));
+}
+
+// Splits the 32-bit units of a and b: low 16 bits -> out_low, high 16 bits -> out_high.
+template <typename Ops>
+QUANTEM_CODEC_INLINE void split_halves32(typename Ops::Vector a, typename Ops::Vector b, typename Ops::Vector& out_low,
+                                         typename Ops::Vector& out_high) {
+  auto sign_extended_low = [](typename Ops::Vector v) {
+    return Ops::template shift_right_arithmetic32<16>(Ops::template shift_left32<16>(v));
+  };
+  out_low = Ops::pack_signed32(sign_extended_low(a), sign_extended_low(b));
+  out_high = Ops::pack_signed32(Ops::template shift_right_arithmetic32<16>(a),
+                                Ops::template shift_right_arithmetic32<16>(b));
+}
+
+// Shuffles Ops::kGroups groups starting at first_group, for element sizes 1, 2, 4.
+template <typename Ops, std::size_t ElementSize>
+void shuffle_groups(const std::uint8_t* in, std::uint8_t* out, std::size_t plane_bytes, std::size_t first_group) {
+  using V = typename Ops::Vector;
+  constexpr std::size_t kPairBytes = 16 * ElementSize;      // input bytes of 2 groups
+  constexpr std::size_t kHalfBytes = 16 * 8 * ElementSize;  // input bytes of 16 groups
+  // lanes[j][i]: per 128-bit half, groups 2i and 2i+1; byte m of a 64-bit lane
+  // is byte j of element 8g+m.
+  V lanes[ElementSize][8];
+  const std::uint8_t* low = in + 8 * first_group * ElementSize;
+  for (std::size_t i = 0; i < 8; ++i) {
+    const std::uint8_t* pair_low = low + kPairBytes * i;
+    const std::uint8_t* pair_high = pair_low + kHalfBytes;
+    if constexpr (ElementSize == 1) {
+      lanes[0][i] = Ops::load_halves(pair_low, pair_high);
+    } else if constexpr (ElementSize == 2) {
+      split_bytes16<Ops>(Ops::load_halves(pair_low, pair_high), Ops::load_halves(pair_low + 16, pair_high + 16),
+                         lanes[0][i], lanes[1][i]);
+    } else {
+      static_assert(ElementSize == 4, "SIMD shuffle handles element sizes 1, 2 and 4");
+      V low_words_a, high_words_a, low_words_b, high_words_b;  // a: group 2i, b: group 2i+1
+      split_halves32<Ops>(Ops::load_halves(pair_low, pair_high), Ops::load_halves(pair_low + 16, pair_high + 16),
+                          low_words_a, high_words_a);
+      split_halves32<Ops>(Ops::load_halves(pair_low + 32, pair_high + 32),
+                          Ops::load_halves(pair_low + 48, pair_high + 48), low_words_b, high_words_b);
+      split_bytes16<Ops>(low_words_a, low_words_b, lanes[0][i], lanes[1][i]);
+      split_bytes16<Ops>(high_words_a, high_words_b, lanes[2][i], lanes[3][i]);
+    }
+  }
+  for (std::size_t j = 0; j < ElementSize; ++j) {
+    V* c = lanes[j];
+    const V any = Ops::bit_or(Ops::bit_or(Ops::bit_or(c[0], c[1]), Ops::bit_or(c[2], c[3])),
+                              Ops::bit_or(Ops::bit_or(c[4], c[5]), Ops::bit_or(c[6], c[7])));
+    std::uint8_t* planes = out + 8 * j * plane_bytes + first_group;
+    if (Ops::all_zero(any)) {
+      for (std::size_t k = 0; k < 8; ++k) Ops::store(planes + k * plane_bytes, Ops::zero());
+      continue;
+    }
+    for (std::size_t i = 0; i < 8; ++i) c[i] = transpose_bits_8x8_lanes<Ops>(c[i]);
+    // groups x planes -> planes x groups. Vector index bits start as the pair
+    // index (i2 i1 i0) with byte index (h k2 k1 k0), g = 2i + h; each stage
+    // interleaves the two vectors that differ in one index bit.
+    V d[8];
+    for (std::size_t i = 0; i < 4; ++i) {  // pairs differing in i2
+      d[i] = Ops::unpack_low8(c[i], c[i + 4]);
+      d[i + 4] = Ops::unpack_high8(c[i], c[i + 4]);
+    }
+    for (std::size_t i : {0, 1, 4, 5}) {  // in i1
+      c[i] = Ops::unpack_low8(d[i], d[i + 2]);
+      c[i + 2] = Ops::unpack_high8(d[i], d[i + 2]);
+    }
+    for (std::size_t i : {0, 2, 4, 6}) {  // in i0
+      d[i] = Ops::unpack_low8(c[i], c[i + 1]);
+      d[i + 1] = Ops::unpack_high8(c[i], c[i + 1]);
+    }
+    for (std::size_t i = 0; i < 4; ++i) {  // in h; byte index is now g
+      c[i] = Ops::unpack_low8(d[i], d[i + 4]);
+      c[i + 4] = Ops::unpack_high8(d[i], d[i + 4]);
+    }
+    // Vector index bits are now (k0 k2 k1).
+    for (std::size_t k = 0; k < 8; ++k)
+      Ops::store(planes + k * plane_bytes, c[4 * (k & 1) + 2 * ((k >> 2) & 1) + ((k >> 1) & 1)]);
+  }
+}
+
+template <typename Ops>
+std::size_t shuffle_group_runs(const std::uint8_t* in, std::uint8_t* out, std::size_t groups,
+                               std::size_t element_size, std::size_t first_group) {
+  std::size_t group = first_group;
+  switch (element_size) {
+    case 1:
+      for (; group + Ops::kGroups <= groups; group += Ops::kGroups) shuffle_groups<Ops, 1>(in, out, groups, group);
+      break;
+    case 2:
+      for (; group + Ops::kGroups <= groups; group += Ops::kGroups) shuffle_groups<Ops, 2>(in, out, groups, group);
+      break;
+    case 4:
+      for (; group + Ops::kGroups <= groups; group += Ops::kGroups) shuffle_groups<Ops, 4>(in, out, groups, group);
       break;
     default:
       break;

@@ -75,8 +75,8 @@ void decode_chunk(const ChunkFormat& format, const std::uint8_t* stored, std::si
 // Bit-transposes one bitshuffle block of `element_count` elements
 // (a multiple of 8) from `in` to `out` (no overlap), and back. Both throw
 // quantem::Error (internal) when element_count is not a multiple of 8 or
-// element_size is 0. Unshuffling element sizes 1, 2 and 4 takes an SSE2 or
-// (chosen at run time) AVX2 path on x86-64.
+// element_size is 0. Element sizes 1, 2 and 4 take an SSE2 or (chosen at run
+// time) AVX2 path on x86-64; other sizes a portable 64-bit path.
 void bitshuffle_block(const std::uint8_t* in, std::uint8_t* out, std::size_t element_count,
                       std::size_t element_size);
 void bitunshuffle_block(const std::uint8_t* in, std::uint8_t* out, std::size_t element_count,
