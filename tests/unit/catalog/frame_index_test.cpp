@@ -131,6 +131,16 @@ TEST_F(FrameIndexTest, LatestFormatSingleChunkIndex) {
   expect_matches_hdf5(index, 0, dir_.file("single_data_000001.h5"));
 }
 
+TEST_F(FrameIndexTest, LatestFormatImplicitIndex) {
+  // Early allocation, no filter, fixed dimensions: chunks at computed addresses.
+  const auto a = make("implicit", "--shard-frames 7 --libver latest --filter none --alloc-early");
+  const auto index = build_frame_index(a);
+  expect_matches_hdf5(index, 0, dir_.file("implicit_data_000001.h5"));
+  for (std::size_t i = 1; i < index.frames.size(); ++i) {
+    EXPECT_EQ(index.frames[i].file_offset, index.frames[0].file_offset + i * 32u);
+  }
+}
+
 TEST_F(FrameIndexTest, ExtensibleArrayFallsBackToHdf5WithUserBlock) {
   // libver latest + an unlimited frame axis: extensible array, read through
   // H5Dget_chunk_info; the user block shifts every address.
