@@ -67,7 +67,7 @@ TEST(CodecEncoder, AllZeroFrameMatchesWorkedExample) {
 
 TEST(CodecEncoder, RoundTripsThroughOurDecoder) {
   std::mt19937_64 rng(3);
-  for (std::size_t element_size : {1, 2, 4}) {
+  for (std::size_t element_size : {1, 2, 3, 4, 8}) {  // 3 and 8: the portable transpose path
     for (std::size_t count : {0, 1, 7, 8, 12, 4100, 4108, 36864, 36867}) {
       for (std::size_t block : {0, 8, 64, 4096}) {
         const auto elements = sparse_elements(rng, count, element_size);
