@@ -24,6 +24,8 @@ class ShardFrames {
       : where_(std::move(where)), dims_(dims), file_size_(file_size) {
     frame_count_ = 1;
     for (std::size_t d = 0; d + 2 < dims_.size(); ++d) frame_count_ *= dims_[d];
+    // Every frame needs at least one stored byte: a larger count is a corrupt header.
+    if (frame_count_ > file_size_) throw Error(ErrorKind::corrupt_data, where_ + ": more frames than bytes in the file");
     locations_.assign(frame_count_, FrameLocation{0, 0, kUnset, 0});
   }
 
@@ -131,6 +133,9 @@ void index_shard(const Shard& shard, const Acquisition& acquisition, std::uint32
   if (storage.layout == H5D_CONTIGUOUS) {
     const auto offset = dataset.contiguous_offset();
     if (!offset) throw Error(ErrorKind::conflict, where + " has no data written");
+    if (frame_bytes == 0 || *offset > raw.size() || frames.frame_count() > (raw.size() - *offset) / frame_bytes) {
+      throw Error(ErrorKind::corrupt_data, where + ": the contiguous data extends beyond the end of the file");
+    }
     std::vector<std::uint64_t> element_offsets(dims64.size(), 0);
     for (std::uint64_t frame = 0; frame < frames.frame_count(); ++frame) {
       // Row-major leading offsets of this frame.
