@@ -284,8 +284,10 @@ std::vector<std::uint8_t> encode_bitshuffle_lz4(const std::uint8_t* elements, st
   if (block_elements % kElementsPerGroup != 0)
     throw bad_request("encode_bitshuffle_lz4: block_elements " + std::to_string(block_elements) +
                       " is not a multiple of 8");
+  if (block_elements > static_cast<std::size_t>(LZ4_MAX_INPUT_SIZE) / element_size)
+    throw bad_request("encode_bitshuffle_lz4: a block of " + std::to_string(block_elements) + " elements of " +
+                      std::to_string(element_size) + " bytes is too large for LZ4");
   const std::size_t block_bytes = block_elements * element_size;
-  check_encodable_block("encode_bitshuffle_lz4", block_bytes);
 
   const std::size_t full_blocks = element_count / block_elements;
   const std::size_t leftover_elements = element_count % block_elements;

@@ -22,7 +22,7 @@ enum class ChunkFilter : std::uint8_t { none, bitshuffle_lz4, lz4 };
 
 struct ChunkFormat {
   ChunkFilter filter = ChunkFilter::none;
-  std::size_t element_size = 2;  // bytes per element: 1, 2 or 4
+  std::size_t element_size = 2;  // bytes per element: 1, 2, 4 (fast paths) or any other positive size
 };
 
 // bitshuffle's default block size in elements for an element size:

@@ -114,6 +114,7 @@ TEST(CodecEncoder, RejectsBadArguments) {
   const std::vector<std::uint8_t> data(64, 0);
   EXPECT_THROW(encode_bitshuffle_lz4(data.data(), 32, 2, 12), Error);
   EXPECT_THROW(encode_bitshuffle_lz4(data.data(), 32, 0, 0), Error);
+  EXPECT_THROW(encode_bitshuffle_lz4(data.data(), 32, 4, std::size_t{1} << 62), Error);  // block too large
 }
 
 struct RoundTripCase {
