@@ -12,6 +12,7 @@
 #include "quantem/catalog/catalog.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/core/version.hpp"
+#include "quantem/server/serve.hpp"
 #include "quantem/synth/synth.hpp"
 
 namespace {
@@ -50,6 +51,10 @@ int main(int argc, char** argv) {
 
   auto* version_cmd = app.add_subcommand("version", "Print the version and git revision");
 
+  quantem::server::ServeOptions serve_options;
+  auto* serve_cmd = app.add_subcommand("serve", "Serve the browse protocol (quantem-gpu-browse v1) on loopback HTTP");
+  quantem::server::add_serve_options(*serve_cmd, serve_options);
+
   std::string catalog_folder;
   auto* catalog_cmd = app.add_subcommand("catalog", "Print the catalog of a data folder as JSON (GET /api/browse/sessions)");
   catalog_cmd->add_option("data_folder", catalog_folder, "Data folder")->required();
@@ -74,6 +79,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (serve_cmd->parsed()) return quantem::server::run_serve(serve_options);
     if (version_cmd->parsed()) {
       std::printf("quantem-gpu %s (%s)\n", quantem::version_string(), quantem::build_git_revision());
       return 0;

@@ -1,0 +1,120 @@
+#pragma once
+// Every route of the daemon as a function from HttpRequest to HttpResponse,
+// without sockets (the HTTP adapter is http_server.hpp). handle() never
+// throws: errors go through error_mapping.
+//
+// Routes (docs/protocol.md):
+//   GET    /api/browse/capabilities | sessions | acquisitions
+//   GET    /api/browse/realspace | realspace-shape | cbed | cbed-region
+//   GET    /api/browse/residency     POST /api/browse/load     DELETE /api/browse/resident
+//   GET    /api/health/live | /api/health/ready                 GET /metrics
+// Order of checks for every request: Host header (403), token (403, token
+// mode, health routes exempt), route (404, or 307 to the path without a
+// trailing slash), method (405), query coercion (422), parameter validation
+// (400), resolution (400/404), readiness (409/422), plan against the source
+// shape (400), residency (409/413/503), compute, encoding (409 overflow).
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "quantem/backend/backend.hpp"
+#include "quantem/products/products.hpp"
+#include "quantem/protocol/documents.hpp"
+#include "quantem/protocol/requests.hpp"
+#include "quantem/residency/residency_manager.hpp"
+#include "quantem/server/catalog_service.hpp"
+#include "quantem/server/http_types.hpp"
+#include "quantem/server/metrics.hpp"
+#include "quantem/server/security.hpp"
+
+namespace quantem::server {
+
+struct BrowseConfig {
+  std::string implementation_revision;
+  AccessPolicy access;
+  std::size_t image_cache_entries = 64;
+};
+
+class BrowseService {
+ public:
+  BrowseService(BrowseConfig config, backend::Backend& backend, residency::ResidencyManager& residency,
+                CatalogService& catalog, Metrics& metrics);
+  BrowseService(const BrowseService&) = delete;
+  BrowseService& operator=(const BrowseService&) = delete;
+
+  HttpResponse handle(const HttpRequest& request) noexcept;
+
+  // Readiness for /api/health/ready: the serve command sets it once the
+  // catalog is built and the devices are initialised, and clears it on shutdown.
+  void set_ready(bool ready) { ready_ = ready; }
+  bool ready() const { return ready_; }
+
+ private:
+  struct CachedImage {
+    products::Image image;
+    protocol::Provenance provenance;
+  };
+  struct Resolved {
+    catalog::Acquisition acquisition;
+    plan::PlanGeometry geometry;
+  };
+  using Handler = HttpResponse (BrowseService::*)(const HttpRequest&, const protocol::QueryParams&);
+  struct Route {
+    std::string method;
+    Handler handler;
+    bool token_exempt = false;
+    bool is_product = false;
+  };
+
+  HttpResponse dispatch(const HttpRequest& request, std::string& route_label, bool& is_product);
+
+  HttpResponse capabilities(const HttpRequest&, const protocol::QueryParams&);
+  HttpResponse sessions(const HttpRequest&, const protocol::QueryParams&);
+  HttpResponse acquisitions(const HttpRequest&, const protocol::QueryParams&);
+  HttpResponse realspace(const HttpRequest&, const protocol::QueryParams&);
+  HttpResponse realspace_shape(const HttpRequest&, const protocol::QueryParams&);
+  HttpResponse cbed(const HttpRequest&, const protocol::QueryParams&);
+  HttpResponse cbed_region(const HttpRequest&, const protocol::QueryParams&);
+  HttpResponse residency_status(const HttpRequest&, const protocol::QueryParams&);
+  HttpResponse load(const HttpRequest&, const protocol::QueryParams&);
+  HttpResponse evict(const HttpRequest&, const protocol::QueryParams&);
+  HttpResponse health_live(const HttpRequest&, const protocol::QueryParams&);
+  HttpResponse health_ready(const HttpRequest&, const protocol::QueryParams&);
+  HttpResponse metrics(const HttpRequest&, const protocol::QueryParams&);
+
+  Resolved resolve_product(const protocol::ProductQuery& query);
+  protocol::Provenance provenance(const protocol::ProductQuery& query, const Resolved& resolved,
+                                  const backend::Resident& resident, const products::Image& image,
+                                  nlohmann::ordered_json geometry) const;
+  HttpResponse image_response(const CachedImage& image, protocol::PayloadFormat format,
+                              const std::string& cache_control) const;
+  nlohmann::ordered_json residency_document(const protocol::SourceRef& source, const catalog::Acquisition& acquisition,
+                                            const residency::ResidencyStatus& status) const;
+
+  std::shared_ptr<const CachedImage> cached_image(const std::string& key);
+  void store_image(const std::string& key, std::shared_ptr<const CachedImage> image);
+
+  BrowseConfig config_;
+  backend::Backend& backend_;
+  residency::ResidencyManager& residency_;
+  CatalogService& catalog_;
+  Metrics& metrics_;
+  std::map<std::string, Route> routes_;  // by path
+  std::atomic<bool> ready_{false};
+
+  std::mutex image_mutex_;
+  std::list<std::pair<std::string, std::shared_ptr<const CachedImage>>> image_lru_;  // most recent first
+  std::unordered_map<std::string, decltype(image_lru_)::iterator> image_index_;
+};
+
+// Errors whose texts clients match (reference §6).
+extern const char* const kNotResidentMessage;
+extern const char* const kUnusableShapeMessage;
+
+}  // namespace quantem::server

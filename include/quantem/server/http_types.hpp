@@ -1,0 +1,39 @@
+#pragma once
+// The HTTP request and response as the service sees them: plain values, no
+// socket library. src/server/http_server.cpp (the only file that includes
+// httplib.h) converts to and from these.
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace quantem::server {
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string path;    // percent-decoded path, without the query
+  std::string query;   // raw text after '?', not decoded
+  std::vector<std::pair<std::string, std::string>> headers;  // names in lower case
+
+  // First value of a header (name in lower case).
+  std::optional<std::string> header(std::string_view lower_case_name) const;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type;  // sent as `content-type`
+  std::vector<std::pair<std::string, std::string>> headers;  // names in lower case
+  std::string body;
+
+  // A compact JSON body (separators "," and ":"), content-type application/json.
+  static HttpResponse json(int status, const nlohmann::ordered_json& document);
+  // {"detail": "<text>"} with the given status.
+  static HttpResponse detail(int status, const std::string& text);
+  void set_header(const std::string& lower_case_name, const std::string& value);
+  std::optional<std::string> header(std::string_view lower_case_name) const;
+};
+
+}  // namespace quantem::server

@@ -1,0 +1,77 @@
+#pragma once
+// Options of `quantem-gpu serve` and their validation (reference §1,
+// PROTOCOL.md §1/§4). CLI11 only fills the struct (serve_cli.hpp); every rule
+// lives here so it is testable without a command line.
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace quantem::server {
+
+struct ServeOptions {
+  std::string data_folder;
+  std::string backend = "cuda";                 // --backend cuda|cpu
+  std::string gpus = "auto";                    // --gpus auto|0,1
+  std::optional<long long> gpu;                 // --gpu N
+  long long port = 8780;                        // --port (0 only with --port-file)
+  std::string port_file;                        // --port-file: write the bound port here
+  std::string implementation_revision;          // --implementation-revision
+  long long cpu_devices = 1;                    // --cpu-devices
+  std::string device_budget;                    // --device-budget BYTES (suffixes allowed)
+  long long cpu_threads = 0;                    // --cpu-threads (0: all cores)
+  long long cache_entries = 8;                  // --cache-entries (per device)
+  long long http_threads = 16;                  // --http-threads
+  std::string host = "127.0.0.1";               // --host
+  bool allow_non_loopback = false;              // --allow-non-loopback
+  std::string auth = "none";                    // --auth none|token
+};
+
+// A start-up refusal: the message goes to stderr and the process exits 1
+// (the reference's SystemExit("msg")).
+class ServeUsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The validated form.
+struct ServeSettings {
+  std::string data_folder;  // absolute, not symlink-resolved
+  bool cpu_backend = false;
+  std::optional<std::vector<int>> gpu_indices;  // nullopt: "auto"
+  int port = 8780;
+  std::string port_file;
+  std::string implementation_revision;  // never empty
+  int cpu_devices = 1;
+  std::uint64_t device_budget_bytes = 0;  // 0: backend default
+  unsigned cpu_threads = 0;
+  std::size_t cache_entries = 8;
+  int http_threads = 16;
+  std::string host;
+  bool non_loopback = false;  // host is not loopback (allowed with the flag; warn)
+  bool token_auth = false;
+};
+
+// Checks every option; throws ServeUsageError with the reference's texts:
+//   "--gpu must be zero or greater"
+//   "--gpus must be 'auto' or comma-separated CUDA indices"
+//   "--gpus must contain CUDA indices zero or greater"
+//   "--port must be between 1 and 65535"
+// and clear messages for the additions (backend, sizes, host, auth).
+ServeSettings validate_serve_options(const ServeOptions& options);
+
+// "--gpus" without "auto": pieces parsed like Python int() (spaces, '+', '_'),
+// duplicates dropped (first kept).
+std::vector<int> parse_gpu_list(const std::string& spec);
+
+// Byte sizes: plain bytes ("1048576"), SI (kB, MB, GB, TB: powers of 1000),
+// binary (KiB, MiB, GiB, TiB: powers of 1024), "K/M/G/T" as binary, "B";
+// case-insensitive, fractions allowed ("1.5GiB"); nullopt when malformed.
+std::optional<std::uint64_t> parse_byte_size(const std::string& text);
+
+// The revision reported to clients: the option, else
+// $QUANTEM_GPU_IMPLEMENTATION_REVISION, else the build's git revision.
+std::string resolve_implementation_revision(const std::string& option_value);
+
+}  // namespace quantem::server

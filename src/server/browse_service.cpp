@@ -1,0 +1,428 @@
+#include "quantem/server/browse_service.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "quantem/core/error.hpp"
+#include "quantem/plan/plan.hpp"
+#include "quantem/protocol/wire_image.hpp"
+#include "quantem/server/error_mapping.hpp"
+
+namespace quantem::server {
+
+const char* const kNotResidentMessage = "The requested crop/bin is no longer resident; load a virtual image first.";
+const char* const kUnusableShapeMessage = "The master does not report a usable 4D shape.";
+
+namespace {
+
+using json = nlohmann::ordered_json;
+using protocol::QueryParams;
+
+json optional_double(const std::optional<double>& value) { return value ? json(*value) : json(nullptr); }
+
+std::string double_bits(double value) {
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  char buffer[24];
+  std::snprintf(buffer, sizeof buffer, "%016llx", static_cast<unsigned long long>(bits));
+  return buffer;
+}
+
+std::string geometry_key(const plan::PlanGeometry& g) {
+  return std::to_string(g.region.row_start) + ":" + std::to_string(g.region.row_stop) + ":" +
+         std::to_string(g.region.col_start) + ":" + std::to_string(g.region.col_stop) + "/s" +
+         std::to_string(g.scan_bin) + "/d" + std::to_string(g.detector_bin);
+}
+
+// Sources that are not ready or have no usable shape are refused before any
+// residency work (PROTOCOL.md §2).
+void require_servable(const catalog::Acquisition& acquisition) {
+  if (!acquisition.status.loadable) throw conflict(acquisition.status.reason);
+  if (!acquisition.scan_shape_known() || !acquisition.detector_shape_known()) throw unprocessable(kUnusableShapeMessage);
+  if (!acquisition.dtype) {
+    throw unprocessable("The master's detector dtype is not supported; quantem-gpu serves uint8, uint16 and uint32 counts.");
+  }
+}
+
+json used_geometry_json(const products::UsedGeometry& used) {
+  json g;
+  g["center_row"] = optional_double(used.center_row);
+  g["center_col"] = optional_double(used.center_col);
+  g["inner_radius_px"] = optional_double(used.inner_radius_px);
+  g["outer_radius_px"] = optional_double(used.outer_radius_px);
+  if (used.bright_field) {
+    json bf;
+    bf["center_row"] = used.bright_field->center_row;
+    bf["center_col"] = used.bright_field->center_col;
+    bf["radius"] = used.bright_field->radius;
+    g["bright_field"] = std::move(bf);
+  } else {
+    g["bright_field"] = nullptr;
+  }
+  return g;
+}
+
+std::string url_encode(const std::string& text) {
+  static const char* const hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    const bool unreserved = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                            c == '_' || c == '.' || c == '~';
+    if (unreserved) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
+  }
+  return out;
+}
+
+std::string params_query_string(const protocol::SourceRef& source) {
+  return "session=" + url_encode(source.session) + "&file=" + url_encode(source.file);
+}
+
+std::uint64_t clamp_index(std::int64_t value, std::uint64_t extent) {
+  if (value < 0 || extent == 0) return 0;
+  return std::min<std::uint64_t>(static_cast<std::uint64_t>(value), extent - 1);
+}
+
+}  // namespace
+
+BrowseService::BrowseService(BrowseConfig config, backend::Backend& backend, residency::ResidencyManager& residency,
+                             CatalogService& catalog, Metrics& metrics)
+    : config_(std::move(config)), backend_(backend), residency_(residency), catalog_(catalog), metrics_(metrics) {
+  routes_["/api/browse/capabilities"] = {"GET", &BrowseService::capabilities};
+  routes_["/api/browse/sessions"] = {"GET", &BrowseService::sessions};
+  routes_["/api/browse/acquisitions"] = {"GET", &BrowseService::acquisitions};
+  routes_["/api/browse/realspace"] = {"GET", &BrowseService::realspace, false, true};
+  routes_["/api/browse/realspace-shape"] = {"GET", &BrowseService::realspace_shape, false, true};
+  routes_["/api/browse/cbed"] = {"GET", &BrowseService::cbed, false, true};
+  routes_["/api/browse/cbed-region"] = {"GET", &BrowseService::cbed_region, false, true};
+  routes_["/api/browse/residency"] = {"GET", &BrowseService::residency_status};
+  routes_["/api/browse/load"] = {"POST", &BrowseService::load};
+  routes_["/api/browse/resident"] = {"DELETE", &BrowseService::evict};
+  routes_["/api/health/live"] = {"GET", &BrowseService::health_live, true};
+  routes_["/api/health/ready"] = {"GET", &BrowseService::health_ready, true};
+  routes_["/metrics"] = {"GET", &BrowseService::metrics};
+}
+
+HttpResponse BrowseService::handle(const HttpRequest& request) noexcept {
+  const auto started = std::chrono::steady_clock::now();
+  std::string route_label = "other";
+  bool is_product = false;
+  HttpResponse response;
+  try {
+    response = dispatch(request, route_label, is_product);
+  } catch (...) {
+    response = error_response(std::current_exception());
+  }
+  try {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    metrics_.observe_request(route_label, response.status, seconds, is_product);
+  } catch (...) {
+    // Metrics never fail a request.
+  }
+  return response;
+}
+
+HttpResponse BrowseService::dispatch(const HttpRequest& request, std::string& route_label, bool& is_product) {
+  const QueryParams query = protocol::parse_query_string(request.query);
+  auto route = routes_.find(request.path);
+  const bool exempt = route != routes_.end() && route->second.token_exempt;
+  config_.access.check(request, query, exempt);
+
+  if (route == routes_.end()) {
+    // Starlette's redirect_slashes: a known path with a trailing slash redirects.
+    if (request.path.size() > 1 && request.path.back() == '/' &&
+        routes_.count(request.path.substr(0, request.path.size() - 1))) {
+      HttpResponse redirect;
+      redirect.status = 307;
+      std::string location = "http://" + request.header("host").value_or("localhost") +
+                             request.path.substr(0, request.path.size() - 1);
+      if (!request.query.empty()) location += "?" + request.query;
+      redirect.set_header("location", location);
+      return redirect;
+    }
+    return HttpResponse::detail(404, "Not Found");
+  }
+  route_label = route->first;
+  is_product = route->second.is_product;
+  if (request.method != route->second.method) {
+    HttpResponse response = HttpResponse::detail(405, "Method Not Allowed");
+    response.set_header("allow", route->second.method);
+    return response;
+  }
+  return (this->*(route->second.handler))(request, query);
+}
+
+// ---- documents ----------------------------------------------------------------
+
+HttpResponse BrowseService::capabilities(const HttpRequest&, const QueryParams&) {
+  protocol::CapabilitiesInput input;
+  input.backend = backend_.name();
+  input.implementation_revision = config_.implementation_revision;
+  input.data_folder = catalog_.data_folder();
+  for (const auto& usage : residency_.device_usage()) {
+    protocol::DeviceCapacity device;
+    device.index = usage.info.index;
+    device.name = usage.info.name;
+    device.total_memory_bytes = usage.info.total_memory_bytes;
+    device.cache_budget_bytes = usage.info.budget_bytes;
+    device.free_bytes = usage.free_bytes;
+    device.resident_bytes = usage.resident_bytes;
+    device.resident_entries = usage.resident_entries;
+    device.active_resident_bytes = usage.active_resident_bytes;
+    device.evictable_bytes = usage.evictable_bytes;
+    device.available_peak_bytes = usage.available_peak_bytes;
+    device.available_resident_bytes = usage.available_resident_bytes;
+    input.devices.push_back(std::move(device));
+  }
+  return HttpResponse::json(200, protocol::capabilities_document(input));
+}
+
+HttpResponse BrowseService::sessions(const HttpRequest&, const QueryParams& query) {
+  const bool refresh = protocol::parse_sessions_refresh(query);
+  return HttpResponse::json(200, catalog_.sessions_document(refresh));
+}
+
+HttpResponse BrowseService::acquisitions(const HttpRequest&, const QueryParams&) {
+  return HttpResponse::json(200, catalog_.acquisitions_document());
+}
+
+// ---- products -----------------------------------------------------------------
+
+BrowseService::Resolved BrowseService::resolve_product(const protocol::ProductQuery& query) {
+  Resolved resolved;
+  resolved.acquisition = catalog_.resolve(query.source.session, query.source.file);
+  require_servable(resolved.acquisition);
+  const auto& a = resolved.acquisition;
+  resolved.geometry = plan::resolve_plan(query.plan, a.scan_rows, a.scan_cols, a.detector_rows, a.detector_cols);
+  return resolved;
+}
+
+protocol::Provenance BrowseService::provenance(const protocol::ProductQuery& query, const Resolved& resolved,
+                                               const backend::Resident& resident, const products::Image& image,
+                                               json geometry) const {
+  const auto& a = resolved.acquisition;
+  protocol::Provenance p;
+  p.session = query.source.session;
+  p.file = query.source.file;
+  p.signature = protocol::signature_digest(a.signature);
+  p.source_scan_rows = a.scan_rows;
+  p.source_scan_cols = a.scan_cols;
+  p.source_detector_rows = a.detector_rows;
+  p.source_detector_cols = a.detector_cols;
+  p.source_dtype = a.dtype ? dtype_name(*a.dtype) : "unknown";
+  p.resident_encoding = resident.encoding();
+  p.output_rows = image.height;
+  p.output_cols = image.width;
+  p.output_dtype = image.is_float ? "<f4" : "<u4";
+  p.scan_region = resolved.geometry.region;
+  p.scan_bin = resolved.geometry.scan_bin;
+  p.detector_bin = resolved.geometry.detector_bin;
+  p.geometry = std::move(geometry);
+  p.masked_pixel_count = a.masked_pixel_count;
+  p.backend = backend_.name();
+  p.device_index = resident.device_index();
+  p.implementation_revision = config_.implementation_revision;
+  return p;
+}
+
+HttpResponse BrowseService::image_response(const CachedImage& cached, protocol::PayloadFormat format,
+                                           const std::string& cache_control) const {
+  const protocol::WireImage wire = protocol::encode_wire_image(cached.image, format);
+  HttpResponse response;
+  response.status = 200;
+  response.content_type = wire.content_type;
+  response.set_header("x-width", std::to_string(wire.width));
+  response.set_header("x-height", std::to_string(wire.height));
+  response.set_header("x-dtype", wire.dtype);
+  response.set_header("x-value-divisor", std::to_string(wire.value_divisor));
+  response.set_header("cache-control", cache_control);
+  response.set_header("x-quantem-provenance", protocol::provenance_header(cached.provenance));
+  response.body = std::move(wire.body);
+  return response;
+}
+
+std::shared_ptr<const BrowseService::CachedImage> BrowseService::cached_image(const std::string& key) {
+  std::lock_guard<std::mutex> lock(image_mutex_);
+  auto it = image_index_.find(key);
+  if (it == image_index_.end()) return nullptr;
+  image_lru_.splice(image_lru_.begin(), image_lru_, it->second);
+  return it->second->second;
+}
+
+void BrowseService::store_image(const std::string& key, std::shared_ptr<const CachedImage> image) {
+  std::lock_guard<std::mutex> lock(image_mutex_);
+  auto it = image_index_.find(key);
+  if (it != image_index_.end()) {
+    image_lru_.erase(it->second);
+    image_index_.erase(it);
+  }
+  image_lru_.emplace_front(key, std::move(image));
+  image_index_[key] = image_lru_.begin();
+  while (image_lru_.size() > std::max<std::size_t>(1, config_.image_cache_entries)) {
+    image_index_.erase(image_lru_.back().first);
+    image_lru_.pop_back();
+  }
+}
+
+HttpResponse BrowseService::realspace(const HttpRequest&, const QueryParams& params) {
+  const auto query = protocol::parse_realspace_query(params);
+  const Resolved resolved = resolve_product(query);
+  const auto& r = query.request;
+  // Exact values and the source signature: a rewritten file or a different
+  // centre never reuses an image (reference §8.8 tightened).
+  const std::string key = "realspace\n" + resolved.acquisition.master_path + "\n" +
+                          protocol::signature_digest(resolved.acquisition.signature) + "\n" +
+                          geometry_key(resolved.geometry) + "\n" + query.mode_name + "\n" + double_bits(r.inner) + "\n" +
+                          double_bits(r.outer) + "\n" + (r.center_row ? double_bits(*r.center_row) : "none") + "\n" +
+                          (r.center_col ? double_bits(*r.center_col) : "none");
+  if (auto cached = cached_image(key)) {
+    if (query.ensure_resident) residency_.acquire(resolved.acquisition);
+    return image_response(*cached, query.format, "max-age=300");
+  }
+  const auto resident = residency_.acquire(resolved.acquisition);
+  products::UsedGeometry used;
+  auto entry = std::make_shared<CachedImage>();
+  entry->image = products::realspace(*resident, resolved.geometry, r, used);
+  json geometry = used_geometry_json(used);
+  geometry["mode"] = query.mode_name;
+  entry->provenance = provenance(query, resolved, *resident, entry->image, std::move(geometry));
+  store_image(key, entry);
+  residency_.mark_active(resolved.acquisition.master_path);
+  return image_response(*entry, query.format, "max-age=300");
+}
+
+HttpResponse BrowseService::realspace_shape(const HttpRequest&, const QueryParams& params) {
+  const auto query = protocol::parse_shape_query(params);
+  const Resolved resolved = resolve_product(query);
+  const auto resident = residency_.acquire(resolved.acquisition);
+  products::UsedGeometry used;
+  CachedImage result;
+  result.image = products::realspace_shape(*resident, resolved.geometry, query.request, used);
+  json geometry = used_geometry_json(used);
+  geometry["shape"] = query.shape_name;
+  result.provenance = provenance(query, resolved, *resident, result.image, std::move(geometry));
+  residency_.mark_active(resolved.acquisition.master_path);
+  return image_response(result, query.format, "max-age=300");
+}
+
+HttpResponse BrowseService::cbed(const HttpRequest&, const QueryParams& params) {
+  const auto query = protocol::parse_cbed_query(params);
+  const Resolved resolved = resolve_product(query);
+  const auto resident =
+      query.ensure_resident ? residency_.acquire(resolved.acquisition) : residency_.find(resolved.acquisition);
+  if (!resident) throw conflict(kNotResidentMessage);
+  CachedImage result;
+  result.image = products::selected_diffraction(*resident, resolved.geometry, query.scan_row, query.scan_col);
+  json geometry;
+  geometry["scan_row"] = clamp_index(query.scan_row, resolved.geometry.scan_rows);
+  geometry["scan_col"] = clamp_index(query.scan_col, resolved.geometry.scan_cols);
+  result.provenance = provenance(query, resolved, *resident, result.image, std::move(geometry));
+  return image_response(result, query.format, "max-age=60");
+}
+
+HttpResponse BrowseService::cbed_region(const HttpRequest&, const QueryParams& params) {
+  const auto query = protocol::parse_region_query(params);
+  const Resolved resolved = resolve_product(query);
+  // An empty ROI is a bad request, found before any residency work.
+  const auto positions =
+      products::scan_roi_positions(query.request, resolved.geometry.scan_rows, resolved.geometry.scan_cols);
+  const auto resident =
+      query.ensure_resident ? residency_.acquire(resolved.acquisition) : residency_.find(resolved.acquisition);
+  if (!resident) throw conflict(kNotResidentMessage);
+  CachedImage result;
+  result.image = products::region_diffraction(*resident, resolved.geometry, query.request);
+  json geometry;
+  geometry["shape"] = query.shape_name;
+  geometry["center_row"] = query.request.center_row;
+  geometry["center_col"] = query.request.center_col;
+  geometry["radius"] = query.request.radius;
+  geometry["reduce"] = query.reduce_name;
+  geometry["positions"] = positions.size();
+  result.provenance = provenance(query, resolved, *resident, result.image, std::move(geometry));
+  return image_response(result, query.format, "no-store");
+}
+
+// ---- residency ----------------------------------------------------------------
+
+json BrowseService::residency_document(const protocol::SourceRef& source, const catalog::Acquisition& acquisition,
+                                       const residency::ResidencyStatus& status) const {
+  json doc;
+  doc["session"] = source.session;
+  doc["file"] = source.file;
+  doc["path"] = acquisition.master_path;
+  doc["state"] = residency::residency_state_name(status.state);
+  doc["device"] = status.device_index ? json(*status.device_index) : json(nullptr);
+  doc["resident_bytes"] = status.resident_bytes;
+  doc["bytes_done"] = status.bytes_done;
+  doc["bytes_total"] = status.bytes_total;
+  doc["stage"] = status.stage.empty() ? json(nullptr) : json(status.stage);
+  doc["encoding"] = status.encoding.empty() ? json(nullptr) : json(status.encoding);
+  doc["failure_reason"] = status.failure_reason.empty() ? json(nullptr) : json(status.failure_reason);
+  doc["loadable"] = acquisition.status.loadable;
+  doc["reason"] = acquisition.status.reason;
+  return doc;
+}
+
+HttpResponse BrowseService::residency_status(const HttpRequest&, const QueryParams& params) {
+  const auto source = protocol::parse_source_query(params);
+  const auto acquisition = catalog_.resolve(source.session, source.file);
+  return HttpResponse::json(200, residency_document(source, acquisition, residency_.status(acquisition)));
+}
+
+HttpResponse BrowseService::load(const HttpRequest&, const QueryParams& params) {
+  const auto source = protocol::parse_source_query(params);
+  const auto acquisition = catalog_.resolve(source.session, source.file);
+  require_servable(acquisition);
+  const auto status = residency_.request_load(acquisition);
+  HttpResponse response = HttpResponse::json(status.state == residency::ResidencyState::resident ? 200 : 202,
+                                             residency_document(source, acquisition, status));
+  response.set_header("location", "/api/browse/residency?" + params_query_string(source));
+  return response;
+}
+
+HttpResponse BrowseService::evict(const HttpRequest&, const QueryParams& params) {
+  const auto source = protocol::parse_source_query(params);
+  const auto acquisition = catalog_.resolve(source.session, source.file);
+  const bool evicted = residency_.evict(acquisition);
+  json doc = residency_document(source, acquisition, residency_.status(acquisition));
+  doc["evicted"] = evicted;
+  return HttpResponse::json(200, doc);
+}
+
+// ---- health and metrics ---------------------------------------------------------
+
+HttpResponse BrowseService::health_live(const HttpRequest&, const QueryParams&) {
+  json doc;
+  doc["live"] = true;
+  return HttpResponse::json(200, doc);
+}
+
+HttpResponse BrowseService::health_ready(const HttpRequest&, const QueryParams&) {
+  json doc;
+  doc["live"] = true;
+  doc["ready"] = ready_.load();
+  if (ready_) return HttpResponse::json(200, doc);
+  doc["reason"] = catalog_.built() ? "devices are not initialised or the daemon is stopping"
+                                   : "the catalog is being built";
+  HttpResponse response = HttpResponse::json(503, doc);
+  response.set_header("retry-after", "1");
+  return response;
+}
+
+HttpResponse BrowseService::metrics(const HttpRequest&, const QueryParams&) {
+  HttpResponse response;
+  response.status = 200;
+  response.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  response.body = metrics_.render(residency_.device_usage(), residency_.counters(), catalog_.builds(), ready_);
+  return response;
+}
+
+}  // namespace quantem::server

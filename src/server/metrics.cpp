@@ -1,0 +1,79 @@
+#include "quantem/server/metrics.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+namespace quantem::server {
+
+namespace {
+
+std::string number(double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.9g", value);
+  return buffer;
+}
+
+}  // namespace
+
+void Metrics::observe_request(const std::string& route, int status, double seconds, bool is_product) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++requests_[{route, status}];
+  if (!is_product || status != 200) return;
+  Histogram& histogram = product_latency_[route];
+  for (std::size_t i = 0; i < kLatencyBuckets.size(); ++i)
+    if (seconds <= kLatencyBuckets[i]) ++histogram.buckets[i];
+  ++histogram.count;
+  histogram.sum += seconds;
+}
+
+std::string Metrics::render(const std::vector<residency::DeviceUsage>& devices,
+                            const residency::ResidencyCounters& counters, std::uint64_t catalog_builds,
+                            bool ready) const {
+  std::ostringstream out;
+  out << "# HELP quantem_ready Whether the daemon is ready (catalog built, devices initialised).\n"
+         "# TYPE quantem_ready gauge\n"
+      << "quantem_ready " << (ready ? 1 : 0) << "\n";
+  out << "# HELP quantem_resident_bytes Bytes held on a device by residents, loads in progress and draining residents.\n"
+         "# TYPE quantem_resident_bytes gauge\n";
+  for (const auto& d : devices) out << "quantem_resident_bytes{device=\"" << d.info.index << "\"} " << d.resident_bytes << "\n";
+  out << "# HELP quantem_resident_entries Residents and loads in progress on a device.\n"
+         "# TYPE quantem_resident_entries gauge\n";
+  for (const auto& d : devices) out << "quantem_resident_entries{device=\"" << d.info.index << "\"} " << d.resident_entries << "\n";
+  out << "# HELP quantem_device_budget_bytes Data-cache budget of a device.\n"
+         "# TYPE quantem_device_budget_bytes gauge\n";
+  for (const auto& d : devices) out << "quantem_device_budget_bytes{device=\"" << d.info.index << "\"} " << d.info.budget_bytes << "\n";
+  out << "# HELP quantem_loads_started_total Loads admitted and queued.\n# TYPE quantem_loads_started_total counter\n"
+      << "quantem_loads_started_total " << counters.loads_started << "\n"
+      << "# HELP quantem_loads_completed_total Loads that produced a resident.\n# TYPE quantem_loads_completed_total counter\n"
+      << "quantem_loads_completed_total " << counters.loads_completed << "\n"
+      << "# HELP quantem_load_failures_total Loads that failed.\n# TYPE quantem_load_failures_total counter\n"
+      << "quantem_load_failures_total " << counters.loads_failed << "\n"
+      << "# HELP quantem_evictions_total Residents evicted.\n# TYPE quantem_evictions_total counter\n"
+      << "quantem_evictions_total " << counters.evictions << "\n"
+      << "# HELP quantem_admission_rejections_total Loads refused by admission.\n"
+         "# TYPE quantem_admission_rejections_total counter\n"
+      << "quantem_admission_rejections_total " << counters.admission_rejections << "\n"
+      << "# HELP quantem_catalog_builds_total Catalog builds completed.\n# TYPE quantem_catalog_builds_total counter\n"
+      << "quantem_catalog_builds_total " << catalog_builds << "\n";
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  out << "# HELP quantem_http_requests_total HTTP requests by route and status.\n"
+         "# TYPE quantem_http_requests_total counter\n";
+  for (const auto& [key, count] : requests_) {
+    out << "quantem_http_requests_total{route=\"" << key.first << "\",code=\"" << key.second << "\"} " << count << "\n";
+  }
+  out << "# HELP quantem_product_duration_seconds Time to answer a successful array request.\n"
+         "# TYPE quantem_product_duration_seconds histogram\n";
+  for (const auto& [route, histogram] : product_latency_) {
+    for (std::size_t i = 0; i < kLatencyBuckets.size(); ++i) {
+      out << "quantem_product_duration_seconds_bucket{route=\"" << route << "\",le=\"" << number(kLatencyBuckets[i])
+          << "\"} " << histogram.buckets[i] << "\n";
+    }
+    out << "quantem_product_duration_seconds_bucket{route=\"" << route << "\",le=\"+Inf\"} " << histogram.count << "\n"
+        << "quantem_product_duration_seconds_sum{route=\"" << route << "\"} " << number(histogram.sum) << "\n"
+        << "quantem_product_duration_seconds_count{route=\"" << route << "\"} " << histogram.count << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace quantem::server

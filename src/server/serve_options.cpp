@@ -1,0 +1,179 @@
+#include "quantem/server/serve_options.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "quantem/catalog/catalog.hpp"
+#include "quantem/core/version.hpp"
+#include "quantem/server/security.hpp"
+
+namespace quantem::server {
+
+namespace {
+
+std::string trim(const std::string& text) {
+  std::size_t begin = 0, end = text.size();
+  while (begin < end && std::isspace(static_cast<unsigned char>(text[begin]))) ++begin;
+  while (end > begin && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
+  return text.substr(begin, end - begin);
+}
+
+// Python int() of a decimal string: surrounding whitespace, one sign, digits
+// with single underscores between them.
+std::optional<long long> python_int(const std::string& raw) {
+  const std::string text = trim(raw);
+  std::size_t i = 0;
+  bool negative = false;
+  if (i < text.size() && (text[i] == '+' || text[i] == '-')) negative = text[i++] == '-';
+  if (i >= text.size()) return std::nullopt;
+  long long value = 0;
+  bool previous_digit = false;
+  for (; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '_') {
+      if (!previous_digit || i + 1 >= text.size() || !std::isdigit(static_cast<unsigned char>(text[i + 1]))) return std::nullopt;
+      previous_digit = false;
+      continue;
+    }
+    if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
+    if (value > (std::numeric_limits<long long>::max() - (c - '0')) / 10) return std::nullopt;
+    value = value * 10 + (c - '0');
+    previous_digit = true;
+  }
+  return negative ? -value : value;
+}
+
+}  // namespace
+
+std::vector<int> parse_gpu_list(const std::string& spec) {
+  std::vector<int> indices;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = spec.find(',', start);
+    const std::string piece = spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const auto value = python_int(piece);
+    if (!value || *value > std::numeric_limits<int>::max() || *value < std::numeric_limits<int>::min()) {
+      throw ServeUsageError("--gpus must be 'auto' or comma-separated CUDA indices");
+    }
+    if (std::find(indices.begin(), indices.end(), static_cast<int>(*value)) == indices.end()) {
+      indices.push_back(static_cast<int>(*value));
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  for (int index : indices)
+    if (index < 0) throw ServeUsageError("--gpus must contain CUDA indices zero or greater");
+  return indices;
+}
+
+std::optional<std::uint64_t> parse_byte_size(const std::string& raw) {
+  const std::string text = trim(raw);
+  std::size_t number_end = 0;
+  bool seen_digit = false, seen_dot = false;
+  while (number_end < text.size()) {
+    const char c = text[number_end];
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      seen_digit = true;
+    } else if (c == '.' && !seen_dot) {
+      seen_dot = true;
+    } else {
+      break;
+    }
+    ++number_end;
+  }
+  if (!seen_digit) return std::nullopt;
+  std::string unit = trim(text.substr(number_end));
+  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double multiplier = 0;
+  if (unit.empty() || unit == "b") multiplier = 1;
+  else if (unit == "kb") multiplier = 1e3;
+  else if (unit == "mb") multiplier = 1e6;
+  else if (unit == "gb") multiplier = 1e9;
+  else if (unit == "tb") multiplier = 1e12;
+  else if (unit == "k" || unit == "kib") multiplier = 1024.0;
+  else if (unit == "m" || unit == "mib") multiplier = 1024.0 * 1024.0;
+  else if (unit == "g" || unit == "gib") multiplier = 1024.0 * 1024.0 * 1024.0;
+  else if (unit == "t" || unit == "tib") multiplier = 1024.0 * 1024.0 * 1024.0 * 1024.0;
+  else return std::nullopt;
+  const std::string number = text.substr(0, number_end);
+  if (!seen_dot && multiplier == 1) {
+    // Plain bytes: exact, no floating point.
+    const auto value = python_int(number);
+    if (!value || *value < 0) return std::nullopt;
+    return static_cast<std::uint64_t>(*value);
+  }
+  const double bytes = std::strtod(number.c_str(), nullptr) * multiplier;
+  if (!std::isfinite(bytes) || bytes < 0 || bytes >= 1.8e19) return std::nullopt;
+  return static_cast<std::uint64_t>(std::floor(bytes));
+}
+
+std::string resolve_implementation_revision(const std::string& option_value) {
+  if (!option_value.empty()) return option_value;
+  if (const char* env = std::getenv("QUANTEM_GPU_IMPLEMENTATION_REVISION"); env && *env) return env;
+  return build_git_revision();
+}
+
+ServeSettings validate_serve_options(const ServeOptions& options) {
+  ServeSettings settings;
+  // Reference order: --port, --gpu, --gpus.
+  if (options.port == 0 && !options.port_file.empty()) {
+    settings.port = 0;
+  } else if (options.port < 1 || options.port > 65535) {
+    throw ServeUsageError("--port must be between 1 and 65535");
+  } else {
+    settings.port = static_cast<int>(options.port);
+  }
+  settings.port_file = options.port_file;
+  if (options.gpu) {
+    if (*options.gpu < 0) throw ServeUsageError("--gpu must be zero or greater");
+    if (*options.gpu > std::numeric_limits<int>::max()) throw ServeUsageError("--gpu must be a CUDA index");
+    settings.gpu_indices = std::vector<int>{static_cast<int>(*options.gpu)};
+  } else if (options.gpus != "auto") {
+    settings.gpu_indices = parse_gpu_list(options.gpus);
+  }
+
+  if (options.backend == "cpu") {
+    settings.cpu_backend = true;
+  } else if (options.backend != "cuda") {
+    throw ServeUsageError("--backend must be cuda or cpu, got '" + options.backend + "'");
+  }
+  if (options.cpu_devices < 1 || options.cpu_devices > 64) throw ServeUsageError("--cpu-devices must be between 1 and 64");
+  settings.cpu_devices = static_cast<int>(options.cpu_devices);
+  if (!options.device_budget.empty()) {
+    const auto bytes = parse_byte_size(options.device_budget);
+    if (!bytes || *bytes == 0) {
+      throw ServeUsageError("--device-budget must be a positive byte count such as 1073741824, 64MiB, 2GB or 1.5GiB; got '" +
+                            options.device_budget + "'");
+    }
+    settings.device_budget_bytes = *bytes;
+  }
+  if (options.cpu_threads < 0 || options.cpu_threads > 4096) throw ServeUsageError("--cpu-threads must be between 0 and 4096");
+  settings.cpu_threads = static_cast<unsigned>(options.cpu_threads);
+  if (options.cache_entries < 1 || options.cache_entries > 4096) throw ServeUsageError("--cache-entries must be between 1 and 4096");
+  settings.cache_entries = static_cast<std::size_t>(options.cache_entries);
+  if (options.http_threads < 1 || options.http_threads > 1024) throw ServeUsageError("--http-threads must be between 1 and 1024");
+  settings.http_threads = static_cast<int>(options.http_threads);
+
+  settings.host = options.host;
+  if (!is_loopback_address(options.host)) {
+    if (!options.allow_non_loopback) {
+      throw ServeUsageError("--host " + options.host +
+                            " is not a loopback address: quantem-gpu serves loopback clients only (use an SSH "
+                            "port-forward); pass --allow-non-loopback to bind it anyway");
+    }
+    settings.non_loopback = true;
+  }
+  if (options.auth == "token") {
+    settings.token_auth = true;
+  } else if (options.auth != "none") {
+    throw ServeUsageError("--auth must be none or token, got '" + options.auth + "'");
+  }
+  settings.data_folder = catalog::absolute_folder(options.data_folder);
+  settings.implementation_revision = resolve_implementation_revision(options.implementation_revision);
+  return settings;
+}
+
+}  // namespace quantem::server
