@@ -77,7 +77,8 @@ class Resident {
   // The binned frame at a plan position (scan bin sums up to bin² frames).
   virtual std::vector<std::uint64_t> frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
                                            std::uint64_t scan_col) = 0;
-  // Sum or max over the binned frames at the given plan positions (row-major flat indices).
+  // Sum or max over the binned frames at the given plan positions (distinct
+  // row-major flat indices; a repeated index is a bad_request).
   virtual std::vector<std::uint64_t> region_reduce(const plan::PlanGeometry& geometry,
                                                    const std::vector<std::uint64_t>& positions,
                                                    RegionReduce reduce) = 0;

@@ -1,6 +1,9 @@
 #pragma once
 // The CPU backend's resident: one acquisition held losslessly in host memory
-// (dense codes, frame-major: [scan_row][scan_col][detector_row][detector_col]).
+// as dense codes in frame groups: 32 consecutive frames (row-major scan order)
+// form a group stored pixel-major, [group][detector pixel][frame in group], so
+// a masked sum reads one contiguous 32-code line per selected pixel and group
+// and nothing else (encoding "grouped32-u8|u16|u32").
 // Built by the CPU backend's load() from files, or directly from a dense array
 // (tests, benchmarks, conformance suites), with exactly the same rules:
 //  - detector pixels flagged in acquisition.pixel_mask are zeroed in every frame;

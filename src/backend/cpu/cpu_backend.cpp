@@ -185,6 +185,12 @@ class CpuBackend final : public Backend {
     progress.bytes_total = bytes_total;
     progress.stage = LoadStage::decoding;
 
+    // Each frame group's batches are consecutive: group g reads batches [first_batch[g], first_batch[g + 1]).
+    const std::uint64_t groups = cpu::ResidentBuilder::group_count(acquisition);
+    std::vector<std::size_t> first_batch(groups + 1, batches.size());
+    for (std::size_t b = batches.size(); b-- > 0;) first_batch[batches[b].first_frame / cpu::kGroupFrames] = b;
+    for (std::uint64_t g = groups; g-- > 0;) first_batch[g] = std::min(first_batch[g], first_batch[g + 1]);
+
     const std::uint64_t pixels = acquisition.frame_pixels();
     const std::size_t element = dtype_size(*acquisition.dtype);
     DType code_dtype = cpu::ResidentBuilder::initial_code_dtype(*acquisition.dtype);
@@ -193,31 +199,36 @@ class CpuBackend final : public Backend {
       try {
         cpu::ResidentBuilder builder(acquisition, code_dtype, pool_);
         std::vector<std::vector<std::uint8_t>> staging(pool_->size());
-        pool_->parallel_for(batches.size(), 1, [&](std::size_t begin, std::size_t end, unsigned who) {
+        pool_->parallel_for(groups, 1, [&](std::size_t group_begin, std::size_t group_end, unsigned who) {
           std::vector<std::uint8_t>& buffer = staging[who];
           if (buffer.size() < plan.staging_bytes_per_thread) buffer.resize(plan.staging_bytes_per_thread);
-          for (std::size_t b = begin; b < end; ++b) {
+          for (std::size_t group = group_begin; group < group_end; ++group) {
             if (progress.cancel_requested) throw LoadCancelled{};
-            const cpu::ReadBatch& batch = batches[b];
-            const std::string& path = index.shard_paths[batch.shard];
-            read_exactly(files.fd(batch.shard), buffer.data(), batch.bytes, batch.file_offset, path, batch.first_frame);
-            for (std::uint64_t frame = batch.first_frame; frame < batch.first_frame + batch.frame_count; ++frame) {
-              const catalog::FrameLocation& location = index.frames[frame];
-              codec::ChunkFormat format = acquisition.chunk_format;
-              if ((location.filter_mask & 1u) != 0) format.filter = codec::ChunkFilter::none;
-              try {
-                codec::decode_chunk(format, buffer.data() + (location.file_offset - batch.file_offset),
-                                    location.stored_bytes, builder.decode_target(frame, who), pixels * element);
-              } catch (const Error& error) {
-                throw CorruptChunk("frame " + std::to_string(frame) + " (scan row " +
-                                   std::to_string(frame / acquisition.scan_cols) + ", column " +
-                                   std::to_string(frame % acquisition.scan_cols) + ") of " + path +
-                                   " does not decode (chunk at byte " + std::to_string(location.file_offset) + ", " +
-                                   std::to_string(location.stored_bytes) + " stored bytes): " + error.what());
+            std::uint64_t group_stored_bytes = 0;
+            for (std::size_t b = first_batch[group]; b < first_batch[group + 1]; ++b) {
+              const cpu::ReadBatch& batch = batches[b];
+              const std::string& path = index.shard_paths[batch.shard];
+              read_exactly(files.fd(batch.shard), buffer.data(), batch.bytes, batch.file_offset, path,
+                           batch.first_frame);
+              for (std::uint64_t frame = batch.first_frame; frame < batch.first_frame + batch.frame_count; ++frame) {
+                const catalog::FrameLocation& location = index.frames[frame];
+                codec::ChunkFormat format = acquisition.chunk_format;
+                if ((location.filter_mask & 1u) != 0) format.filter = codec::ChunkFilter::none;
+                try {
+                  codec::decode_chunk(format, buffer.data() + (location.file_offset - batch.file_offset),
+                                      location.stored_bytes, builder.decode_target(frame, who), pixels * element);
+                } catch (const Error& error) {
+                  throw CorruptChunk("frame " + std::to_string(frame) + " (scan row " +
+                                     std::to_string(frame / acquisition.scan_cols) + ", column " +
+                                     std::to_string(frame % acquisition.scan_cols) + ") of " + path +
+                                     " does not decode (chunk at byte " + std::to_string(location.file_offset) +
+                                     ", " + std::to_string(location.stored_bytes) + " stored bytes): " + error.what());
+                }
               }
-              builder.finish_frame(frame, who);
+              group_stored_bytes += batch.stored_bytes;
             }
-            progress.bytes_done += batch.stored_bytes;
+            builder.finish_group(group, who);
+            progress.bytes_done += group_stored_bytes;
           }
         });
         staging.clear();

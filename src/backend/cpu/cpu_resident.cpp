@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <mutex>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <utility>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "quantem/backend/cpu_resident.hpp"
 #include "quantem/core/error.hpp"
@@ -14,35 +18,17 @@
 namespace quantem::backend::cpu {
 namespace {
 
-static_assert(sizeof(std::uint16_t) == 2 && sizeof(std::uint32_t) == 4, "fixed-width codes");
-
-// A run of consecutive pixels inside one frame. Runs of 8/16-bit codes are at
-// most 65536 long so their sum fits the 32-bit accumulator of sum_run.
+// A run of consecutive pixels of one frame. Runs are at most kMaxRunLength
+// long so that 32-bit partial sums of 8/16-bit codes cannot overflow.
 struct PixelRun {
   std::uint32_t offset = 0;
   std::uint32_t length = 0;
 };
 constexpr std::uint32_t kMaxRunLength = 65536;
 
+// Partial-sum type: 32 bits are exact for ≤ 65536 values of 8/16-bit codes.
 template <class Code>
-inline std::uint64_t sum_run(const Code* values, std::uint32_t length) {
-  if constexpr (sizeof(Code) < 4) {
-    std::uint32_t sum = 0;  // ≤ 65536 · 65535 < 2^32
-    for (std::uint32_t i = 0; i < length; ++i) sum += values[i];
-    return sum;
-  } else {
-    std::uint64_t sum = 0;
-    for (std::uint32_t i = 0; i < length; ++i) sum += values[i];
-    return sum;
-  }
-}
-
-template <class Code>
-inline std::uint64_t sum_runs(const Code* frame, const std::vector<PixelRun>& runs) {
-  std::uint64_t sum = 0;
-  for (const PixelRun& run : runs) sum += sum_run(frame + run.offset, run.length);
-  return sum;
-}
+using Partial = std::conditional_t<(sizeof(Code) < 4), std::uint32_t, std::uint64_t>;
 
 // Runs of the pixels whose `selected` byte equals `wanted`, merged across rows.
 std::vector<PixelRun> pixel_runs(const std::vector<std::uint8_t>& selected, std::uint8_t wanted) {
@@ -61,37 +47,21 @@ std::vector<PixelRun> pixel_runs(const std::vector<std::uint8_t>& selected, std:
   return runs;
 }
 
-// out[r / bin][c / bin] += native[r][c]; out has ceil(rows/bin) x ceil(cols/bin) values.
+// out[r / bin][c / bin] = Σ native[r][c]; out has ceil(rows/bin) x ceil(cols/bin) values.
 void bin_detector(const std::uint64_t* native, std::uint64_t rows, std::uint64_t cols, std::uint64_t bin,
                   std::uint64_t* out) {
-  const std::uint64_t out_cols = (cols + bin - 1) / bin;
-  const std::uint64_t out_rows = (rows + bin - 1) / bin;
   if (bin == 1) {
     std::copy(native, native + rows * cols, out);
     return;
   }
+  const std::uint64_t out_cols = (cols + bin - 1) / bin;
+  const std::uint64_t out_rows = (rows + bin - 1) / bin;
   std::fill(out, out + out_rows * out_cols, 0);
   for (std::uint64_t r = 0; r < rows; ++r) {
     std::uint64_t* out_row = out + (r / bin) * out_cols;
     const std::uint64_t* in_row = native + r * cols;
     for (std::uint64_t c = 0; c < cols; ++c) out_row[c / bin] += in_row[c];
   }
-}
-
-// The source frames of one plan position: a block of scan_bin x scan_bin
-// (cut at the region's edge) inside the region.
-struct Block {
-  std::uint64_t row_begin, row_end, col_begin, col_end;
-};
-Block block_of(const plan::PlanGeometry& g, std::uint64_t position) {
-  const std::uint64_t i = position / g.scan_cols;
-  const std::uint64_t j = position % g.scan_cols;
-  Block block;
-  block.row_begin = g.region.row_start + i * g.scan_bin;
-  block.row_end = std::min(g.region.row_stop, block.row_begin + g.scan_bin);
-  block.col_begin = g.region.col_start + j * g.scan_bin;
-  block.col_end = std::min(g.region.col_stop, block.col_begin + g.scan_bin);
-  return block;
 }
 
 // Sums per-frame values of the region (row-major over the region) into plan positions.
@@ -108,8 +78,135 @@ std::vector<std::uint64_t> bin_scan(const plan::PlanGeometry& g, std::vector<std
   return out;
 }
 
-// Frames handed to one task: enough work to amortise scheduling, small enough to balance.
-constexpr std::size_t kFramesPerTask = 64;
+// Adds frames [first, last) (global indices) to a grouped frame set.
+void add_frame_range(GroupLanes& lanes, std::uint64_t first, std::uint64_t last) {
+  for (std::uint64_t frame = first; frame < last; ++frame) {
+    const std::uint64_t group = frame / kGroupFrames;
+    const LaneMask bit = LaneMask{1} << (frame % kGroupFrames);
+    if (!lanes.empty() && lanes.back().first == group) {
+      lanes.back().second |= bit;
+    } else {
+      lanes.emplace_back(group, bit);
+    }
+  }
+}
+
+GroupLanes region_frames(const plan::PlanGeometry& g) {
+  GroupLanes lanes;
+  for (std::uint64_t row = g.region.row_start; row < g.region.row_stop; ++row) {
+    add_frame_range(lanes, row * g.source_scan_cols + g.region.col_start, row * g.source_scan_cols + g.region.col_stop);
+  }
+  return lanes;
+}
+
+// The source frames of one plan position: its scan_bin x scan_bin block, cut at the region's edge.
+GroupLanes position_frames(const plan::PlanGeometry& g, std::uint64_t position) {
+  const std::uint64_t row_begin = g.region.row_start + position / g.scan_cols * g.scan_bin;
+  const std::uint64_t row_end = std::min(g.region.row_stop, row_begin + g.scan_bin);
+  const std::uint64_t col_begin = g.region.col_start + position % g.scan_cols * g.scan_bin;
+  const std::uint64_t col_end = std::min(g.region.col_stop, col_begin + g.scan_bin);
+  GroupLanes lanes;
+  for (std::uint64_t row = row_begin; row < row_end; ++row) {
+    add_frame_range(lanes, row * g.source_scan_cols + col_begin, row * g.source_scan_cols + col_end);
+  }
+  return lanes;
+}
+
+// Index of a global frame in the region's row-major per-frame arrays.
+std::uint64_t region_index(const plan::PlanGeometry& g, std::uint64_t frame) {
+  return (frame / g.source_scan_cols - g.region.row_start) * (g.region.col_stop - g.region.col_start) +
+         frame % g.source_scan_cols - g.region.col_start;
+}
+
+template <class Visit>
+void for_each_lane(LaneMask mask, Visit&& visit) {
+  while (mask != 0) {
+    const unsigned lane = static_cast<unsigned>(__builtin_ctz(mask));
+    visit(lane);
+    mask &= mask - 1;
+  }
+}
+
+// --- per-group kernels (the hot loops) ----------------------------------------
+
+// out[lane] = Σ over the runs' pixels of lane's frame.
+template <class Code>
+void group_masked_sums(const Code* group, const std::vector<PixelRun>& runs, std::uint64_t* out) {
+  std::fill(out, out + kGroupFrames, 0);
+  for (const PixelRun& run : runs) {
+    Partial<Code> partial[kGroupFrames] = {};
+    const Code* line = group + std::uint64_t{run.offset} * kGroupFrames;
+    for (std::uint32_t i = 0; i < run.length; ++i, line += kGroupFrames) {
+      for (std::uint64_t lane = 0; lane < kGroupFrames; ++lane) partial[lane] += line[lane];
+    }
+    for (std::uint64_t lane = 0; lane < kGroupFrames; ++lane) out[lane] += partial[lane];
+  }
+}
+
+// native[p] += Σ over the selected lanes of pixel p.
+template <class Code>
+void group_add_frames(const Code* group, LaneMask lanes, std::uint64_t pixels, std::uint64_t* native) {
+  if ((lanes & (lanes - 1)) == 0) {  // one frame: a strided gather
+    const std::uint64_t lane = static_cast<std::uint64_t>(__builtin_ctz(lanes));
+    for (std::uint64_t p = 0; p < pixels; ++p) native[p] += group[p * kGroupFrames + lane];
+    return;
+  }
+  Code keep[kGroupFrames];
+  for (std::uint64_t lane = 0; lane < kGroupFrames; ++lane) {
+    keep[lane] = (lanes >> lane) & 1u ? static_cast<Code>(~Code{0}) : Code{0};
+  }
+  for (std::uint64_t p = 0; p < pixels; ++p) {
+    const Code* line = group + p * kGroupFrames;
+    Partial<Code> sum = 0;  // ≤ 32 values
+    for (std::uint64_t lane = 0; lane < kGroupFrames; ++lane) sum += static_cast<Code>(line[lane] & keep[lane]);
+    native[p] += sum;
+  }
+}
+
+// Writes `lanes` frames of `pixels` 16-bit values (frame-major, one after the
+// other) into a group's pixel-major lines: out[p * kGroupFrames + lane].
+void transpose_u16(const std::uint16_t* frames, std::uint64_t lanes, std::uint64_t pixels, std::uint16_t* out) {
+  std::uint64_t p = 0;
+#if defined(__SSE2__)
+  const std::uint64_t full_lane_blocks = lanes / 8;
+  for (; p + 8 <= pixels; p += 8) {
+    for (std::uint64_t block = 0; block < full_lane_blocks; ++block) {
+      const std::uint16_t* in = frames + block * 8 * pixels + p;
+      const auto row = [&](std::uint64_t lane) {
+        return _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + lane * pixels));
+      };
+      const __m128i a0 = row(0), a1 = row(1), a2 = row(2), a3 = row(3);
+      const __m128i a4 = row(4), a5 = row(5), a6 = row(6), a7 = row(7);
+      const __m128i b0 = _mm_unpacklo_epi16(a0, a1), b1 = _mm_unpackhi_epi16(a0, a1);
+      const __m128i b2 = _mm_unpacklo_epi16(a2, a3), b3 = _mm_unpackhi_epi16(a2, a3);
+      const __m128i b4 = _mm_unpacklo_epi16(a4, a5), b5 = _mm_unpackhi_epi16(a4, a5);
+      const __m128i b6 = _mm_unpacklo_epi16(a6, a7), b7 = _mm_unpackhi_epi16(a6, a7);
+      const __m128i c0 = _mm_unpacklo_epi32(b0, b2), c1 = _mm_unpackhi_epi32(b0, b2);
+      const __m128i c2 = _mm_unpacklo_epi32(b1, b3), c3 = _mm_unpackhi_epi32(b1, b3);
+      const __m128i c4 = _mm_unpacklo_epi32(b4, b6), c5 = _mm_unpackhi_epi32(b4, b6);
+      const __m128i c6 = _mm_unpacklo_epi32(b5, b7), c7 = _mm_unpackhi_epi32(b5, b7);
+      std::uint16_t* line = out + p * kGroupFrames + block * 8;
+      const auto store = [&](std::uint64_t pixel, __m128i lanes8) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(line + pixel * kGroupFrames), lanes8);
+      };
+      store(0, _mm_unpacklo_epi64(c0, c4));
+      store(1, _mm_unpackhi_epi64(c0, c4));
+      store(2, _mm_unpacklo_epi64(c1, c5));
+      store(3, _mm_unpackhi_epi64(c1, c5));
+      store(4, _mm_unpacklo_epi64(c2, c6));
+      store(5, _mm_unpackhi_epi64(c2, c6));
+      store(6, _mm_unpacklo_epi64(c3, c7));
+      store(7, _mm_unpackhi_epi64(c3, c7));
+    }
+    for (std::uint64_t lane = full_lane_blocks * 8; lane < lanes; ++lane) {
+      for (std::uint64_t q = p; q < p + 8; ++q) out[q * kGroupFrames + lane] = frames[lane * pixels + q];
+    }
+  }
+#endif
+  for (; p < pixels; ++p) {
+    for (std::uint64_t lane = 0; lane < lanes; ++lane) out[p * kGroupFrames + lane] = frames[lane * pixels + p];
+  }
+}
 
 }  // namespace
 
@@ -134,11 +231,11 @@ std::uint64_t CpuResident::resident_bytes() const {
 
 std::string CpuResident::encoding() const {
   switch (code_dtype_) {
-    case DType::uint8: return "dense-u8";
-    case DType::uint16: return "dense-u16";
-    case DType::uint32: return "dense-u32";
+    case DType::uint8: return "grouped32-u8";
+    case DType::uint16: return "grouped32-u16";
+    case DType::uint32: return "grouped32-u32";
   }
-  return "dense";
+  return "grouped32";
 }
 
 template <class Visit>
@@ -193,15 +290,17 @@ std::vector<std::uint64_t> CpuResident::masked_frame_sums(const plan::PlanGeomet
   const bool complement = selected * 2 > frame_pixels_;
   const std::vector<PixelRun> runs = pixel_runs(native, complement ? 0 : 1);
 
-  const std::uint64_t region_cols = g.region.col_stop - g.region.col_start;
-  const std::uint64_t region_frames = (g.region.row_stop - g.region.row_start) * region_cols;
-  std::vector<std::uint64_t> sums(region_frames);
-  pool_->parallel_for(region_frames, kFramesPerTask, [&](std::size_t begin, std::size_t end, unsigned) {
-    for (std::size_t k = begin; k < end; ++k) {
-      const std::uint64_t frame =
-          (g.region.row_start + k / region_cols) * source_.scan_cols + g.region.col_start + k % region_cols;
-      const std::uint64_t sum = sum_runs(frame_codes<Code>(frame), runs);
-      sums[k] = complement ? frame_totals_[frame] - sum : sum;
+  const GroupLanes groups = region_frames(g);
+  std::vector<std::uint64_t> sums((g.region.row_stop - g.region.row_start) * (g.region.col_stop - g.region.col_start));
+  pool_->parallel_for(groups.size(), 4, [&](std::size_t begin, std::size_t end, unsigned) {
+    std::uint64_t lane_sums[kGroupFrames];
+    for (std::size_t i = begin; i < end; ++i) {
+      const auto [group, lanes] = groups[i];
+      group_masked_sums(group_codes<Code>(group), runs, lane_sums);
+      for_each_lane(lanes, [&](unsigned lane) {
+        const std::uint64_t frame = group * kGroupFrames + lane;
+        sums[region_index(g, frame)] = complement ? frame_totals_[frame] - lane_sums[lane] : lane_sums[lane];
+      });
     }
   });
   return sums;
@@ -221,39 +320,52 @@ std::vector<std::uint64_t> CpuResident::masked_sum(const plan::PlanGeometry& geo
   return bin_scan(geometry, std::move(per_frame));
 }
 
-// --- pattern sum -------------------------------------------------------------
+// --- frame sums ----------------------------------------------------------------
 
 template <class Code>
-std::vector<std::uint64_t> CpuResident::cropped_pattern_sum(const plan::PlanGeometry& g) {
-  const std::uint64_t region_cols = g.region.col_stop - g.region.col_start;
-  const std::uint64_t region_frames = (g.region.row_stop - g.region.row_start) * region_cols;
-  std::vector<std::vector<std::uint64_t>> partial(pool_->size());
+void CpuResident::add_frames(const GroupLanes& frames, std::uint64_t* native_sum, bool parallel) {
+  if (!parallel || frames.size() < 2) {
+    for (const auto& [group, lanes] : frames) group_add_frames(group_codes<Code>(group), lanes, frame_pixels_, native_sum);
+    return;
+  }
   std::mutex merge_mutex;
-  std::vector<std::uint64_t> total(frame_pixels_, 0);
-  pool_->parallel_for(region_frames, 1024, [&](std::size_t begin, std::size_t end, unsigned) {
-    // 1024 frames of 8/16-bit codes cannot overflow 32-bit per-pixel sums.
-    using Narrow = std::conditional_t<(sizeof(Code) < 4), std::uint32_t, std::uint64_t>;
-    std::vector<Narrow> sum(frame_pixels_, 0);
-    for (std::size_t k = begin; k < end; ++k) {
-      const std::uint64_t frame =
-          (g.region.row_start + k / region_cols) * source_.scan_cols + g.region.col_start + k % region_cols;
-      const Code* values = frame_codes<Code>(frame);
-      for (std::uint64_t p = 0; p < frame_pixels_; ++p) sum[p] += values[p];
+  pool_->parallel_for(frames.size(), 8, [&](std::size_t begin, std::size_t end, unsigned) {
+    std::vector<std::uint64_t> partial(frame_pixels_, 0);
+    for (std::size_t i = begin; i < end; ++i) {
+      group_add_frames(group_codes<Code>(frames[i].first), frames[i].second, frame_pixels_, partial.data());
     }
     std::lock_guard<std::mutex> lock(merge_mutex);
-    for (std::uint64_t p = 0; p < frame_pixels_; ++p) total[p] += sum[p];
+    for (std::uint64_t p = 0; p < frame_pixels_; ++p) native_sum[p] += partial[p];
   });
-  return total;
 }
 
 std::vector<std::uint64_t> CpuResident::pattern_sum(const plan::PlanGeometry& geometry) {
   check_geometry(geometry);
   // Every frame belongs to exactly one plan position, so an uncropped plan's
-  // pattern sum is the load-time sum whatever the scan bin.
-  std::vector<std::uint64_t> native = geometry.cropped ? with_code_type([&](auto code) {
-    return cropped_pattern_sum<decltype(code)>(geometry);
-  })
-                                                       : pattern_sum_;
+  // pattern sum is the build-time sum whatever the scan bin.
+  std::vector<std::uint64_t> native;
+  if (geometry.cropped) {
+    native.assign(frame_pixels_, 0);
+    with_code_type([&](auto code) { add_frames<decltype(code)>(region_frames(geometry), native.data(), true); });
+  } else {
+    native = pattern_sum_;
+  }
+  std::vector<std::uint64_t> out(geometry.detector_pixels());
+  bin_detector(native.data(), source_.detector_rows, source_.detector_cols, geometry.detector_bin, out.data());
+  return out;
+}
+
+std::vector<std::uint64_t> CpuResident::frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
+                                              std::uint64_t scan_col) {
+  check_geometry(geometry);
+  if (scan_row >= geometry.scan_rows || scan_col >= geometry.scan_cols) {
+    throw bad_request("scan position (" + std::to_string(scan_row) + ", " + std::to_string(scan_col) +
+                      ") is outside the plan's " + std::to_string(geometry.scan_rows) + " x " +
+                      std::to_string(geometry.scan_cols) + " scan");
+  }
+  std::vector<std::uint64_t> native(frame_pixels_, 0);
+  const GroupLanes frames = position_frames(geometry, scan_row * geometry.scan_cols + scan_col);
+  with_code_type([&](auto code) { add_frames<decltype(code)>(frames, native.data(), false); });
   std::vector<std::uint64_t> out(geometry.detector_pixels());
   bin_detector(native.data(), source_.detector_rows, source_.detector_cols, geometry.detector_bin, out.data());
   return out;
@@ -268,61 +380,61 @@ void CpuResident::center_of_mass_frames(const plan::PlanGeometry& g, std::vector
   const std::uint64_t rows = source_.detector_rows;
   const std::uint64_t cols = source_.detector_cols;
   const std::uint64_t bin = g.detector_bin;
-  const std::uint64_t region_cols = g.region.col_stop - g.region.col_start;
-  const std::uint64_t region_frames = (g.region.row_stop - g.region.row_start) * region_cols;
-  total.assign(region_frames, 0);
-  row_moment.assign(region_frames, 0);
-  col_moment.assign(region_frames, 0);
-  // 32-bit partial sums are exact while a row or column of 8/16-bit codes has ≤ 65536 pixels.
-  constexpr bool narrow_codes = sizeof(Code) < 4;
-  const bool narrow = narrow_codes && rows <= kMaxRunLength && cols <= kMaxRunLength;
-  std::vector<std::uint64_t> col_weight(cols);
-  for (std::uint64_t c = 0; c < cols; ++c) col_weight[c] = c / bin;
+  const std::uint64_t region_frame_count =
+      (g.region.row_stop - g.region.row_start) * (g.region.col_stop - g.region.col_start);
+  total.assign(region_frame_count, 0);
+  row_moment.assign(region_frame_count, 0);
+  col_moment.assign(region_frame_count, 0);
+  const GroupLanes groups = region_frames(g);
 
-  pool_->parallel_for(region_frames, kFramesPerTask, [&](std::size_t begin, std::size_t end, unsigned) {
-    std::vector<std::uint32_t> column_sum32(narrow ? cols : 0);
-    std::vector<std::uint64_t> column_sum64(narrow ? 0 : cols);
-    for (std::size_t k = begin; k < end; ++k) {
-      const std::uint64_t frame =
-          (g.region.row_start + k / region_cols) * source_.scan_cols + g.region.col_start + k % region_cols;
-      const Code* values = frame_codes<Code>(frame);
-      std::uint64_t frame_total = 0;
-      std::uint64_t frame_row_moment = 0;
-      std::uint64_t frame_col_moment = 0;
-      if (narrow) {
-        std::fill(column_sum32.begin(), column_sum32.end(), 0);
+  const auto run = [&](auto partial_type) {
+    using Acc = decltype(partial_type);
+    pool_->parallel_for(groups.size(), 2, [&](std::size_t begin, std::size_t end, unsigned) {
+      std::vector<Acc> column_sums(cols * kGroupFrames);
+      for (std::size_t i = begin; i < end; ++i) {
+        const auto [group, lanes] = groups[i];
+        const Code* codes = group_codes<Code>(group);
+        std::fill(column_sums.begin(), column_sums.end(), Acc{0});
+        std::uint64_t lane_total[kGroupFrames] = {};
+        std::uint64_t lane_row_moment[kGroupFrames] = {};
+        std::uint64_t lane_col_moment[kGroupFrames] = {};
         for (std::uint64_t r = 0; r < rows; ++r) {
-          const Code* row = values + r * cols;
-          std::uint32_t row_sum = 0;
-          std::uint32_t* column_sum = column_sum32.data();
-          for (std::uint64_t c = 0; c < cols; ++c) {
-            row_sum += row[c];
-            column_sum[c] += row[c];
+          Acc row_sum[kGroupFrames] = {};
+          const Code* line = codes + r * cols * kGroupFrames;
+          Acc* column_sum = column_sums.data();
+          for (std::uint64_t c = 0; c < cols; ++c, line += kGroupFrames, column_sum += kGroupFrames) {
+            for (std::uint64_t lane = 0; lane < kGroupFrames; ++lane) {
+              row_sum[lane] += line[lane];
+              column_sum[lane] += line[lane];
+            }
           }
-          frame_total += row_sum;
-          frame_row_moment += (r / bin) * std::uint64_t{row_sum};
-        }
-        for (std::uint64_t c = 0; c < cols; ++c) frame_col_moment += col_weight[c] * column_sum32[c];
-      } else {
-        std::fill(column_sum64.begin(), column_sum64.end(), 0);
-        for (std::uint64_t r = 0; r < rows; ++r) {
-          const Code* row = values + r * cols;
-          std::uint64_t row_sum = 0;
-          std::uint64_t* column_sum = column_sum64.data();
-          for (std::uint64_t c = 0; c < cols; ++c) {
-            row_sum += row[c];
-            column_sum[c] += row[c];
+          const std::uint64_t weight = r / bin;
+          for (std::uint64_t lane = 0; lane < kGroupFrames; ++lane) {
+            lane_total[lane] += row_sum[lane];
+            lane_row_moment[lane] += weight * row_sum[lane];
           }
-          frame_total += row_sum;
-          frame_row_moment += (r / bin) * row_sum;
         }
-        for (std::uint64_t c = 0; c < cols; ++c) frame_col_moment += col_weight[c] * column_sum64[c];
+        for (std::uint64_t c = 0; c < cols; ++c) {
+          const std::uint64_t weight = c / bin;
+          for (std::uint64_t lane = 0; lane < kGroupFrames; ++lane) {
+            lane_col_moment[lane] += weight * column_sums[c * kGroupFrames + lane];
+          }
+        }
+        for_each_lane(lanes, [&](unsigned lane) {
+          const std::uint64_t k = region_index(g, group * kGroupFrames + lane);
+          total[k] = lane_total[lane];
+          row_moment[k] = lane_row_moment[lane];
+          col_moment[k] = lane_col_moment[lane];
+        });
       }
-      total[k] = frame_total;
-      row_moment[k] = frame_row_moment;
-      col_moment[k] = frame_col_moment;
-    }
-  });
+    });
+  };
+  // 32-bit partial sums are exact while a detector row or column of 8/16-bit codes has ≤ 65536 pixels.
+  if (sizeof(Code) < 4 && rows <= kMaxRunLength && cols <= kMaxRunLength) {
+    run(std::uint32_t{});
+  } else {
+    run(std::uint64_t{});
+  }
 }
 
 CenterOfMassSums CpuResident::center_of_mass_sums(const plan::PlanGeometry& geometry) {
@@ -337,35 +449,7 @@ CenterOfMassSums CpuResident::center_of_mass_sums(const plan::PlanGeometry& geom
   return sums;
 }
 
-// --- frames and regions ------------------------------------------------------
-
-template <class Code>
-void CpuResident::add_block(const plan::PlanGeometry& g, std::uint64_t position, std::uint64_t* native_sum) const {
-  const Block block = block_of(g, position);
-  for (std::uint64_t r = block.row_begin; r < block.row_end; ++r) {
-    for (std::uint64_t c = block.col_begin; c < block.col_end; ++c) {
-      const Code* values = frame_codes<Code>(r * source_.scan_cols + c);
-      for (std::uint64_t p = 0; p < frame_pixels_; ++p) native_sum[p] += values[p];
-    }
-  }
-}
-
-std::vector<std::uint64_t> CpuResident::frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
-                                              std::uint64_t scan_col) {
-  check_geometry(geometry);
-  if (scan_row >= geometry.scan_rows || scan_col >= geometry.scan_cols) {
-    throw bad_request("scan position (" + std::to_string(scan_row) + ", " + std::to_string(scan_col) +
-                      ") is outside the plan's " + std::to_string(geometry.scan_rows) + " x " +
-                      std::to_string(geometry.scan_cols) + " scan");
-  }
-  std::vector<std::uint64_t> native(frame_pixels_, 0);
-  with_code_type([&](auto code) {
-    add_block<decltype(code)>(geometry, scan_row * geometry.scan_cols + scan_col, native.data());
-  });
-  std::vector<std::uint64_t> out(geometry.detector_pixels());
-  bin_detector(native.data(), source_.detector_rows, source_.detector_cols, geometry.detector_bin, out.data());
-  return out;
-}
+// --- scan regions --------------------------------------------------------------
 
 template <class Code>
 std::vector<std::uint64_t> CpuResident::region_max(const plan::PlanGeometry& g,
@@ -373,20 +457,13 @@ std::vector<std::uint64_t> CpuResident::region_max(const plan::PlanGeometry& g,
   const std::uint64_t binned_pixels = g.detector_pixels();
   std::vector<std::uint64_t> result(binned_pixels, 0);
   std::mutex merge_mutex;
-  const bool single_frames = g.scan_bin == 1 && g.detector_bin == 1;
-  pool_->parallel_for(positions.size(), 16, [&](std::size_t begin, std::size_t end, unsigned) {
+  pool_->parallel_for(positions.size(), 8, [&](std::size_t begin, std::size_t end, unsigned) {
     std::vector<std::uint64_t> best(binned_pixels, 0);
-    std::vector<std::uint64_t> native(single_frames ? 0 : frame_pixels_);
-    std::vector<std::uint64_t> binned(single_frames ? 0 : binned_pixels);
+    std::vector<std::uint64_t> native(frame_pixels_);
+    std::vector<std::uint64_t> binned(binned_pixels);
     for (std::size_t k = begin; k < end; ++k) {
-      if (single_frames) {
-        const Block block = block_of(g, positions[k]);
-        const Code* values = frame_codes<Code>(block.row_begin * source_.scan_cols + block.col_begin);
-        for (std::uint64_t p = 0; p < binned_pixels; ++p) best[p] = std::max<std::uint64_t>(best[p], values[p]);
-        continue;
-      }
       std::fill(native.begin(), native.end(), 0);
-      add_block<Code>(g, positions[k], native.data());
+      add_frames<Code>(position_frames(g, positions[k]), native.data(), false);
       bin_detector(native.data(), source_.detector_rows, source_.detector_cols, g.detector_bin, binned.data());
       for (std::uint64_t p = 0; p < binned_pixels; ++p) best[p] = std::max(best[p], binned[p]);
     }
@@ -400,25 +477,42 @@ std::vector<std::uint64_t> CpuResident::region_reduce(const plan::PlanGeometry& 
                                                       const std::vector<std::uint64_t>& positions,
                                                       RegionReduce reduce) {
   check_geometry(geometry);
-  for (const std::uint64_t position : positions) {
-    if (position >= geometry.positions()) {
-      throw bad_request("scan position index " + std::to_string(position) + " is outside the plan's " +
+  std::vector<std::uint64_t> sorted = positions;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] >= geometry.positions()) {
+      throw bad_request("scan position index " + std::to_string(sorted[i]) + " is outside the plan's " +
                         std::to_string(geometry.positions()) + " positions");
+    }
+    if (i > 0 && sorted[i] == sorted[i - 1]) {
+      throw bad_request("scan position index " + std::to_string(sorted[i]) + " is listed twice");
     }
   }
   if (reduce == RegionReduce::max) {
-    return with_code_type([&](auto code) { return region_max<decltype(code)>(geometry, positions); });
+    return with_code_type([&](auto code) { return region_max<decltype(code)>(geometry, sorted); });
+  }
+  // Distinct positions have disjoint frame blocks: sum the union of their frames.
+  GroupLanes frames;
+  for (const std::uint64_t position : sorted) {
+    for (const auto& [group, lanes] : position_frames(geometry, position)) {
+      if (!frames.empty() && frames.back().first == group) {
+        frames.back().second |= lanes;
+      } else {
+        frames.emplace_back(group, lanes);
+      }
+    }
+  }
+  std::sort(frames.begin(), frames.end());
+  GroupLanes merged;
+  for (const auto& [group, lanes] : frames) {
+    if (!merged.empty() && merged.back().first == group) {
+      merged.back().second |= lanes;
+    } else {
+      merged.emplace_back(group, lanes);
+    }
   }
   std::vector<std::uint64_t> native(frame_pixels_, 0);
-  std::mutex merge_mutex;
-  pool_->parallel_for(positions.size(), 16, [&](std::size_t begin, std::size_t end, unsigned) {
-    std::vector<std::uint64_t> sum(frame_pixels_, 0);
-    with_code_type([&](auto code) {
-      for (std::size_t k = begin; k < end; ++k) add_block<decltype(code)>(geometry, positions[k], sum.data());
-    });
-    std::lock_guard<std::mutex> lock(merge_mutex);
-    for (std::uint64_t p = 0; p < frame_pixels_; ++p) native[p] += sum[p];
-  });
+  with_code_type([&](auto code) { add_frames<decltype(code)>(merged, native.data(), true); });
   std::vector<std::uint64_t> out(geometry.detector_pixels());
   bin_detector(native.data(), source_.detector_rows, source_.detector_cols, geometry.detector_bin, out.data());
   return out;
@@ -431,18 +525,22 @@ DType ResidentBuilder::initial_code_dtype(DType source_dtype) {
   return source_dtype == DType::uint32 ? DType::uint16 : source_dtype;
 }
 
+std::uint64_t ResidentBuilder::group_count(const catalog::Acquisition& source) {
+  return (source.frame_count() + kGroupFrames - 1) / kGroupFrames;
+}
+
 std::uint64_t ResidentBuilder::code_bytes(const catalog::Acquisition& source, DType code_dtype) {
-  return source.frame_count() * source.frame_pixels() * dtype_size(code_dtype);
+  return group_count(source) * kGroupFrames * source.frame_pixels() * dtype_size(code_dtype);
 }
 
 std::uint64_t ResidentBuilder::working_bytes(const catalog::Acquisition& source, DType code_dtype,
                                              unsigned participants) {
   const std::uint64_t pixels = source.frame_pixels();
-  const bool narrowing = source.dtype == DType::uint32 && code_dtype != DType::uint32;
-  const std::uint64_t per_participant =
-      (narrowing ? pixels * 4 : 0) + (dtype_size(code_dtype) < 4 ? pixels * 4 : 0) + pixels * 8;
+  const std::uint64_t source_element = dtype_size(source.dtype.value_or(code_dtype));
+  const std::uint64_t per_participant = kGroupFrames * pixels * source_element +
+                                        (dtype_size(code_dtype) < 4 ? pixels * 4 : 0) + pixels * 8;
   return participants * per_participant + pixels * 8 /* pattern sum */ + source.frame_count() * 8 /* totals */ +
-         source.masked_pixel_count * 4;
+         source.frame_pixels() * 4 /* masked pixel list, at most */;
 }
 
 ResidentBuilder::ResidentBuilder(const catalog::Acquisition& source, DType code_dtype,
@@ -455,52 +553,20 @@ ResidentBuilder::ResidentBuilder(const catalog::Acquisition& source, DType code_
       frame_totals_(source.frame_count(), 0),
       participants_(pool->size()),
       pool_(std::move(pool)) {
-  if (!source_.pixel_mask.empty()) {
-    for (std::uint64_t p = 0; p < source_.pixel_mask.size() && p < frame_pixels_; ++p) {
-      if (source_.pixel_mask[p] != 0) masked_pixels_.push_back(static_cast<std::uint32_t>(p));
-    }
+  for (std::uint64_t p = 0; p < source_.pixel_mask.size() && p < frame_pixels_; ++p) {
+    if (source_.pixel_mask[p] != 0) masked_pixels_.push_back(static_cast<std::uint32_t>(p));
   }
-  const bool narrowing = source_dtype_ == DType::uint32 && code_dtype_ != DType::uint32;
   for (Participant& participant : participants_) {
-    if (narrowing) participant.narrowing_scratch.resize(frame_pixels_);
+    participant.frames.resize(kGroupFrames * frame_pixels_ * dtype_size(source_dtype_));
     if (dtype_size(code_dtype_) < 4) participant.pattern_narrow.assign(frame_pixels_, 0);
     participant.pattern_wide.assign(frame_pixels_, 0);
   }
 }
 
 std::uint8_t* ResidentBuilder::decode_target(std::uint64_t frame, unsigned participant) {
-  Participant& state = participants_[participant];
-  if (!state.narrowing_scratch.empty()) return reinterpret_cast<std::uint8_t*>(state.narrowing_scratch.data());
-  return codes_.data() + frame * frame_pixels_ * dtype_size(code_dtype_);
+  return participants_[participant].frames.data() +
+         (frame % kGroupFrames) * frame_pixels_ * dtype_size(source_dtype_);
 }
-
-namespace {
-
-template <class Code>
-std::uint64_t accumulate_frame(const Code* values, std::uint64_t pixels, std::uint32_t* narrow_sum,
-                               std::uint64_t* wide_sum) {
-  std::uint64_t total = 0;
-  if constexpr (sizeof(Code) < 4) {
-    for (std::uint64_t p = 0; p < pixels; p += kMaxRunLength) {
-      const std::uint64_t end = std::min<std::uint64_t>(pixels, p + kMaxRunLength);
-      std::uint32_t run_total = 0;
-      for (std::uint64_t q = p; q < end; ++q) {
-        run_total += values[q];
-        narrow_sum[q] += values[q];
-      }
-      total += run_total;
-    }
-  } else {
-    (void)narrow_sum;
-    for (std::uint64_t p = 0; p < pixels; ++p) {
-      total += values[p];
-      wide_sum[p] += values[p];
-    }
-  }
-  return total;
-}
-
-}  // namespace
 
 void ResidentBuilder::flush(Participant& participant) {
   if (participant.frames_in_narrow == 0) return;
@@ -511,47 +577,86 @@ void ResidentBuilder::flush(Participant& participant) {
   participant.frames_in_narrow = 0;
 }
 
-void ResidentBuilder::finish_frame(std::uint64_t frame, unsigned participant_index) {
-  Participant& participant = participants_[participant_index];
-  std::uint8_t* slot = codes_.data() + frame * frame_pixels_ * dtype_size(code_dtype_);
-  if (!participant.narrowing_scratch.empty()) {
-    std::uint32_t* wide = participant.narrowing_scratch.data();
-    for (const std::uint32_t p : masked_pixels_) wide[p] = 0;
-    std::uint32_t any_bits = 0;
-    for (std::uint64_t p = 0; p < frame_pixels_; ++p) any_bits |= wide[p];
-    if (any_bits > 0xFFFFu) throw NeedsWideCodes{};
-    auto* narrow = reinterpret_cast<std::uint16_t*>(slot);
-    for (std::uint64_t p = 0; p < frame_pixels_; ++p) narrow[p] = static_cast<std::uint16_t>(wide[p]);
-  } else {
-    switch (code_dtype_) {
-      case DType::uint8:
-        for (const std::uint32_t p : masked_pixels_) slot[p] = 0;
-        break;
-      case DType::uint16:
-        for (const std::uint32_t p : masked_pixels_) reinterpret_cast<std::uint16_t*>(slot)[p] = 0;
-        break;
-      case DType::uint32:
-        for (const std::uint32_t p : masked_pixels_) reinterpret_cast<std::uint32_t*>(slot)[p] = 0;
-        break;
+template <class Source, class Code>
+void ResidentBuilder::finish_group_typed(std::uint64_t group, Participant& participant) {
+  const std::uint64_t first = group * kGroupFrames;
+  const std::uint64_t count = std::min(kGroupFrames, source_.frame_count() - first);
+  auto* frames = reinterpret_cast<Source*>(participant.frames.data());
+  for (std::uint64_t lane = 0; lane < count; ++lane) {
+    Source* values = frames + lane * frame_pixels_;
+    for (const std::uint32_t p : masked_pixels_) values[p] = 0;
+  }
+  if constexpr (sizeof(Code) < sizeof(Source)) {
+    Source any_bits = 0;
+    for (std::uint64_t i = 0; i < count * frame_pixels_; ++i) any_bits |= frames[i];
+    if (any_bits > static_cast<Source>(static_cast<Code>(~Code{0}))) throw NeedsWideCodes{};
+  }
+  // Pattern sums and frame totals; with 16-bit codes every value is < 2^16 here.
+  for (std::uint64_t lane = 0; lane < count; ++lane) {
+    const Source* values = frames + lane * frame_pixels_;
+    std::uint64_t total = 0;
+    if constexpr (sizeof(Code) < 4) {
+      std::uint32_t* narrow = participant.pattern_narrow.data();
+      for (std::uint64_t p = 0; p < frame_pixels_; p += kMaxRunLength) {
+        const std::uint64_t end = std::min<std::uint64_t>(frame_pixels_, p + kMaxRunLength);
+        std::uint32_t run_total = 0;
+        for (std::uint64_t q = p; q < end; ++q) {
+          const std::uint32_t value = static_cast<std::uint32_t>(values[q]);
+          run_total += value;
+          narrow[q] += value;
+        }
+        total += run_total;
+      }
+      // 65536 frames of values < 2^16 cannot overflow a 32-bit per-pixel sum.
+      if (++participant.frames_in_narrow == kMaxRunLength) flush(participant);
+    } else {
+      std::uint64_t* wide = participant.pattern_wide.data();
+      for (std::uint64_t p = 0; p < frame_pixels_; ++p) {
+        total += values[p];
+        wide[p] += values[p];
+      }
+    }
+    frame_totals_[first + lane] = total;
+  }
+  Code* out = reinterpret_cast<Code*>(codes_.data()) + group * frame_pixels_ * kGroupFrames;
+  if constexpr (sizeof(Code) == 2) {
+    if constexpr (sizeof(Source) == 4) {  // narrow in place (every value fits): the scratch becomes 16-bit frames
+      auto* narrow = reinterpret_cast<std::uint16_t*>(participant.frames.data());
+      for (std::uint64_t i = 0; i < count * frame_pixels_; ++i) narrow[i] = static_cast<std::uint16_t>(frames[i]);
+    }
+    transpose_u16(reinterpret_cast<const std::uint16_t*>(participant.frames.data()), count, frame_pixels_,
+                  reinterpret_cast<std::uint16_t*>(out));
+    return;
+  }
+  // Other code widths: a tile of pixels at a time, so the tile's output lines
+  // stay in cache while every lane is written.
+  constexpr std::uint64_t kTilePixels = 64;
+  for (std::uint64_t tile = 0; tile < frame_pixels_; tile += kTilePixels) {
+    const std::uint64_t tile_end = std::min(frame_pixels_, tile + kTilePixels);
+    for (std::uint64_t lane = 0; lane < count; ++lane) {
+      const Source* values = frames + lane * frame_pixels_;
+      for (std::uint64_t p = tile; p < tile_end; ++p) out[p * kGroupFrames + lane] = static_cast<Code>(values[p]);
     }
   }
-  std::uint64_t total = 0;
-  switch (code_dtype_) {
+}
+
+void ResidentBuilder::finish_group(std::uint64_t group, unsigned participant_index) {
+  Participant& participant = participants_[participant_index];
+  switch (source_dtype_) {
     case DType::uint8:
-      total = accumulate_frame(slot, frame_pixels_, participant.pattern_narrow.data(), nullptr);
-      break;
+      finish_group_typed<std::uint8_t, std::uint8_t>(group, participant);
+      return;
     case DType::uint16:
-      total = accumulate_frame(reinterpret_cast<const std::uint16_t*>(slot), frame_pixels_,
-                               participant.pattern_narrow.data(), nullptr);
-      break;
+      finish_group_typed<std::uint16_t, std::uint16_t>(group, participant);
+      return;
     case DType::uint32:
-      total = accumulate_frame(reinterpret_cast<const std::uint32_t*>(slot), frame_pixels_, nullptr,
-                               participant.pattern_wide.data());
-      break;
+      if (code_dtype_ == DType::uint16) {
+        finish_group_typed<std::uint32_t, std::uint16_t>(group, participant);
+      } else {
+        finish_group_typed<std::uint32_t, std::uint32_t>(group, participant);
+      }
+      return;
   }
-  frame_totals_[frame] = total;
-  // 65536 frames of 8/16-bit codes cannot overflow a 32-bit per-pixel sum.
-  if (dtype_size(code_dtype_) < 4 && ++participant.frames_in_narrow == kMaxRunLength) flush(participant);
 }
 
 std::shared_ptr<CpuResident> ResidentBuilder::finish(int device_index) {
@@ -584,24 +689,29 @@ std::shared_ptr<Resident> make_cpu_resident(const catalog::Acquisition& acquisit
                       " values; the detector has " + std::to_string(acquisition.frame_pixels()));
   }
   const DType source_dtype = *acquisition.dtype;
-  const std::size_t element = dtype_size(source_dtype);
-  const std::uint64_t pixels = acquisition.frame_pixels();
-  if (count_bytes != acquisition.frame_count() * pixels * element) {
+  const std::size_t frame_bytes = acquisition.frame_pixels() * dtype_size(source_dtype);
+  if (count_bytes != acquisition.frame_count() * frame_bytes) {
     throw bad_request("dense counts hold " + std::to_string(count_bytes) + " bytes; the acquisition needs " +
-                      std::to_string(acquisition.frame_count() * pixels * element));
+                      std::to_string(acquisition.frame_count() * frame_bytes));
   }
   auto pool = std::make_shared<cpu::ThreadPool>(options.threads);
   const auto* bytes = static_cast<const std::uint8_t*>(counts);
+  const std::uint64_t frames = acquisition.frame_count();
   DType code_dtype = cpu::ResidentBuilder::initial_code_dtype(source_dtype);
   for (;;) {
     try {
       cpu::ResidentBuilder builder(acquisition, code_dtype, pool);
-      pool->parallel_for(acquisition.frame_count(), 64, [&](std::size_t begin, std::size_t end, unsigned who) {
-        for (std::size_t frame = begin; frame < end; ++frame) {
-          std::memcpy(builder.decode_target(frame, who), bytes + frame * pixels * element, pixels * element);
-          builder.finish_frame(frame, who);
-        }
-      });
+      pool->parallel_for(cpu::ResidentBuilder::group_count(acquisition), 1,
+                         [&](std::size_t begin, std::size_t end, unsigned who) {
+                           for (std::size_t group = begin; group < end; ++group) {
+                             const std::uint64_t first = group * cpu::kGroupFrames;
+                             const std::uint64_t last = std::min(frames, first + cpu::kGroupFrames);
+                             for (std::uint64_t frame = first; frame < last; ++frame) {
+                               std::memcpy(builder.decode_target(frame, who), bytes + frame * frame_bytes, frame_bytes);
+                             }
+                             builder.finish_group(group, who);
+                           }
+                         });
       return builder.finish(options.device_index);
     } catch (const cpu::NeedsWideCodes&) {
       code_dtype = DType::uint32;  // a masked count above 65535: hold 32-bit codes

@@ -11,9 +11,6 @@ HostBuffer::HostBuffer(std::size_t bytes) {
   if (bytes == 0) return;
   void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapped == MAP_FAILED) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-  if (bytes >= (std::size_t{2} << 20)) madvise(mapped, bytes, MADV_HUGEPAGE);  // a hint; failure is harmless
-#endif
   data_ = static_cast<std::uint8_t*>(mapped);
   size_ = bytes;
 }

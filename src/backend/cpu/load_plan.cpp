@@ -62,9 +62,9 @@ std::vector<ReadBatch> plan_reads(const catalog::Acquisition& acquisition, const
       ReadBatch& batch = batches.back();
       const std::uint64_t batch_end = batch.file_offset + batch.bytes;
       const std::uint64_t chunk_end = location.file_offset + location.stored_bytes;
-      if (location.shard == batch.shard && location.file_offset >= batch_end &&
-          location.file_offset - batch_end <= kReadGapBytes && chunk_end - batch.file_offset <= kReadBatchBytes &&
-          batch.frame_count < kReadBatchFrames) {
+      if (location.shard == batch.shard && frame / kGroupFrames == batch.first_frame / kGroupFrames &&
+          location.file_offset >= batch_end &&
+          location.file_offset - batch_end <= kReadGapBytes && chunk_end - batch.file_offset <= kReadBatchBytes) {
         batch.bytes = chunk_end - batch.file_offset;
         batch.frame_count += 1;
         batch.stored_bytes += location.stored_bytes;

@@ -11,8 +11,6 @@ namespace quantem::backend::cpu {
 
 // Largest coalesced read (a single larger chunk gets a read of its own).
 constexpr std::uint64_t kReadBatchBytes = std::uint64_t{4} << 20;
-// Frames per read at most, so threads stay balanced and progress moves.
-constexpr std::uint64_t kReadBatchFrames = 256;
 // A hole between two chunks of at most this many bytes is read through.
 constexpr std::uint64_t kReadGapBytes = std::uint64_t{64} << 10;
 
@@ -34,6 +32,8 @@ struct ReadBatch {
   std::uint64_t frame_count = 0;
   std::uint64_t stored_bytes = 0;  // Σ chunk sizes (progress)
 };
+// A batch never spans two frame groups of the resident (kGroupFrames), so each
+// group's batches are consecutive and a group is one unit of work.
 // Throws CorruptChunk (naming frame and file) for a chunk larger than the
 // plan allows or a shard index out of range, Error(conflict) when the index
 // holds fewer frames than the scan needs.
