@@ -6,7 +6,7 @@ Subcommands:
   acquisition DIR STEM [options]   an Eiger/Arina-style master (+ data files)
   batch SPECFILE                   one `acquisition` argument line per line (one interpreter start)
   data-file PATH [options]         a standalone data file /entry/data/data
-  chunk-info PATH DATASET          JSON list of every allocated chunk as HDF5 reports it
+  chunk-info PATH DATASET [PATH...] JSON list of every allocated chunk as HDF5 reports it
                                    (dset.id.get_chunk_info), with an FNV-1a 64 hash of its raw
                                    bytes (dset.id.read_direct_chunk)
 """
@@ -233,23 +233,30 @@ def fnv1a64(data):
     return value
 
 
-def chunk_info(argv):
-    p = argparse.ArgumentParser(prog="chunk-info")
-    p.add_argument("path")
-    p.add_argument("dataset")
-    args = p.parse_args(argv)
-    with h5py.File(args.path, "r") as f:
-        dset = f[args.dataset]
+def describe_chunks(path, dataset):
+    with h5py.File(path, "r") as f:
+        dset = f[dataset]
         if dset.chunks is None:
-            json.dump({"shape": list(dset.shape), "contiguous_offset": dset.id.get_offset()}, sys.stdout)
-            return
+            return {"shape": list(dset.shape), "contiguous_offset": dset.id.get_offset()}
         chunks = []
         for i in range(dset.id.get_num_chunks()):
             info = dset.id.get_chunk_info(i)
             mask, raw = dset.id.read_direct_chunk(info.chunk_offset)
             chunks.append({"offset": list(info.chunk_offset), "byte_offset": info.byte_offset, "size": info.size,
                            "filter_mask": info.filter_mask, "fnv1a64": str(fnv1a64(raw)), "raw_size": len(raw)})
-        json.dump({"shape": list(dset.shape), "chunks": chunks}, sys.stdout)
+        return {"shape": list(dset.shape), "chunks": chunks}
+
+
+def chunk_info(argv):
+    p = argparse.ArgumentParser(prog="chunk-info")
+    p.add_argument("path")
+    p.add_argument("dataset")
+    p.add_argument("more_paths", nargs="*", help="further files (same dataset): prints {path: info}")
+    args = p.parse_args(argv)
+    if not args.more_paths:
+        json.dump(describe_chunks(args.path, args.dataset), sys.stdout)
+    else:
+        json.dump({path: describe_chunks(path, args.dataset) for path in [args.path] + args.more_paths}, sys.stdout)
 
 
 def main():

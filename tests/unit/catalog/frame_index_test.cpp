@@ -39,9 +39,8 @@ nlohmann::json chunk_info(const std::string& file, const std::string& dataset = 
 // `file`. HDF5 1.10.8 reports chunk addresses relative to the file's base
 // address (the user block size); the index holds absolute file offsets, which
 // the hash of the bytes found there confirms.
-void expect_matches_hdf5(const FrameIndex& index, std::size_t first, const std::string& file,
-                         std::uint64_t user_block = 0) {
-  const auto info = chunk_info(file);
+void expect_matches_info(const FrameIndex& index, std::size_t first, const std::string& file,
+                         const nlohmann::json& info, std::uint64_t user_block = 0) {
   const auto bytes = test::read_file(file);
   const std::uint64_t frames = info["shape"][0].get<std::uint64_t>();
   ASSERT_LE(first + frames, index.frames.size());
@@ -66,6 +65,11 @@ void expect_matches_hdf5(const FrameIndex& index, std::size_t first, const std::
               chunk["fnv1a64"].get<std::string>())
         << "frame " << frame;
   }
+}
+
+void expect_matches_hdf5(const FrameIndex& index, std::size_t first, const std::string& file,
+                         std::uint64_t user_block = 0) {
+  expect_matches_info(index, first, file, chunk_info(file), user_block);
 }
 
 class FrameIndexTest : public ::testing::Test {
@@ -238,33 +242,53 @@ TEST(FrameIndexReal, ArinaTest00) {
   expect_matches_hdf5(index, 0, index.shard_paths[0]);
 }
 
-// A master in a TempDir with absolute links to a pair of real Eiger data files.
-void check_real_eiger_pair(const std::string& prefix, DType dtype, codec::ChunkFilter filter, int files) {
+// Masters in a TempDir with absolute links to the real Eiger data files (the
+// fixture writes no data file: --missing-shards), one Python start for all.
+TEST(FrameIndexReal, EigerDataFiles) {
+  struct Case {
+    std::string prefix;
+    DType dtype;
+    codec::ChunkFilter filter;
+    int files;
+  };
+  const std::vector<Case> cases = {
+      {"eiger2_simread7_2datafiles_4images_bslz4", DType::uint16, codec::ChunkFilter::bitshuffle_lz4, 2},
+      {"eiger2_simread7_2datafiles_4images_bslz4_uint8", DType::uint8, codec::ChunkFilter::bitshuffle_lz4, 2},
+      {"eiger2_simread7_2datafiles_4images_bslz4_uint32", DType::uint32, codec::ChunkFilter::bitshuffle_lz4, 2},
+      {"eiger2_simread7_2datafiles_4images_lz4", DType::uint16, codec::ChunkFilter::lz4, 1},
+      {"eiger1_testmode10_2datafiles_4images_bslz4", DType::uint16, codec::ChunkFilter::bitshuffle_lz4, 2},
+  };
   TempDir dir;
   const std::string data = fs::path(test::real_data_dir() + "/eiger_h5_testmodes").lexically_normal().string();
-  // The fixture writes no data file (--missing-shards): it only links the real ones.
-  test::make_acquisitions(dir, {dir.path() + " eiger --shard-frames " + std::string(files == 2 ? "2,2" : "2") +
-                                " --absolute-links --missing-shards " + (files == 2 ? "1,2" : "1") +
-                                " --shard-name " + data + "/" + prefix + "_data_{i:06d}.h5"});
-  const auto a = inspect_master(dir.file("eiger_master.h5"));
-  ASSERT_TRUE(a.status.loadable) << prefix << ": " << a.status.reason;
-  ASSERT_TRUE(a.dtype.has_value());
-  EXPECT_EQ(*a.dtype, dtype);
-  EXPECT_EQ(a.chunk_format.filter, filter);
-  const auto index = build_frame_index(a);
-  ASSERT_EQ(index.frames.size(), static_cast<std::size_t>(2 * files));
-  for (int i = 1; i <= files; ++i) {
-    expect_matches_hdf5(index, static_cast<std::size_t>(2 * (i - 1)),
-                        data + "/" + prefix + "_data_00000" + std::to_string(i) + ".h5");
+  std::vector<std::string> lines;
+  std::string files;
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    const bool two = cases[c].files == 2;
+    lines.push_back(dir.path() + " eiger" + std::to_string(c) + " --shard-frames " + (two ? "2,2" : "2") +
+                    " --absolute-links --missing-shards " + (two ? "1,2" : "1") + " --shard-name " + data + "/" +
+                    cases[c].prefix + "_data_{i:06d}.h5");
+    for (int i = 1; i <= cases[c].files; ++i) files += " " + data + "/" + cases[c].prefix + "_data_00000" + std::to_string(i) + ".h5";
   }
-}
+  test::make_acquisitions(dir, lines);
+  const auto first_space = files.find(' ', 1);
+  const auto result = test::run_python_script(
+      "catalog_fixtures.py", "chunk-info " + files.substr(1, first_space - 1) + " /entry/data/data" + files.substr(first_space));
+  const auto infos = nlohmann::json::parse(result.output);
 
-TEST(FrameIndexReal, EigerDataFiles) {
-  check_real_eiger_pair("eiger2_simread7_2datafiles_4images_bslz4", DType::uint16, codec::ChunkFilter::bitshuffle_lz4, 2);
-  check_real_eiger_pair("eiger2_simread7_2datafiles_4images_bslz4_uint8", DType::uint8, codec::ChunkFilter::bitshuffle_lz4, 2);
-  check_real_eiger_pair("eiger2_simread7_2datafiles_4images_bslz4_uint32", DType::uint32, codec::ChunkFilter::bitshuffle_lz4, 2);
-  check_real_eiger_pair("eiger2_simread7_2datafiles_4images_lz4", DType::uint16, codec::ChunkFilter::lz4, 1);
-  check_real_eiger_pair("eiger1_testmode10_2datafiles_4images_bslz4", DType::uint16, codec::ChunkFilter::bitshuffle_lz4, 2);
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    SCOPED_TRACE(cases[c].prefix);
+    const auto a = inspect_master(dir.file("eiger" + std::to_string(c) + "_master.h5"));
+    ASSERT_TRUE(a.status.loadable) << a.status.reason;
+    ASSERT_TRUE(a.dtype.has_value());
+    EXPECT_EQ(*a.dtype, cases[c].dtype);
+    EXPECT_EQ(a.chunk_format.filter, cases[c].filter);
+    const auto index = build_frame_index(a);
+    ASSERT_EQ(index.frames.size(), static_cast<std::size_t>(2 * cases[c].files));
+    for (int i = 1; i <= cases[c].files; ++i) {
+      const std::string file = data + "/" + cases[c].prefix + "_data_00000" + std::to_string(i) + ".h5";
+      expect_matches_info(index, static_cast<std::size_t>(2 * (i - 1)), file, infos.at(file));
+    }
+  }
 }
 
 }  // namespace
