@@ -27,6 +27,11 @@ bool CatalogService::built() const {
   return catalog_ != nullptr;
 }
 
+std::uint64_t CatalogService::callers_waiting_for_build() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return waiting_;
+}
+
 std::uint64_t CatalogService::builds() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return builds_;
@@ -52,7 +57,10 @@ std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
   if (building_) {
     // Coalesce: wait for the running build and share its result.
     const std::uint64_t attempt = build_attempts_;
-    if (!build_done_.wait_for(lock, options_.rebuild_wait_limit, [&] { return build_attempts_ != attempt; })) {
+    ++waiting_;
+    const bool finished = build_done_.wait_for(lock, options_.rebuild_wait_limit, [&] { return build_attempts_ != attempt; });
+    --waiting_;
+    if (!finished) {
       throw unavailable("the catalog of " + data_folder_ + " is still being built; retry shortly");
     }
     if (catalog_) return catalog_;
@@ -66,7 +74,7 @@ std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
   std::optional<std::string> error;
   try {
     const auto started = std::chrono::steady_clock::now();
-    built = std::make_shared<const catalog::Catalog>(catalog::build_catalog(data_folder_));
+    built = std::make_shared<const catalog::Catalog>(options_.build(data_folder_));
     masters = catalog::discover_masters(data_folder_);
     std::size_t files = 0;
     for (const auto& session : built->sessions) files += session.files.size();

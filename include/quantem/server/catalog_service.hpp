@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -30,6 +31,8 @@ namespace quantem::server {
 
 struct CatalogServiceOptions {
   std::chrono::milliseconds rewalk_interval{std::chrono::seconds(10)};
+  // How a catalog is built (tests substitute a builder they can hold).
+  std::function<catalog::Catalog(const std::string&)> build = catalog::build_catalog;
   std::chrono::milliseconds unknown_name_rebuild_interval{std::chrono::seconds(5)};
   std::chrono::milliseconds rebuild_wait_limit{std::chrono::minutes(10)};
 };
@@ -47,6 +50,7 @@ class CatalogService {
   std::shared_ptr<const catalog::Catalog> catalog(bool refresh);
   bool built() const;
   std::uint64_t builds() const;  // completed builds (tests and metrics)
+  std::uint64_t callers_waiting_for_build() const;  // callers sharing a running build
 
   nlohmann::ordered_json sessions_document(bool refresh);
   nlohmann::ordered_json acquisitions_document();
@@ -70,6 +74,7 @@ class CatalogService {
   bool building_ = false;
   std::uint64_t builds_ = 0;
   std::uint64_t build_attempts_ = 0;
+  std::uint64_t waiting_ = 0;
   std::optional<std::string> build_error_;
   std::chrono::steady_clock::time_point last_build_{};
   std::map<std::string, catalog::Acquisition> fresh_;  // re-inspections since the last build

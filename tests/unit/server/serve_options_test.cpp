@@ -1,0 +1,114 @@
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "quantem/core/version.hpp"
+#include "quantem/server/serve_options.hpp"
+
+using namespace quantem::server;
+
+namespace {
+std::string usage_error(const ServeOptions& options) {
+  try {
+    validate_serve_options(options);
+  } catch (const ServeUsageError& error) {
+    return error.what();
+  }
+  return "accepted";
+}
+ServeOptions cpu_options() {
+  ServeOptions options;
+  options.data_folder = "/data";
+  options.backend = "cpu";
+  return options;
+}
+}  // namespace
+
+TEST(ServeOptions, ReferenceValidationMessages) {
+  auto options = cpu_options();
+  options.gpu = -1;
+  EXPECT_EQ(usage_error(options), "--gpu must be zero or greater");
+  options = cpu_options();
+  options.gpus = "0,nope";
+  EXPECT_EQ(usage_error(options), "--gpus must be 'auto' or comma-separated CUDA indices");
+  options.gpus = "0,";
+  EXPECT_EQ(usage_error(options), "--gpus must be 'auto' or comma-separated CUDA indices");
+  options.gpus = "Auto";
+  EXPECT_EQ(usage_error(options), "--gpus must be 'auto' or comma-separated CUDA indices");
+  options.gpus = "1,-2";
+  EXPECT_EQ(usage_error(options), "--gpus must contain CUDA indices zero or greater");
+  for (long long port : {0LL, -1LL, 65536LL}) {
+    options = cpu_options();
+    options.port = port;
+    EXPECT_EQ(usage_error(options), "--port must be between 1 and 65535") << port;
+  }
+}
+
+TEST(ServeOptions, GpuListsFollowPythonInt) {
+  EXPECT_EQ(parse_gpu_list("0,1"), (std::vector<int>{0, 1}));
+  EXPECT_EQ(parse_gpu_list(" 2 , +1,2,1_0"), (std::vector<int>{2, 1, 10}));
+  EXPECT_THROW(parse_gpu_list("1.0"), ServeUsageError);
+  EXPECT_THROW(parse_gpu_list("_1"), ServeUsageError);
+  EXPECT_THROW(parse_gpu_list(""), ServeUsageError);
+}
+
+TEST(ServeOptions, ByteSizesAcceptSuffixes) {
+  EXPECT_EQ(parse_byte_size("1048576"), 1048576u);
+  EXPECT_EQ(parse_byte_size("64MiB"), 64ull << 20);
+  EXPECT_EQ(parse_byte_size("2GB"), 2000000000ull);
+  EXPECT_EQ(parse_byte_size("1.5GiB"), 1610612736ull);
+  EXPECT_EQ(parse_byte_size("512 kib"), 524288ull);
+  EXPECT_EQ(parse_byte_size("3K"), 3072ull);
+  EXPECT_EQ(parse_byte_size("10B"), 10ull);
+  for (const char* bad : {"", "abc", "12XB", "-5", "1.2.3GB", "GiB"}) EXPECT_FALSE(parse_byte_size(bad).has_value()) << bad;
+}
+
+TEST(ServeOptions, AdditionsAreValidated) {
+  auto options = cpu_options();
+  options.backend = "gpu";
+  EXPECT_NE(usage_error(options).find("--backend must be cuda or cpu"), std::string::npos);
+  options = cpu_options();
+  options.device_budget = "lots";
+  EXPECT_NE(usage_error(options).find("--device-budget"), std::string::npos);
+  options = cpu_options();
+  options.host = "0.0.0.0";
+  EXPECT_NE(usage_error(options).find("not a loopback address"), std::string::npos);
+  options.allow_non_loopback = true;
+  EXPECT_TRUE(validate_serve_options(options).non_loopback);
+  options = cpu_options();
+  options.auth = "password";
+  EXPECT_NE(usage_error(options).find("--auth must be none or token"), std::string::npos);
+  options = cpu_options();
+  options.port = 0;
+  options.port_file = "/tmp/port";
+  EXPECT_EQ(validate_serve_options(options).port, 0);
+}
+
+TEST(ServeOptions, SettingsCarryEveryChoice) {
+  auto options = cpu_options();
+  options.gpus = "3,1";
+  options.device_budget = "64MiB";
+  options.cpu_devices = 2;
+  options.cache_entries = 3;
+  options.implementation_revision = "rev-1";
+  options.auth = "token";
+  const auto settings = validate_serve_options(options);
+  EXPECT_TRUE(settings.cpu_backend);
+  EXPECT_EQ(settings.gpu_indices, (std::vector<int>{3, 1}));
+  EXPECT_EQ(settings.device_budget_bytes, 64ull << 20);
+  EXPECT_EQ(settings.cpu_devices, 2);
+  EXPECT_EQ(settings.cache_entries, 3u);
+  EXPECT_EQ(settings.implementation_revision, "rev-1");
+  EXPECT_TRUE(settings.token_auth);
+  EXPECT_EQ(settings.data_folder, "/data");
+  EXPECT_EQ(settings.host, "127.0.0.1");
+}
+
+TEST(ServeOptions, RevisionFallsBackToEnvironmentThenBuild) {
+  ::unsetenv("QUANTEM_GPU_IMPLEMENTATION_REVISION");
+  EXPECT_EQ(resolve_implementation_revision(""), quantem::build_git_revision());
+  ::setenv("QUANTEM_GPU_IMPLEMENTATION_REVISION", "from-env", 1);
+  EXPECT_EQ(resolve_implementation_revision(""), "from-env");
+  EXPECT_EQ(resolve_implementation_revision("given"), "given");
+  ::unsetenv("QUANTEM_GPU_IMPLEMENTATION_REVISION");
+}
