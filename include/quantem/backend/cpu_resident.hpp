@@ -32,6 +32,11 @@ struct CpuResidentOptions {
 std::shared_ptr<Resident> make_cpu_resident(const catalog::Acquisition& acquisition, const void* counts,
                                             std::size_t count_bytes, const CpuResidentOptions& options = {});
 
+// Host bytes currently held for CPU resident codes by every CPU resident and
+// every load in progress in this process (a failed or cancelled load returns
+// to the value it started from).
+std::uint64_t cpu_code_bytes_in_use() noexcept;
+
 template <class Count>
 std::shared_ptr<Resident> make_cpu_resident(const catalog::Acquisition& acquisition,
                                             const std::vector<Count>& counts,

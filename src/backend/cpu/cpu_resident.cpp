@@ -678,6 +678,8 @@ std::shared_ptr<CpuResident> ResidentBuilder::finish(int device_index) {
 
 namespace quantem::backend {
 
+std::uint64_t cpu_code_bytes_in_use() noexcept { return cpu::HostBuffer::bytes_in_use(); }
+
 std::shared_ptr<Resident> make_cpu_resident(const catalog::Acquisition& acquisition, const void* counts,
                                             std::size_t count_bytes, const CpuResidentOptions& options) {
   if (!acquisition.dtype) throw bad_request("the acquisition's dtype is unknown");

@@ -2,10 +2,16 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <new>
 #include <utility>
 
 namespace quantem::backend::cpu {
+namespace {
+std::atomic<std::uint64_t> g_bytes_in_use{0};
+}  // namespace
+
+std::uint64_t HostBuffer::bytes_in_use() noexcept { return g_bytes_in_use.load(); }
 
 HostBuffer::HostBuffer(std::size_t bytes) {
   if (bytes == 0) return;
@@ -13,6 +19,7 @@ HostBuffer::HostBuffer(std::size_t bytes) {
   if (mapped == MAP_FAILED) throw std::bad_alloc();
   data_ = static_cast<std::uint8_t*>(mapped);
   size_ = bytes;
+  g_bytes_in_use += bytes;
 }
 
 HostBuffer::~HostBuffer() { release(); }
@@ -30,7 +37,10 @@ HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
 }
 
 void HostBuffer::release() noexcept {
-  if (data_ != nullptr) munmap(data_, size_);
+  if (data_ != nullptr) {
+    munmap(data_, size_);
+    g_bytes_in_use -= size_;
+  }
   data_ = nullptr;
   size_ = 0;
 }

@@ -22,6 +22,9 @@ class HostBuffer {
   const std::uint8_t* data() const { return data_; }
   std::size_t size() const { return size_; }
 
+  // Bytes of every HostBuffer alive in the process.
+  static std::uint64_t bytes_in_use() noexcept;
+
  private:
   void release() noexcept;
   std::uint8_t* data_ = nullptr;

@@ -1,0 +1,266 @@
+// The CPU backend loading real files: acquisitions written by h5py with the
+// official bitshuffle filter (and one by `synth`), compared value for value
+// with what h5py + numpy read back; corrupt chunks, cancellation, accounting.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "quantem/backend/backend.hpp"
+#include "quantem/backend/cpu_resident.hpp"
+#include "quantem/catalog/acquisition.hpp"
+#include "quantem/core/error.hpp"
+#include "quantem/plan/plan.hpp"
+#include "quantem/synth/synth.hpp"
+#include "test_support.hpp"
+
+namespace quantem::backend {
+namespace {
+
+using test::TempDir;
+
+std::vector<std::uint64_t> read_u64(const std::string& path) {
+  const std::vector<std::uint8_t> bytes = test::read_file(path);
+  std::vector<std::uint64_t> values(bytes.size() / 8);
+  std::memcpy(values.data(), bytes.data(), values.size() * 8);  // little-endian host
+  return values;
+}
+
+catalog::Acquisition write_fixture(const TempDir& dir, const std::string& stem, const std::string& options) {
+  test::run_python_script("products_load_fixture.py", "write " + dir.path() + " " + stem + " " + options);
+  catalog::Acquisition acquisition = catalog::inspect_master(dir.file(stem + "_master.h5"));
+  EXPECT_TRUE(acquisition.status.loadable) << acquisition.status.reason;
+  return acquisition;
+}
+
+std::unique_ptr<Backend> cpu_backend(unsigned threads, int devices = 1) {
+  CpuBackendOptions options;
+  options.threads = threads;
+  options.virtual_devices = devices;
+  options.budget_bytes_per_device = std::uint64_t{1} << 30;
+  return make_cpu_backend(options);
+}
+
+// Every frame of the resident at the full plan equals the reference counts.
+void expect_frames_equal(Resident& resident, const catalog::Acquisition& acquisition,
+                         const std::vector<std::uint64_t>& expected) {
+  const plan::PlanGeometry g = plan::resolve_plan({}, acquisition.scan_rows, acquisition.scan_cols,
+                                                  acquisition.detector_rows, acquisition.detector_cols);
+  const std::uint64_t pixels = g.detector_pixels();
+  ASSERT_EQ(expected.size(), g.positions() * pixels);
+  for (std::uint64_t row = 0; row < g.scan_rows; ++row) {
+    for (std::uint64_t col = 0; col < g.scan_cols; ++col) {
+      const std::uint64_t first = (row * g.scan_cols + col) * pixels;
+      const std::vector<std::uint64_t> want(expected.begin() + static_cast<std::ptrdiff_t>(first),
+                                            expected.begin() + static_cast<std::ptrdiff_t>(first + pixels));
+      ASSERT_EQ(resident.frame(g, row, col), want) << "frame at scan (" << row << ", " << col << ")";
+    }
+  }
+}
+
+std::string error_text(const std::function<void()>& call, ErrorKind expected_kind) {
+  try {
+    call();
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), expected_kind) << error.what();
+    return error.what();
+  }
+  ADD_FAILURE() << "no quantem::Error thrown";
+  return {};
+}
+
+TEST(CpuBackend, ReportsVirtualDevicesWithTheirBudgets) {
+  const auto backend = cpu_backend(2, 3);
+  EXPECT_EQ(backend->name(), "cpu");
+  const std::vector<DeviceInfo> devices = backend->devices();
+  ASSERT_EQ(devices.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(devices[static_cast<std::size_t>(i)].index, i);
+    EXPECT_EQ(devices[static_cast<std::size_t>(i)].budget_bytes, std::uint64_t{1} << 30);
+    EXPECT_EQ(devices[static_cast<std::size_t>(i)].name, "CPU virtual device " + std::to_string(i));
+  }
+  EXPECT_TRUE(backend->free_bytes(2).has_value());
+  error_text([&] { backend->free_bytes(3); }, ErrorKind::bad_request);
+  CpuBackendOptions defaults;
+  defaults.virtual_devices = 2;
+  const auto automatic = make_cpu_backend(defaults);
+  EXPECT_GT(automatic->devices()[0].budget_bytes, 0u);
+  EXPECT_LE(automatic->devices()[0].budget_bytes * 2, automatic->devices()[0].total_memory_bytes);
+}
+
+TEST(CpuBackend, LoadsShardedBitshuffleFilesExactlyWithMaskedPixelsZeroed) {
+  TempDir dir;
+  // 63 frames in two shards (40 + 23, the boundary inside a frame group), two
+  // frames stored unfiltered, three masked pixels holding large counts.
+  const catalog::Acquisition acquisition =
+      write_fixture(dir, "sharded",
+                    "--scan 9x7 --det 10x9 --shard-frames 40,23 --mask '1,1;2,3;9,8' --masked-value 60000 "
+                    "--raw-frames 5,40");
+  ASSERT_EQ(acquisition.shards.size(), 2u);
+  ASSERT_EQ(acquisition.masked_pixel_count, 3u);
+  for (const unsigned threads : {1u, 2u}) {
+    const auto backend = cpu_backend(threads);
+    const LoadEstimate estimate = backend->estimate_load(acquisition);
+    LoadProgress progress;
+    const auto resident = backend->load(acquisition, 0, progress);
+    EXPECT_EQ(resident->resident_dtype(), DType::uint16);
+    EXPECT_EQ(resident->device_index(), 0);
+    EXPECT_EQ(progress.stage.load(), LoadStage::done);
+    EXPECT_GT(progress.bytes_total.load(), 0u);
+    EXPECT_EQ(progress.bytes_done.load(), progress.bytes_total.load());
+    EXPECT_EQ(estimate.resident_bytes, resident->resident_bytes());
+    EXPECT_GE(estimate.transition_peak_bytes, estimate.resident_bytes + 4 * (std::uint64_t{1} << 20));
+    expect_frames_equal(*resident, acquisition, read_u64(dir.file("sharded_expected.u64")));
+  }
+}
+
+TEST(CpuBackend, Uint8SourcesStayEightBit) {
+  TempDir dir;
+  const catalog::Acquisition acquisition = write_fixture(dir, "small", "--dtype uint8 --scan 4x5 --det 6x6 --mask '0,0'");
+  LoadProgress progress;
+  const auto resident = cpu_backend(2)->load(acquisition, 0, progress);
+  EXPECT_EQ(resident->resident_dtype(), DType::uint8);
+  expect_frames_equal(*resident, acquisition, read_u64(dir.file("small_expected.u64")));
+}
+
+TEST(CpuBackend, Uint32CountsAbove16BitsStayExactIn32BitCodes) {
+  TempDir dir;
+  const catalog::Acquisition acquisition =
+      write_fixture(dir, "wide", "--dtype uint32 --scan 5x7 --det 7x5 --hot 100000 --mask '3,3' --masked-value 7");
+  const auto backend = cpu_backend(2);
+  LoadProgress progress;
+  const auto resident = backend->load(acquisition, 0, progress);
+  EXPECT_EQ(resident->resident_dtype(), DType::uint32);
+  EXPECT_EQ(resident->encoding(), "grouped32-u32");
+  EXPECT_EQ(backend->estimate_load(acquisition).resident_bytes, resident->resident_bytes());
+  const std::vector<std::uint64_t> expected = read_u64(dir.file("wide_expected.u64"));
+  EXPECT_EQ(*std::max_element(expected.begin(), expected.end()), 100000u);
+  expect_frames_equal(*resident, acquisition, expected);
+}
+
+TEST(CpuBackend, Uint32WhoseLargeCountsAreMaskedIsNarrowedTo16Bits) {
+  TempDir dir;
+  const catalog::Acquisition acquisition =
+      write_fixture(dir, "narrow", "--dtype uint32 --scan 6x6 --det 8x7 --mask '2,2;5,6' --masked-value 200000");
+  const auto backend = cpu_backend(2);
+  LoadProgress progress;
+  const auto resident = backend->load(acquisition, 0, progress);
+  EXPECT_EQ(resident->resident_dtype(), DType::uint16);
+  EXPECT_EQ(resident->encoding(), "grouped32-u16");
+  EXPECT_LT(resident->resident_bytes(), backend->estimate_load(acquisition).resident_bytes);  // bound: 32-bit
+  expect_frames_equal(*resident, acquisition, read_u64(dir.file("narrow_expected.u64")));
+}
+
+TEST(CpuBackend, LoadsASynthesizedAcquisitionAsH5pyReadsIt) {
+  TempDir dir;
+  synth::SynthOptions options;
+  options.output_dir = dir.path();
+  options.prefix = "synth";
+  options.scan_rows = 12;
+  options.scan_cols = 10;
+  options.detector_rows = 24;
+  options.detector_cols = 20;
+  options.frames_per_shard = 50;  // three shards, boundaries inside frame groups
+  options.threads = 2;
+  const synth::SynthReport report = synth::write_acquisition(options);
+  const catalog::Acquisition acquisition = catalog::inspect_master(report.master_path);
+  ASSERT_TRUE(acquisition.status.loadable) << acquisition.status.reason;
+  ASSERT_GT(acquisition.masked_pixel_count, 0u);
+  test::run_python_script("products_load_fixture.py", "read " + report.master_path + " " + dir.file("expected.u64") + " --scan 12x10");
+  LoadProgress progress;
+  const auto resident = cpu_backend(2)->load(acquisition, 0, progress);
+  EXPECT_EQ(progress.bytes_total.load(), report.stored_bytes);
+  expect_frames_equal(*resident, acquisition, read_u64(dir.file("expected.u64")));
+}
+
+TEST(CpuBackend, ACorruptChunkFailsWithATypedErrorNamingFrameAndFileAndFreesEverything) {
+  TempDir dir;
+  const catalog::Acquisition acquisition =
+      write_fixture(dir, "corrupt", "--scan 24x24 --det 32x32 --no-expected");
+  const std::string shard = dir.file("corrupt_data_000001.h5");
+  test::run_python_script("products_load_fixture.py", "corrupt " + shard + " 500");
+  const catalog::Acquisition inspected = catalog::inspect_master(acquisition.master_path);
+  ASSERT_TRUE(inspected.status.loadable) << inspected.status.reason;
+  const auto backend = cpu_backend(1);
+  const std::uint64_t bytes_before = cpu_code_bytes_in_use();
+  LoadProgress progress;
+  try {
+    backend->load(inspected, 0, progress);
+    FAIL() << "a corrupt chunk loaded";
+  } catch (const CorruptChunk& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::corrupt_data);
+    const std::string message = error.what();
+    EXPECT_NE(message.find("frame 500 "), std::string::npos) << message;
+    EXPECT_NE(message.find(shard), std::string::npos) << message;
+  }
+  EXPECT_EQ(progress.stage.load(), LoadStage::failed);
+  EXPECT_EQ(cpu_code_bytes_in_use(), bytes_before);
+  // The backend keeps working.
+  TempDir other;
+  const catalog::Acquisition good = write_fixture(other, "good", "--scan 3x3 --det 4x4");
+  LoadProgress good_progress;
+  expect_frames_equal(*backend->load(good, 0, good_progress), good, read_u64(other.file("good_expected.u64")));
+}
+
+TEST(CpuBackend, CancellationStopsTheLoadAndFreesEverything) {
+  TempDir dir;
+  const catalog::Acquisition acquisition = write_fixture(dir, "cancel", "--scan 64x64 --det 32x32 --no-expected");
+  const auto backend = cpu_backend(1);
+  const std::uint64_t bytes_before = cpu_code_bytes_in_use();
+  {
+    LoadProgress progress;
+    progress.cancel_requested = true;
+    error_text([&] { backend->load(acquisition, 0, progress); }, ErrorKind::unavailable);
+    EXPECT_EQ(progress.stage.load(), LoadStage::cancelled);
+    EXPECT_EQ(progress.bytes_done.load(), 0u);
+  }
+  // Cancel while it runs: a watcher asks as soon as the first bytes are done.
+  // The load has 128 frame groups to go; a rare run that finishes first is retried.
+  bool cancelled_midway = false;
+  for (int attempt = 0; attempt < 5 && !cancelled_midway; ++attempt) {
+    LoadProgress progress;
+    std::thread watcher([&] {
+      const auto finished = [&] {
+        const LoadStage stage = progress.stage.load();
+        return stage == LoadStage::failed || stage == LoadStage::done || stage == LoadStage::cancelled;
+      };
+      while (progress.bytes_done.load() == 0 && !finished()) {
+        std::this_thread::yield();
+      }
+      progress.cancel_requested = true;
+    });
+    try {
+      backend->load(acquisition, 0, progress);
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::unavailable) << error.what();
+      EXPECT_EQ(progress.stage.load(), LoadStage::cancelled);
+      EXPECT_LT(progress.bytes_done.load(), progress.bytes_total.load());
+      cancelled_midway = true;
+    }
+    watcher.join();
+    EXPECT_EQ(cpu_code_bytes_in_use(), bytes_before);
+  }
+  EXPECT_TRUE(cancelled_midway);
+}
+
+TEST(CpuBackend, RefusesUnknownDevicesAndSourcesThatAreNotReady) {
+  TempDir dir;
+  catalog::Acquisition acquisition = write_fixture(dir, "refused", "--scan 2x2 --det 4x4");
+  const auto backend = cpu_backend(2, 2);
+  LoadProgress progress;
+  error_text([&] { backend->load(acquisition, 2, progress); }, ErrorKind::bad_request);
+  acquisition.status.loadable = false;
+  acquisition.status.reason = "stored frame count is 3; expected 4 from master metadata ntrigger=4, nimages=1";
+  EXPECT_EQ(error_text([&] { backend->load(acquisition, 1, progress); }, ErrorKind::conflict), acquisition.status.reason);
+  catalog::Acquisition unknown_shape = acquisition;
+  unknown_shape.scan_rows = 0;
+  error_text([&] { backend->estimate_load(unknown_shape); }, ErrorKind::unprocessable);
+}
+
+}  // namespace
+}  // namespace quantem::backend
