@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "quantem/ans/ans_format.hpp"
+#include "quantem/ans/ans_model.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/ans.hpp"
 #include "../common/cuda_check.cuh"
@@ -49,7 +50,8 @@ __host__ __device__ constexpr std::size_t table_shared_bytes(unsigned threads) {
 
 __device__ bool header_matches(const AnsGroupHeader& header, const ResidentParams& p, std::uint32_t expected_frames) {
   return header.magic == kAnsMagic && header.detector_rows == p.rows && header.detector_cols == p.cols &&
-         header.frame_count == expected_frames && (header.raw_words == 1 || header.raw_words == 2);
+         header.frame_count == expected_frames && (header.raw_words == 1 || header.raw_words == 2) &&
+         header.class_scale >= 1 && header.class_scale <= 4096;
 }
 
 // grid: (stream blocks, groups). One thread per stream writes its quad of every frame.
@@ -77,10 +79,12 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
   const std::uint32_t present = dev::quad_pixels(stream, p.quad_cols, p.rows, p.cols, pixels);
   const std::uint8_t* classes = blob + header.class_map_offset;
   const std::uint32_t* class_table[4];
+  std::uint32_t shift[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const std::uint32_t cls = ((present >> k) & 1u) ? min(std::uint32_t{__ldg(classes + pixels[k])}, kAnsClassCount - 1) : 0u;
     class_table[k] = table + cls * kAnsProbabilityScale;
+    shift[k] = class_shift(cls, header.class_scale);
   }
   dev::StreamReader reader;
   reader.open(blob, header, stream);
@@ -92,7 +96,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       if ((present >> k) & 1u) {
-        const std::uint32_t value = reader.decode_value(class_table[k], header.raw_words);
+        const std::uint32_t value = reader.decode_value(class_table[k], shift[k]);
         if (sizeof(Out) == 2 && value > 0xffffu) overflow = true;
         frame_out[pixels[k]] = static_cast<Out>(value);
       }
@@ -124,6 +128,9 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
     if (threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
     return;
   }
+  // 16-bit groups: a CTA's per-frame sum is < 1024 streams * 4 * 65535 < 2^32,
+  // so 32-bit shared atomics (native, cheap) hold it; 32-bit groups use 64 bits.
+  auto* frame_sums32 = reinterpret_cast<std::uint32_t*>(frame_sums);
   for (std::uint32_t f = threadIdx.x; f < frame_count; f += blockDim.x) frame_sums[f] = 0;
   dev::build_decode_tables(blob, header, table, cdf_scratch);  // ends with __syncthreads()
 
@@ -138,11 +145,13 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
     const std::uint32_t present = active ? dev::quad_pixels(stream, p.quad_cols, p.rows, p.cols, pixels) : 0u;
     const std::uint8_t* classes = blob + header.class_map_offset;
     const std::uint32_t* class_table[4];
+    std::uint32_t shift[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const std::uint32_t cls =
           ((present >> k) & 1u) ? min(std::uint32_t{__ldg(classes + pixels[k])}, kAnsClassCount - 1) : 0u;
       class_table[k] = table + cls * kAnsProbabilityScale;
+      shift[k] = class_shift(cls, header.class_scale);
     }
     dev::StreamReader reader;
     if (active) reader.open(blob, header, stream);
@@ -153,12 +162,12 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           if ((present >> k) & 1u) {
-            const std::uint32_t value = reader.decode_value(class_table[k], 1);
+            const std::uint32_t value = reader.decode_value(class_table[k], shift[k]);
             if ((mask >> k) & 1u) lane_sum += value;
           }
         }
         const std::uint32_t warp_sum = __reduce_add_sync(0xffffffffu, lane_sum);
-        if (lane == 0 && warp_sum != 0) atomicAdd(frame_sums + f, static_cast<unsigned long long>(warp_sum));
+        if (lane == 0 && warp_sum != 0) atomicAdd(frame_sums32 + f, warp_sum);
       }
     } else {
       for (std::uint32_t f = 0; f < frame_count; ++f) {
@@ -166,7 +175,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           if ((present >> k) & 1u) {
-            const std::uint32_t value = reader.decode_value(class_table[k], 2);
+            const std::uint32_t value = reader.decode_value(class_table[k], shift[k]);
             if ((mask >> k) & 1u) lane_sum += value;
           }
         }
@@ -177,8 +186,10 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
     if (active && !reader.finished_cleanly() && error != nullptr) atomicOr(error, 1u);
   }
   __syncthreads();
-  for (std::uint32_t f = threadIdx.x; f < frame_count; f += blockDim.x)
-    if (frame_sums[f] != 0) atomicAdd(sums + first_frame + f, frame_sums[f]);
+  for (std::uint32_t f = threadIdx.x; f < frame_count; f += blockDim.x) {
+    const unsigned long long frame_sum = header.raw_words == 1 ? frame_sums32[f] : frame_sums[f];
+    if (frame_sum != 0) atomicAdd(sums + first_frame + f, frame_sum);
+  }
 }
 
 }  // namespace

@@ -219,9 +219,10 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsCountThreads)
   const std::uint32_t pixel = blockIdx.x * blockDim.x + threadIdx.x;
   if (pixel < g.pixels) {
     const std::uint32_t cls = s.classes[std::uint64_t{group} * g.pixels_padded + pixel];
+    const std::uint32_t shift = class_shift(cls, s.class_params[2 * group]);
     std::uint32_t zeros = 0;
     for (std::uint32_t f = first; f < last; ++f) {
-      const std::uint32_t symbol = min(frame_value(frames, g, group, f, pixel), kAnsEscapeSymbol);
+      const std::uint32_t symbol = value_symbol(frame_value(frames, g, group, f, pixel), shift);
       if (symbol == 0) ++zeros;
       else atomicAdd(&counts[cls * kAnsAlphabetSize + symbol], 1u);
     }
@@ -266,13 +267,18 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
   const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
   if (stream >= g.layout.stream_count) return;
   const std::uint32_t frame_count = frames_in_group(g, group);
-  const std::uint32_t raw_words = s.class_params[2 * group + 1];
+  const std::uint32_t class_scale = s.class_params[2 * group];
   std::uint32_t pixels[4];
   const std::uint32_t present = kernels::ans_device::quad_pixels(stream, g.layout.quad_cols, g.rows, g.cols, pixels);
   const std::uint8_t* classes = s.classes + std::uint64_t{group} * g.pixels_padded;
   std::uint32_t table_offset[4];
+  std::uint32_t shift[4];
 #pragma unroll
-  for (int k = 0; k < 4; ++k) table_offset[k] = ((present >> k) & 1u) ? classes[pixels[k]] * kAnsAlphabetSize : 0u;
+  for (int k = 0; k < 4; ++k) {
+    const std::uint32_t cls = ((present >> k) & 1u) ? classes[pixels[k]] : 0u;
+    table_offset[k] = cls * kAnsAlphabetSize;
+    shift[k] = class_shift(cls, class_scale);
+  }
 
   std::uint16_t* words = nullptr;
   std::uint32_t word_count = 0;
@@ -294,19 +300,23 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
 #pragma unroll
     for (int k = 3; k >= 0; --k) {
       if (!((present >> k) & 1u)) continue;
-      const std::uint32_t value = frame_value(frames, g, group, f, pixels[k]);
-      const std::uint32_t symbol = min(value, kAnsEscapeSymbol);
-      if (symbol == kAnsEscapeSymbol) {
-        if (raw_words == 2) emit(encode_raw_word(state, value >> 16));
-        emit(encode_raw_word(state, value & 0xffffu));
-      }
-      const std::uint32_t entry = tables[table_offset[k] + symbol];
-      emit(encode_symbol(state, entry & 0xffffu, entry >> 16));
+      encode_value(
+          state, frame_value(frames, g, group, f, pixels[k]), shift[k],
+          [&](std::uint32_t symbol, std::uint32_t& frequency, std::uint32_t& cdf) {
+            const std::uint32_t entry = tables[table_offset[k] + symbol];
+            frequency = entry & 0xffffu;
+            cdf = entry >> 16;
+          },
+          emit);
     }
   }
   if constexpr (kWrite) {
-    reinterpret_cast<std::uint16_t*>(stream_base)[0] = static_cast<std::uint16_t>(state & 0xffffu);
-    reinterpret_cast<std::uint16_t*>(stream_base)[1] = static_cast<std::uint16_t>(state >> 16);
+    auto* halves = reinterpret_cast<std::uint16_t*>(stream_base);
+    halves[0] = static_cast<std::uint16_t>(state & 0xffffu);
+    halves[1] = static_cast<std::uint16_t>(state >> 16);
+    const std::uint32_t used_halves = 2 + word_count;
+    const std::uint32_t padded_halves = (2 * used_halves + kAnsStreamAlignment - 1) / kAnsStreamAlignment * kAnsStreamAlignment / 2;
+    for (std::uint32_t h = used_halves; h < padded_halves; ++h) halves[h] = 0;
   } else {
     s.stream_words[std::uint64_t{group} * g.layout.stream_count + stream] = emitted;
   }
@@ -322,7 +332,10 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsScanThreads) stream_offse
   const std::uint32_t end = min(begin + per_thread, streams);
   const std::uint32_t* words = s.stream_words + std::uint64_t{group} * streams;
   std::uint64_t local = 0;
-  for (std::uint32_t i = begin; i < end; ++i) local += 4 + 2 * std::uint64_t{words[i]};
+  auto stream_bytes = [](std::uint32_t word_count) {
+    return (4 + 2 * std::uint64_t{word_count} + kAnsStreamAlignment - 1) / kAnsStreamAlignment * kAnsStreamAlignment;
+  };
+  for (std::uint32_t i = begin; i < end; ++i) local += stream_bytes(words[i]);
   partial[threadIdx.x] = local;
   __syncthreads();
   for (std::uint32_t stride = 1; stride < blockDim.x; stride *= 2) {  // Hillis-Steele inclusive scan
@@ -335,7 +348,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsScanThreads) stream_offse
   std::uint32_t* offsets = s.stream_offsets + std::uint64_t{group} * streams;
   for (std::uint32_t i = begin; i < end; ++i) {
     offsets[i] = static_cast<std::uint32_t>(running);
-    running += 4 + 2 * std::uint64_t{words[i]};
+    running += stream_bytes(words[i]);
   }
   if (threadIdx.x == blockDim.x - 1) {
     s.data_bytes[group] = partial[threadIdx.x];
@@ -378,7 +391,9 @@ __global__ void group_tables_kernel(EncodeGeometry g, EncodeScratch s, std::uint
     frequencies[i] = static_cast<std::uint16_t>(tables[i] & 0xffffu);
   auto* offsets = reinterpret_cast<std::uint32_t*>(blob + g.layout.stream_offsets_offset);
   const std::uint32_t* scratch_offsets = s.stream_offsets + std::uint64_t{group} * g.layout.stream_count;
-  for (std::uint32_t i = thread; i < g.layout.stream_count; i += threads) offsets[i] = scratch_offsets[i];
+  const std::uint32_t offset_slots = (g.layout.stream_data_offset - g.layout.stream_offsets_offset) / 4;
+  for (std::uint32_t i = thread; i < offset_slots; i += threads)
+    offsets[i] = i < g.layout.stream_count ? scratch_offsets[i] : 0u;
 }
 
 template <class T>

@@ -8,7 +8,8 @@
 // warp (p = lane % B, q = lane / B) loads word w0 + q of plane p; then 32
 // ballots on "bit k of my word" return, in bit q*B + p, bit p of element
 // 32(w0 + q) + k: lane k keeps ballot k and writes 32/B elements. So the warp
-// rebuilds 32 bits of output per ballot and its stores are coalesced.
+// rebuilds 32 bits of output per ballot and its stores are coalesced. B is the
+// number of planes up to the highest non-zero one, rounded up to a power of two.
 // Partial blocks whose n is not a multiple of 32 take a per-element gather.
 #include <cstdint>
 
@@ -34,16 +35,36 @@ __device__ void bitunshuffle_block_warp(const std::uint8_t* block, std::uint32_t
                                         typename ElementType<kElementBytes>::type* out, std::uint32_t lane) {
   using Element = typename ElementType<kElementBytes>::type;
   constexpr std::uint32_t kBits = 8 * kElementBytes;
-  constexpr std::uint32_t kWordsPerBallot = 32 / kBits;
-  constexpr std::uint32_t kValueMask = kBits == 32 ? 0xffffffffu : ((1u << kBits) - 1u);
   const std::uint32_t plane_bytes = element_count / 8;
 
   if (element_count % 32 == 0) {
     const std::uint32_t words_per_plane = element_count / 32;
-    const std::uint32_t plane = lane % kBits;
-    const std::uint32_t sub_word = lane / kBits;
     const std::uint32_t* planes = reinterpret_cast<const std::uint32_t*>(block);
-    for (std::uint32_t first_word = 0; first_word < words_per_plane; first_word += kWordsPerBallot) {
+    // Counts are small: find the highest bit-plane holding a one, and gather
+    // only the planes up to the next power of two. With B effective planes a
+    // ballot carries 32 / B elements' worth of words, so 4-bit data takes a
+    // quarter of the ballots of 16-bit data.
+    int top_plane = -1;
+    for (int plane = static_cast<int>(kBits) - 1; plane >= 0; --plane) {
+      bool nonzero = false;
+      for (std::uint32_t w = lane; w < words_per_plane; w += 32) nonzero |= planes[plane * words_per_plane + w] != 0u;
+      if (__any_sync(0xffffffffu, nonzero)) {
+        top_plane = plane;
+        break;
+      }
+    }
+    if (top_plane < 0) {
+      for (std::uint32_t element = lane; element < element_count; element += 32) out[element] = 0;
+      return;
+    }
+    std::uint32_t plane_bits = 0;  // log2 of the effective plane count
+    while ((1u << plane_bits) < static_cast<std::uint32_t>(top_plane) + 1u) ++plane_bits;
+    const std::uint32_t planes_used = 1u << plane_bits;
+    const std::uint32_t words_per_ballot = 32u >> plane_bits;
+    const std::uint32_t value_mask = planes_used == 32 ? 0xffffffffu : (1u << planes_used) - 1u;
+    const std::uint32_t plane = lane & (planes_used - 1u);
+    const std::uint32_t sub_word = lane >> plane_bits;
+    for (std::uint32_t first_word = 0; first_word < words_per_plane; first_word += words_per_ballot) {
       const std::uint32_t word_index = first_word + sub_word;
       const std::uint32_t word = word_index < words_per_plane ? planes[plane * words_per_plane + word_index] : 0u;
       std::uint32_t mine = 0;
@@ -52,12 +73,8 @@ __device__ void bitunshuffle_block_warp(const std::uint8_t* block, std::uint32_t
         const std::uint32_t ballot = __ballot_sync(0xffffffffu, (word >> bit) & 1u);
         if (lane == bit) mine = ballot;
       }
-#pragma unroll
-      for (std::uint32_t q = 0; q < kWordsPerBallot; ++q) {
-        if (first_word + q < words_per_plane) {
-          out[32 * (first_word + q) + lane] = static_cast<Element>((mine >> (q * kBits)) & kValueMask);
-        }
-      }
+      for (std::uint32_t q = 0; q < words_per_ballot && first_word + q < words_per_plane; ++q)
+        out[32 * (first_word + q) + lane] = static_cast<Element>((mine >> (q * planes_used)) & value_mask);
     }
   } else {
     for (std::uint32_t element = lane; element < element_count; element += 32) {

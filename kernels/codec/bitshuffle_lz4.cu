@@ -30,6 +30,7 @@ const char* chunk_status_name(ChunkStatus status) noexcept {
     case ChunkStatus::lz4_corrupt: return "lz4_corrupt";
     case ChunkStatus::lz4_wrong_size: return "lz4_wrong_size";
     case ChunkStatus::trailing_bytes: return "trailing_bytes";
+    case ChunkStatus::outside_staging: return "outside_staging";
   }
   return "unknown";
 }
@@ -76,16 +77,20 @@ __device__ std::uint32_t load_be32(const std::uint8_t* p) {
 }
 
 __global__ void __launch_bounds__(kernels::tuning::kBslz4IndexThreads)
-    index_chunks_kernel(const std::uint8_t* __restrict__ stored, const std::uint64_t* __restrict__ chunk_offsets,
+    index_chunks_kernel(const std::uint8_t* __restrict__ stored, std::uint64_t stored_bytes,
+                        const std::uint64_t* __restrict__ chunk_offsets,
                         const std::uint32_t* __restrict__ chunk_sizes, std::size_t chunk_count, ChunkLayout layout,
                         uint2* __restrict__ block_table, std::uint8_t* __restrict__ decoded,
                         std::uint32_t* __restrict__ status) {
   for (std::size_t chunk = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; chunk < chunk_count;
        chunk += std::size_t{gridDim.x} * blockDim.x) {
-    const std::uint8_t* base = stored + chunk_offsets[chunk];
+    const std::uint64_t offset = chunk_offsets[chunk];
+    const std::uint8_t* base = stored + offset;
     const std::uint32_t size = chunk_sizes[chunk];
     ChunkStatus result = ChunkStatus::ok;
-    if (size < kHeaderBytes) {
+    if (offset > stored_bytes || size > stored_bytes - offset) {
+      result = ChunkStatus::outside_staging;
+    } else if (size < kHeaderBytes) {
       result = ChunkStatus::header_truncated;
     } else {
       const std::uint64_t total_bytes = (std::uint64_t{load_be32(base)} << 32) | load_be32(base + 4);
@@ -136,14 +141,18 @@ __global__ void __launch_bounds__(kernels::tuning::kBslz4IndexThreads)
 
 template <int kElementBytes>
 __global__ void __launch_bounds__(kernels::tuning::kBslz4WarpsPerCta * 32)
-    decode_blocks_kernel(const std::uint8_t* __restrict__ stored, const std::uint64_t* __restrict__ chunk_offsets,
-                         std::size_t chunk_count, ChunkLayout layout, const uint2* __restrict__ block_table,
-                         std::uint8_t* __restrict__ decoded, std::uint32_t* status) {
+    decode_blocks_kernel(const std::uint8_t* __restrict__ stored, std::uint64_t stored_bytes,
+                         const std::uint64_t* __restrict__ chunk_offsets, std::size_t chunk_count, ChunkLayout layout,
+                         const uint2* __restrict__ block_table, std::uint8_t* __restrict__ decoded,
+                         std::uint32_t* status) {
   using Element = typename kernels::ElementType<kElementBytes>::type;
+  constexpr std::uint32_t kStageBytes = kernels::tuning::kBslz4StageBytes;
   __shared__ __align__(16) std::uint8_t buffers[kernels::tuning::kBslz4WarpsPerCta][kMaxBitshuffleBlockBytes];
+  __shared__ __align__(16) std::uint8_t staged_inputs[kernels::tuning::kBslz4WarpsPerCta][kStageBytes + 32];
   const std::uint32_t warp = threadIdx.x / 32;
   const std::uint32_t lane = threadIdx.x % 32;
   std::uint8_t* buffer = buffers[warp];
+  std::uint8_t* staged = staged_inputs[warp];
   const std::uint64_t total_blocks = std::uint64_t{chunk_count} * layout.blocks_per_chunk;
   for (std::uint64_t global_block = std::uint64_t{blockIdx.x} * kernels::tuning::kBslz4WarpsPerCta + warp;
        global_block < total_blocks; global_block += std::uint64_t{gridDim.x} * kernels::tuning::kBslz4WarpsPerCta) {
@@ -157,8 +166,28 @@ __global__ void __launch_bounds__(kernels::tuning::kBslz4WarpsPerCta * 32)
     const std::uint32_t element_count =
         block < layout.full_blocks ? layout.block_elements : layout.partial_block_elements;
     const uint2 entry = block_table[global_block];
-    kernels::WarpLz4Io io{stored + chunk_offsets[chunk] + entry.x, buffer, lane};
-    const kernels::Lz4Result result = kernels::lz4_decode_block(io, entry.y, element_count * kElementBytes);
+    const std::uint64_t payload = chunk_offsets[chunk] + entry.x;
+    kernels::Lz4Result result;
+    if (entry.y <= kStageBytes) {
+      // Stage the compressed block: aligned 16-byte loads, never past stored_bytes.
+      const std::uint64_t aligned = payload & ~std::uint64_t{15};
+      const std::uint32_t lead = static_cast<std::uint32_t>(payload - aligned);
+      const std::uint32_t pieces = (lead + entry.y + 15) / 16;
+      for (std::uint32_t piece = lane; piece < pieces; piece += 32) {
+        const std::uint64_t at = aligned + 16 * std::uint64_t{piece};
+        if (at + 16 <= stored_bytes) {
+          *reinterpret_cast<uint4*>(staged + 16 * piece) = __ldg(reinterpret_cast<const uint4*>(stored + at));
+        } else {
+          for (std::uint32_t b = 0; b < 16; ++b) staged[16 * piece + b] = at + b < stored_bytes ? stored[at + b] : 0;
+        }
+      }
+      __syncwarp();
+      kernels::SharedInputWarpLz4Io io{staged + lead, buffer, lane};
+      result = kernels::lz4_decode_block(io, entry.y, element_count * kElementBytes);
+    } else {
+      kernels::WarpLz4Io io{stored + payload, buffer, lane};
+      result = kernels::lz4_decode_block(io, entry.y, element_count * kElementBytes);
+    }
     if (result != kernels::Lz4Result::ok) {
       if (lane == 0) {
         const ChunkStatus code =
@@ -170,7 +199,7 @@ __global__ void __launch_bounds__(kernels::tuning::kBslz4WarpsPerCta * 32)
     Element* out = reinterpret_cast<Element*>(decoded + chunk * layout.elements_per_chunk * kElementBytes) +
                    std::uint64_t{block} * layout.block_elements;
     kernels::bitunshuffle_block_warp<kElementBytes>(buffer, element_count, out, lane);
-    __syncwarp();  // the buffer is rewritten by the next block
+    __syncwarp();  // the buffers are rewritten by the next block
   }
 }
 
@@ -190,13 +219,16 @@ void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std
   if (batch.d_stored == nullptr || batch.d_chunk_offsets == nullptr || batch.d_chunk_sizes == nullptr ||
       batch.d_decoded == nullptr || batch.d_status == nullptr)
     throw bad_request("bitshuffle/LZ4 decode: null device pointer in the batch");
+  if (reinterpret_cast<std::uintptr_t>(batch.d_stored) % 16 != 0)
+    throw bad_request("bitshuffle/LZ4 decode: d_stored must be 16-byte aligned");
   auto* block_table = static_cast<uint2*>(d_scratch);
 
   const std::size_t index_ctas_needed =
       (batch.chunk_count + kernels::tuning::kBslz4IndexThreads - 1) / kernels::tuning::kBslz4IndexThreads;
   const unsigned index_ctas = static_cast<unsigned>(index_ctas_needed < 65535 ? index_ctas_needed : 65535);
   index_chunks_kernel<<<index_ctas, kernels::tuning::kBslz4IndexThreads, 0, stream>>>(
-      batch.d_stored, batch.d_chunk_offsets, batch.d_chunk_sizes, batch.chunk_count, layout, block_table,
+      batch.d_stored, batch.stored_bytes, batch.d_chunk_offsets, batch.d_chunk_sizes, batch.chunk_count, layout,
+      block_table,
       batch.d_decoded, batch.d_status);
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "index_chunks_kernel");
 
@@ -207,15 +239,15 @@ void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std
   const unsigned threads = kernels::tuning::kBslz4WarpsPerCta * 32;
   switch (layout.element_size) {
     case 1:
-      decode_blocks_kernel<1><<<ctas, threads, 0, stream>>>(batch.d_stored, batch.d_chunk_offsets, batch.chunk_count,
+      decode_blocks_kernel<1><<<ctas, threads, 0, stream>>>(batch.d_stored, batch.stored_bytes, batch.d_chunk_offsets, batch.chunk_count,
                                                             layout, block_table, batch.d_decoded, batch.d_status);
       break;
     case 2:
-      decode_blocks_kernel<2><<<ctas, threads, 0, stream>>>(batch.d_stored, batch.d_chunk_offsets, batch.chunk_count,
+      decode_blocks_kernel<2><<<ctas, threads, 0, stream>>>(batch.d_stored, batch.stored_bytes, batch.d_chunk_offsets, batch.chunk_count,
                                                             layout, block_table, batch.d_decoded, batch.d_status);
       break;
     default:
-      decode_blocks_kernel<4><<<ctas, threads, 0, stream>>>(batch.d_stored, batch.d_chunk_offsets, batch.chunk_count,
+      decode_blocks_kernel<4><<<ctas, threads, 0, stream>>>(batch.d_stored, batch.stored_bytes, batch.d_chunk_offsets, batch.chunk_count,
                                                             layout, block_table, batch.d_decoded, batch.d_status);
       break;
   }

@@ -99,6 +99,27 @@ struct HostLz4Io {
 };
 
 #if defined(__CUDACC__)
+// Copies a match inside the shared-memory output with the 32 lanes of a warp.
+__device__ inline void warp_copy_match(std::uint8_t* output, std::uint32_t lane, std::uint32_t output_position,
+                                       std::uint32_t offset, std::uint32_t count) {
+  const std::uint32_t source = output_position - offset;
+  if (offset >= count) {
+    for (std::uint32_t i = lane; i < count; i += 32) output[output_position + i] = output[source + i];
+  } else if (offset == 1) {
+    const std::uint8_t value = output[source];
+    for (std::uint32_t i = lane; i < count; i += 32) output[output_position + i] = value;
+  } else {
+    std::uint32_t phase = lane % offset;       // i % offset, advanced incrementally
+    const std::uint32_t step = 32u % offset;
+    for (std::uint32_t i = lane; i < count; i += 32) {
+      output[output_position + i] = output[source + phase];
+      phase += step;
+      if (phase >= offset) phase -= offset;
+    }
+  }
+  __syncwarp();
+}
+
 // Device policy: one warp decodes one block into shared memory. Every lane runs
 // the same control flow on the same (broadcast) input bytes; the copies are
 // split across the 32 lanes. An overlapping match (offset < count) repeats the
@@ -118,22 +139,26 @@ struct WarpLz4Io {
   }
 
   __device__ void copy_match(std::uint32_t output_position, std::uint32_t offset, std::uint32_t count) {
-    const std::uint32_t source = output_position - offset;
-    if (offset >= count) {
-      for (std::uint32_t i = lane; i < count; i += 32) output[output_position + i] = output[source + i];
-    } else if (offset == 1) {
-      const std::uint8_t value = output[source];
-      for (std::uint32_t i = lane; i < count; i += 32) output[output_position + i] = value;
-    } else {
-      std::uint32_t phase = lane % offset;       // i % offset, advanced incrementally
-      const std::uint32_t step = 32u % offset;
-      for (std::uint32_t i = lane; i < count; i += 32) {
-        output[output_position + i] = output[source + phase];
-        phase += step;
-        if (phase >= offset) phase -= offset;
-      }
-    }
+    warp_copy_match(output, lane, output_position, offset, count);
+  }
+};
+
+// The same with the compressed block staged in shared memory first.
+struct SharedInputWarpLz4Io {
+  const std::uint8_t* input;  // shared memory
+  std::uint8_t* output;       // shared memory
+  std::uint32_t lane;
+
+  __device__ std::uint32_t read(std::uint32_t position) const { return input[position]; }
+
+  __device__ void copy_literals(std::uint32_t input_position, std::uint32_t output_position,
+                                std::uint32_t count) {
+    for (std::uint32_t i = lane; i < count; i += 32) output[output_position + i] = input[input_position + i];
     __syncwarp();
+  }
+
+  __device__ void copy_match(std::uint32_t output_position, std::uint32_t offset, std::uint32_t count) {
+    warp_copy_match(output, lane, output_position, offset, count);
   }
 };
 #endif

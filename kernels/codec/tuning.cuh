@@ -7,6 +7,10 @@ namespace quantem::kernels::tuning {
 // bitshuffle/LZ4: one warp per bitshuffle block, each with an 8 KiB shared
 // buffer; 4 warps per CTA -> 32 KiB of shared memory per CTA.
 inline constexpr int kBslz4WarpsPerCta = 4;
+// Compressed blocks up to this size are staged in shared memory before
+// parsing (most blocks of counting data are 0.3-2 KiB); larger ones are
+// parsed from global memory. 4 x (8 KiB + 3 KiB) stays under 48 KiB.
+inline constexpr std::uint32_t kBslz4StageBytes = 3072;
 // Chunk-index kernel: one thread per chunk.
 inline constexpr int kBslz4IndexThreads = 128;
 

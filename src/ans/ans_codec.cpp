@@ -95,10 +95,12 @@ std::vector<std::uint8_t> encode_group(const HostFrames& frames) {
   std::vector<std::uint8_t> classes(pixels);
   for (std::uint32_t p = 0; p < pixels; ++p)
     classes[p] = static_cast<std::uint8_t>(pixel_class(pixel_sums[p], frame_count, class_scale));
+  std::vector<std::uint32_t> shifts(kAnsClassCount);
+  for (std::uint32_t c = 0; c < kAnsClassCount; ++c) shifts[c] = class_shift(c, class_scale);
   std::vector<std::uint64_t> counts(std::size_t{kAnsClassCount} * kAnsAlphabetSize, 0);
   for (std::uint32_t f = 0; f < frame_count; ++f)
     for (std::uint32_t p = 0; p < pixels; ++p)
-      ++counts[std::size_t{classes[p]} * kAnsAlphabetSize + std::min<std::uint32_t>(value_at(f, p), kAnsEscapeSymbol)];
+      ++counts[std::size_t{classes[p]} * kAnsAlphabetSize + value_symbol(value_at(f, p), shifts[classes[p]])];
   std::vector<std::uint16_t> frequencies(std::size_t{kAnsClassCount} * kAnsAlphabetSize);
   std::vector<std::uint32_t> cdfs(std::size_t{kAnsClassCount} * kAnsAlphabetSize);
   for (std::uint32_t c = 0; c < kAnsClassCount; ++c) {
@@ -124,14 +126,14 @@ std::vector<std::uint8_t> encode_group(const HostFrames& frames) {
     for (std::uint32_t f = frame_count; f-- > 0;) {
       for (int j = present; j-- > 0;) {
         const std::uint32_t pixel = quad[static_cast<std::size_t>(j)];
-        const std::uint32_t value = value_at(f, pixel);
-        const std::uint32_t symbol = std::min(value, kAnsEscapeSymbol);
-        if (symbol == kAnsEscapeSymbol) {
-          if (raw_words == 2) push(encode_raw_word(state, value >> 16));
-          push(encode_raw_word(state, value & 0xffffu));
-        }
-        const std::size_t entry = std::size_t{classes[pixel]} * kAnsAlphabetSize + symbol;
-        push(encode_symbol(state, frequencies[entry], cdfs[entry]));
+        const std::size_t table = std::size_t{classes[pixel]} * kAnsAlphabetSize;
+        encode_value(
+            state, value_at(f, pixel), shifts[classes[pixel]],
+            [&](std::uint32_t symbol, std::uint32_t& frequency, std::uint32_t& cdf) {
+              frequency = frequencies[table + symbol];
+              cdf = cdfs[table + symbol];
+            },
+            push);
       }
     }
     final_states[s] = state;
@@ -141,7 +143,7 @@ std::vector<std::uint8_t> encode_group(const HostFrames& frames) {
   std::vector<std::uint32_t> stream_offsets(layout.stream_count);
   for (std::uint32_t s = 0; s < layout.stream_count; ++s) {
     stream_offsets[s] = static_cast<std::uint32_t>(data_bytes);
-    data_bytes += 4 + 2 * stream_words[s].size();
+    data_bytes += (4 + 2 * stream_words[s].size() + kAnsStreamAlignment - 1) / kAnsStreamAlignment * kAnsStreamAlignment;
   }
   const std::uint64_t total = layout.stream_data_offset + data_bytes;
   if (total > 0xffffffffu) throw bad_request("encode_group: group larger than 4 GiB; use fewer frames per group");
@@ -183,6 +185,7 @@ AnsGroupHeader read_group_header(const std::uint8_t* blob, std::size_t bytes) {
   if (header.magic != kAnsMagic || header.header_bytes != kAnsHeaderBytes) corrupt("bad magic");
   if (header.frame_count == 0 || header.detector_rows == 0 || header.detector_cols == 0) corrupt("empty shape");
   if (header.raw_words != 1 && header.raw_words != 2) corrupt("raw_words must be 1 or 2");
+  if (header.class_scale < 1 || header.class_scale > 4096) corrupt("class scale out of range");
   const AnsGroupLayout layout = ans_group_layout(header.detector_rows, header.detector_cols);
   if (header.stream_count != layout.stream_count || header.class_map_offset != layout.class_map_offset ||
       header.freq_table_offset != layout.freq_table_offset ||
@@ -229,6 +232,8 @@ template <class Sink>
 void decode_streams(const std::uint8_t* blob, const AnsGroupHeader& header, Sink&& sink) {
   const DecodeTables tables = build_tables(blob, header);
   const AnsGroupLayout layout = ans_group_layout(header.detector_rows, header.detector_cols);
+  std::uint32_t shifts[kAnsClassCount];
+  for (std::uint32_t c = 0; c < kAnsClassCount; ++c) shifts[c] = class_shift(c, header.class_scale);
   const std::uint8_t* classes = blob + header.class_map_offset;
   const std::uint8_t* data = blob + header.stream_data_offset;
   for (std::uint32_t s = 0; s < header.stream_count; ++s) {
@@ -236,7 +241,8 @@ void decode_streams(const std::uint8_t* blob, const AnsGroupHeader& header, Sink
     const std::uint64_t end = s + 1 < header.stream_count
                                   ? load_le<std::uint32_t>(blob + header.stream_offsets_offset + 4 * std::size_t{s + 1})
                                   : header.stream_data_bytes;
-    if (begin > end || end > header.stream_data_bytes || end - begin < 4 || (end - begin) % 2 != 0)
+    if (begin > end || end > header.stream_data_bytes || end - begin < 4 || begin % kAnsStreamAlignment != 0 ||
+        (end - begin) % kAnsStreamAlignment != 0)
       corrupt("stream " + std::to_string(s) + " has invalid bounds");
     std::uint64_t position = begin + 4;
     std::uint32_t state = load_le<std::uint32_t>(data + begin);
@@ -259,19 +265,29 @@ void decode_streams(const std::uint8_t* blob, const AnsGroupHeader& header, Sink
         if (tables.frequency[entry] == 0) corrupt("slot of an unused class");
         state = tables.frequency[entry] * (state >> kAnsProbabilityBits) + slot - tables.cdf[entry];
         if (state < kAnsStateLower) state = (state << 16) | next_word();
+        auto read_bits = [&](std::uint32_t count) {
+          const std::uint32_t bits = state & ((1u << count) - 1u);
+          state >>= count;
+          if (state < kAnsStateLower) state = (state << 16) | next_word();
+          return bits;
+        };
         std::uint32_t value = symbol;
-        if (symbol == kAnsEscapeSymbol) {
-          value = state & 0xffffu;
-          state = ((state >> 16) << 16) | next_word();
-          if (header.raw_words == 2) {
-            value |= (state & 0xffffu) << 16;
-            state = ((state >> 16) << 16) | next_word();
-          }
+        if (symbol == kAnsEscape32) {
+          if (header.raw_words != 2) corrupt("a 32-bit escape in a 16-bit group");
+          value = read_bits(16);
+          value |= read_bits(16) << 16;
+        } else if (symbol == kAnsEscape16) {
+          value = read_bits(16);
+        } else if (shifts[cls] != 0) {
+          value = (symbol << shifts[cls]) | read_bits(shifts[cls]);
         }
         sink(f, pixel, value);
       }
     }
-    if (state != kAnsStateLower || position != end) corrupt("stream " + std::to_string(s) + " does not end cleanly");
+    if (state != kAnsStateLower || end - position >= kAnsStreamAlignment)
+      corrupt("stream " + std::to_string(s) + " does not end cleanly");
+    for (; position < end; ++position)
+      if (data[position] != 0) corrupt("stream " + std::to_string(s) + " has non-zero padding");
   }
 }
 

@@ -1,5 +1,8 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <stdexcept>
+
 #include "bench_gpu_kernels.hpp"
 #include "../../kernels/common/cuda_check.cuh"
 
@@ -7,32 +10,29 @@ namespace quantem::bench {
 namespace {
 
 constexpr int kDenseThreads = 256;
-constexpr int kFramesPerCta = 8;
+constexpr int kDenseWarps = kDenseThreads / 32;
+constexpr std::uint32_t kMaxEntries = 8192;
 
-// One CTA sums kFramesPerCta frames; the pixel list lives in shared memory.
 __global__ void __launch_bounds__(kDenseThreads)
-    dense_masked_sum_kernel(const std::uint16_t* __restrict__ frames, std::uint64_t frame_count,
-                            std::uint32_t frame_pixels, const std::uint32_t* __restrict__ pixel_indices,
-                            std::uint32_t pixel_count, unsigned long long* sums) {
-  extern __shared__ std::uint32_t indices[];
-  __shared__ std::uint32_t warp_sums[kDenseThreads / 32];
-  for (std::uint32_t i = threadIdx.x; i < pixel_count; i += blockDim.x) indices[i] = pixel_indices[i];
+    dense_masked_sum_kernel(const std::uint32_t* __restrict__ words, std::uint64_t frame_count,
+                            std::uint32_t frame_words, const std::uint32_t* __restrict__ word_entries,
+                            std::uint32_t entry_count, unsigned long long* sums) {
+  __shared__ std::uint32_t entries[kMaxEntries];
+  for (std::uint32_t i = threadIdx.x; i < entry_count; i += blockDim.x) entries[i] = word_entries[i];
   __syncthreads();
-  for (int k = 0; k < kFramesPerCta; ++k) {
-    const std::uint64_t frame = std::uint64_t{blockIdx.x} * kFramesPerCta + k;
-    if (frame >= frame_count) break;
-    const std::uint16_t* base = frames + frame * frame_pixels;
+  const std::uint32_t lane = threadIdx.x % 32;
+  for (std::uint64_t frame = std::uint64_t{blockIdx.x} * kDenseWarps + threadIdx.x / 32; frame < frame_count;
+       frame += std::uint64_t{gridDim.x} * kDenseWarps) {
+    const std::uint32_t* base = words + frame * frame_words;
     std::uint32_t sum = 0;
-    for (std::uint32_t i = threadIdx.x; i < pixel_count; i += blockDim.x) sum += __ldg(base + indices[i]);
-    sum = __reduce_add_sync(0xffffffffu, sum);
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      std::uint32_t total = threadIdx.x < kDenseThreads / 32 ? warp_sums[threadIdx.x] : 0;
-      total = __reduce_add_sync(0xffffffffu, total);
-      if (threadIdx.x == 0) sums[frame] = total;
+#pragma unroll 4
+    for (std::uint32_t i = lane; i < entry_count; i += 32) {
+      const std::uint32_t entry = entries[i];
+      const std::uint32_t word = __ldg(base + (entry & 0x3fffffffu));
+      sum += ((entry >> 30) & 1u ? (word & 0xffffu) : 0u) + ((entry >> 31) ? (word >> 16) : 0u);
     }
-    __syncthreads();
+    sum = __reduce_add_sync(0xffffffffu, sum);
+    if (lane == 0) sums[frame] = sum;
   }
 }
 
@@ -51,15 +51,14 @@ __global__ void count_differences_kernel(const uint4* a, const uint4* b, std::si
 }  // namespace
 
 void dense_masked_sum_u16(const std::uint16_t* d_frames, std::uint64_t frame_count, std::uint32_t frame_pixels,
-                          const std::uint32_t* d_pixel_indices, std::uint32_t pixel_count, std::uint64_t* d_sums,
+                          const std::uint32_t* d_word_entries, std::uint32_t entry_count, std::uint64_t* d_sums,
                           cuda::StreamHandle stream) {
-  const std::size_t shared = std::size_t{pixel_count} * sizeof(std::uint32_t);
-  QUANTEM_CUDA_TRY(cudaFuncSetAttribute(dense_masked_sum_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(shared)));
-  const unsigned ctas = static_cast<unsigned>((frame_count + kFramesPerCta - 1) / kFramesPerCta);
-  dense_masked_sum_kernel<<<ctas, kDenseThreads, shared, stream>>>(d_frames, frame_count, frame_pixels, d_pixel_indices,
-                                                                   pixel_count,
-                                                                   reinterpret_cast<unsigned long long*>(d_sums));
+  if (entry_count > kMaxEntries || frame_pixels % 2 != 0)
+    throw std::runtime_error("dense_masked_sum_u16: too many entries or an odd frame size");
+  const std::uint64_t ctas = std::min<std::uint64_t>((frame_count + kDenseWarps - 1) / kDenseWarps, 132 * 64);
+  dense_masked_sum_kernel<<<static_cast<unsigned>(ctas), kDenseThreads, 0, stream>>>(
+      reinterpret_cast<const std::uint32_t*>(d_frames), frame_count, frame_pixels / 2, d_word_entries, entry_count,
+      reinterpret_cast<unsigned long long*>(d_sums));
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "dense_masked_sum_kernel");
 }
 

@@ -7,10 +7,12 @@
 
 namespace quantem::bench {
 
-// Plain masked sum over a dense uint16 volume: d_sums[frame] = sum of the
-// frame's values at d_pixel_indices (pixel_count sorted row-major indices).
+// Plain masked sum over a dense uint16 volume, the dense peer of the ANS
+// masked sum: one warp per frame reads the 32-bit words that hold masked
+// pixels (d_word_entries: word index | pixel mask << 30, sorted, so a warp's
+// loads are contiguous) and sums the masked halves. d_sums[frame] is written.
 void dense_masked_sum_u16(const std::uint16_t* d_frames, std::uint64_t frame_count, std::uint32_t frame_pixels,
-                          const std::uint32_t* d_pixel_indices, std::uint32_t pixel_count, std::uint64_t* d_sums,
+                          const std::uint32_t* d_word_entries, std::uint32_t entry_count, std::uint64_t* d_sums,
                           cuda::StreamHandle stream);
 
 // Number of differing bytes between two device buffers (synchronous).

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../../kernels/codec/lz4_block.cuh"
+#include "lz4_test_support.hpp"
 
 namespace quantem {
 namespace {
@@ -51,28 +52,7 @@ bool theirs(const Bytes& compressed, std::size_t output_bytes, Bytes& out) {
   return n == static_cast<int>(output_bytes);
 }
 
-// True when the block holds a match with offset 0, which liblz4 may accept
-// (copying undefined bytes) and we always reject.
-bool has_zero_offset(const Bytes& c) {
-  std::size_t ip = 0;
-  while (ip < c.size()) {
-    const unsigned token = c[ip++];
-    std::size_t literals = token >> 4;
-    if (literals == 15) {
-      unsigned b = 255;
-      while (b == 255 && ip < c.size()) literals += (b = c[ip++]);
-    }
-    ip += literals;
-    if (ip + 2 > c.size()) return false;
-    if (c[ip] == 0 && c[ip + 1] == 0) return true;
-    ip += 2;
-    if ((token & 15) == 15) {
-      unsigned b = 255;
-      while (b == 255 && ip < c.size()) b = c[ip++];
-    }
-  }
-  return false;
-}
+using lz4_test::has_zero_offset;
 
 TEST(Lz4BlockHost, DecodesWhatLiblz4Writes) {
   std::mt19937_64 rng(1);

@@ -8,26 +8,32 @@
 // self-contained little-endian blob:
 //
 //   AnsGroupHeader (64 bytes)
-//   class map      detector pixels bytes, padded to 4    (class of each pixel, 0..31)
+//   class map      detector pixels bytes, padded to 16   (class of each pixel, 0..31)
 //   freq tables    kAnsClassCount * 256 uint16           (per class; each used class sums to kAnsProbabilityScale)
-//   stream offsets stream_count uint32                   (byte offset of each stream in the stream data)
-//   stream data    stream_count rANS streams, each 2-byte aligned
+//   stream offsets stream_count uint32, padded to 16     (byte offset of each stream in the stream data)
+//   stream data    stream_count rANS streams, each 16-byte aligned (zero padded)
 //
 // Stream s codes the 2x2 pixel quad (2*qr + dr, 2*qc + dc), s = qr * quad_cols + qc,
 // across the group's frames: for each frame, for each present pixel of the quad
-// in the order (0,0) (0,1) (1,0) (1,1), one symbol min(value, 255); symbol 255 is
-// an escape followed by raw_words raw 16-bit words (low word first) holding the
-// value. A stream is [uint32 initial decoder state][16-bit words in read order].
-// Decoding: slot = x & (scale-1); (symbol, freq, cdf) from the class table;
-// x = freq * (x >> kAnsProbabilityBits) + slot - cdf; if x < kAnsStateLower,
-// x = (x << 16) | next word. A raw word is x & 0xffff, then x >>= 16 and one
-// word is read. After the last symbol x == kAnsStateLower.
+// in the order (0,0) (0,1) (1,0) (1,1), one value. With the pixel's class shift
+// b (class_shift below) a value v is
+//   symbol h = v >> b when h < 254, then b raw low bits (v & (2^b - 1));
+//   symbol 254 then 16 raw bits = v            (h >= 254, v < 2^16);
+//   symbol 255 then 16 raw bits = v & 0xffff, then 16 raw bits = v >> 16.
+// A stream is [uint32 initial decoder state][16-bit words in read order][zeros to 16].
+// Decoding a symbol: slot = x & (scale-1); (symbol, freq, cdf) from the class table;
+// x = freq * (x >> kAnsProbabilityBits) + slot - cdf. Decoding c raw bits:
+// bits = x & (2^c - 1); x >>= c. After either, if x < kAnsStateLower,
+// x = (x << 16) | next word. After the last value x == kAnsStateLower.
 //
 // Class of a pixel (integer arithmetic, identical on CPU and GPU):
 //   S = sum of the pixel's values over the group, F = frame_count
 //   h = min(4095, isqrt(64 S / F)); H = smallest h reaching 99.5 % of pixels
-//   K = clamp(61504 / (H + 1)^2, 1, 256)           (class_scale, in the header)
-//   class = min(31, isqrt(K S / F))                 (classes evenly spaced in sqrt(mean))
+//   K = clamp(16 * 61504 / (H + 1)^2, 1, 4096)      (class_scale, in 1/16 units, in the header)
+//   class = min(31, isqrt(K S / (16 F)))            (classes evenly spaced in sqrt(mean))
+//   class_shift = 0 when m = 16 class^2 / K < 16, else min(12, floor(log2 m) / 2 - 1):
+//   the low bits of counts whose spread sqrt(m) is >= 2^(shift+1) are nearly
+//   uniform, so they go raw and the symbol alphabet covers means up to ~2^20.
 #include <cstdint>
 
 namespace quantem::ans {
@@ -36,10 +42,13 @@ inline constexpr std::uint32_t kAnsProbabilityBits = 10;
 inline constexpr std::uint32_t kAnsProbabilityScale = 1u << kAnsProbabilityBits;
 inline constexpr std::uint32_t kAnsStateLower = 1u << 16;  // states live in [2^16, 2^32)
 inline constexpr std::uint32_t kAnsAlphabetSize = 256;
-inline constexpr std::uint32_t kAnsEscapeSymbol = 255;
+inline constexpr std::uint32_t kAnsEscape16 = 254;  // a raw 16-bit value follows
+inline constexpr std::uint32_t kAnsEscape32 = 255;  // a raw 32-bit value follows (low word first)
+inline constexpr std::uint32_t kAnsMaxClassShift = 12;
+inline constexpr std::uint32_t kAnsStreamAlignment = 16;
 inline constexpr std::uint32_t kAnsClassCount = 32;
 inline constexpr std::uint32_t kAnsClassHistogramBins = 4096;
-inline constexpr std::uint32_t kAnsMagic = 0x314e4151u;  // "QAN1"
+inline constexpr std::uint32_t kAnsMagic = 0x324e4151u;  // "QAN2"
 inline constexpr std::uint32_t kAnsHeaderBytes = 64;
 inline constexpr std::uint32_t kAnsPixelsPerStream = 4;   // 2x2 quads
 
@@ -49,8 +58,8 @@ struct AnsGroupHeader {
   std::uint32_t frame_count;
   std::uint32_t detector_rows;
   std::uint32_t detector_cols;
-  std::uint32_t raw_words;         // 1: every value < 65536, 2: 32-bit values
-  std::uint32_t class_scale;       // K above
+  std::uint32_t raw_words;         // 1: every value < 65536 (no symbol 255), 2: 32-bit values
+  std::uint32_t class_scale;       // K above (1..4096)
   std::uint32_t stream_count;
   std::uint32_t class_map_offset;  // byte offsets from the start of the blob
   std::uint32_t freq_table_offset;
@@ -78,9 +87,9 @@ constexpr AnsGroupLayout ans_group_layout(std::uint32_t detector_rows, std::uint
   layout.quad_cols = (detector_cols + 1) / 2;
   layout.stream_count = layout.quad_rows * layout.quad_cols;
   layout.class_map_offset = kAnsHeaderBytes;
-  layout.freq_table_offset = layout.class_map_offset + ((detector_rows * detector_cols + 3u) & ~3u);
+  layout.freq_table_offset = layout.class_map_offset + ((detector_rows * detector_cols + 15u) & ~15u);
   layout.stream_offsets_offset = layout.freq_table_offset + kAnsClassCount * kAnsAlphabetSize * 2u;
-  layout.stream_data_offset = layout.stream_offsets_offset + layout.stream_count * 4u;
+  layout.stream_data_offset = layout.stream_offsets_offset + ((layout.stream_count * 4u + 15u) & ~15u);
   return layout;
 }
 

@@ -39,11 +39,11 @@ QUANTEM_ANS_HD inline std::uint32_t class_histogram_bin(std::uint64_t pixel_sum,
   return h < kAnsClassHistogramBins - 1 ? static_cast<std::uint32_t>(h) : kAnsClassHistogramBins - 1;
 }
 
-// K from the smallest histogram bin H reaching 99.5 % of the pixels.
+// K (in 1/16 units) from the smallest histogram bin H reaching 99.5 % of the pixels.
 QUANTEM_ANS_HD inline std::uint32_t class_scale_from_bin(std::uint32_t high_bin) {
   const std::uint64_t square = (std::uint64_t{high_bin} + 1) * (std::uint64_t{high_bin} + 1);
-  const std::uint64_t scale = 61504u / square;
-  return scale < 1 ? 1u : (scale > 256 ? 256u : static_cast<std::uint32_t>(scale));
+  const std::uint64_t scale = (61504u * 16u) / square;
+  return scale < 1 ? 1u : (scale > 4096 ? 4096u : static_cast<std::uint32_t>(scale));
 }
 
 // Pixels the 99.5 % quantile must reach.
@@ -53,7 +53,7 @@ QUANTEM_ANS_HD inline std::uint64_t class_quantile_pixels(std::uint64_t pixel_co
 
 QUANTEM_ANS_HD inline std::uint32_t pixel_class(std::uint64_t pixel_sum, std::uint32_t frame_count,
                                                 std::uint32_t class_scale) {
-  const std::uint64_t c = isqrt_u64((pixel_sum * class_scale) / frame_count);
+  const std::uint64_t c = isqrt_u64((pixel_sum * class_scale) / (std::uint64_t{frame_count} * 16u));
   return c < kAnsClassCount - 1 ? static_cast<std::uint32_t>(c) : kAnsClassCount - 1;
 }
 
@@ -100,6 +100,28 @@ QUANTEM_ANS_HD inline void normalize_frequencies(const std::uint64_t* counts, st
 
 inline constexpr std::uint32_t kAnsNoWord = 0xffffffffu;
 
+// floor(log2(n)) for n > 0.
+QUANTEM_ANS_HD inline std::uint32_t ilog2_u64(std::uint64_t n) {
+  std::uint32_t log = 0;
+  while (n >>= 1) ++log;
+  return log;
+}
+
+// Raw low bits of the values of a class (see ans_format.hpp).
+QUANTEM_ANS_HD inline std::uint32_t class_shift(std::uint32_t cls, std::uint32_t class_scale) {
+  const std::uint64_t mean_floor = (std::uint64_t{cls} * cls * 16u) / class_scale;
+  if (mean_floor < 16) return 0;
+  const std::uint32_t shift = ilog2_u64(mean_floor) / 2 - 1;
+  return shift < kAnsMaxClassShift ? shift : kAnsMaxClassShift;
+}
+
+// The symbol of a value in a class of shift `shift`.
+QUANTEM_ANS_HD inline std::uint32_t value_symbol(std::uint32_t value, std::uint32_t shift) {
+  const std::uint32_t high = value >> shift;
+  if (high < kAnsEscape16) return high;
+  return value <= 0xffffu ? kAnsEscape16 : kAnsEscape32;
+}
+
 // One rANS encode step for a symbol of frequency `frequency` and cumulative
 // frequency `cdf`. Returns the 16-bit word emitted by renormalisation, or
 // kAnsNoWord. At most one word is emitted per step (the state stays in [2^16, 2^32)).
@@ -114,11 +136,38 @@ QUANTEM_ANS_HD inline std::uint32_t encode_symbol(std::uint32_t& state, std::uin
   return word;
 }
 
-// Encodes one raw 16-bit word; always emits one renormalisation word.
-QUANTEM_ANS_HD inline std::uint32_t encode_raw_word(std::uint32_t& state, std::uint32_t raw) {
-  const std::uint32_t word = state & 0xffffu;
-  state = ((state >> 16) << 16) | raw;
+// Encodes `count` (1..16) raw bits: a symbol of frequency 1 at scale 2^count.
+// Returns the renormalisation word emitted, or kAnsNoWord.
+QUANTEM_ANS_HD inline std::uint32_t encode_bits(std::uint32_t& state, std::uint32_t bits, std::uint32_t count) {
+  std::uint32_t word = kAnsNoWord;
+  if (state >= (std::uint64_t{kAnsStateLower >> count} << 16)) {
+    word = state & 0xffffu;
+    state >>= 16;
+  }
+  state = (state << count) | bits;
   return word;
+}
+
+// Encodes one value of a pixel whose class has frequencies/cdfs `entry(symbol)`
+// and shift `shift`, calling emit(word) for every renormalisation word (in
+// encode order; the decoder reads them in reverse). Values are encoded last
+// to first, so each value's parts go in reverse of their decode order.
+template <class Entry, class Emit>
+QUANTEM_ANS_HD inline void encode_value(std::uint32_t& state, std::uint32_t value, std::uint32_t shift, Entry&& entry,
+                                        Emit&& emit) {
+  const std::uint32_t symbol = value_symbol(value, shift);
+  if (symbol == kAnsEscape32) {
+    emit(encode_bits(state, value >> 16, 16));
+    emit(encode_bits(state, value & 0xffffu, 16));
+  } else if (symbol == kAnsEscape16) {
+    emit(encode_bits(state, value, 16));
+  } else if (shift != 0) {
+    emit(encode_bits(state, value & ((1u << shift) - 1u), shift));
+  }
+  std::uint32_t frequency = 0;
+  std::uint32_t cdf = 0;
+  entry(symbol, frequency, cdf);
+  emit(encode_symbol(state, frequency, cdf));
 }
 
 }  // namespace quantem::ans

@@ -29,6 +29,7 @@ enum class ChunkStatus : std::uint32_t {
   lz4_corrupt = 5,             // malformed LZ4 sequence (bad offset, overrun, end-of-block rules)
   lz4_wrong_size = 6,          // an LZ4 block decoded to fewer bytes than its block
   trailing_bytes = 7,          // bytes left after the raw tail, or a short raw tail
+  outside_staging = 8,         // offset + size runs past stored_bytes
 };
 
 const char* chunk_status_name(ChunkStatus status) noexcept;
@@ -36,7 +37,8 @@ const char* chunk_status_name(ChunkStatus status) noexcept;
 // A batch of chunks staged in one device buffer, all decoding to the same size
 // (one detector frame each).
 struct BitshuffleLz4Batch {
-  const std::uint8_t* d_stored = nullptr;          // device: the staged chunk bytes
+  const std::uint8_t* d_stored = nullptr;          // device: the staged chunk bytes, 16-byte aligned
+  std::uint64_t stored_bytes = 0;                  // readable bytes at d_stored (every read stays below)
   const std::uint64_t* d_chunk_offsets = nullptr;  // device: chunk i starts at d_stored + offset[i]
   const std::uint32_t* d_chunk_sizes = nullptr;    // device: stored bytes of chunk i
   std::size_t chunk_count = 0;

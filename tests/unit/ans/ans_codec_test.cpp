@@ -92,8 +92,8 @@ TEST(AnsCodec, CompressesSparseCountsWellBelowTheirDenseSize) {
   EXPECT_LT(bits_per_pixel, 2.0) << "stream data should be near the counts' entropy";
   const TestFrames zeros = ans_test::make_frames("zero", DType::uint16, 256, 64, 64, 3);
   const auto zero_blob = encode(zeros);
-  EXPECT_EQ(ans::read_group_header(zero_blob.data(), zero_blob.size()).stream_data_bytes, 4u * 32 * 32)
-      << "an all-zero stream is its 4-byte state alone";
+  EXPECT_EQ(ans::read_group_header(zero_blob.data(), zero_blob.size()).stream_data_bytes, 16u * 32 * 32)
+      << "an all-zero stream is its 4-byte state, padded to 16 bytes";
 }
 
 TEST(AnsCodec, RejectsCorruptBlobs) {

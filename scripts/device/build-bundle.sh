@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds the GPU tests and benchmarks on a CPU machine (nvcc, no GPU needed) and
+# bundles them for a GPU machine: .bundle/ holds the binaries (rpath $ORIGIN/lib),
+# .bundle/lib their non-glibc shared libraries (CUDA's runtime is linked
+# statically; the driver comes from the GPU machine), .bundle/data/real the real
+# detector files the tests read.
+#
+#   scripts/device/build-bundle.sh [SOURCE_DIR] [BUILD_DIR]
+#
+# SOURCE_DIR defaults to this checkout. Use a clean `git worktree` of the commit
+# you want to measure when the working tree holds other people's unfinished work.
+# Then, from the repository root: run tool with carry [".bundle"] and
+#   bash scripts/device/run.sh
+set -euo pipefail
+repo_root=$(cd "$(dirname "$0")/../.." && pwd)
+source_dir=${1:-$repo_root}
+build_dir=${2:-$source_dir/build-bundle}
+bundle=$repo_root/.bundle
+targets=(lz4_block_host_tests ans_tests bitshuffle_lz4_gpu_tests ans_conformance_tests bench_gpu_codec)
+
+cmake -S "$source_dir" -B "$build_dir" -G Ninja -DQUANTEM_CUDA=ON -DQUANTEM_CUDA_ARCHITECTURES=90 \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags '-DCMAKE_BUILD_RPATH=$ORIGIN/lib' >/dev/null
+ninja -C "$build_dir" -j2 "${targets[@]}"
+
+rm -rf "$bundle"
+mkdir -p "$bundle/lib" "$bundle/data/real"
+for target in "${targets[@]}"; do
+  binary=$(find "$build_dir" -type f -name "$target" -perm -u+x | head -1)
+  cp "$binary" "$bundle/"
+  strip --strip-debug "$bundle/$target"
+  # Every shared library except glibc's own and the CUDA driver.
+  ldd "$binary" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libresolv.so*|ld-linux*|libcuda.so*) ;;
+      *) cp -L -n "$lib" "$bundle/lib/" ;;
+    esac
+  done
+done
+real=$source_dir/../shared/data/real
+[ -d "$real" ] || real=$repo_root/../shared/data/real
+mkdir -p "$bundle/data/real/eiger_h5_testmodes" "$bundle/data/real/arina/rsciio_test_00"
+cp "$real"/eiger_h5_testmodes/*bslz4*.h5 "$bundle/data/real/eiger_h5_testmodes/"
+cp "$real"/arina/rsciio_test_00/*.h5 "$bundle/data/real/arina/rsciio_test_00/"
+git -C "$source_dir" rev-parse HEAD > "$bundle/COMMIT"
+du -sh "$bundle"
