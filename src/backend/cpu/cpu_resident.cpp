@@ -365,7 +365,8 @@ std::vector<std::uint64_t> CpuResident::frame(const plan::PlanGeometry& geometry
   }
   std::vector<std::uint64_t> native(frame_pixels_, 0);
   const GroupLanes frames = position_frames(geometry, scan_row * geometry.scan_cols + scan_col);
-  with_code_type([&](auto code) { add_frames<decltype(code)>(frames, native.data(), false); });
+  // A large scan bin sums many groups: spread them over the pool.
+  with_code_type([&](auto code) { add_frames<decltype(code)>(frames, native.data(), frames.size() > 4); });
   std::vector<std::uint64_t> out(geometry.detector_pixels());
   bin_detector(native.data(), source_.detector_rows, source_.detector_cols, geometry.detector_bin, out.data());
   return out;
@@ -618,6 +619,8 @@ void ResidentBuilder::finish_group_typed(std::uint64_t group, Participant& parti
     }
     frame_totals_[first + lane] = total;
   }
+  const std::uint64_t group_bytes = frame_pixels_ * kGroupFrames * sizeof(Code);
+  codes_.populate(group * group_bytes, group_bytes);  // first touch of the group's pages in one call
   Code* out = reinterpret_cast<Code*>(codes_.data()) + group * frame_pixels_ * kGroupFrames;
   if constexpr (sizeof(Code) == 2) {
     if constexpr (sizeof(Source) == 4) {  // narrow in place (every value fits): the scratch becomes 16-bit frames

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <new>
 #include <utility>
@@ -23,6 +24,18 @@ HostBuffer::HostBuffer(std::size_t bytes) {
 }
 
 HostBuffer::~HostBuffer() { release(); }
+
+void HostBuffer::populate(std::size_t offset, std::size_t bytes) noexcept {
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14
+#endif
+  if (data_ == nullptr || offset >= size_) return;
+  bytes = std::min(bytes, size_ - offset);
+  const std::uintptr_t page = 4096;
+  const std::uintptr_t begin = reinterpret_cast<std::uintptr_t>(data_ + offset) & ~(page - 1);
+  const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(data_ + offset + bytes);
+  madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
+}
 
 HostBuffer::HostBuffer(HostBuffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}

@@ -22,6 +22,11 @@ class HostBuffer {
   const std::uint8_t* data() const { return data_; }
   std::size_t size() const { return size_; }
 
+  // Faults in the pages of [offset, offset + bytes) for writing in one system
+  // call (MADV_POPULATE_WRITE), cheaper than one page fault per page; a
+  // best-effort hint that does nothing on kernels without it.
+  void populate(std::size_t offset, std::size_t bytes) noexcept;
+
   // Bytes of every HostBuffer alive in the process.
   static std::uint64_t bytes_in_use() noexcept;
 
