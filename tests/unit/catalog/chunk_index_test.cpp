@@ -21,7 +21,9 @@ class Bytes {
     return *this;
   }
   Bytes& put(std::uint64_t value, std::size_t width) {
-    for (std::size_t i = 0; i < width; ++i) data_.at(position_++) = static_cast<std::uint8_t>(value >> (8 * i));
+    for (std::size_t i = 0; i < width; ++i) {
+      data_.at(position_++) = i < 8 ? static_cast<std::uint8_t>(value >> (8 * i)) : 0;
+    }
     return *this;
   }
   Bytes& text(const char* signature) {
