@@ -289,3 +289,34 @@ TEST(ResidencyManager, EvictOfAnAbsentAcquisitionReportsFalse) {
   ResidencyManager manager(backend, options());
   EXPECT_FALSE(manager.evict(fake_acquisition("never")));
 }
+
+TEST(ResidencyManager, NoDeviceCanAdmitWhileEveryBudgetIsReservedByLoads) {
+  FakeBackend backend({100, 100});
+  backend.set_default_estimate(90, 90);
+  backend.close_gate();
+  ResidencyManager manager(backend, options());
+  manager.request_load(fake_acquisition("x"));
+  manager.request_load(fake_acquisition("y"));
+  ErrorKind kind{};
+  EXPECT_EQ(error_text([&] { manager.request_load(fake_acquisition("z")); }, &kind), kNoDeviceCanAdmitMessage);
+  EXPECT_EQ(kind, ErrorKind::payload_too_large);
+  EXPECT_STREQ(kNoDeviceCanAdmitMessage,
+               "No configured CUDA GPU can admit the exact load. Crop the scan region or increase scan/detector binning.");
+  backend.open_gate();
+}
+
+TEST(ResidencyManager, LoadThatFitsNoCandidateAfterEvictionIsRefused) {
+  FakeBackend backend({100});
+  backend.set_default_estimate(40, 40);
+  backend.close_gate();
+  ResidencyManager manager(backend, options(1));
+  manager.request_load(fake_acquisition("x"));  // loading: holds the only entry slot and cannot be evicted
+  ErrorKind kind{};
+  EXPECT_EQ(error_text([&] { manager.acquire(fake_acquisition("y")); }, &kind), kLoadDidNotFitMessage);
+  EXPECT_EQ(kind, ErrorKind::payload_too_large);
+  EXPECT_STREQ(kLoadDidNotFitMessage,
+               "The exact load did not fit on any configured CUDA GPU. Crop the scan region or increase scan/detector "
+               "binning.");
+  EXPECT_EQ(backend.loads().size(), 1u);
+  backend.open_gate();
+}
