@@ -14,5 +14,5 @@ ctest --test-dir build-test -j "$jobs" --output-on-failure --timeout 600
 
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DQUANTEM_SANITIZE=ON -DQUANTEM_CUDA=OFF
 # Only the suites labelled "sanitize" (decoders of untrusted bytes) are built here.
-cmake --build build-asan -j "$jobs" --target codec_tests
+cmake --build build-asan -j "$jobs" --target codec_tests catalog_frame_index_test catalog_chunk_index_test
 ctest --test-dir build-asan -j "$jobs" --output-on-failure -L sanitize --timeout 600
