@@ -163,8 +163,7 @@ struct StreamReader {
     const std::uint32_t frequency = (entry >> 8) & 0x7ffu;
     state = frequency * (state >> kAnsProbabilityBits) + (entry >> 19);
     renormalize();
-    if (frequency == 0) corrupt = true;
-    return entry & 0xffu;
+    return entry & 0xffu;  // an unused class's zero entries end in a wrong final state
   }
 
   __device__ __forceinline__ std::uint32_t read_bits(std::uint32_t count) {

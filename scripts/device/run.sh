@@ -5,7 +5,9 @@
 # racecheck on small decodes, then the benchmarks. Results go to $OUT (at most
 # 8 files come back): tests.log, sanitizer.log, bench_*.json, summary.txt.
 #
-#   bash scripts/device/run.sh [quick]      # quick: tests + sanitizer only
+#   bash scripts/device/run.sh [quick|large|profile]
+#     quick: tests + sanitizer only; large: also a 1024x1024x192x192 u16 scan
+#     (77 GB dense); profile: tests + sanitizer + Nsight Compute on a small scan
 set -uo pipefail
 bundle=$(pwd)/.bundle
 out=${OUT:-/tmp/quantem-device-out}
@@ -49,12 +51,35 @@ else
   note "compute-sanitizer not found"
 fi
 
-if [ "${1:-}" != "quick" ]; then
+if [ "${1:-}" = "profile" ]; then
+  # Nsight Compute on a small scan (leave the clocks alone): stall reasons and
+  # throughput of the codec kernels, one launch each.
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  for kernel in masked_sum_kernel decode_frames_kernel decode_blocks_kernel encode_streams_kernel; do
+    "$ncu" --clock-control none -k "regex:$kernel" -c 1 \
+      --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section InstructionStats \
+      --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+      "$bundle/bench_gpu_codec" --scan-rows 32 --scan-cols 512 --unique-frames 2048 --repeats 1 \
+      >> "$out/ncu.txt" 2>&1
+    note "ncu $kernel rc=$?"
+  done
+  grep -E "^  [a-z_]+.*\(|Duration|Warp Cycles Per Issued|Issue Slots Busy|Executed Ipc Active|Stall|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Executed Instructions  " "$out/ncu.txt" | head -80
+fi
+
+if [ "${1:-}" != "quick" ] && [ "${1:-}" != "profile" ]; then
   "$bundle/bench_gpu_codec" --json "$out/bench_u16_512.json" > /dev/null 2>> "$out/tests.log"
   note "bench u16 512x512 rc=$?"
+  "$bundle/bench_gpu_codec" --frames-per-group 1024 --repeats 3 --json "$out/bench_u16_512_g1024.json" \
+    > /dev/null 2>> "$out/tests.log"
+  note "bench u16 512x512 frames-per-group 1024 rc=$?"
   "$bundle/bench_gpu_codec" --dtype uint32 --preset dense --scan-rows 128 --scan-cols 512 --unique-frames 4096 \
     --json "$out/bench_u32_128x512.json" > /dev/null 2>> "$out/tests.log"
   note "bench u32 128x512 rc=$?"
+  if [ "${1:-}" = "large" ]; then
+    "$bundle/bench_gpu_codec" --scan-rows 1024 --scan-cols 1024 --full-decode 0 --repeats 3 \
+      --json "$out/bench_u16_1024.json" > /dev/null 2>> "$out/tests.log"
+    note "bench u16 1024x1024 rc=$?"
+  fi
   for f in "$out"/bench_*.json; do
     [ -f "$f" ] || continue
     python3 - "$f" <<'PY' | tee -a "$summary"

@@ -31,9 +31,10 @@
 //   h = min(4095, isqrt(64 S / F)); H = smallest h reaching 99.5 % of pixels
 //   K = clamp(16 * 61504 / (H + 1)^2, 1, 4096)      (class_scale, in 1/16 units, in the header)
 //   class = min(31, isqrt(K S / (16 F)))            (classes evenly spaced in sqrt(mean))
-//   class_shift = 0 when m = 16 class^2 / K < 16, else min(12, floor(log2 m) / 2 - 1):
-//   the low bits of counts whose spread sqrt(m) is >= 2^(shift+1) are nearly
-//   uniform, so they go raw and the symbol alphabet covers means up to ~2^20.
+//   class_shift = the smallest b <= 12 with (m + 6 isqrt(m) + 16) >> b < 254,
+//   m = 16 (class + 1)^2 / K: moderate counts are symbols as they are; only
+//   classes whose counts would overflow the alphabet send b low bits raw
+//   (nearly uniform bits, since then the spread sqrt(m) >> 2^b).
 #include <cstdint>
 
 namespace quantem::ans {

@@ -107,12 +107,16 @@ QUANTEM_ANS_HD inline std::uint32_t ilog2_u64(std::uint64_t n) {
   return log;
 }
 
-// Raw low bits of the values of a class (see ans_format.hpp).
+// Raw low bits of the values of a class (see ans_format.hpp): the fewest that
+// bring the class's likely values (upper-edge mean m + 6 sqrt(m) + 16) below
+// the escape symbols, so moderate counts are modelled exactly and only very
+// bright classes send low bits raw.
 QUANTEM_ANS_HD inline std::uint32_t class_shift(std::uint32_t cls, std::uint32_t class_scale) {
-  const std::uint64_t mean_floor = (std::uint64_t{cls} * cls * 16u) / class_scale;
-  if (mean_floor < 16) return 0;
-  const std::uint32_t shift = ilog2_u64(mean_floor) / 2 - 1;
-  return shift < kAnsMaxClassShift ? shift : kAnsMaxClassShift;
+  const std::uint64_t mean_ceiling = (std::uint64_t{cls + 1} * (cls + 1) * 16u) / class_scale;
+  const std::uint64_t reach = mean_ceiling + 6 * isqrt_u64(mean_ceiling) + 16;
+  std::uint32_t shift = 0;
+  while (shift < kAnsMaxClassShift && (reach >> shift) >= kAnsEscape16) ++shift;
+  return shift;
 }
 
 // The symbol of a value in a class of shift `shift`.
