@@ -18,6 +18,7 @@ LoadPlan plan_load(const catalog::Acquisition& acquisition, unsigned threads) {
   plan.max_stored_chunk_bytes = 3 * frame_bytes + 4096;
   plan.staging_bytes_per_thread = std::max(kReadBatchBytes, plan.max_stored_chunk_bytes);
   plan.frame_index_bytes = acquisition.frame_count() * (sizeof(catalog::FrameLocation) + sizeof(ReadBatch)) +
+                           (ResidentBuilder::group_count(acquisition) + 1) * sizeof(std::size_t) +
                            acquisition.shards.size() * 4096;
 
   const DType first = ResidentBuilder::initial_code_dtype(source_dtype);

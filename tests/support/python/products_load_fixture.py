@@ -76,6 +76,9 @@ def write(argv):
     p.add_argument("--raw-frames", default="", help="frames stored unfiltered (filter mask 1), comma separated")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--no-expected", action="store_true", help="skip STEM_expected.u64")
+    p.add_argument("--filter", default="bslz4", choices=["bslz4", "lz4"], help="shard compression")
+    p.add_argument("--inline", action="store_true",
+                   help="no shards: an uncompressed contiguous entry/data/data inside the master")
     args = p.parse_args(argv)
 
     scan = parse_pair(args.scan)
@@ -98,6 +101,11 @@ def write(argv):
         spec.create_dataset("ntrigger", data=np.uint64(total))
         spec.create_dataset("nimages", data=np.uint64(1))
         spec.create_dataset("pixel_mask", data=masked.astype(np.uint32))
+        if args.inline:
+            frames = make_frames(total, 0, det, args.dtype, args.seed, args.hot, masked, args.masked_value)
+            data.create_dataset("data", data=frames)
+            shard_frames = []
+        compression = (hdf5plugin.Bitshuffle(nelems=0, cname="lz4") if args.filter == "bslz4" else hdf5plugin.LZ4())
         first = 0
         for index, count in enumerate(shard_frames, start=1):
             name = f"{args.stem}_data_{index:06d}.h5"
@@ -105,7 +113,7 @@ def write(argv):
             frames = make_frames(count, first, det, args.dtype, args.seed, args.hot, masked, args.masked_value)
             with h5py.File(os.path.join(args.dir, name), "w") as shard:
                 dset = shard.create_dataset("entry/data/data", shape=(count,) + det, dtype=args.dtype,
-                                            chunks=(1,) + det, **hdf5plugin.Bitshuffle(nelems=0, cname="lz4"))
+                                            chunks=(1,) + det, **compression)
                 for i in range(count):
                     if first + i in raw_frames:
                         dset.id.write_direct_chunk((i, 0, 0), frames[i].tobytes(), filter_mask=1)

@@ -119,6 +119,20 @@ TEST(CpuBackend, LoadsShardedBitshuffleFilesExactlyWithMaskedPixelsZeroed) {
   }
 }
 
+TEST(CpuBackend, LoadsPlainLz4ShardsAndInlineUncompressedMasters) {
+  TempDir dir;
+  const catalog::Acquisition lz4 = write_fixture(dir, "lz4", "--filter lz4 --scan 5x8 --det 9x7 --mask '4,4'");
+  ASSERT_EQ(lz4.chunk_format.filter, codec::ChunkFilter::lz4);
+  LoadProgress lz4_progress;
+  expect_frames_equal(*cpu_backend(2)->load(lz4, 0, lz4_progress), lz4, read_u64(dir.file("lz4_expected.u64")));
+  const catalog::Acquisition inline_master =
+      write_fixture(dir, "inline", "--inline --scan 6x7 --det 8x5 --mask '0,4;7,0' --masked-value 999");
+  ASSERT_EQ(inline_master.chunk_format.filter, codec::ChunkFilter::none);
+  LoadProgress inline_progress;
+  expect_frames_equal(*cpu_backend(2)->load(inline_master, 0, inline_progress), inline_master,
+                      read_u64(dir.file("inline_expected.u64")));
+}
+
 TEST(CpuBackend, Uint8SourcesStayEightBit) {
   TempDir dir;
   const catalog::Acquisition acquisition = write_fixture(dir, "small", "--dtype uint8 --scan 4x5 --det 6x6 --mask '0,0'");
