@@ -87,12 +87,15 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
     shift[k] = class_shift(cls, header.class_scale);
   }
   dev::StreamReader reader;
-  reader.open(blob, header, stream);
+  reader.open(blob + header.stream_data_offset,
+              reinterpret_cast<const std::uint32_t*>(blob + header.stream_offsets_offset), stream,
+              header.stream_count, header.stream_data_bytes);
   const std::uint64_t pixels_per_frame = std::uint64_t{p.rows} * p.cols;
   Out* group_out = out + (first_frame - std::uint64_t{first_group} * p.frames_per_group) * pixels_per_frame;
   bool overflow = false;
   for (std::uint32_t f = 0; f < frame_count; ++f) {
     Out* frame_out = group_out + f * pixels_per_frame;
+    reader.top_up();
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       if ((present >> k) & 1u) {
@@ -154,10 +157,15 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
       shift[k] = class_shift(cls, header.class_scale);
     }
     dev::StreamReader reader;
-    if (active) reader.open(blob, header, stream);
+    if (active) {
+      reader.open(blob + header.stream_data_offset,
+                  reinterpret_cast<const std::uint32_t*>(blob + header.stream_offsets_offset), stream,
+                  header.stream_count, header.stream_data_bytes);
+    }
     const std::uint32_t lane = threadIdx.x % 32;
     if (header.raw_words == 1) {
       for (std::uint32_t f = 0; f < frame_count; ++f) {
+        reader.top_up();
         std::uint32_t lane_sum = 0;
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
@@ -171,6 +179,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
       }
     } else {
       for (std::uint32_t f = 0; f < frame_count; ++f) {
+        reader.top_up();
         unsigned long long lane_sum = 0;
 #pragma unroll
         for (int k = 0; k < 4; ++k) {

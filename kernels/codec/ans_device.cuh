@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "quantem/ans/ans_format.hpp"
+#include "ans_stream_reader.cuh"
 
 namespace quantem::kernels::ans_device {
 
@@ -88,106 +89,6 @@ __device__ inline void build_decode_tables(const std::uint8_t* blob, const AnsGr
   }
   __syncthreads();
 }
-
-// One stream's decoder state. Streams are 16-byte aligned, so the reader
-// loads 16-byte chunks: the chunk being consumed sits in two 64-bit registers
-// and the next one is already in flight (loaded when the current one was
-// taken), so a renormalisation never waits on memory. Reads are bounded by
-// the stream end; a malformed stream sets `corrupt` and continues on zeros
-// (never faults).
-struct StreamReader {
-  const uint4* next_chunk;
-  const uint4* end_chunk;
-  uint4 upcoming;
-  std::uint64_t low;   // unread words of the current chunk, first word in the low 16 bits
-  std::uint64_t high;
-  std::uint32_t words_left;
-  std::uint32_t state;
-  bool upcoming_valid;
-  bool corrupt;
-
-  __device__ void open(const std::uint8_t* blob, const AnsGroupHeader& header, std::uint32_t stream) {
-    const std::uint32_t* offsets = reinterpret_cast<const std::uint32_t*>(blob + header.stream_offsets_offset);
-    const std::uint64_t begin = __ldg(offsets + stream);
-    const std::uint64_t finish = stream + 1 < header.stream_count ? __ldg(offsets + stream + 1) : header.stream_data_bytes;
-    const std::uint8_t* data = blob + header.stream_data_offset;
-    corrupt = begin >= finish || finish > header.stream_data_bytes || begin % kAnsStreamAlignment != 0 ||
-              finish % kAnsStreamAlignment != 0;
-    low = high = 0;
-    words_left = 0;
-    upcoming = make_uint4(0, 0, 0, 0);
-    upcoming_valid = false;
-    next_chunk = end_chunk = reinterpret_cast<const uint4*>(data);
-    state = kAnsStateLower;
-    if (corrupt) return;
-    const uint4* chunk = reinterpret_cast<const uint4*>(data + begin);
-    end_chunk = reinterpret_cast<const uint4*>(data + finish);
-    const uint4 first = __ldg(chunk);
-    state = first.x;
-    low = first.y | (std::uint64_t{first.z} << 32);
-    high = first.w;
-    words_left = 6;
-    next_chunk = chunk + 1;
-    if (next_chunk < end_chunk) {
-      upcoming = __ldg(next_chunk++);
-      upcoming_valid = true;
-    }
-  }
-
-  __device__ __forceinline__ std::uint32_t next_word() {
-    if (words_left == 0) {
-      if (!upcoming_valid) {
-        corrupt = true;
-        return 0;
-      }
-      low = upcoming.x | (std::uint64_t{upcoming.y} << 32);
-      high = upcoming.z | (std::uint64_t{upcoming.w} << 32);
-      words_left = 8;
-      upcoming_valid = next_chunk < end_chunk;
-      if (upcoming_valid) upcoming = __ldg(next_chunk++);
-    }
-    const std::uint32_t word = static_cast<std::uint32_t>(low) & 0xffffu;
-    low = (low >> 16) | (high << 48);
-    high >>= 16;
-    --words_left;
-    return word;
-  }
-
-  __device__ __forceinline__ void renormalize() {
-    if (state < kAnsStateLower) state = (state << 16) | next_word();
-  }
-
-  __device__ __forceinline__ std::uint32_t decode_symbol(const std::uint32_t* class_table) {
-    const std::uint32_t slot = state & (kAnsProbabilityScale - 1);
-    const std::uint32_t entry = class_table[slot];
-    const std::uint32_t frequency = (entry >> 8) & 0x7ffu;
-    state = frequency * (state >> kAnsProbabilityBits) + (entry >> 19);
-    renormalize();
-    return entry & 0xffu;  // an unused class's zero entries end in a wrong final state
-  }
-
-  __device__ __forceinline__ std::uint32_t read_bits(std::uint32_t count) {
-    const std::uint32_t bits = state & ((1u << count) - 1u);
-    state >>= count;
-    renormalize();
-    return bits;
-  }
-
-  // One value of a pixel whose class has decode table `class_table` and shift `shift`.
-  __device__ __forceinline__ std::uint32_t decode_value(const std::uint32_t* class_table, std::uint32_t shift) {
-    const std::uint32_t symbol = decode_symbol(class_table);
-    if (symbol < kAnsEscape16) return shift == 0 ? symbol : (symbol << shift) | read_bits(shift);
-    const std::uint32_t low_half = read_bits(16);
-    if (symbol == kAnsEscape16) return low_half;
-    return low_half | (read_bits(16) << 16);
-  }
-
-  // True when the stream decoded to its last word: the final state is the
-  // initial encoder state and only zero padding is left.
-  __device__ bool finished_cleanly() const {
-    return !corrupt && state == kAnsStateLower && !upcoming_valid && low == 0 && high == 0;
-  }
-};
 
 // The 2x2 quad of stream `stream`: pixels[k] for quad position k = 2 * dr + dc
 // (coding order), and a bit mask of the positions inside the detector.

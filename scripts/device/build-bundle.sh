@@ -16,7 +16,7 @@ repo_root=$(cd "$(dirname "$0")/../.." && pwd)
 source_dir=${1:-$repo_root}
 build_dir=${2:-$source_dir/build-bundle}
 bundle=$repo_root/.bundle
-targets=(lz4_block_host_tests ans_tests bitshuffle_lz4_gpu_tests ans_conformance_tests bench_gpu_codec)
+targets=(lz4_block_host_tests ans_tests ans_reader_host_tests bitshuffle_lz4_gpu_tests ans_conformance_tests bench_gpu_codec)
 
 cmake -S "$source_dir" -B "$build_dir" -G Ninja -DQUANTEM_CUDA=ON -DQUANTEM_CUDA_ARCHITECTURES=90 \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -22,7 +22,7 @@ note "commit $(cat "$bundle/COMMIT" 2>/dev/null) date $(date -u +%FT%TZ)"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$summary"
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 
-tests=(lz4_block_host_tests ans_tests bitshuffle_lz4_gpu_tests ans_conformance_tests)
+tests=(lz4_block_host_tests ans_tests ans_reader_host_tests bitshuffle_lz4_gpu_tests ans_conformance_tests)
 for test in "${tests[@]}"; do
   start=$(date +%s)
   "$bundle/$test" --gtest_brief=1 >> "$out/tests.log" 2>&1

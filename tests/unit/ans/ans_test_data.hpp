@@ -1,6 +1,8 @@
 #pragma once
 // Test frames for the ANS codec suites (CPU and GPU): random and adversarial.
 #include <cstdint>
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -32,7 +34,7 @@ inline std::uint32_t get(const TestFrames& frames, std::size_t index) {
   return value;
 }
 
-// pattern: zero, max, uniform16, uniform32, hot_pixel, sparse, disc, ramp
+// pattern: zero, max, uniform16, uniform32, hot_pixel, sparse, disc, bright, ramp
 inline TestFrames make_frames(const std::string& pattern, DType dtype, std::uint32_t frame_count, std::uint32_t rows,
                               std::uint32_t cols, std::uint64_t seed) {
   TestFrames frames;
@@ -68,6 +70,9 @@ inline TestFrames make_frames(const std::string& pattern, DType dtype, std::uint
         else if (pattern == "hot_pixel") value = (r == rows / 3 && c == cols / 4) ? max_value : 0;
         else if (pattern == "sparse") value = background(rng);
         else if (pattern == "disc") value = distance < radius ? bright(rng) : (distance < 2 * radius ? halo(rng) : background(rng));
+        else if (pattern == "bright")  // high-dose disk: classes with raw low bits, some 16-bit escapes
+          value = distance < radius ? static_cast<std::uint32_t>(std::max(0.0, 3000.0 + 400.0 * std::sin(f + r) + 60.0 * ((rng() % 1000) / 1000.0 - 0.5)))
+                                    : halo(rng);
         else if (pattern == "ramp") value = static_cast<std::uint32_t>((index * 2654435761u) % (std::uint64_t{max_value} + 1));
         put(frames, index, std::min(value, max_value));
       }
