@@ -160,6 +160,10 @@ class CpuBackend final : public Backend {
                           std::to_string(acquisition.chunk_format.element_size) + " does not match dtype " +
                           dtype_name(*acquisition.dtype));
     }
+    if (acquisition.detector_rows > cpu::kMaxDetectorAxis || acquisition.detector_cols > cpu::kMaxDetectorAxis) {
+      throw unprocessable(acquisition.name + ": detector axes above " + std::to_string(cpu::kMaxDetectorAxis) +
+                          " pixels are not supported by the CPU backend");
+    }
     if (!acquisition.pixel_mask.empty() && acquisition.pixel_mask.size() != acquisition.frame_pixels()) {
       throw unprocessable(acquisition.name + ": the pixel mask has " + std::to_string(acquisition.pixel_mask.size()) +
                           " values for a detector of " + std::to_string(acquisition.frame_pixels()) + " pixels");
@@ -224,6 +228,7 @@ class CpuBackend final : public Backend {
                                      " does not decode (chunk at byte " + std::to_string(location.file_offset) +
                                      ", " + std::to_string(location.stored_bytes) + " stored bytes): " + error.what());
                 }
+                builder.finish_frame(frame, who);
               }
               group_stored_bytes += batch.stored_bytes;
             }

@@ -166,6 +166,7 @@ void group_add_frames(const Code* group, LaneMask lanes, std::uint64_t pixels, s
 // Writes `lanes` frames of `pixels` 16-bit values (frame-major, one after the
 // other) into a group's pixel-major lines: out[p * kGroupFrames + lane].
 void transpose_u16(const std::uint16_t* frames, std::uint64_t lanes, std::uint64_t pixels, std::uint16_t* out) {
+  // Memory-bound (an AVX2 version measured no faster on the CI machine).
   std::uint64_t p = 0;
 #if defined(__SSE2__)
   const std::uint64_t full_lane_blocks = lanes / 8;
@@ -213,20 +214,26 @@ void transpose_u16(const std::uint16_t* frames, std::uint64_t lanes, std::uint64
 // ---------------------------------------------------------------------------
 // CpuResident
 
-CpuResident::CpuResident(catalog::Acquisition source, DType code_dtype, HostBuffer codes,
-                         std::vector<std::uint64_t> pattern_sum, std::vector<std::uint64_t> frame_totals,
+std::uint64_t FrameSummaries::bytes(const catalog::Acquisition& source, DType code_dtype) {
+  const std::uint64_t projection = dtype_size(code_dtype) < 4 ? 4 : 8;
+  return (source.frame_pixels() + source.frame_count()) * sizeof(std::uint64_t) +
+         source.frame_count() * (source.detector_rows + source.detector_cols) * projection;
+}
+
+CpuResident::CpuResident(catalog::Acquisition source, DType code_dtype, HostBuffer codes, FrameSummaries summaries,
                          std::shared_ptr<ThreadPool> pool, int device_index)
     : source_(std::move(source)),
       code_dtype_(code_dtype),
       codes_(std::move(codes)),
       frame_pixels_(source_.frame_pixels()),
-      pattern_sum_(std::move(pattern_sum)),
-      frame_totals_(std::move(frame_totals)),
+      summaries_(std::move(summaries)),
       pool_(std::move(pool)),
       device_index_(device_index) {}
 
 std::uint64_t CpuResident::resident_bytes() const {
-  return codes_.size() + (pattern_sum_.size() + frame_totals_.size()) * sizeof(std::uint64_t);
+  return codes_.size() +
+         (summaries_.pattern_sum.size() + summaries_.frame_totals.size()) * sizeof(std::uint64_t) +
+         summaries_.row_projections.size() + summaries_.col_projections.size();
 }
 
 std::string CpuResident::encoding() const {
@@ -299,7 +306,8 @@ std::vector<std::uint64_t> CpuResident::masked_frame_sums(const plan::PlanGeomet
       group_masked_sums(group_codes<Code>(group), runs, lane_sums);
       for_each_lane(lanes, [&](unsigned lane) {
         const std::uint64_t frame = group * kGroupFrames + lane;
-        sums[region_index(g, frame)] = complement ? frame_totals_[frame] - lane_sums[lane] : lane_sums[lane];
+        sums[region_index(g, frame)] =
+            complement ? summaries_.frame_totals[frame] - lane_sums[lane] : lane_sums[lane];
       });
     }
   });
@@ -348,7 +356,7 @@ std::vector<std::uint64_t> CpuResident::pattern_sum(const plan::PlanGeometry& ge
     native.assign(frame_pixels_, 0);
     with_code_type([&](auto code) { add_frames<decltype(code)>(region_frames(geometry), native.data(), true); });
   } else {
-    native = pattern_sum_;
+    native = summaries_.pattern_sum;
   }
   std::vector<std::uint64_t> out(geometry.detector_pixels());
   bin_detector(native.data(), source_.detector_rows, source_.detector_cols, geometry.detector_bin, out.data());
@@ -374,76 +382,55 @@ std::vector<std::uint64_t> CpuResident::frame(const plan::PlanGeometry& geometry
 
 // --- centre of mass ----------------------------------------------------------
 
-template <class Code>
+template <class Projection>
 void CpuResident::center_of_mass_frames(const plan::PlanGeometry& g, std::vector<std::uint64_t>& total,
                                         std::vector<std::uint64_t>& row_moment,
                                         std::vector<std::uint64_t>& col_moment) {
+  // From the frames' row and column projections: Σ I = Σ_r row(r),
+  // Σ (r / bin)·I = Σ_r (r / bin)·row(r), Σ (c / bin)·I = Σ_c (c / bin)·col(c).
   const std::uint64_t rows = source_.detector_rows;
   const std::uint64_t cols = source_.detector_cols;
   const std::uint64_t bin = g.detector_bin;
-  const std::uint64_t region_frame_count =
-      (g.region.row_stop - g.region.row_start) * (g.region.col_stop - g.region.col_start);
+  const std::uint64_t region_cols = g.region.col_stop - g.region.col_start;
+  const std::uint64_t region_frame_count = (g.region.row_stop - g.region.row_start) * region_cols;
   total.assign(region_frame_count, 0);
   row_moment.assign(region_frame_count, 0);
   col_moment.assign(region_frame_count, 0);
-  const GroupLanes groups = region_frames(g);
-
-  const auto run = [&](auto partial_type) {
-    using Acc = decltype(partial_type);
-    pool_->parallel_for(groups.size(), 2, [&](std::size_t begin, std::size_t end, unsigned) {
-      std::vector<Acc> column_sums(cols * kGroupFrames);
-      for (std::size_t i = begin; i < end; ++i) {
-        const auto [group, lanes] = groups[i];
-        const Code* codes = group_codes<Code>(group);
-        std::fill(column_sums.begin(), column_sums.end(), Acc{0});
-        std::uint64_t lane_total[kGroupFrames] = {};
-        std::uint64_t lane_row_moment[kGroupFrames] = {};
-        std::uint64_t lane_col_moment[kGroupFrames] = {};
-        for (std::uint64_t r = 0; r < rows; ++r) {
-          Acc row_sum[kGroupFrames] = {};
-          const Code* line = codes + r * cols * kGroupFrames;
-          Acc* column_sum = column_sums.data();
-          for (std::uint64_t c = 0; c < cols; ++c, line += kGroupFrames, column_sum += kGroupFrames) {
-            for (std::uint64_t lane = 0; lane < kGroupFrames; ++lane) {
-              row_sum[lane] += line[lane];
-              column_sum[lane] += line[lane];
-            }
-          }
-          const std::uint64_t weight = r / bin;
-          for (std::uint64_t lane = 0; lane < kGroupFrames; ++lane) {
-            lane_total[lane] += row_sum[lane];
-            lane_row_moment[lane] += weight * row_sum[lane];
-          }
-        }
-        for (std::uint64_t c = 0; c < cols; ++c) {
-          const std::uint64_t weight = c / bin;
-          for (std::uint64_t lane = 0; lane < kGroupFrames; ++lane) {
-            lane_col_moment[lane] += weight * column_sums[c * kGroupFrames + lane];
-          }
-        }
-        for_each_lane(lanes, [&](unsigned lane) {
-          const std::uint64_t k = region_index(g, group * kGroupFrames + lane);
-          total[k] = lane_total[lane];
-          row_moment[k] = lane_row_moment[lane];
-          col_moment[k] = lane_col_moment[lane];
-        });
+  const auto* row_projections = reinterpret_cast<const Projection*>(summaries_.row_projections.data());
+  const auto* col_projections = reinterpret_cast<const Projection*>(summaries_.col_projections.data());
+  std::vector<std::uint64_t> row_weight(rows);
+  std::vector<std::uint64_t> col_weight(cols);
+  for (std::uint64_t r = 0; r < rows; ++r) row_weight[r] = r / bin;
+  for (std::uint64_t c = 0; c < cols; ++c) col_weight[c] = c / bin;
+  pool_->parallel_for(region_frame_count, 256, [&](std::size_t begin, std::size_t end, unsigned) {
+    for (std::size_t k = begin; k < end; ++k) {
+      const std::uint64_t frame =
+          (g.region.row_start + k / region_cols) * source_.scan_cols + g.region.col_start + k % region_cols;
+      const Projection* row = row_projections + frame * rows;
+      const Projection* col = col_projections + frame * cols;
+      std::uint64_t frame_total = 0;
+      std::uint64_t frame_row_moment = 0;
+      std::uint64_t frame_col_moment = 0;
+      for (std::uint64_t r = 0; r < rows; ++r) {
+        frame_total += row[r];
+        frame_row_moment += row_weight[r] * row[r];
       }
-    });
-  };
-  // 32-bit partial sums are exact while a detector row or column of 8/16-bit codes has ≤ 65536 pixels.
-  if (sizeof(Code) < 4 && rows <= kMaxRunLength && cols <= kMaxRunLength) {
-    run(std::uint32_t{});
-  } else {
-    run(std::uint64_t{});
-  }
+      for (std::uint64_t c = 0; c < cols; ++c) frame_col_moment += col_weight[c] * col[c];
+      total[k] = frame_total;
+      row_moment[k] = frame_row_moment;
+      col_moment[k] = frame_col_moment;
+    }
+  });
 }
 
 CenterOfMassSums CpuResident::center_of_mass_sums(const plan::PlanGeometry& geometry) {
   check_geometry(geometry);
   CenterOfMassSums sums;
-  with_code_type([&](auto code) {
-    center_of_mass_frames<decltype(code)>(geometry, sums.total, sums.row_moment, sums.col_moment);
-  });
+  if (summaries_.wide_projections) {
+    center_of_mass_frames<std::uint64_t>(geometry, sums.total, sums.row_moment, sums.col_moment);
+  } else {
+    center_of_mass_frames<std::uint32_t>(geometry, sums.total, sums.row_moment, sums.col_moment);
+  }
   sums.total = bin_scan(geometry, std::move(sums.total));
   sums.row_moment = bin_scan(geometry, std::move(sums.row_moment));
   sums.col_moment = bin_scan(geometry, std::move(sums.col_moment));
@@ -540,8 +527,7 @@ std::uint64_t ResidentBuilder::working_bytes(const catalog::Acquisition& source,
   const std::uint64_t source_element = dtype_size(source.dtype.value_or(code_dtype));
   const std::uint64_t per_participant = kGroupFrames * pixels * source_element +
                                         (dtype_size(code_dtype) < 4 ? pixels * 4 : 0) + pixels * 8;
-  return participants * per_participant + pixels * 8 /* pattern sum */ + source.frame_count() * 8 /* totals */ +
-         source.frame_pixels() * 4 /* masked pixel list, at most */;
+  return participants * per_participant + source.frame_pixels() * 4 /* masked pixel list, at most */;
 }
 
 ResidentBuilder::ResidentBuilder(const catalog::Acquisition& source, DType code_dtype,
@@ -551,9 +537,13 @@ ResidentBuilder::ResidentBuilder(const catalog::Acquisition& source, DType code_
       code_dtype_(code_dtype),
       frame_pixels_(source.frame_pixels()),
       codes_(code_bytes(source, code_dtype)),
-      frame_totals_(source.frame_count(), 0),
       participants_(pool->size()),
       pool_(std::move(pool)) {
+  const std::uint64_t projection = dtype_size(code_dtype_) < 4 ? 4 : 8;
+  summaries_.frame_totals.assign(source_.frame_count(), 0);
+  summaries_.wide_projections = projection == 8;
+  summaries_.row_projections = HostBuffer(source_.frame_count() * source_.detector_rows * projection);
+  summaries_.col_projections = HostBuffer(source_.frame_count() * source_.detector_cols * projection);
   for (std::uint64_t p = 0; p < source_.pixel_mask.size() && p < frame_pixels_; ++p) {
     if (source_.pixel_mask[p] != 0) masked_pixels_.push_back(static_cast<std::uint32_t>(p));
   }
@@ -578,47 +568,59 @@ void ResidentBuilder::flush(Participant& participant) {
   participant.frames_in_narrow = 0;
 }
 
-template <class Source, class Code>
-void ResidentBuilder::finish_group_typed(std::uint64_t group, Participant& participant) {
-  const std::uint64_t first = group * kGroupFrames;
-  const std::uint64_t count = std::min(kGroupFrames, source_.frame_count() - first);
-  auto* frames = reinterpret_cast<Source*>(participant.frames.data());
-  for (std::uint64_t lane = 0; lane < count; ++lane) {
-    Source* values = frames + lane * frame_pixels_;
-    for (const std::uint32_t p : masked_pixels_) values[p] = 0;
+// One pass over a frame: its row and column projections, its per-pixel
+// contribution to the pattern sum, and its total (returned). Projection sums
+// are exact: a detector axis has at most 65536 pixels (checked at build).
+template <class Source, class Projection, class PatternSum>
+std::uint64_t ResidentBuilder::summarize_frame(const Source* values, std::uint64_t frame, PatternSum* pattern) {
+  const std::uint64_t rows = source_.detector_rows;
+  const std::uint64_t cols = source_.detector_cols;
+  auto* row_projection = reinterpret_cast<Projection*>(summaries_.row_projections.data()) + frame * rows;
+  auto* col_projection = reinterpret_cast<Projection*>(summaries_.col_projections.data()) + frame * cols;
+  std::uint64_t total = 0;
+  for (std::uint64_t r = 0; r < rows; ++r) {
+    const Source* row = values + r * cols;
+    PatternSum* pattern_row = pattern + r * cols;
+    Projection row_sum = 0;
+    for (std::uint64_t c = 0; c < cols; ++c) {
+      const Projection value = static_cast<Projection>(row[c]);
+      row_sum += value;
+      col_projection[c] += value;
+      pattern_row[c] += static_cast<PatternSum>(value);
+    }
+    row_projection[r] = row_sum;
+    total += row_sum;
   }
+  return total;
+}
+
+template <class Source, class Code>
+void ResidentBuilder::finish_frame_typed(std::uint64_t frame, Participant& participant) {
+  Source* values =
+      reinterpret_cast<Source*>(participant.frames.data()) + (frame % kGroupFrames) * frame_pixels_;
+  for (const std::uint32_t p : masked_pixels_) values[p] = 0;
   if constexpr (sizeof(Code) < sizeof(Source)) {
     Source any_bits = 0;
-    for (std::uint64_t i = 0; i < count * frame_pixels_; ++i) any_bits |= frames[i];
+    for (std::uint64_t p = 0; p < frame_pixels_; ++p) any_bits |= values[p];
     if (any_bits > static_cast<Source>(static_cast<Code>(~Code{0}))) throw NeedsWideCodes{};
   }
-  // Pattern sums and frame totals; with 16-bit codes every value is < 2^16 here.
-  for (std::uint64_t lane = 0; lane < count; ++lane) {
-    const Source* values = frames + lane * frame_pixels_;
-    std::uint64_t total = 0;
-    if constexpr (sizeof(Code) < 4) {
-      std::uint32_t* narrow = participant.pattern_narrow.data();
-      for (std::uint64_t p = 0; p < frame_pixels_; p += kMaxRunLength) {
-        const std::uint64_t end = std::min<std::uint64_t>(frame_pixels_, p + kMaxRunLength);
-        std::uint32_t run_total = 0;
-        for (std::uint64_t q = p; q < end; ++q) {
-          const std::uint32_t value = static_cast<std::uint32_t>(values[q]);
-          run_total += value;
-          narrow[q] += value;
-        }
-        total += run_total;
-      }
-      // 65536 frames of values < 2^16 cannot overflow a 32-bit per-pixel sum.
-      if (++participant.frames_in_narrow == kMaxRunLength) flush(participant);
-    } else {
-      std::uint64_t* wide = participant.pattern_wide.data();
-      for (std::uint64_t p = 0; p < frame_pixels_; ++p) {
-        total += values[p];
-        wide[p] += values[p];
-      }
-    }
-    frame_totals_[first + lane] = total;
+  // With 8/16-bit codes every value is < 2^16 here.
+  if constexpr (sizeof(Code) < 4) {
+    summaries_.frame_totals[frame] =
+        summarize_frame<Source, std::uint32_t>(values, frame, participant.pattern_narrow.data());
+    // 65536 frames of values < 2^16 cannot overflow a 32-bit per-pixel sum.
+    if (++participant.frames_in_narrow == kMaxRunLength) flush(participant);
+  } else {
+    summaries_.frame_totals[frame] =
+        summarize_frame<Source, std::uint64_t>(values, frame, participant.pattern_wide.data());
   }
+}
+
+template <class Source, class Code>
+void ResidentBuilder::store_group_typed(std::uint64_t group, Participant& participant) {
+  const std::uint64_t first = group * kGroupFrames;
+  const std::uint64_t count = std::min(kGroupFrames, source_.frame_count() - first);
+  const auto* frames = reinterpret_cast<const Source*>(participant.frames.data());
   const std::uint64_t group_bytes = frame_pixels_ * kGroupFrames * sizeof(Code);
   codes_.populate(group * group_bytes, group_bytes);  // first touch of the group's pages in one call
   Code* out = reinterpret_cast<Code*>(codes_.data()) + group * frame_pixels_ * kGroupFrames;
@@ -643,23 +645,35 @@ void ResidentBuilder::finish_group_typed(std::uint64_t group, Participant& parti
   }
 }
 
-void ResidentBuilder::finish_group(std::uint64_t group, unsigned participant_index) {
-  Participant& participant = participants_[participant_index];
+template <class Visit>
+void ResidentBuilder::with_types(Visit&& visit) {
   switch (source_dtype_) {
     case DType::uint8:
-      finish_group_typed<std::uint8_t, std::uint8_t>(group, participant);
+      visit(std::uint8_t{}, std::uint8_t{});
       return;
     case DType::uint16:
-      finish_group_typed<std::uint16_t, std::uint16_t>(group, participant);
+      visit(std::uint16_t{}, std::uint16_t{});
       return;
     case DType::uint32:
       if (code_dtype_ == DType::uint16) {
-        finish_group_typed<std::uint32_t, std::uint16_t>(group, participant);
+        visit(std::uint32_t{}, std::uint16_t{});
       } else {
-        finish_group_typed<std::uint32_t, std::uint32_t>(group, participant);
+        visit(std::uint32_t{}, std::uint32_t{});
       }
       return;
   }
+}
+
+void ResidentBuilder::finish_frame(std::uint64_t frame, unsigned participant) {
+  with_types([&](auto source, auto code) {
+    finish_frame_typed<decltype(source), decltype(code)>(frame, participants_[participant]);
+  });
+}
+
+void ResidentBuilder::finish_group(std::uint64_t group, unsigned participant) {
+  with_types([&](auto source, auto code) {
+    store_group_typed<decltype(source), decltype(code)>(group, participants_[participant]);
+  });
 }
 
 std::shared_ptr<CpuResident> ResidentBuilder::finish(int device_index) {
@@ -670,8 +684,9 @@ std::shared_ptr<CpuResident> ResidentBuilder::finish(int device_index) {
   }
   participants_.clear();
   participants_.shrink_to_fit();
-  return std::make_shared<CpuResident>(std::move(source_), code_dtype_, std::move(codes_), std::move(pattern),
-                                       std::move(frame_totals_), pool_, device_index);
+  summaries_.pattern_sum = std::move(pattern);
+  return std::make_shared<CpuResident>(std::move(source_), code_dtype_, std::move(codes_), std::move(summaries_),
+                                       pool_, device_index);
 }
 
 }  // namespace quantem::backend::cpu
@@ -688,6 +703,9 @@ std::shared_ptr<Resident> make_cpu_resident(const catalog::Acquisition& acquisit
   if (!acquisition.dtype) throw bad_request("the acquisition's dtype is unknown");
   if (!acquisition.scan_shape_known() || !acquisition.detector_shape_known()) {
     throw bad_request("the acquisition's scan and detector shapes must be known");
+  }
+  if (acquisition.detector_rows > cpu::kMaxDetectorAxis || acquisition.detector_cols > cpu::kMaxDetectorAxis) {
+    throw bad_request("detector axes above " + std::to_string(cpu::kMaxDetectorAxis) + " pixels are not supported");
   }
   if (!acquisition.pixel_mask.empty() && acquisition.pixel_mask.size() != acquisition.frame_pixels()) {
     throw bad_request("the pixel mask has " + std::to_string(acquisition.pixel_mask.size()) +
@@ -713,6 +731,7 @@ std::shared_ptr<Resident> make_cpu_resident(const catalog::Acquisition& acquisit
                              const std::uint64_t last = std::min(frames, first + cpu::kGroupFrames);
                              for (std::uint64_t frame = first; frame < last; ++frame) {
                                std::memcpy(builder.decode_target(frame, who), bytes + frame * frame_bytes, frame_bytes);
+                               builder.finish_frame(frame, who);
                              }
                              builder.finish_group(group, who);
                            }

@@ -20,16 +20,32 @@
 namespace quantem::backend::cpu {
 
 constexpr std::uint64_t kGroupFrames = 32;
+// Longest detector axis the CPU resident holds (32-bit row/column sums of 16-bit codes stay exact).
+constexpr std::uint64_t kMaxDetectorAxis = 65536;
 using LaneMask = std::uint32_t;  // bit l: lane l of a group
 static_assert(sizeof(LaneMask) * 8 == kGroupFrames, "one mask bit per lane");
 
 // The frames of a set, grouped: (group index, lanes), ascending by group.
 using GroupLanes = std::vector<std::pair<std::uint64_t, LaneMask>>;
 
+// Exact per-frame values computed while building, so that pattern sums of
+// uncropped plans and every centre-of-mass product need no pass over the codes.
+struct FrameSummaries {
+  std::vector<std::uint64_t> pattern_sum;   // Σ over every frame, per detector pixel
+  std::vector<std::uint64_t> frame_totals;  // Σ over each frame's pixels
+  // Projections: [frame][detector_row] Σ over the row, [frame][detector_col]
+  // Σ over the column; 32-bit values for 8/16-bit codes, 64-bit for 32-bit codes.
+  bool wide_projections = false;
+  HostBuffer row_projections;
+  HostBuffer col_projections;
+
+  static std::uint64_t bytes(const catalog::Acquisition& source, DType code_dtype);
+};
+
 class CpuResident final : public Resident {
  public:
-  CpuResident(catalog::Acquisition source, DType code_dtype, HostBuffer codes, std::vector<std::uint64_t> pattern_sum,
-              std::vector<std::uint64_t> frame_totals, std::shared_ptr<ThreadPool> pool, int device_index);
+  CpuResident(catalog::Acquisition source, DType code_dtype, HostBuffer codes, FrameSummaries summaries,
+              std::shared_ptr<ThreadPool> pool, int device_index);
 
   int device_index() const override { return device_index_; }
   std::uint64_t resident_bytes() const override;
@@ -59,7 +75,7 @@ class CpuResident final : public Resident {
   // Per-frame values over the plan's region, row-major over the region.
   template <class Code>
   std::vector<std::uint64_t> masked_frame_sums(const plan::PlanGeometry& geometry, const std::vector<std::uint8_t>& mask);
-  template <class Code>
+  template <class Projection>
   void center_of_mass_frames(const plan::PlanGeometry& geometry, std::vector<std::uint64_t>& total,
                              std::vector<std::uint64_t>& row_moment, std::vector<std::uint64_t>& col_moment);
   // Σ of the given frames per native detector pixel, added into native_sum.
@@ -72,8 +88,7 @@ class CpuResident final : public Resident {
   DType code_dtype_;
   HostBuffer codes_;
   std::uint64_t frame_pixels_;
-  std::vector<std::uint64_t> pattern_sum_;   // Σ over every frame, per detector pixel (computed while building)
-  std::vector<std::uint64_t> frame_totals_;  // Σ over each frame's pixels
+  FrameSummaries summaries_;
   std::shared_ptr<ThreadPool> pool_;
   int device_index_;
 };
@@ -89,18 +104,19 @@ class ResidentBuilder {
   static DType initial_code_dtype(DType source_dtype);
   static std::uint64_t group_count(const catalog::Acquisition& source);
   static std::uint64_t code_bytes(const catalog::Acquisition& source, DType code_dtype);
-  // Every byte a build allocates besides the codes (pattern sums, totals, per-participant scratch).
+  // Every byte a build allocates besides the codes and the summaries (per-participant scratch).
   static std::uint64_t working_bytes(const catalog::Acquisition& source, DType code_dtype, unsigned participants);
 
   // Throws std::bad_alloc when memory runs out.
   ResidentBuilder(const catalog::Acquisition& source, DType code_dtype, std::shared_ptr<ThreadPool> pool);
 
-  // Where frame `frame`'s decoded source values (frame_pixels values of the
-  // source dtype) must be written: the participant's scratch lane for it.
+  // A participant builds one group at a time: for each of its frames, in any
+  // order, write the decoded source values (frame_pixels values of the source
+  // dtype) to decode_target and call finish_frame while the frame is hot in
+  // cache; then finish_group stores the group's codes.
   std::uint8_t* decode_target(std::uint64_t frame, unsigned participant);
-  // After every frame of `group` was written to this participant's scratch:
-  // zeroes masked pixels, narrows (throws NeedsWideCodes), accumulates the
-  // pattern sum and frame totals, and stores the group's codes.
+  // Zeroes masked pixels, checks narrowing (throws NeedsWideCodes), computes the frame's summaries.
+  void finish_frame(std::uint64_t frame, unsigned participant);
   void finish_group(std::uint64_t group, unsigned participant);
   std::shared_ptr<CpuResident> finish(int device_index);
 
@@ -111,8 +127,14 @@ class ResidentBuilder {
     std::vector<std::uint64_t> pattern_wide;
     std::uint32_t frames_in_narrow = 0;
   };
+  template <class Visit>
+  void with_types(Visit&& visit);  // visit(Source{}, Code{})
   template <class Source, class Code>
-  void finish_group_typed(std::uint64_t group, Participant& participant);
+  void finish_frame_typed(std::uint64_t frame, Participant& participant);
+  template <class Source, class Code>
+  void store_group_typed(std::uint64_t group, Participant& participant);
+  template <class Source, class Projection, class PatternSum>
+  std::uint64_t summarize_frame(const Source* values, std::uint64_t frame, PatternSum* pattern);
   void flush(Participant& participant);
 
   catalog::Acquisition source_;
@@ -121,7 +143,7 @@ class ResidentBuilder {
   std::uint64_t frame_pixels_;
   std::vector<std::uint32_t> masked_pixels_;
   HostBuffer codes_;
-  std::vector<std::uint64_t> frame_totals_;
+  FrameSummaries summaries_;
   std::vector<Participant> participants_;
   std::shared_ptr<ThreadPool> pool_;
 };

@@ -22,16 +22,15 @@ LoadPlan plan_load(const catalog::Acquisition& acquisition, unsigned threads) {
                            acquisition.shards.size() * 4096;
 
   const DType first = ResidentBuilder::initial_code_dtype(source_dtype);
-  const std::uint64_t first_pass = ResidentBuilder::code_bytes(acquisition, first) +
-                                   ResidentBuilder::working_bytes(acquisition, first, plan.threads);
-  std::uint64_t widest_pass = first_pass;
-  std::uint64_t resident_codes = ResidentBuilder::code_bytes(acquisition, first);
-  if (first != source_dtype) {  // a uint32 source may need a second, 32-bit pass (the first is freed)
-    widest_pass = std::max(first_pass, ResidentBuilder::code_bytes(acquisition, source_dtype) +
-                                           ResidentBuilder::working_bytes(acquisition, source_dtype, plan.threads));
-    resident_codes = ResidentBuilder::code_bytes(acquisition, source_dtype);
-  }
-  plan.resident_bytes = resident_codes + (acquisition.frame_pixels() + acquisition.frame_count()) * 8;
+  const auto resident = [&](DType code_dtype) {
+    return ResidentBuilder::code_bytes(acquisition, code_dtype) + FrameSummaries::bytes(acquisition, code_dtype);
+  };
+  const auto pass = [&](DType code_dtype) {
+    return resident(code_dtype) + ResidentBuilder::working_bytes(acquisition, code_dtype, plan.threads);
+  };
+  // A uint32 source may need a second, 32-bit pass; the first pass is freed before it starts.
+  plan.resident_bytes = resident(source_dtype);
+  const std::uint64_t widest_pass = std::max(pass(first), pass(source_dtype));
   plan.transition_peak_bytes = widest_pass + plan.threads * plan.staging_bytes_per_thread + plan.frame_index_bytes;
   return plan;
 }
