@@ -3,7 +3,10 @@
 // as dense codes in frame groups: 32 consecutive frames (row-major scan order)
 // form a group stored pixel-major, [group][detector pixel][frame in group], so
 // a masked sum reads one contiguous 32-code line per selected pixel and group
-// and nothing else (encoding "grouped32-u8|u16|u32").
+// and nothing else (encoding "grouped32-u8|u16|u32"). Exact per-frame
+// summaries computed while building (totals, row and column projections, the
+// pattern sum over all frames; about 2% of the codes for 192 x 192 frames)
+// make every centre-of-mass product and every uncropped pattern sum cheap.
 // Built by the CPU backend's load() from files, or directly from a dense array
 // (tests, benchmarks, conformance suites), with exactly the same rules:
 //  - detector pixels flagged in acquisition.pixel_mask are zeroed in every frame;
