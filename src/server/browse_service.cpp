@@ -233,9 +233,9 @@ protocol::Provenance BrowseService::provenance(const protocol::ProductQuery& que
   return p;
 }
 
-HttpResponse BrowseService::image_response(const CachedImage& cached, protocol::PayloadFormat format,
-                                           const std::string& cache_control) const {
-  const protocol::WireImage wire = protocol::encode_wire_image(cached.image, format);
+HttpResponse BrowseService::image_response(const products::Image& image, const protocol::Provenance& provenance,
+                                           protocol::PayloadFormat format, const std::string& cache_control) const {
+  protocol::WireImage wire = protocol::encode_wire_image(image, format);
   HttpResponse response;
   response.status = 200;
   response.content_type = wire.content_type;
@@ -244,7 +244,7 @@ HttpResponse BrowseService::image_response(const CachedImage& cached, protocol::
   response.set_header("x-dtype", wire.dtype);
   response.set_header("x-value-divisor", std::to_string(wire.value_divisor));
   response.set_header("cache-control", cache_control);
-  response.set_header("x-quantem-provenance", protocol::provenance_header(cached.provenance));
+  response.set_header("x-quantem-provenance", protocol::provenance_header(provenance));
   response.body = std::move(wire.body);
   return response;
 }
@@ -285,7 +285,10 @@ HttpResponse BrowseService::realspace(const HttpRequest&, const QueryParams& par
                           (r.center_col ? double_bits(*r.center_col) : "none");
   if (auto cached = cached_image(key)) {
     if (query.ensure_resident) residency_.acquire(resolved.acquisition);
-    return image_response(*cached, query.format, "max-age=300");
+    protocol::Provenance provenance = cached->provenance;  // the names this request used (an alias may differ)
+    provenance.session = query.source.session;
+    provenance.file = query.source.file;
+    return image_response(cached->image, provenance, query.format, "max-age=300");
   }
   const auto resident = residency_.acquire(resolved.acquisition);
   products::UsedGeometry used;
@@ -296,7 +299,7 @@ HttpResponse BrowseService::realspace(const HttpRequest&, const QueryParams& par
   entry->provenance = provenance(query, resolved, *resident, entry->image, std::move(geometry));
   store_image(key, entry);
   residency_.mark_active(resolved.acquisition.master_path);
-  return image_response(*entry, query.format, "max-age=300");
+  return image_response(entry->image, entry->provenance, query.format, "max-age=300");
 }
 
 HttpResponse BrowseService::realspace_shape(const HttpRequest&, const QueryParams& params) {
@@ -310,7 +313,7 @@ HttpResponse BrowseService::realspace_shape(const HttpRequest&, const QueryParam
   geometry["shape"] = query.shape_name;
   result.provenance = provenance(query, resolved, *resident, result.image, std::move(geometry));
   residency_.mark_active(resolved.acquisition.master_path);
-  return image_response(result, query.format, "max-age=300");
+  return image_response(result.image, result.provenance, query.format, "max-age=300");
 }
 
 HttpResponse BrowseService::cbed(const HttpRequest&, const QueryParams& params) {
@@ -325,7 +328,7 @@ HttpResponse BrowseService::cbed(const HttpRequest&, const QueryParams& params) 
   geometry["scan_row"] = clamp_index(query.scan_row, resolved.geometry.scan_rows);
   geometry["scan_col"] = clamp_index(query.scan_col, resolved.geometry.scan_cols);
   result.provenance = provenance(query, resolved, *resident, result.image, std::move(geometry));
-  return image_response(result, query.format, "max-age=60");
+  return image_response(result.image, result.provenance, query.format, "max-age=60");
 }
 
 HttpResponse BrowseService::cbed_region(const HttpRequest&, const QueryParams& params) {
@@ -347,7 +350,7 @@ HttpResponse BrowseService::cbed_region(const HttpRequest&, const QueryParams& p
   geometry["reduce"] = query.reduce_name;
   geometry["positions"] = positions.size();
   result.provenance = provenance(query, resolved, *resident, result.image, std::move(geometry));
-  return image_response(result, query.format, "no-store");
+  return image_response(result.image, result.provenance, query.format, "no-store");
 }
 
 // ---- residency ----------------------------------------------------------------

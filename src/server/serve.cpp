@@ -309,9 +309,11 @@ int run_serve(const ServeOptions& options) {
   }
   service.set_ready(false);
   http.stop();
+  // Cancel loads and wake requests waiting for them before joining the HTTP
+  // workers, so no worker waits out a long load.
+  residency.shutdown();
   server_thread.join();
   catalog_thread.join();
-  residency.shutdown();
   ::unlink(runtime_file.c_str());
   spdlog::info("stopped");
   return exit_code;

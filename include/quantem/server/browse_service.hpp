@@ -92,8 +92,8 @@ class BrowseService {
   protocol::Provenance provenance(const protocol::ProductQuery& query, const Resolved& resolved,
                                   const backend::Resident& resident, const products::Image& image,
                                   nlohmann::ordered_json geometry) const;
-  HttpResponse image_response(const CachedImage& image, protocol::PayloadFormat format,
-                              const std::string& cache_control) const;
+  HttpResponse image_response(const products::Image& image, const protocol::Provenance& provenance,
+                              protocol::PayloadFormat format, const std::string& cache_control) const;
   nlohmann::ordered_json residency_document(const protocol::SourceRef& source, const catalog::Acquisition& acquisition,
                                             const residency::ResidencyStatus& status) const;
 
