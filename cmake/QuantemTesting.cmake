@@ -9,7 +9,16 @@ else()
   find_package(Python3 REQUIRED COMPONENTS Interpreter)
   set(QUANTEM_PYTHON ${Python3_EXECUTABLE} CACHE FILEPATH "Python with h5py, hdf5plugin and numpy")
 endif()
-set(QUANTEM_REAL_DATA_DIR "${CMAKE_SOURCE_DIR}/../shared/data/real" CACHE PATH "Real detector files")
+# Real detector-written files (shared/data/real beside the checkout). Tests that
+# need them skip with a message when none of the candidates exists.
+set(_quantem_real_data_default "")
+foreach(candidate "${CMAKE_SOURCE_DIR}/../shared/data/real" "${CMAKE_SOURCE_DIR}/shared/data/real" "/work/shared/data/real")
+  if(_quantem_real_data_default STREQUAL "" AND EXISTS "${candidate}/arina")
+    get_filename_component(_quantem_real_data_default "${candidate}" ABSOLUTE)
+  endif()
+endforeach()
+set(QUANTEM_REAL_DATA_DIR "${_quantem_real_data_default}" CACHE PATH "Real detector files (empty: real-data tests skip)")
+message(STATUS "quantem-gpu: real detector files: ${QUANTEM_REAL_DATA_DIR}")
 
 # quantem_add_test(NAME SOURCES ... LIBS ... [LABELS ...] [GPU])
 # Tests that need a GPU carry the label "gpu" so CPU machines can run the rest.

@@ -21,7 +21,11 @@ std::string env_or(const char* name, const std::string& fallback) {
 }  // namespace
 
 std::string python() { return env_or("QUANTEM_PYTHON", "/usr/bin/python3"); }
-std::string real_data_dir() { return env_or("QUANTEM_REAL_DATA_DIR", "../shared/data/real"); }
+std::string real_data_dir() { return env_or("QUANTEM_REAL_DATA_DIR", ""); }
+bool real_data_available() {
+  const auto dir = real_data_dir();
+  return !dir.empty() && std::filesystem::exists(dir + "/arina");
+}
 std::string source_dir() { return env_or("QUANTEM_SOURCE_DIR", "."); }
 std::string quantem_binary() { return env_or("QUANTEM_BINARY", "quantem-gpu"); }
 

@@ -9,7 +9,15 @@ namespace quantem::test {
 
 // Environment set by CMake (quantem_add_test).
 std::string python();          // interpreter with h5py/hdf5plugin/numpy
-std::string real_data_dir();   // ../shared/data/real
+std::string real_data_dir();   // ../shared/data/real ("" when absent)
+bool real_data_available();    // the real detector files were found at configure time
+
+// Skips the current test, with a message, when the real detector files are absent.
+#define QUANTEM_SKIP_WITHOUT_REAL_DATA()                                                        \
+  do {                                                                                          \
+    if (!::quantem::test::real_data_available())                                                \
+      GTEST_SKIP() << "real detector files (shared/data/real) not found; set QUANTEM_REAL_DATA_DIR"; \
+  } while (0)
 std::string source_dir();      // repository root
 std::string quantem_binary();  // path of the built quantem-gpu
 

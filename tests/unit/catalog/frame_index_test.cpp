@@ -227,6 +227,7 @@ TEST_F(FrameIndexTest, ShardRewrittenSinceInspectionIsAConflict) {
 }
 
 TEST(FrameIndexReal, ArinaTest00) {
+  QUANTEM_SKIP_WITHOUT_REAL_DATA();
   const std::string directory = test::real_data_dir() + "/arina/rsciio_test_00";
   const auto a = inspect_master(directory + "/test_00_master.h5");
   ASSERT_TRUE(a.status.loadable) << a.status.reason;
@@ -245,6 +246,7 @@ TEST(FrameIndexReal, ArinaTest00) {
 // Masters in a TempDir with absolute links to the real Eiger data files (the
 // fixture writes no data file: --missing-shards), one Python start for all.
 TEST(FrameIndexReal, EigerDataFiles) {
+  QUANTEM_SKIP_WITHOUT_REAL_DATA();
   struct Case {
     std::string prefix;
     DType dtype;

@@ -420,6 +420,7 @@ TEST_F(InspectMaster, Calibration) {
 }
 
 TEST_F(InspectMaster, MalformedMastersAreReportedNotThrown) {
+  QUANTEM_SKIP_WITHOUT_REAL_DATA();
   const std::string missing = dir_.file("gone_master.h5");
   const auto gone = inspect_master(missing);
   EXPECT_EQ(gone.status.reason, "master file is missing: " + missing);
@@ -474,6 +475,7 @@ TEST_F(InspectMaster, ZeroFrames) {
 }
 
 TEST(InspectRealArina, Test00IsLoadableWithItsSidecar) {
+  QUANTEM_SKIP_WITHOUT_REAL_DATA();
   const std::string master = normal(test::real_data_dir() + "/arina/rsciio_test_00/test_00_master.h5");
   const auto a = inspect_master(master);
   EXPECT_TRUE(a.status.loadable) << a.status.reason;
@@ -490,6 +492,7 @@ TEST(InspectRealArina, Test00IsLoadableWithItsSidecar) {
 }
 
 TEST(InspectRealArina, Test00WithoutSidecarUsesTheSquareOfNtrigger) {
+  QUANTEM_SKIP_WITHOUT_REAL_DATA();
   TempDir dir;
   const std::string source = test::real_data_dir() + "/arina/rsciio_test_00/";
   fs::copy_file(source + "test_00_master.h5", dir.file("test_00_master.h5"));
@@ -501,6 +504,7 @@ TEST(InspectRealArina, Test00WithoutSidecarUsesTheSquareOfNtrigger) {
 }
 
 TEST(InspectRealArina, MeaPtychoMissingShardIsNotLoadable) {
+  QUANTEM_SKIP_WITHOUT_REAL_DATA();
   const std::string directory = normal(test::real_data_dir() + "/arina/rsciio_MEA_ptycho_15");
   const auto a = inspect_master(directory + "/MEA_ptycho_15_master.h5");
   EXPECT_FALSE(a.status.loadable);

@@ -87,24 +87,28 @@ void expect_real_files_decode(const std::vector<std::string>& files, int filter_
 const std::string kEiger = "eiger_h5_testmodes/";
 
 TEST(CodecRealFiles, Eiger2BitshuffleUint8) {
+  QUANTEM_SKIP_WITHOUT_REAL_DATA();
   expect_real_files_decode({kEiger + "eiger2_simread7_2datafiles_4images_bslz4_uint8_data_000001.h5",
                             kEiger + "eiger2_simread7_2datafiles_4images_bslz4_uint8_data_000002.h5"},
                            test_support::kBitshuffleFilterId, 1, 2);
 }
 
 TEST(CodecRealFiles, Eiger2BitshuffleUint16) {
+  QUANTEM_SKIP_WITHOUT_REAL_DATA();
   expect_real_files_decode({kEiger + "eiger2_simread7_2datafiles_4images_bslz4_data_000001.h5",
                             kEiger + "eiger2_simread7_2datafiles_4images_bslz4_data_000002.h5"},
                            test_support::kBitshuffleFilterId, 2, 2);
 }
 
 TEST(CodecRealFiles, Eiger2BitshuffleUint32) {
+  QUANTEM_SKIP_WITHOUT_REAL_DATA();
   expect_real_files_decode({kEiger + "eiger2_simread7_2datafiles_4images_bslz4_uint32_data_000001.h5",
                             kEiger + "eiger2_simread7_2datafiles_4images_bslz4_uint32_data_000002.h5"},
                            test_support::kBitshuffleFilterId, 4, 2);
 }
 
 TEST(CodecRealFiles, Eiger1BitshuffleVersion02WithPartialBlockAndTail) {
+  QUANTEM_SKIP_WITHOUT_REAL_DATA();
   // 1065 x 1030 = 1 096 950 elements: 267 full blocks, a 3312-element block and 6 raw elements.
   expect_real_files_decode({kEiger + "eiger1_testmode10_2datafiles_4images_bslz4_data_000001.h5",
                             kEiger + "eiger1_testmode10_2datafiles_4images_bslz4_data_000002.h5"},
@@ -112,16 +116,19 @@ TEST(CodecRealFiles, Eiger1BitshuffleVersion02WithPartialBlockAndTail) {
 }
 
 TEST(CodecRealFiles, Eiger2PlainLz4) {
+  QUANTEM_SKIP_WITHOUT_REAL_DATA();
   expect_real_files_decode({kEiger + "eiger2_simread7_2datafiles_4images_lz4_data_000001.h5"},
                            test_support::kLz4FilterId, 2, 2);
 }
 
 TEST(CodecRealFiles, ArinaUint32) {
+  QUANTEM_SKIP_WITHOUT_REAL_DATA();
   expect_real_files_decode({"arina/rsciio_test_00/test_00_data_000001.h5"}, test_support::kBitshuffleFilterId, 4,
                            16);
 }
 
 TEST(CodecRealFiles, Eiger1LayoutHasPartialBlockAndRawTail) {
+  QUANTEM_SKIP_WITHOUT_REAL_DATA();
   quantem::test::TempDir dir;
   const auto chunks = export_real_file(dir, kEiger + "eiger1_testmode10_2datafiles_4images_bslz4_data_000001.h5");
   ASSERT_FALSE(chunks.empty());
