@@ -137,6 +137,7 @@ TEST(BitshuffleLz4Gpu, DecodesNonDefaultBlockSizesWhenDeclared) {
 }
 
 TEST(BitshuffleLz4Gpu, DecodesRealDetectorFilesLikeTheCpuReference) {
+  QUANTEM_SKIP_WITHOUT_REAL_DATA();
   QUANTEM_REQUIRE_CUDA_DEVICE();
   const std::string root = test::real_data_dir();
   const std::vector<std::string> files = {
