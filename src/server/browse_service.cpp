@@ -257,16 +257,27 @@ std::shared_ptr<const BrowseService::CachedImage> BrowseService::cached_image(co
   return it->second->second;
 }
 
+namespace {
+std::uint64_t image_bytes(const products::Image& image) {
+  return image.counts.size() * sizeof(std::uint64_t) + image.values.size() * sizeof(float);
+}
+}  // namespace
+
 void BrowseService::store_image(const std::string& key, std::shared_ptr<const CachedImage> image) {
   std::lock_guard<std::mutex> lock(image_mutex_);
   auto it = image_index_.find(key);
   if (it != image_index_.end()) {
+    image_bytes_ -= image_bytes(it->second->second->image);
     image_lru_.erase(it->second);
     image_index_.erase(it);
   }
+  image_bytes_ += image_bytes(image->image);
   image_lru_.emplace_front(key, std::move(image));
   image_index_[key] = image_lru_.begin();
-  while (image_lru_.size() > std::max<std::size_t>(1, config_.image_cache_entries)) {
+  // Least recently used first; the newest image always stays.
+  while (image_lru_.size() > 1 &&
+         (image_lru_.size() > config_.image_cache_entries || image_bytes_ > config_.image_cache_bytes)) {
+    image_bytes_ -= image_bytes(image_lru_.back().second->image);
     image_index_.erase(image_lru_.back().first);
     image_lru_.pop_back();
   }

@@ -38,7 +38,8 @@ namespace quantem::server {
 struct BrowseConfig {
   std::string implementation_revision;
   AccessPolicy access;
-  std::size_t image_cache_entries = 64;
+  std::size_t image_cache_entries = 64;                   // realspace images kept (the reference's 64)...
+  std::uint64_t image_cache_bytes = 256ull << 20;         // ...within this many bytes of values
 };
 
 class BrowseService {
@@ -111,6 +112,7 @@ class BrowseService {
   std::mutex image_mutex_;
   std::list<std::pair<std::string, std::shared_ptr<const CachedImage>>> image_lru_;  // most recent first
   std::unordered_map<std::string, decltype(image_lru_)::iterator> image_index_;
+  std::uint64_t image_bytes_ = 0;
 };
 
 // Errors whose texts clients match (reference §6).
