@@ -1,6 +1,7 @@
 #include "daemon.hpp"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,8 +32,12 @@ pid_t spawn(const std::vector<std::string>& arguments, const std::map<std::strin
   std::vector<std::string> argv_storage;
   argv_storage.push_back(quantem_binary());
   argv_storage.insert(argv_storage.end(), arguments.begin(), arguments.end());
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid == 0) {
+    // A daemon never outlives a test process that died without stopping it.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
     for (const auto& [name, value] : env) {
       if (value.empty()) {
         ::unsetenv(name.c_str());
