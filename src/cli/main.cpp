@@ -75,7 +75,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // Usage errors exit with status 2, like the argparse CLI of the service we
+    // replace (reference §1); --help still exits 0.
+    const int status = app.exit(e);
+    return status == 0 ? 0 : 2;
   }
 
   try {
