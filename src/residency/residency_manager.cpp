@@ -1,6 +1,12 @@
 #include "quantem/residency/residency_manager.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <new>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -32,55 +38,92 @@ const char* residency_state_name(ResidencyState state) noexcept {
   return "absent";
 }
 
+struct ResidencyManager::Sync {
+  std::mutex mutex;
+  std::condition_variable changed;  // any state change: load finished, pin released, eviction, shutdown
+};
+
 struct ResidencyManager::Entry {
   std::string master_path;
   catalog::Acquisition acquisition;  // the inspection the load uses (signature included)
-  int device = 0;
+  backend::LoadEstimate estimate;
+  std::size_t device_position = 0;
   ResidencyState state = ResidencyState::loading;
-  std::uint64_t reserved_bytes = 0;  // transition peak held while loading
-  std::shared_ptr<backend::Resident> resident;
+  std::shared_ptr<backend::Resident> resident;  // the only owning pointer
   std::shared_ptr<backend::LoadProgress> progress = std::make_shared<backend::LoadProgress>();
   std::optional<Error> failure;
   std::uint64_t last_used = 0;
+  std::uint64_t pins = 0;     // leases alive + requests waiting for this load
+  bool detached = false;      // no longer in entries_ (evicted, cancelled, stale)
+  bool load_started = false;  // the loader has taken it off its queue
+  std::optional<std::string> preserved;  // the active acquisition the current attempt keeps
+  std::deque<Attempt> fallbacks;         // where an out-of-memory load goes next
+  std::shared_ptr<std::mutex> compute_mutex = std::make_shared<std::mutex>();
+};
+
+struct ResidencyManager::DeviceLoader {
+  std::deque<EntryPtr> queue;
+  std::thread thread;
 };
 
 namespace {
-
-constexpr std::uint64_t kOneGiB = 1ULL << 30;
-
-bool same_signature(const catalog::SourceSignature& a, const catalog::SourceSignature& b) { return a == b; }
 
 // Load errors that describe the attempt rather than the data: the next request retries.
 bool is_transient(ErrorKind kind) {
   return kind == ErrorKind::payload_too_large || kind == ErrorKind::unavailable || kind == ErrorKind::conflict;
 }
 
+std::string loader_thread_name(int device_index) {
+  return ("quantem-load-" + std::to_string(device_index)).substr(0, 15);  // the kernel keeps 15 characters
+}
+
 }  // namespace
 
 ResidencyManager::ResidencyManager(backend::Backend& backend, ResidencyOptions options)
-    : backend_(backend), options_(options), devices_(backend.devices()) {
+    : backend_(backend), options_(options), devices_(backend.devices()), sync_(std::make_shared<Sync>()) {
   if (options_.max_entries_per_device == 0) options_.max_entries_per_device = 1;
-  loader_ = std::thread([this] { loader_loop(); });
+  for (std::size_t position = 0; position < devices_.size(); ++position) {
+    loaders_.push_back(std::make_unique<DeviceLoader>());
+  }
+  for (std::size_t position = 0; position < devices_.size(); ++position) {
+    loaders_[position]->thread = std::thread([this, position] { loader_loop(position); });
+  }
 }
 
 ResidencyManager::~ResidencyManager() { shutdown(); }
 
 void ResidencyManager::shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_ && !loader_.joinable()) return;
+    std::lock_guard<std::mutex> lock(sync_->mutex);
     stopping_ = true;
     for (auto& [path, entry] : entries_) entry->progress->cancel_requested = true;
-    for (auto& entry : queue_) entry->progress->cancel_requested = true;
+    for (auto& entry : draining_) entry->progress->cancel_requested = true;
   }
-  changed_.notify_all();
-  if (loader_.joinable()) loader_.join();
-  std::lock_guard<std::mutex> lock(mutex_);
-  queue_.clear();
+  sync_->changed.notify_all();
+  for (auto& loader : loaders_) {
+    if (loader->thread.joinable()) loader->thread.join();
+  }
+  std::lock_guard<std::mutex> lock(sync_->mutex);
+  for (auto& loader : loaders_) loader->queue.clear();
+  for (auto& [path, entry] : entries_) {
+    entry->detached = true;
+    if (entry->state == ResidencyState::loading) {
+      entry->state = ResidencyState::failed;
+      entry->failure = unavailable("the daemon is shutting down");
+    }
+    if (entry->pins == 0) entry->resident.reset();  // leases still out free theirs on release
+  }
   entries_.clear();
   draining_.clear();
   active_.reset();
-  changed_.notify_all();
+  sync_->changed.notify_all();
+}
+
+std::optional<std::size_t> ResidencyManager::position_of(int device_index) const {
+  for (std::size_t position = 0; position < devices_.size(); ++position) {
+    if (devices_[position].index == device_index) return position;
+  }
+  return std::nullopt;
 }
 
 std::uint64_t ResidencyManager::max_budget_bytes() const {
@@ -89,37 +132,107 @@ std::uint64_t ResidencyManager::max_budget_bytes() const {
   return largest;
 }
 
-void ResidencyManager::touch_locked(const EntryPtr& entry) { entry->last_used = ++clock_; }
-
-std::uint64_t ResidencyManager::draining_bytes_locked(int device) const {
-  draining_.erase(std::remove_if(draining_.begin(), draining_.end(), [](const Draining& d) { return d.resident.expired(); }),
-                  draining_.end());
+std::uint64_t ResidencyManager::aggregate_budget_bytes() const {
   std::uint64_t total = 0;
-  for (const auto& d : draining_)
-    if (d.device == device) total += d.bytes;
+  for (const auto& device : devices_) total += device.budget_bytes;
   return total;
+}
+
+void ResidencyManager::touch_locked(Entry& entry) { entry.last_used = ++clock_; }
+
+namespace {
+
+// Bytes an entry holds on its device right now.
+template <typename EntryT>
+std::uint64_t held_bytes(const EntryT& entry) {
+  if (entry.state == ResidencyState::loading) return entry.estimate.transition_peak_bytes;
+  if (entry.state == ResidencyState::resident && entry.resident) return entry.resident->resident_bytes();
+  return 0;
+}
+
+}  // namespace
+
+DeviceHoldings ResidencyManager::holdings_locked(std::size_t device_position, bool preserve_active) const {
+  draining_.erase(std::remove_if(draining_.begin(), draining_.end(),
+                                 [](const EntryPtr& entry) { return held_bytes(*entry) == 0; }),
+                  draining_.end());
+  DeviceHoldings holdings;
+  holdings.info = devices_[device_position];
+  holdings.free_bytes = backend_.free_bytes(holdings.info.index);
+  for (const auto& [path, entry] : entries_) {
+    if (entry->device_position != device_position) continue;
+    if (entry->state == ResidencyState::resident) {
+      const std::uint64_t bytes = held_bytes(*entry);
+      holdings.resident_bytes += bytes;
+      ++holdings.resident_entries;
+      if (preserve_active && active_ && *active_ == path) holdings.active_bytes = bytes;
+    } else if (entry->state == ResidencyState::loading) {
+      holdings.loading_bytes += held_bytes(*entry);
+      ++holdings.resident_entries;
+    }
+  }
+  for (const auto& entry : draining_) {
+    if (entry->device_position == device_position) holdings.draining_bytes += held_bytes(*entry);
+  }
+  return holdings;
+}
+
+std::vector<DeviceUsage> ResidencyManager::device_usage() const {
+  std::lock_guard<std::mutex> lock(sync_->mutex);
+  std::vector<DeviceUsage> usages;
+  for (std::size_t position = 0; position < devices_.size(); ++position) {
+    usages.push_back(device_capacity(holdings_locked(position, true)));
+  }
+  return usages;
+}
+
+ResidencyCounters ResidencyManager::counters() const {
+  std::lock_guard<std::mutex> lock(sync_->mutex);
+  return counters_;
 }
 
 void ResidencyManager::remove_locked(const EntryPtr& entry) {
   auto it = entries_.find(entry->master_path);
   if (it == entries_.end() || it->second != entry) return;
-  if (entry->state == ResidencyState::resident && entry->resident) {
-    if (entry->resident.use_count() > 1) {
-      draining_.push_back({entry->resident, entry->device, entry->resident->resident_bytes()});
-    }
-    ++counters_.evictions;
-    spdlog::info("evicted {} from device {}", entry->master_path, entry->device);
-  }
-  if (entry->state == ResidencyState::loading) entry->progress->cancel_requested = true;
-  if (active_ && *active_ == entry->master_path) active_.reset();
   entries_.erase(it);
+  entry->detached = true;
+  if (active_ && *active_ == entry->master_path) active_.reset();
+  switch (entry->state) {
+    case ResidencyState::loading:
+      entry->progress->cancel_requested = true;
+      if (!entry->load_started) {
+        // Still queued: nothing was allocated, the reservation ends now.
+        auto& queue = loaders_[entry->device_position]->queue;
+        queue.erase(std::remove(queue.begin(), queue.end(), entry), queue.end());
+        entry->state = ResidencyState::failed;
+        entry->failure = unavailable("the load of " + entry->acquisition.name + " was cancelled");
+        entry->progress->stage = backend::LoadStage::cancelled;
+      } else {
+        draining_.push_back(entry);  // the reservation holds until the backend has freed the attempt
+      }
+      break;
+    case ResidencyState::resident:
+      ++counters_.evictions;
+      spdlog::info("evicted {} from device {}", entry->master_path, devices_[entry->device_position].index);
+      if (entry->pins > 0) {
+        draining_.push_back(entry);
+      } else {
+        entry->resident.reset();
+      }
+      break;
+    case ResidencyState::absent:
+    case ResidencyState::failed:
+      break;
+  }
+  sync_->changed.notify_all();
 }
 
-ResidencyManager::EntryPtr ResidencyManager::lookup_locked(const catalog::Acquisition& acquisition, bool& stale_caller) {
+ResidencyManager::EntryPtr ResidencyManager::lookup_locked(const catalog::Acquisition& acquisition,
+                                                            bool& stale_caller) {
   auto it = entries_.find(acquisition.master_path);
   if (it == entries_.end()) return nullptr;
   EntryPtr entry = it->second;
-  if (same_signature(entry->acquisition.signature, acquisition.signature)) return entry;
+  if (entry->acquisition.signature == acquisition.signature) return entry;
   if (catalog::restat_signature(entry->acquisition.signature) == entry->acquisition.signature) {
     // The entry still matches the files: the caller's inspection is the stale one.
     stale_caller = true;
@@ -128,270 +241,366 @@ ResidencyManager::EntryPtr ResidencyManager::lookup_locked(const catalog::Acquis
   // The files changed: the old resident (or load, or failure) is stale.
   spdlog::info("{} changed on disk; dropping its {} entry", acquisition.master_path, residency_state_name(entry->state));
   remove_locked(entry);
-  changed_.notify_all();
   return nullptr;
 }
 
-DeviceUsage ResidencyManager::usage_locked(const backend::DeviceInfo& device, bool preserve_active) const {
-  DeviceUsage usage;
-  usage.info = device;
-  usage.free_bytes = backend_.free_bytes(device.index);
-  std::uint64_t resident = 0, pinned = 0, active = 0;
-  for (const auto& [path, entry] : entries_) {
-    if (entry->device != device.index) continue;
-    if (entry->state == ResidencyState::resident) {
-      const std::uint64_t bytes = entry->resident->resident_bytes();
-      resident += bytes;
-      ++usage.resident_entries;
-      if (preserve_active && active_ && *active_ == path) active += bytes;
-    } else if (entry->state == ResidencyState::loading) {
-      pinned += entry->reserved_bytes;
-      ++usage.resident_entries;
-    }
-  }
-  pinned += draining_bytes_locked(device.index);
-  usage.resident_bytes = resident + pinned;
-  usage.active_resident_bytes = active;
-  usage.evictable_bytes = resident - active;
-  const std::uint64_t budget = device.budget_bytes;
-  const std::uint64_t held = active + pinned;
-  if (budget > 0) {
-    std::uint64_t peak = budget > pinned ? budget - pinned : 0;
-    if (usage.free_bytes) peak = std::min(peak, *usage.free_bytes + usage.evictable_bytes);
-    usage.available_peak_bytes = peak;
-    usage.available_resident_bytes = budget > held ? budget - held : 0;
-  } else if (usage.free_bytes) {
-    usage.available_peak_bytes = *usage.free_bytes + usage.evictable_bytes;
-  }
-  return usage;
-}
-
-std::vector<DeviceUsage> ResidencyManager::device_usage() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<DeviceUsage> usages;
-  for (const auto& device : devices_) usages.push_back(usage_locked(device, true));
-  return usages;
-}
-
-bool ResidencyManager::make_room_locked(int device_index, std::uint64_t peak_bytes,
-                                        const std::optional<std::string>& preserved, bool& blocked_by_draining) {
-  const auto device_it =
-      std::find_if(devices_.begin(), devices_.end(), [&](const backend::DeviceInfo& d) { return d.index == device_index; });
-  if (device_it == devices_.end()) return false;
-  const std::uint64_t budget = device_it->budget_bytes;
-  const auto free = backend_.free_bytes(device_index);
-  std::uint64_t projected_free = free.value_or(0);
-  const std::uint64_t required_free = peak_bytes + std::min(kOneGiB, peak_bytes / 20);
-  while (true) {
-    std::uint64_t used = draining_bytes_locked(device_index), entries = 0;
-    EntryPtr victim;
-    for (const auto& [path, entry] : entries_) {
-      if (entry->device != device_index) continue;
-      if (entry->state == ResidencyState::resident) {
-        used += entry->resident->resident_bytes();
-        ++entries;
-        const bool is_preserved = preserved && *preserved == path;
-        if (!is_preserved && (!victim || entry->last_used < victim->last_used)) victim = entry;
-      } else if (entry->state == ResidencyState::loading) {
-        used += entry->reserved_bytes;
-        ++entries;
-      }
-    }
-    const bool over_count = entries >= options_.max_entries_per_device;
-    const bool over_budget = budget > 0 && used + peak_bytes > budget;
-    const bool short_of_free = free.has_value() && projected_free < required_free;
-    if (!over_count && !over_budget && !short_of_free) return true;
-    if (!victim) {
-      blocked_by_draining = draining_bytes_locked(device_index) > 0;
-      return false;
-    }
-    projected_free += victim->resident->resident_bytes();
-    remove_locked(victim);
-  }
-}
-
-ResidencyManager::EntryPtr ResidencyManager::try_admit_locked(const catalog::Acquisition& acquisition,
-                                                               bool& blocked_by_draining) {
+backend::LoadEstimate ResidencyManager::estimate_checked(const catalog::Acquisition& acquisition) {
   const backend::LoadEstimate estimate = backend_.estimate_load(acquisition);
-  const std::uint64_t peak = estimate.transition_peak_bytes;
+  const bool every_device_has_a_budget =
+      std::all_of(devices_.begin(), devices_.end(), [](const backend::DeviceInfo& d) { return d.budget_bytes > 0; });
   const std::uint64_t largest = max_budget_bytes();
-  if (peak > largest) {
-    ++counters_.admission_rejections;
-    throw payload_too_large(peak_exceeds_budget_message(peak, largest));
+  if (every_device_has_a_budget && estimate.transition_peak_bytes > largest) {
+    {
+      std::lock_guard<std::mutex> lock(sync_->mutex);
+      ++counters_.admission_rejections;
+    }
+    throw payload_too_large(peak_exceeds_budget_message(estimate.transition_peak_bytes, largest));
   }
+  return estimate;
+}
 
-  bool any_candidate = false;
-  const bool have_active = active_.has_value() && active_ != acquisition.master_path;
+std::vector<std::vector<ResidencyManager::Attempt>> ResidencyManager::plan_attempts_locked(
+    const std::string& master_path, const backend::LoadEstimate& estimate) const {
+  std::vector<std::vector<Attempt>> passes;
+  const bool have_active = active_.has_value() && *active_ != master_path;
   for (const bool preserve : {true, false}) {
     if (!preserve && !have_active) break;
-    std::vector<DeviceUsage> candidates;
-    for (const auto& device : devices_) {
-      DeviceUsage usage = usage_locked(device, preserve);
-      const bool peak_fits = !usage.available_peak_bytes || peak <= *usage.available_peak_bytes;
-      const bool resident_fits = !usage.available_resident_bytes || estimate.resident_bytes <= *usage.available_resident_bytes;
-      if (peak_fits && resident_fits) candidates.push_back(std::move(usage));
+    const bool preserving = preserve && have_active;
+    std::vector<DeviceCapacity> capacities;
+    for (std::size_t position = 0; position < devices_.size(); ++position) {
+      capacities.push_back(device_capacity(holdings_locked(position, preserving)));
     }
-    std::sort(candidates.begin(), candidates.end(), [](const DeviceUsage& a, const DeviceUsage& b) {
-      if (a.resident_entries != b.resident_entries) return a.resident_entries < b.resident_entries;
-      const auto peak_a = a.available_peak_bytes.value_or(UINT64_MAX), peak_b = b.available_peak_bytes.value_or(UINT64_MAX);
-      if (peak_a != peak_b) return peak_a > peak_b;
-      const double fill_a = a.info.budget_bytes ? double(a.resident_bytes) / double(a.info.budget_bytes) : 0.0;
-      const double fill_b = b.info.budget_bytes ? double(b.resident_bytes) / double(b.info.budget_bytes) : 0.0;
-      if (fill_a != fill_b) return fill_a < fill_b;
-      return a.info.index < b.info.index;
-    });
-    any_candidate = any_candidate || !candidates.empty();
-    const std::optional<std::string> preserved = preserve ? active_ : std::nullopt;
-    for (const auto& candidate : candidates) {
-      if (!make_room_locked(candidate.info.index, peak, preserved, blocked_by_draining)) continue;
-      auto entry = std::make_shared<Entry>();
-      entry->master_path = acquisition.master_path;
-      entry->acquisition = acquisition;
-      entry->device = candidate.info.index;
-      entry->reserved_bytes = peak;
-      entry->progress->bytes_total = 0;
-      touch_locked(entry);
-      entries_[entry->master_path] = entry;
-      queue_.push_back(entry);
-      ++counters_.loads_started;
-      spdlog::info("admitted {} on device {} (estimated peak {} B, resident {} B)", acquisition.master_path,
-                   entry->device, peak, estimate.resident_bytes);
-      changed_.notify_all();
-      return entry;
+    std::vector<Attempt> pass;
+    for (const std::size_t position : order_candidates(capacities, estimate)) pass.push_back({position, preserving});
+    passes.push_back(std::move(pass));
+  }
+  return passes;
+}
+
+ResidencyManager::Room ResidencyManager::make_room_locked(std::size_t device_position,
+                                                          const backend::LoadEstimate& estimate,
+                                                          const std::optional<std::string>& preserved,
+                                                          const Entry* self) {
+  const std::uint64_t budget = devices_[device_position].budget_bytes;
+  const std::uint64_t needed = std::max(estimate.transition_peak_bytes, estimate.resident_bytes);
+  std::uint64_t held = 0, entries = 0;
+  std::uint64_t kept_bytes = 0, kept_entries = 0;  // what no wait can reclaim: the preserved acquisition
+  std::vector<EntryPtr> victims;                    // evictable now, least recently used first
+  for (const auto& [path, entry] : entries_) {
+    if (entry->device_position != device_position || entry.get() == self) continue;
+    if (entry->state != ResidencyState::resident && entry->state != ResidencyState::loading) continue;
+    const std::uint64_t bytes = held_bytes(*entry);
+    held += bytes;
+    ++entries;
+    const bool is_preserved = preserved && *preserved == path;
+    if (is_preserved) {
+      kept_bytes += bytes;
+      ++kept_entries;
+    } else if (entry->state == ResidencyState::resident && entry->pins == 0) {
+      victims.push_back(entry);
     }
   }
-  // Bytes of evicted residents that running requests still use are released
-  // soon: wait for them (bounded) rather than refuse.
-  for (const auto& device : devices_) blocked_by_draining = blocked_by_draining || draining_bytes_locked(device.index) > 0;
-  if (blocked_by_draining) return nullptr;
-  ++counters_.admission_rejections;
-  throw payload_too_large(any_candidate ? kLoadDidNotFitMessage : kNoDeviceCanAdmitMessage);
+  for (const auto& entry : draining_) {
+    if (entry->device_position == device_position) held += held_bytes(*entry);
+  }
+  std::sort(victims.begin(), victims.end(),
+            [](const EntryPtr& a, const EntryPtr& b) { return a->last_used < b->last_used; });
+
+  auto fits = [&](std::uint64_t freed, std::uint64_t evicted) {
+    return entries - evicted < options_.max_entries_per_device && (budget == 0 || held - freed + needed <= budget);
+  };
+  std::uint64_t freed = 0;
+  std::size_t evicted = 0;
+  while (!fits(freed, evicted) && evicted < victims.size()) freed += held_bytes(*victims[evicted++]);
+  if (!fits(freed, evicted)) {
+    Room room;
+    room.worth_waiting =
+        kept_entries < options_.max_entries_per_device && (budget == 0 || kept_bytes + needed <= budget);
+    return room;
+  }
+  // Free-memory headroom (the budget is ours; free memory is the device's):
+  // evict more while it helps, then load anyway; an out-of-memory load retries.
+  if (const auto free = backend_.free_bytes(devices_[device_position].index)) {
+    const std::uint64_t required = required_free_bytes(estimate.transition_peak_bytes);
+    std::uint64_t projected = *free + freed;
+    while (projected < required && evicted < victims.size()) {
+      const std::uint64_t bytes = held_bytes(*victims[evicted++]);
+      freed += bytes;
+      projected += bytes;
+    }
+  }
+  for (std::size_t i = 0; i < evicted; ++i) remove_locked(victims[i]);
+  Room room;
+  room.made = true;
+  return room;
+}
+
+bool ResidencyManager::evict_one_locked(std::size_t device_position, const std::optional<std::string>& preserved,
+                                        const Entry* self) {
+  EntryPtr victim;
+  for (const auto& [path, entry] : entries_) {
+    if (entry->device_position != device_position || entry.get() == self) continue;
+    if (entry->state != ResidencyState::resident || entry->pins > 0) continue;
+    if (preserved && *preserved == path) continue;
+    if (!victim || entry->last_used < victim->last_used) victim = entry;
+  }
+  if (!victim) return false;
+  remove_locked(victim);
+  return true;
+}
+
+void ResidencyManager::enqueue_locked(const EntryPtr& entry, bool front) {
+  entry->load_started = false;
+  auto& queue = loaders_[entry->device_position]->queue;
+  if (front) {
+    queue.push_front(entry);
+  } else {
+    queue.push_back(entry);
+  }
+  sync_->changed.notify_all();
 }
 
 ResidencyManager::EntryPtr ResidencyManager::admit_locked(std::unique_lock<std::mutex>& lock,
-                                                          const catalog::Acquisition& acquisition) {
-  const auto deadline = std::chrono::steady_clock::now() + options_.drain_wait_limit;
+                                                          const catalog::Acquisition& acquisition,
+                                                          const backend::LoadEstimate& estimate) {
+  const auto deadline = std::chrono::steady_clock::now() + options_.busy_wait_limit;
   while (true) {
     if (stopping_) throw unavailable("the daemon is shutting down");
-    bool blocked_by_draining = false;
-    if (EntryPtr entry = try_admit_locked(acquisition, blocked_by_draining)) return entry;
-    // Only residents still used by running requests stand in the way: wait for them (bounded).
-    if (std::chrono::steady_clock::now() >= deadline) {
+    const auto passes = plan_attempts_locked(acquisition.master_path, estimate);
+    std::size_t candidates = 0;
+    for (const auto& pass : passes) candidates += pass.size();
+    if (candidates == 0) {
       ++counters_.admission_rejections;
-      throw unavailable("devices are busy: evicted acquisitions are still in use by running requests; retry shortly");
+      throw payload_too_large(kNoDeviceCanAdmitMessage);
     }
-    changed_.wait_for(lock, std::chrono::milliseconds(20));
+    bool worth_waiting = false;
+    for (std::size_t p = 0; p < passes.size() && !worth_waiting; ++p) {
+      for (std::size_t a = 0; a < passes[p].size(); ++a) {
+        const Attempt& attempt = passes[p][a];
+        const std::optional<std::string> preserved = attempt.preserve_active ? active_ : std::nullopt;
+        const Room room = make_room_locked(attempt.device_position, estimate, preserved, nullptr);
+        if (!room.made) {
+          worth_waiting = worth_waiting || room.worth_waiting;
+          continue;
+        }
+        auto entry = std::make_shared<Entry>();
+        entry->master_path = acquisition.master_path;
+        entry->acquisition = acquisition;
+        entry->estimate = estimate;
+        entry->device_position = attempt.device_position;
+        entry->preserved = preserved;
+        for (std::size_t rest = a + 1; rest < passes[p].size(); ++rest) entry->fallbacks.push_back(passes[p][rest]);
+        for (std::size_t later = p + 1; later < passes.size(); ++later) {
+          for (const Attempt& next : passes[later]) entry->fallbacks.push_back(next);
+        }
+        touch_locked(*entry);
+        entries_[entry->master_path] = entry;
+        ++counters_.loads_started;
+        spdlog::info("admitted {} on device {} (transition peak {} B, resident {} B)", acquisition.master_path,
+                     devices_[entry->device_position].index, estimate.transition_peak_bytes, estimate.resident_bytes);
+        enqueue_locked(entry, false);
+        return entry;
+      }
+    }
+    if (!worth_waiting) {
+      ++counters_.admission_rejections;
+      throw payload_too_large(kLoadDidNotFitMessage);
+    }
+    // Only residents in use, loads in progress or draining bytes stand in the
+    // way: they finish by themselves. Wait for them, bounded.
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ++counters_.busy_timeouts;
+      throw unavailable("every device that could hold " + acquisition.name +
+                        " is busy with requests or loads that did not finish within " +
+                        std::to_string(options_.busy_wait_limit.count()) + " ms; retry shortly");
+    }
+    sync_->changed.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(50)));
     bool stale_caller = false;
     if (EntryPtr existing = lookup_locked(acquisition, stale_caller)) return existing;
     if (stale_caller) throw conflict(kStaleInspectionMessage);
   }
 }
 
-std::shared_ptr<backend::Resident> ResidencyManager::acquire(const catalog::Acquisition& acquisition) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  const auto deadline = std::chrono::steady_clock::now() + options_.load_wait_limit;
+namespace {
+
+template <typename EntryT>
+void unpin(EntryT& entry) {
+  if (entry.pins > 0) --entry.pins;
+  if (entry.pins == 0 && entry.detached) entry.resident.reset();  // the last user of an evicted resident
+}
+
+}  // namespace
+
+void ResidencyManager::release_pin(Sync& sync, const EntryPtr& entry) {
+  {
+    std::lock_guard<std::mutex> lock(sync.mutex);
+    unpin(*entry);
+  }
+  sync.changed.notify_all();
+}
+
+ResidentLease ResidencyManager::lease_locked(const EntryPtr& entry) {
+  ResidentLease lease;
+  std::shared_ptr<Sync> sync = sync_;
+  // Non-owning pointer whose control block releases the pin once the last copy is gone.
+  lease.resident_ = std::shared_ptr<backend::Resident>(
+      entry->resident.get(), [sync, entry](backend::Resident*) { release_pin(*sync, entry); });
+  lease.compute_ = entry->compute_mutex;
+  return lease;
+}
+
+ResidentLease ResidencyManager::acquire(const catalog::Acquisition& acquisition) {
+  std::unique_lock<std::mutex> lock(sync_->mutex);
+  if (stopping_) throw unavailable("the daemon is shutting down");
   bool stale_caller = false;
   EntryPtr entry = lookup_locked(acquisition, stale_caller);
   if (stale_caller) throw conflict(kStaleInspectionMessage);
-  if (!entry) entry = admit_locked(lock, acquisition);
+  if (!entry) {
+    lock.unlock();
+    const backend::LoadEstimate estimate = estimate_checked(acquisition);
+    lock.lock();
+    entry = lookup_locked(acquisition, stale_caller);
+    if (stale_caller) throw conflict(kStaleInspectionMessage);
+    if (!entry) entry = admit_locked(lock, acquisition, estimate);
+  }
+  ++entry->pins;  // a loaded resident cannot be evicted before this request uses it
+  const auto deadline = std::chrono::steady_clock::now() + options_.load_wait_limit;
   while (true) {
-    if (stopping_) throw unavailable("the daemon is shutting down");
-    switch (entry->state) {
-      case ResidencyState::resident:
-        touch_locked(entry);
-        return entry->resident;
-      case ResidencyState::failed:
-        throw *entry->failure;
-      case ResidencyState::absent:
-      case ResidencyState::loading:
-        break;
+    if (stopping_) {
+      unpin(*entry);
+      throw unavailable("the daemon is shutting down");
     }
-    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && entry->state == ResidencyState::loading) {
+    if (entry->state == ResidencyState::resident && !entry->detached) {
+      touch_locked(*entry);
+      return lease_locked(entry);
+    }
+    if (entry->state == ResidencyState::failed) {
+      unpin(*entry);
+      throw *entry->failure;
+    }
+    if (entry->detached) {
+      unpin(*entry);
+      throw unavailable("the resident of " + acquisition.name +
+                        " was evicted or its load cancelled while this request waited; retry");
+    }
+    if (sync_->changed.wait_until(lock, deadline) == std::cv_status::timeout &&
+        entry->state == ResidencyState::loading) {
+      unpin(*entry);
+      ++counters_.busy_timeouts;
       throw unavailable("timed out waiting for " + acquisition.name +
                         " to load; the load continues, poll /api/browse/residency");
     }
   }
 }
 
-std::shared_ptr<backend::Resident> ResidencyManager::find(const catalog::Acquisition& acquisition) {
-  std::lock_guard<std::mutex> lock(mutex_);
+ResidentLease ResidencyManager::find(const catalog::Acquisition& acquisition) {
+  std::lock_guard<std::mutex> lock(sync_->mutex);
   bool stale_caller = false;
   EntryPtr entry = lookup_locked(acquisition, stale_caller);
-  if (!entry || entry->state != ResidencyState::resident) return nullptr;
-  touch_locked(entry);
-  return entry->resident;
+  if (!entry || entry->state != ResidencyState::resident) return {};
+  touch_locked(*entry);
+  ++entry->pins;
+  return lease_locked(entry);
 }
 
 ResidencyStatus ResidencyManager::request_load(const catalog::Acquisition& acquisition) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  bool stale_caller = false;
-  EntryPtr entry = lookup_locked(acquisition, stale_caller);
-  if (stale_caller) throw conflict(kStaleInspectionMessage);
-  if (entry && entry->state == ResidencyState::failed) {
-    remove_locked(entry);  // an explicit load request retries a failure
-    entry = nullptr;
+  std::unique_lock<std::mutex> lock(sync_->mutex);
+  if (stopping_) throw unavailable("the daemon is shutting down");
+  auto lookup = [&]() -> EntryPtr {
+    bool stale_caller = false;
+    EntryPtr entry = lookup_locked(acquisition, stale_caller);
+    if (stale_caller) throw conflict(kStaleInspectionMessage);
+    if (entry && entry->state == ResidencyState::failed) {
+      remove_locked(entry);  // an explicit load request retries a remembered failure
+      entry = nullptr;
+    }
+    return entry;
+  };
+  EntryPtr entry = lookup();
+  if (!entry) {
+    lock.unlock();
+    const backend::LoadEstimate estimate = estimate_checked(acquisition);
+    lock.lock();
+    entry = lookup();
+    if (!entry) entry = admit_locked(lock, acquisition, estimate);
   }
-  if (!entry) entry = admit_locked(lock, acquisition);
-  return status_of(entry);
+  return status_of(*entry);
 }
 
-ResidencyStatus ResidencyManager::status_of(const EntryPtr& entry) const {
+ResidencyStatus ResidencyManager::status_of(const Entry& entry) const {
   ResidencyStatus status;
-  if (!entry) return status;
-  status.state = entry->state;
-  status.device_index = entry->device;
-  status.bytes_done = entry->progress->bytes_done;
-  status.bytes_total = entry->progress->bytes_total;
-  status.stage = backend::load_stage_name(entry->progress->stage);
-  if (entry->state == ResidencyState::resident) {
-    status.resident_bytes = entry->resident->resident_bytes();
-    status.encoding = entry->resident->encoding();
+  status.state = entry.state;
+  status.device_index = devices_[entry.device_position].index;
+  status.bytes_done = entry.progress->bytes_done;
+  status.bytes_total = entry.progress->bytes_total;
+  status.stage = backend::load_stage_name(entry.progress->stage);
+  if (entry.state == ResidencyState::resident && entry.resident) {
+    status.resident_bytes = entry.resident->resident_bytes();
+    status.encoding = entry.resident->encoding();
   }
-  if (entry->failure) status.failure_reason = entry->failure->what();
+  if (entry.failure) status.failure_reason = entry.failure->what();
   return status;
 }
 
 ResidencyStatus ResidencyManager::status(const catalog::Acquisition& acquisition) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(sync_->mutex);
   auto it = entries_.find(acquisition.master_path);
-  if (it == entries_.end() || !same_signature(it->second->acquisition.signature, acquisition.signature)) return {};
-  return status_of(it->second);
+  if (it == entries_.end() || it->second->acquisition.signature != acquisition.signature) return {};
+  return status_of(*it->second);
 }
 
 bool ResidencyManager::evict(const catalog::Acquisition& acquisition) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(sync_->mutex);
   auto it = entries_.find(acquisition.master_path);
   if (it == entries_.end()) return false;
-  remove_locked(it->second);
-  changed_.notify_all();
+  const EntryPtr entry = it->second;
+  remove_locked(entry);
   return true;
 }
 
+std::size_t ResidencyManager::drop_changed_sources(const std::vector<std::string>& paths) {
+  std::lock_guard<std::mutex> lock(sync_->mutex);
+  std::vector<EntryPtr> changed;
+  for (const auto& [master, entry] : entries_) {
+    const auto& signature = entry->acquisition.signature;
+    const bool named = paths.empty() || std::any_of(signature.begin(), signature.end(), [&](const auto& file) {
+                         return std::find(paths.begin(), paths.end(), file.path) != paths.end();
+                       });
+    if (named && catalog::restat_signature(signature) != signature) changed.push_back(entry);
+  }
+  for (const auto& entry : changed) {
+    spdlog::info("{} changed on disk; dropping its {} entry", entry->master_path, residency_state_name(entry->state));
+    remove_locked(entry);
+  }
+  return changed.size();
+}
+
 void ResidencyManager::mark_active(const std::string& master_path) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (entries_.count(master_path)) active_ = master_path;
+  std::lock_guard<std::mutex> lock(sync_->mutex);
+  auto it = entries_.find(master_path);
+  if (it != entries_.end() && it->second->state == ResidencyState::resident) active_ = master_path;
 }
 
-ResidencyCounters ResidencyManager::counters() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return counters_;
-}
-
-void ResidencyManager::loader_loop() {
-  std::unique_lock<std::mutex> lock(mutex_);
+void ResidencyManager::loader_loop(std::size_t device_position) {
+  const int device_index = devices_[device_position].index;
+  pthread_setname_np(pthread_self(), loader_thread_name(device_index).c_str());
+  DeviceLoader& loader = *loaders_[device_position];
+  std::unique_lock<std::mutex> lock(sync_->mutex);
   while (true) {
-    changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    sync_->changed.wait(lock, [&] { return stopping_ || !loader.queue.empty(); });
     if (stopping_) return;
-    EntryPtr job = queue_.front();
-    queue_.pop_front();
-    auto current = entries_.find(job->master_path);
-    if (current == entries_.end() || current->second != job || job->progress->cancel_requested) continue;
+    EntryPtr job = loader.queue.front();
+    loader.queue.pop_front();
+    job->load_started = true;
+    const int attempt_device = devices_[job->device_position].index;
+    job->progress->bytes_done = 0;
+    job->progress->stage = backend::LoadStage::queued;
 
     lock.unlock();
     std::shared_ptr<backend::Resident> resident;
     std::optional<Error> failure;
     try {
-      resident = backend_.load(job->acquisition, job->device, *job->progress);
+      resident = backend_.load(job->acquisition, attempt_device, *job->progress);
       if (!resident) throw internal_error("the backend returned no resident");
       // A resident built from files that changed under the load is never served.
       if (catalog::restat_signature(job->acquisition.signature) != job->acquisition.signature) {
@@ -401,40 +610,65 @@ void ResidencyManager::loader_loop() {
       }
     } catch (const Error& error) {
       failure = error;
+    } catch (const std::bad_alloc&) {
+      failure = payload_too_large("out of memory while loading " + job->acquisition.name);
     } catch (const std::exception& error) {
       failure = internal_error(std::string("load failed: ") + error.what());
     }
     lock.lock();
 
-    current = entries_.find(job->master_path);
-    const bool still_wanted = current != entries_.end() && current->second == job && !stopping_;
-    if (failure) {
-      ++counters_.loads_failed;
-      job->state = ResidencyState::failed;
-      job->failure = failure;
-      job->reserved_bytes = 0;
-      job->progress->stage = backend::LoadStage::failed;
-      spdlog::warn("load of {} on device {} failed: {}", job->master_path, job->device, failure->what());
-      if (still_wanted && is_transient(failure->kind())) entries_.erase(current);
-    } else if (still_wanted) {
+    if (!failure && (job->detached || stopping_)) {
+      resident.reset();  // cancelled meanwhile: nothing of it stays
+      failure = unavailable("the load of " + job->acquisition.name + " was cancelled");
+    }
+    if (!failure) {
+      if (resident->resident_bytes() > job->estimate.resident_bytes) {
+        spdlog::warn("{} holds {} B on device {}, more than its estimate of {} B", job->master_path,
+                     resident->resident_bytes(), attempt_device, job->estimate.resident_bytes);
+      }
       ++counters_.loads_completed;
       job->resident = std::move(resident);
       job->state = ResidencyState::resident;
-      job->reserved_bytes = 0;
-      touch_locked(job);
-      spdlog::info("{} resident on device {} ({} B, {})", job->master_path, job->device,
+      touch_locked(*job);
+      spdlog::info("{} resident on device {} ({} B, {})", job->master_path, attempt_device,
                    job->resident->resident_bytes(), job->resident->encoding());
-    } else {
-      job->state = ResidencyState::failed;
-      job->failure = unavailable("the load of " + job->acquisition.name + " was cancelled");
-      job->reserved_bytes = 0;
+      sync_->changed.notify_all();
+      continue;
     }
-    changed_.notify_all();
-    if (!still_wanted) {
-      lock.unlock();
-      resident.reset();  // free outside the lock
-      lock.lock();
+    if (failure->kind() == ErrorKind::payload_too_large && !job->detached && !stopping_) {
+      // Out of device memory: the backend freed the attempt. Evict one more on
+      // this device and retry here; else move to the next candidate.
+      ++counters_.out_of_memory_retries;
+      spdlog::warn("out of memory loading {} on device {}: {}", job->master_path, attempt_device, failure->what());
+      if (evict_one_locked(job->device_position, job->preserved, job.get())) {
+        enqueue_locked(job, true);
+        continue;
+      }
+      bool moved = false;
+      while (!job->fallbacks.empty() && !moved) {
+        const Attempt next = job->fallbacks.front();
+        job->fallbacks.pop_front();
+        const std::optional<std::string> preserved = next.preserve_active ? active_ : std::nullopt;
+        if (make_room_locked(next.device_position, job->estimate, preserved, job.get()).made) {
+          job->device_position = next.device_position;
+          job->preserved = preserved;
+          enqueue_locked(job, true);
+          moved = true;
+        }
+      }
+      if (moved) continue;
+      ++counters_.admission_rejections;
+      failure = payload_too_large(kLoadDidNotFitMessage);  // the text alone, as the reference sends it
     }
+    if (!job->detached) ++counters_.loads_failed;
+    job->state = ResidencyState::failed;
+    job->failure = failure;
+    if (job->progress->stage != backend::LoadStage::cancelled) job->progress->stage = backend::LoadStage::failed;
+    if (!job->detached) {
+      spdlog::warn("load of {} on device {} failed: {}", job->master_path, attempt_device, failure->what());
+      if (is_transient(failure->kind())) remove_locked(job);
+    }
+    sync_->changed.notify_all();
   }
 }
 

@@ -302,6 +302,7 @@ HttpResponse BrowseService::realspace(const HttpRequest&, const QueryParams& par
     return image_response(cached->image, provenance, query.format, "max-age=300");
   }
   const auto resident = residency_.acquire(resolved.acquisition);
+  const auto compute = resident.lock_compute();
   products::UsedGeometry used;
   auto entry = std::make_shared<CachedImage>();
   entry->image = products::realspace(*resident, resolved.geometry, r, used);
@@ -317,6 +318,7 @@ HttpResponse BrowseService::realspace_shape(const HttpRequest&, const QueryParam
   const auto query = protocol::parse_shape_query(params);
   const Resolved resolved = resolve_product(query);
   const auto resident = residency_.acquire(resolved.acquisition);
+  const auto compute = resident.lock_compute();
   products::UsedGeometry used;
   CachedImage result;
   result.image = products::realspace_shape(*resident, resolved.geometry, query.request, used);
@@ -333,6 +335,7 @@ HttpResponse BrowseService::cbed(const HttpRequest&, const QueryParams& params) 
   const auto resident =
       query.ensure_resident ? residency_.acquire(resolved.acquisition) : residency_.find(resolved.acquisition);
   if (!resident) throw conflict(kNotResidentMessage);
+  const auto compute = resident.lock_compute();
   CachedImage result;
   result.image = products::selected_diffraction(*resident, resolved.geometry, query.scan_row, query.scan_col);
   json geometry;
@@ -351,6 +354,7 @@ HttpResponse BrowseService::cbed_region(const HttpRequest&, const QueryParams& p
   const auto resident =
       query.ensure_resident ? residency_.acquire(resolved.acquisition) : residency_.find(resolved.acquisition);
   if (!resident) throw conflict(kNotResidentMessage);
+  const auto compute = resident.lock_compute();
   CachedImage result;
   result.image = products::region_diffraction(*resident, resolved.geometry, query.request);
   json geometry;

@@ -1,44 +1,59 @@
 #pragma once
-// Which acquisitions are resident, on which device, and in what state.
+// Which acquisition is resident on which device: the one admission path both
+// backends share (plan -> admit -> run). docs/admission.md has the rules with
+// examples; reference/browse-protocol.md §5 is the behaviour they follow.
 //
-// One resident per acquisition, keyed by master path and source signature: a
-// resident whose files changed is never served (it is dropped and reloaded).
-// Every plan (crop, bins) is a view of that one resident.
+// One resident per acquisition, keyed by master path and source signature:
+// every plan (crop, bins) is a view of it, and a resident whose files changed
+// is never served (it is dropped and reloaded).
 //
-// Admission happens before any allocation (plan -> admit -> run):
-//  1. the backend's estimate; a transition peak above every device budget is
-//     refused with the reference's first 413 text;
-//  2. candidate devices (capacity model of reference §5.1: a device qualifies
-//     when the peak fits its available peak and the resident fits its available
-//     resident bytes), ordered by fewest residents, then most available peak,
-//     then lowest fill, then lowest index; first preserving the active
-//     acquisition, then (if that admits nothing) without preserving it;
-//  3. on the chosen device only, least-recently-used residents are evicted
-//     until the entry count is below the per-device limit and the resident
-//     bytes + loading reservations + the new peak fit the budget;
-//  4. the load runs on one loader thread (loads are serialised, as in the
-//     reference); its progress is observable and cancellable.
-// Evicted residents still used by a running request keep their bytes counted
-// ("draining") until the request releases them.
+// Admission, before any allocation, on the caller's thread under one lock
+// (so the decision order is the arrival order):
+//  1. the backend's estimate (resident bytes, transition peak). A peak above
+//     every device budget: 413 "Requested exact load needs a ...";
+//  2. candidate devices by the capacity model (capacity.hpp) in the order
+//     fewest residents, largest available peak, lowest fill, lowest index;
+//     first preserving the active acquisition, then without preserving it.
+//     None: 413 "No configured CUDA GPU can admit the exact load. ...";
+//  3. on the first candidate where room can be made, and only there, the least
+//     recently used residents that no request is using (unpinned) and that are
+//     not preserved are evicted until the entry count is below
+//     max_entries_per_device and resident + loading + draining + the new peak
+//     fit the budget; then more while free memory is below the peak plus
+//     headroom. A device where only pinned residents, loads in progress or
+//     draining bytes stand in the way makes the caller wait (bounded by
+//     busy_wait_limit, then 503). Nowhere: 413 "The exact load did not fit ...".
+//  4. the load runs on that device's loader thread (one per device: loads on
+//     one device are serialised, loads on different devices overlap). When
+//     the backend runs out of memory (Error payload_too_large), the attempt has
+//     freed what it took; one more least recently used resident on that device
+//     is evicted and the load retried there; with nothing left to evict, the
+//     next candidate is tried; after the last, the load fails with the third
+//     413 text alone.
 //
-// This is the simple admission of the first protocol issue; the admission
-// issue grows it (transition-peak accounting per stage, OOM retry, pinning).
-// Thread-safe. Every wait is bounded.
+// A lease (ResidentLease) pins its resident: while any copy of it lives, the
+// resident is never evicted by admission. An explicit eviction or a source
+// change removes a pinned resident from the catalogue of residents at once,
+// but its bytes stay counted ("draining") until the last lease is gone.
+//
+// Threads: public methods may be called from any thread. Backend::load runs
+// only on the loader thread of its device (named "quantem-load-<index>"); a
+// CUDA backend binds the device on that thread before device work. Compute on
+// a resident runs on the caller's thread under the lease's compute lock.
+// Every wait is bounded (ResidencyOptions).
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "quantem/backend/backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/core/error.hpp"
+#include "quantem/residency/capacity.hpp"
 
 namespace quantem::residency {
 
@@ -56,31 +71,26 @@ struct ResidencyStatus {
   std::string failure_reason;  // when failed
 };
 
-// Live capacity of one device (reference §5.1), including loading
-// reservations and draining bytes as non-evictable use.
-struct DeviceUsage {
-  backend::DeviceInfo info;
-  std::optional<std::uint64_t> free_bytes;
-  std::uint64_t resident_bytes = 0;      // resident + reserved for loads + draining
-  std::uint64_t resident_entries = 0;    // resident + loading
-  std::uint64_t active_resident_bytes = 0;
-  std::uint64_t evictable_bytes = 0;
-  std::optional<std::uint64_t> available_peak_bytes;
-  std::optional<std::uint64_t> available_resident_bytes;
-};
+// The capabilities fields of one device (capacity.hpp), live.
+using DeviceUsage = DeviceCapacity;
 
 struct ResidencyCounters {
-  std::uint64_t loads_started = 0;
+  std::uint64_t loads_started = 0;     // admitted loads
   std::uint64_t loads_completed = 0;
   std::uint64_t loads_failed = 0;
-  std::uint64_t evictions = 0;
-  std::uint64_t admission_rejections = 0;
+  std::uint64_t evictions = 0;          // residents dropped (LRU, OOM retry, DELETE, changed files)
+  std::uint64_t admission_rejections = 0;  // 413s
+  std::uint64_t out_of_memory_retries = 0;  // backend OOMs answered by evicting or moving on
+  std::uint64_t busy_timeouts = 0;          // bounded waits that ended in 503
 };
 
 struct ResidencyOptions {
-  std::size_t max_entries_per_device = 8;                        // --cache-entries
-  std::chrono::milliseconds load_wait_limit{std::chrono::minutes(10)};  // acquire() waiting for a load
-  std::chrono::milliseconds drain_wait_limit{std::chrono::seconds(10)}; // admission waiting for draining bytes
+  std::size_t max_entries_per_device = 8;  // --cache-entries; 0 is treated as 1
+  // acquire() waiting for a load to finish.
+  std::chrono::milliseconds load_wait_limit{std::chrono::minutes(10)};
+  // Admission waiting for residents in use, loads in progress or draining bytes
+  // on the devices it could use.
+  std::chrono::milliseconds busy_wait_limit{std::chrono::seconds(30)};
 };
 
 // The reference's 413 texts (clients match on them).
@@ -89,6 +99,27 @@ extern const char* const kNoDeviceCanAdmitMessage;
 extern const char* const kLoadDidNotFitMessage;
 extern const char* const kStaleInspectionMessage;  // 409 when a request raced a file rewrite
 
+// A pinned resident. Copies share the pin; the resident stays loaded (never
+// evicted by admission) until the last copy is destroyed. Empty when default
+// constructed or returned by find() for an acquisition that is not resident.
+class ResidentLease {
+ public:
+  ResidentLease() = default;
+  explicit operator bool() const { return resident_ != nullptr; }
+  backend::Resident& operator*() const { return *resident_; }
+  backend::Resident* operator->() const { return resident_.get(); }
+  backend::Resident* get() const { return resident_.get(); }
+
+  // One compute at a time per resident (different residents run in parallel).
+  // Hold it for the whole product computation.
+  std::unique_lock<std::mutex> lock_compute() const { return std::unique_lock<std::mutex>(*compute_); }
+
+ private:
+  friend class ResidencyManager;
+  std::shared_ptr<backend::Resident> resident_;  // its deleter releases the pin
+  std::shared_ptr<std::mutex> compute_;
+};
+
 class ResidencyManager {
  public:
   ResidencyManager(backend::Backend& backend, ResidencyOptions options);
@@ -96,75 +127,98 @@ class ResidencyManager {
   ResidencyManager(const ResidencyManager&) = delete;
   ResidencyManager& operator=(const ResidencyManager&) = delete;
 
-  // The resident of this exact source, loading it first when needed and
-  // waiting (bounded) for the load. Throws quantem::Error:
-  //   payload_too_large (413 texts) when admission refuses,
-  //   the load's own error (corrupt_data, io, conflict when files changed
-  //   during the load, ...), unavailable when the wait limit passes or the
+  // The resident of this exact source, pinned; loads it first when needed and
+  // waits (bounded) for the load. Throws quantem::Error:
+  //   payload_too_large with one of the three 413 texts;
+  //   the load's own error (corrupt_data, io, unprocessable, conflict when the
+  //   files changed during the load, ...);
+  //   conflict kStaleInspectionMessage when the caller's inspection is older
+  //   than the files (resolve again and retry);
+  //   unavailable when a bounded wait expires, the load was cancelled, or the
   //   manager is shutting down.
-  std::shared_ptr<backend::Resident> acquire(const catalog::Acquisition& acquisition);
+  ResidentLease acquire(const catalog::Acquisition& acquisition);
 
-  // The resident when it is already loaded for this exact signature (touches
-  // its LRU position), else nullptr. Never loads.
-  std::shared_ptr<backend::Resident> find(const catalog::Acquisition& acquisition);
+  // The resident, pinned, when it is already loaded for this exact signature
+  // (touches its LRU position); an empty lease otherwise. Never loads.
+  ResidentLease find(const catalog::Acquisition& acquisition);
 
-  // Admits and queues a load without waiting. Admission errors throw as in
-  // acquire(); a previous failure is retried. Returns the status after queueing.
+  // Admits and queues a load without waiting for it (POST /load). Admission
+  // errors throw as in acquire(); a remembered failure is retried. Returns the
+  // status after queueing (resident when it already was).
   ResidencyStatus request_load(const catalog::Acquisition& acquisition);
 
   ResidencyStatus status(const catalog::Acquisition& acquisition) const;
 
-  // Drops the resident (or cancels the load) of this master. false when absent.
+  // Drops the resident of this master (its bytes drain while requests use it)
+  // or cancels its load (everything the load took is freed by the backend;
+  // the reservation is held until then). false when absent.
   bool evict(const catalog::Acquisition& acquisition);
 
-  // The active acquisition (set by realspace products) is preserved by the
-  // first admission pass.
+  // Drops every resident, load or remembered failure whose source files
+  // changed on disk (stat again). Only entries whose signature names one of
+  // `paths` are checked; all entries when `paths` is empty. Returns how many
+  // were dropped.
+  std::size_t drop_changed_sources(const std::vector<std::string>& paths = {});
+
+  // The active acquisition (the last realspace product) is preserved by the
+  // first admission pass and excluded from evictable bytes.
   void mark_active(const std::string& master_path);
 
   std::vector<DeviceUsage> device_usage() const;
   ResidencyCounters counters() const;
-  std::uint64_t max_budget_bytes() const;
+  std::uint64_t max_budget_bytes() const;        // what a single load may use at most
+  std::uint64_t aggregate_budget_bytes() const;  // reported, never used to admit one load
 
-  // Cancels queued and running loads, joins the loader, releases every resident.
+  // Cancels queued and running loads, joins the loaders, releases every
+  // resident that no lease holds. Later calls throw unavailable.
   void shutdown();
 
  private:
   struct Entry;
-  using EntryPtr = std::shared_ptr<Entry>;
-  struct Draining {
-    std::weak_ptr<backend::Resident> resident;
-    int device = 0;
-    std::uint64_t bytes = 0;
+  struct Sync;
+  struct DeviceLoader;
+  struct Attempt {
+    std::size_t device_position = 0;  // index into devices_
+    bool preserve_active = false;
   };
+  struct Room {
+    bool made = false;
+    bool worth_waiting = false;  // only pinned, loading or draining bytes stand in the way
+  };
+  using EntryPtr = std::shared_ptr<Entry>;
 
-  // The entry for this master and signature; a stale entry (its files changed)
-  // is dropped; stale_caller is set when the caller's signature is the stale one.
   EntryPtr lookup_locked(const catalog::Acquisition& acquisition, bool& stale_caller);
-  EntryPtr admit_locked(std::unique_lock<std::mutex>& lock, const catalog::Acquisition& acquisition);
-  EntryPtr try_admit_locked(const catalog::Acquisition& acquisition, bool& blocked_by_draining);
-  bool make_room_locked(int device, std::uint64_t peak_bytes, const std::optional<std::string>& preserved,
-                        bool& blocked_by_draining);
+  backend::LoadEstimate estimate_checked(const catalog::Acquisition& acquisition);
+  EntryPtr admit_locked(std::unique_lock<std::mutex>& lock, const catalog::Acquisition& acquisition,
+                        const backend::LoadEstimate& estimate);
+  std::vector<std::vector<Attempt>> plan_attempts_locked(const std::string& master_path,
+                                                         const backend::LoadEstimate& estimate) const;
+  Room make_room_locked(std::size_t device_position, const backend::LoadEstimate& estimate,
+                        const std::optional<std::string>& preserved, const Entry* self);
+  bool evict_one_locked(std::size_t device_position, const std::optional<std::string>& preserved, const Entry* self);
   void remove_locked(const EntryPtr& entry);
-  void touch_locked(const EntryPtr& entry);
-  DeviceUsage usage_locked(const backend::DeviceInfo& device, bool preserve_active) const;
-  std::uint64_t draining_bytes_locked(int device) const;
-  ResidencyStatus status_of(const EntryPtr& entry) const;
-  void loader_loop();
+  void touch_locked(Entry& entry);
+  DeviceHoldings holdings_locked(std::size_t device_position, bool preserve_active) const;
+  ResidencyStatus status_of(const Entry& entry) const;
+  ResidentLease lease_locked(const EntryPtr& entry);  // takes over one pin the caller already counted
+  static void release_pin(Sync& sync, const EntryPtr& entry);
+  void enqueue_locked(const EntryPtr& entry, bool front);
+  void loader_loop(std::size_t device_position);
+  std::optional<std::size_t> position_of(int device_index) const;
 
   backend::Backend& backend_;
   ResidencyOptions options_;
-  std::vector<backend::DeviceInfo> devices_;
+  const std::vector<backend::DeviceInfo> devices_;
 
-  mutable std::mutex mutex_;
-  std::condition_variable changed_;
+  std::shared_ptr<Sync> sync_;  // mutex and condition variable, shared with leases
+  std::vector<std::unique_ptr<DeviceLoader>> loaders_;  // by device position
+  // Everything below is guarded by sync_->mutex.
   std::map<std::string, EntryPtr> entries_;  // by master path
-  std::deque<EntryPtr> queue_;
-  mutable std::vector<Draining> draining_;
+  mutable std::vector<EntryPtr> draining_;  // removed entries still holding bytes (pinned, or a load still running)
   std::optional<std::string> active_;
   std::uint64_t clock_ = 0;
   ResidencyCounters counters_;
   bool stopping_ = false;
-  std::thread loader_;
 };
 
 }  // namespace quantem::residency

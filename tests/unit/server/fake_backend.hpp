@@ -1,11 +1,23 @@
 #pragma once
 // A backend double for residency and service tests: devices with fixed
-// budgets, per-acquisition estimates, loads that can be held at a gate or
-// made to fail, and a record of every load.
+// budgets, per-acquisition estimates, and loads with injectable faults:
+//  - a gate (all loads, or one acquisition's) that holds loads until opened;
+//  - failures, permanent or for the next N loads of an acquisition;
+//  - a physical memory size per device: a load whose transition peak does not
+//    fit next to the residents still alive there throws payload_too_large
+//    (out of memory) after "allocating" and freeing its temporaries;
+//  - a record of every load: acquisition, device, thread name, and the bytes
+//    alive on that device when it started (to check that freed means freed).
+// Residents count their bytes as alive on their device until destroyed.
+#include <pthread.h>
+
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,10 +27,34 @@
 
 namespace quantem::test {
 
+// Bytes alive per device, shared by the backend and its residents (which may outlive it).
+struct FakeDeviceMemory {
+  std::mutex mutex;
+  std::map<int, std::uint64_t> alive;
+  void add(int device, std::uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex);
+    alive[device] += bytes;
+  }
+  void remove(int device, std::uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex);
+    alive[device] -= bytes;
+  }
+  std::uint64_t on(int device) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return alive[device];
+  }
+};
+
 class FakeResident : public backend::Resident {
  public:
-  FakeResident(const catalog::Acquisition& source, int device, std::uint64_t bytes)
-      : source_(source), device_(device), bytes_(bytes) {}
+  FakeResident(const catalog::Acquisition& source, int device, std::uint64_t bytes,
+               std::shared_ptr<FakeDeviceMemory> memory = nullptr)
+      : source_(source), device_(device), bytes_(bytes), memory_(std::move(memory)) {
+    if (memory_) memory_->add(device_, bytes_);
+  }
+  ~FakeResident() override {
+    if (memory_) memory_->remove(device_, bytes_);
+  }
   int device_index() const override { return device_; }
   std::uint64_t resident_bytes() const override { return bytes_; }
   std::string encoding() const override { return "fake"; }
@@ -37,6 +73,14 @@ class FakeResident : public backend::Resident {
   catalog::Acquisition source_;
   int device_;
   std::uint64_t bytes_;
+  std::shared_ptr<FakeDeviceMemory> memory_;
+};
+
+struct FakeLoad {
+  std::string master_path;
+  int device = 0;
+  std::string thread_name;
+  std::uint64_t alive_bytes_at_start = 0;  // on that device, before this attempt allocated anything
 };
 
 class FakeBackend : public backend::Backend {
@@ -62,25 +106,52 @@ class FakeBackend : public backend::Backend {
   }
   backend::LoadEstimate estimate_load(const catalog::Acquisition& acquisition) const override {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = estimates_.find(acquisition.master_path);
-    if (it != estimates_.end()) return it->second;
-    return default_estimate_;
+    ++estimates_made_;
+    return estimate_locked(acquisition.master_path);
   }
   std::shared_ptr<backend::Resident> load(const catalog::Acquisition& acquisition, int device_index,
                                           backend::LoadProgress& progress) override {
+    const std::string& path = acquisition.master_path;
     std::unique_lock<std::mutex> lock(mutex_);
-    loads_.emplace_back(acquisition.master_path, device_index);
+    char thread_name[32] = {};
+    pthread_getname_np(pthread_self(), thread_name, sizeof thread_name);
+    loads_.push_back({path, device_index, thread_name, memory_->on(device_index)});
+    ++running_;
+    max_running_ = std::max(max_running_, running_);
+    changed_.notify_all();
+    struct Running {
+      FakeBackend& backend;
+      ~Running() {
+        --backend.running_;
+        backend.changed_.notify_all();
+      }
+    } running{*this};
     progress.bytes_total = 100;
     progress.stage = backend::LoadStage::reading;
     // Polls the cancellation flag as a real load does at chunk boundaries.
-    while (!gate_open_ && !progress.cancel_requested) gate_changed_.wait_for(lock, std::chrono::milliseconds(2));
-    if (progress.cancel_requested) throw unavailable("cancelled");
-    auto failure = failures_.find(acquisition.master_path);
-    if (failure != failures_.end()) throw failure->second;
+    while ((!gate_open_ || held_.count(path)) && !progress.cancel_requested) {
+      changed_.wait_for(lock, std::chrono::milliseconds(2));
+    }
+    if (progress.cancel_requested) {
+      progress.stage = backend::LoadStage::cancelled;
+      throw unavailable("cancelled");
+    }
+    auto failure = failures_.find(path);
+    if (failure != failures_.end()) {
+      auto& [error, remaining] = failure->second;
+      const Error thrown = error;
+      if (remaining > 0 && --remaining == 0) failures_.erase(failure);
+      throw thrown;
+    }
+    const backend::LoadEstimate estimate = estimate_locked(path);
+    auto physical = physical_.find(device_index);
+    if (physical != physical_.end() && memory_->on(device_index) + estimate.transition_peak_bytes > physical->second) {
+      ++out_of_memory_;
+      throw payload_too_large("fake device " + std::to_string(device_index) + " is out of memory");
+    }
     progress.bytes_done = 100;
     progress.stage = backend::LoadStage::done;
-    auto estimate = estimates_.count(acquisition.master_path) ? estimates_.at(acquisition.master_path) : default_estimate_;
-    return std::make_shared<FakeResident>(acquisition, device_index, estimate.resident_bytes);
+    return std::make_shared<FakeResident>(acquisition, device_index, estimate.resident_bytes, memory_);
   }
 
   void set_estimate(const std::string& path, std::uint64_t resident, std::uint64_t peak) {
@@ -95,10 +166,16 @@ class FakeBackend : public backend::Backend {
     std::lock_guard<std::mutex> lock(mutex_);
     free_[device] = bytes;
   }
-  void fail(const std::string& path, Error error) {
+  // Device memory a load can really use: residents alive there + the new peak must fit.
+  void set_physical_memory(int device, std::uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    physical_[device] = bytes;
+  }
+  // Every load of path fails with error (times = 0), or only the next `times` loads.
+  void fail(const std::string& path, Error error, int times = 0) {
     std::lock_guard<std::mutex> lock(mutex_);
     failures_.erase(path);
-    failures_.emplace(path, std::move(error));
+    failures_.emplace(path, std::make_pair(std::move(error), times));
   }
   void clear_failure(const std::string& path) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -113,23 +190,77 @@ class FakeBackend : public backend::Backend {
       std::lock_guard<std::mutex> lock(mutex_);
       gate_open_ = true;
     }
-    gate_changed_.notify_all();
+    changed_.notify_all();
   }
-  std::vector<std::pair<std::string, int>> loads() const {
+  // Holds the loads of one acquisition until released.
+  void hold(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    held_.insert(path);
+  }
+  void release(const std::string& path) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      held_.erase(path);
+    }
+    changed_.notify_all();
+  }
+  // Waits (bounded) until `count` loads are running at once; false on timeout.
+  bool wait_running(int count, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return changed_.wait_for(lock, limit, [&] { return running_ >= count; });
+  }
+  // Waits (bounded) until `count` loads have started; false on timeout.
+  bool wait_loads(std::size_t count, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return changed_.wait_for(lock, limit, [&] { return loads_.size() >= count; });
+  }
+
+  std::vector<FakeLoad> load_records() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return loads_;
   }
+  std::vector<std::pair<std::string, int>> loads() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<std::pair<std::string, int>> summary;
+    for (const auto& load : loads_) summary.emplace_back(load.master_path, load.device);
+    return summary;
+  }
+  int max_running() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return max_running_;
+  }
+  int out_of_memory_count() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return out_of_memory_;
+  }
+  std::uint64_t estimates_made() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return estimates_made_;
+  }
+  std::uint64_t alive_bytes(int device) const { return memory_->on(device); }
 
  private:
+  backend::LoadEstimate estimate_locked(const std::string& path) const {
+    auto it = estimates_.find(path);
+    return it != estimates_.end() ? it->second : default_estimate_;
+  }
+
   std::vector<backend::DeviceInfo> devices_;
   mutable std::mutex mutex_;
-  std::condition_variable gate_changed_;
+  std::condition_variable changed_;
   bool gate_open_ = true;
+  std::set<std::string> held_;
   std::map<std::string, backend::LoadEstimate> estimates_;
   backend::LoadEstimate default_estimate_{10, 10};
   std::map<int, std::uint64_t> free_;
-  std::map<std::string, Error> failures_;
-  std::vector<std::pair<std::string, int>> loads_;
+  std::map<int, std::uint64_t> physical_;
+  std::map<std::string, std::pair<Error, int>> failures_;
+  std::vector<FakeLoad> loads_;
+  int running_ = 0;
+  int max_running_ = 0;
+  int out_of_memory_ = 0;
+  mutable std::uint64_t estimates_made_ = 0;
+  std::shared_ptr<FakeDeviceMemory> memory_ = std::make_shared<FakeDeviceMemory>();
 };
 
 inline catalog::Acquisition fake_acquisition(const std::string& name) {

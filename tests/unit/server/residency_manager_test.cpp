@@ -1,8 +1,12 @@
+// Admission, placement, LRU, pins, out-of-memory retries, bounded waits and
+// per-device loaders, through a fake backend with injected faults
+// (reference §7 items 2-20, adapted to one resident per acquisition).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <thread>
 
 #include "fake_backend.hpp"
@@ -17,11 +21,13 @@ using quantem::test::fake_acquisition;
 
 namespace {
 
+using namespace std::chrono_literals;
+
 ResidencyOptions options(std::size_t entries = 8) {
   ResidencyOptions o;
   o.max_entries_per_device = entries;
   o.load_wait_limit = std::chrono::seconds(20);
-  o.drain_wait_limit = std::chrono::milliseconds(200);
+  o.busy_wait_limit = std::chrono::seconds(20);
   return o;
 }
 
@@ -36,14 +42,103 @@ std::string error_text(const std::function<void()>& fn, ErrorKind* kind = nullpt
 }
 
 bool wait_for_state(ResidencyManager& manager, const catalog::Acquisition& a, ResidencyState state) {
-  for (int i = 0; i < 2000; ++i) {
+  for (int i = 0; i < 5000; ++i) {
     if (manager.status(a).state == state) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::this_thread::sleep_for(2ms);
   }
   return false;
 }
 
+bool wait_until(const std::function<bool()>& condition) {
+  for (int i = 0; i < 5000; ++i) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(2ms);
+  }
+  return false;
+}
+
+std::vector<std::pair<std::string, int>> loads(std::initializer_list<std::pair<const char*, int>> expected) {
+  std::vector<std::pair<std::string, int>> out;
+  for (const auto& [name, device] : expected) out.emplace_back(std::string("/fake/") + name + "_master.h5", device);
+  return out;
+}
+
 }  // namespace
+
+// ---- capacity telemetry (items 2-5) ------------------------------------------------
+
+TEST(ResidencyManager, CapacityFollowsTheReferenceModel) {
+  FakeBackend backend({100});
+  backend.set_estimate("/fake/active_master.h5", 30, 30);
+  backend.set_estimate("/fake/other_master.h5", 20, 20);
+  ResidencyManager manager(backend, options());
+  const auto active = fake_acquisition("active"), other = fake_acquisition("other");
+  manager.acquire(active);
+  manager.acquire(other);
+  manager.mark_active(active.master_path);
+  auto usage = manager.device_usage()[0];
+  EXPECT_EQ(usage.resident_bytes, 50u);
+  EXPECT_EQ(usage.active_resident_bytes, 30u);
+  EXPECT_EQ(usage.evictable_bytes, 20u);
+  EXPECT_EQ(usage.available_peak_bytes, 100u);  // free memory unknown: the budget
+  EXPECT_EQ(usage.available_resident_bytes, 70u);
+  backend.set_free(0, 10);
+  usage = manager.device_usage()[0];
+  EXPECT_EQ(usage.free_bytes, 10u);
+  EXPECT_EQ(usage.available_peak_bytes, 30u);  // free 10 + evictable 20
+  EXPECT_EQ(usage.available_resident_bytes, 70u);
+}
+
+TEST(ResidencyManager, ALoadOfExactlyTheAdvertisedCapacityIsAdmittedNextToTheActiveOne) {
+  FakeBackend backend({100});
+  backend.set_estimate("/fake/active_master.h5", 30, 30);
+  backend.set_estimate("/fake/other_master.h5", 20, 20);
+  ResidencyManager manager(backend, options());
+  const auto active = fake_acquisition("active"), other = fake_acquisition("other");
+  manager.acquire(active);
+  manager.acquire(other);
+  manager.mark_active(active.master_path);
+  backend.set_free(0, 10);
+  const auto usage = manager.device_usage()[0];
+  const backend::LoadEstimate exact{*usage.available_resident_bytes, *usage.available_peak_bytes};
+  EXPECT_TRUE(is_candidate(usage, exact));
+  EXPECT_FALSE(is_candidate(usage, {exact.resident_bytes + 1, exact.transition_peak_bytes}));
+  EXPECT_FALSE(is_candidate(usage, {exact.resident_bytes, exact.transition_peak_bytes + 1}));
+  backend.set_estimate("/fake/fits_master.h5", exact.resident_bytes, exact.transition_peak_bytes);
+  EXPECT_EQ(manager.acquire(fake_acquisition("fits"))->device_index(), 0);
+  EXPECT_EQ(manager.status(active).state, ResidencyState::resident);  // kept: the other one made room
+  EXPECT_EQ(manager.status(other).state, ResidencyState::absent);
+}
+
+TEST(ResidencyManager, OneByteAboveTheCapacityNextToTheActiveOneEvictsIt) {
+  FakeBackend backend({100});
+  backend.set_estimate("/fake/active_master.h5", 30, 30);
+  ResidencyManager manager(backend, options());
+  const auto active = fake_acquisition("active");
+  manager.acquire(active);
+  manager.mark_active(active.master_path);
+  backend.set_estimate("/fake/over_master.h5", 71, 71);
+  manager.acquire(fake_acquisition("over"));  // only the second pass (not preserving) admits it
+  EXPECT_EQ(manager.status(active).state, ResidencyState::absent);
+  EXPECT_EQ(manager.device_usage()[0].active_resident_bytes, 0u);
+}
+
+TEST(ResidencyManager, ActiveAcquisitionOnOneDevicePreservesCapacityOnAnother) {
+  FakeBackend backend({100, 100});
+  backend.set_estimate("/fake/active_master.h5", 60, 60);
+  ResidencyManager manager(backend, options());
+  const auto active = fake_acquisition("active");
+  ASSERT_EQ(manager.acquire(active)->device_index(), 0);
+  manager.mark_active(active.master_path);
+  const auto usage = manager.device_usage();
+  EXPECT_EQ(usage[0].available_resident_bytes, 40u);
+  EXPECT_EQ(usage[1].available_resident_bytes, 100u);
+  backend.set_estimate("/fake/next_master.h5", 50, 70);
+  EXPECT_EQ(manager.acquire(fake_acquisition("next"))->device_index(), 1);
+  EXPECT_EQ(manager.status(active).state, ResidencyState::resident);
+}
+
+// ---- placement, hits and LRU (items 6, 10-12) ------------------------------------------
 
 TEST(ResidencyManager, PlacesWholeAcquisitionsOnTheLeastPopulatedDeviceAndReusesHits) {
   FakeBackend backend({100, 100});
@@ -54,28 +149,14 @@ TEST(ResidencyManager, PlacesWholeAcquisitionsOnTheLeastPopulatedDeviceAndReuses
   const auto resident_b = manager.acquire(b);
   EXPECT_EQ(resident_a->device_index(), 0);
   EXPECT_EQ(resident_b->device_index(), 1);
-  EXPECT_EQ(manager.acquire(a), resident_a);  // a hit: the same object, no reload
-  EXPECT_EQ(backend.loads().size(), 2u);
+  EXPECT_EQ(manager.acquire(a).get(), resident_a.get());  // a hit: the same object, on its device, no reload
+  EXPECT_EQ(backend.loads(), loads({{"a", 0}, {"b", 1}}));
   const auto usage = manager.device_usage();
   ASSERT_EQ(usage.size(), 2u);
   EXPECT_EQ(usage[0].resident_entries, 1u);
   EXPECT_EQ(usage[1].resident_entries, 1u);
   EXPECT_EQ(usage[0].resident_bytes, 80u);
   EXPECT_EQ(manager.counters().loads_completed, 2u);
-}
-
-TEST(ResidencyManager, RefusesAPeakAboveEveryBudgetBeforeLoading) {
-  FakeBackend backend({100, 60});
-  backend.set_default_estimate(128, 128);
-  ResidencyManager manager(backend, options());
-  ErrorKind kind{};
-  EXPECT_EQ(error_text([&] { manager.acquire(fake_acquisition("big")); }, &kind),
-            "Requested exact load needs a 128 B transition peak but the largest per-GPU data-cache budget is 100 B. "
-            "Crop the scan region or increase scan/detector binning.");
-  EXPECT_EQ(kind, ErrorKind::payload_too_large);
-  EXPECT_TRUE(backend.loads().empty());
-  EXPECT_EQ(manager.counters().admission_rejections, 1u);
-  EXPECT_EQ(manager.status(fake_acquisition("big")).state, ResidencyState::absent);
 }
 
 TEST(ResidencyManager, LruEvictsOnlyOnTheChosenDevice) {
@@ -86,6 +167,7 @@ TEST(ResidencyManager, LruEvictsOnlyOnTheChosenDevice) {
   manager.acquire(a);
   manager.acquire(b);
   EXPECT_EQ(manager.acquire(c)->device_index(), 0);
+  EXPECT_EQ(backend.loads(), loads({{"a", 0}, {"b", 1}, {"c", 0}}));
   EXPECT_EQ(manager.status(a).state, ResidencyState::absent);
   EXPECT_EQ(manager.status(b).state, ResidencyState::resident);
   EXPECT_EQ(manager.status(c).state, ResidencyState::resident);
@@ -99,7 +181,7 @@ TEST(ResidencyManager, PreservesTheActiveAcquisitionAndPlacesTheLoadElsewhere) {
   const auto a = fake_acquisition("a"), b = fake_acquisition("b"), c = fake_acquisition("c");
   manager.acquire(a);
   manager.acquire(b);
-  manager.acquire(b);  // b is now the most recently used...
+  manager.acquire(b);                  // b is now the most recently used...
   manager.mark_active(a.master_path);  // ...but a is active
   EXPECT_EQ(manager.acquire(c)->device_index(), 1);
   EXPECT_EQ(manager.status(a).state, ResidencyState::resident);
@@ -131,45 +213,408 @@ TEST(ResidencyManager, EntryLimitBoundsEachDeviceInLeastRecentlyUsedOrder) {
   EXPECT_EQ(manager.status(c).state, ResidencyState::resident);
 }
 
-TEST(ResidencyManager, CapacityFollowsTheReferenceModel) {
-  FakeBackend backend({100});
-  backend.set_estimate("/fake/active_master.h5", 30, 30);
-  backend.set_estimate("/fake/other_master.h5", 20, 20);
-  ResidencyManager manager(backend, options());
-  const auto active = fake_acquisition("active"), other = fake_acquisition("other");
-  manager.acquire(active);
-  manager.acquire(other);
-  manager.mark_active(active.master_path);
-  auto usage = manager.device_usage()[0];
-  EXPECT_EQ(usage.resident_bytes, 50u);
-  EXPECT_EQ(usage.active_resident_bytes, 30u);
-  EXPECT_EQ(usage.evictable_bytes, 20u);
-  EXPECT_EQ(usage.available_peak_bytes, 100u);  // free memory unknown: the budget
-  EXPECT_EQ(usage.available_resident_bytes, 70u);
-  backend.set_free(0, 10);
-  usage = manager.device_usage()[0];
-  EXPECT_EQ(usage.free_bytes, 10u);
-  EXPECT_EQ(usage.available_peak_bytes, 30u);  // free 10 + evictable 20
-  EXPECT_EQ(usage.available_resident_bytes, 70u);
+TEST(ResidencyManager, TwoDevicesWithOneEntryEachPlaceAndEvictExactlyByTheRules) {
+  FakeBackend backend({100, 100});
+  backend.set_default_estimate(10, 10);
+  ResidencyManager manager(backend, options(1));
+  const auto a = fake_acquisition("a"), b = fake_acquisition("b"), c = fake_acquisition("c");
+  const auto d = fake_acquisition("d"), e = fake_acquisition("e");
+  manager.acquire(a);  // both empty: lowest index
+  manager.acquire(b);  // fewest residents: device 1
+  manager.acquire(c);  // one entry each, equal peak and fill: lowest index; LRU on device 0 only (a)
+  EXPECT_EQ(manager.status(a).state, ResidencyState::absent);
+  EXPECT_EQ(manager.status(b).state, ResidencyState::resident);
+  EXPECT_EQ(*manager.status(c).device_index, 0);
+  manager.mark_active(c.master_path);  // c is what the viewer shows
+  manager.acquire(d);                  // device 0 keeps c: d replaces b on device 1
+  EXPECT_EQ(manager.status(b).state, ResidencyState::absent);
+  EXPECT_EQ(*manager.status(d).device_index, 1);
+  EXPECT_EQ(manager.status(c).state, ResidencyState::resident);
+  manager.mark_active(d.master_path);
+  manager.acquire(e);  // now device 1 keeps d: e replaces c on device 0
+  EXPECT_EQ(manager.status(c).state, ResidencyState::absent);
+  EXPECT_EQ(*manager.status(e).device_index, 0);
+  EXPECT_EQ(backend.loads(), loads({{"a", 0}, {"b", 1}, {"c", 0}, {"d", 1}, {"e", 0}}));
+  EXPECT_EQ(manager.counters().evictions, 3u);
 }
 
-TEST(ResidencyManager, AdvertisedCapacityMatchesTheAdmissionBoundary) {
-  FakeBackend backend({100});
-  backend.set_estimate("/fake/active_master.h5", 30, 30);
+TEST(ResidencyManager, TheAggregateBudgetNeverAdmitsOneVolume) {
+  FakeBackend backend({100, 100});
+  backend.set_default_estimate(150, 150);  // fits 2 x 100 together, no single device
   ResidencyManager manager(backend, options());
-  const auto active = fake_acquisition("active");
-  manager.acquire(active);
-  manager.mark_active(active.master_path);
-  const auto usage = manager.device_usage()[0];
-  // Exactly the advertised resident capacity is admitted next to the active acquisition...
-  backend.set_estimate("/fake/fits_master.h5", *usage.available_resident_bytes, *usage.available_resident_bytes);
-  EXPECT_EQ(manager.acquire(fake_acquisition("fits"))->device_index(), 0);
+  ErrorKind kind{};
+  EXPECT_EQ(error_text([&] { manager.acquire(fake_acquisition("big")); }, &kind),
+            peak_exceeds_budget_message(150, 100));
+  EXPECT_EQ(kind, ErrorKind::payload_too_large);
+  EXPECT_EQ(manager.aggregate_budget_bytes(), 200u);
+  EXPECT_EQ(manager.max_budget_bytes(), 100u);
+  EXPECT_TRUE(backend.loads().empty());
+}
+
+// ---- the three 413s (items 20, 35) ----------------------------------------------
+
+TEST(ResidencyManager, RefusesAPeakAboveEveryBudgetBeforeLoading) {
+  FakeBackend backend({100, 60});
+  backend.set_default_estimate(128, 128);
+  ResidencyManager manager(backend, options());
+  ErrorKind kind{};
+  EXPECT_EQ(error_text([&] { manager.acquire(fake_acquisition("big")); }, &kind),
+            "Requested exact load needs a 128 B transition peak but the largest per-GPU data-cache budget is 100 B. "
+            "Crop the scan region or increase scan/detector binning.");
+  EXPECT_EQ(kind, ErrorKind::payload_too_large);
+  EXPECT_EQ(error_text([&] { manager.request_load(fake_acquisition("big")); }), peak_exceeds_budget_message(128, 100));
+  EXPECT_TRUE(backend.loads().empty());
+  EXPECT_EQ(backend.alive_bytes(0) + backend.alive_bytes(1), 0u);
+  EXPECT_EQ(manager.counters().admission_rejections, 2u);
+  EXPECT_EQ(manager.counters().loads_started, 0u);
+  EXPECT_EQ(manager.status(fake_acquisition("big")).state, ResidencyState::absent);
+}
+
+TEST(ResidencyManager, NoCandidateDeviceIsTheSecondText) {
+  FakeBackend backend({100, 100});
+  backend.set_default_estimate(50, 50);
+  backend.set_free(0, 10);  // another process holds the memory of both devices
+  backend.set_free(1, 20);
+  ResidencyManager manager(backend, options());
+  ErrorKind kind{};
+  EXPECT_EQ(error_text([&] { manager.acquire(fake_acquisition("x")); }, &kind), kNoDeviceCanAdmitMessage);
+  EXPECT_EQ(kind, ErrorKind::payload_too_large);
+  EXPECT_STREQ(kNoDeviceCanAdmitMessage,
+               "No configured CUDA GPU can admit the exact load. Crop the scan region or increase scan/detector binning.");
+  EXPECT_TRUE(backend.loads().empty());
+}
+
+TEST(ResidencyManager, PersistentOutOfMemoryIsTheThirdTextAloneAfterEveryCandidate) {
+  FakeBackend backend({100, 100});
+  backend.set_default_estimate(40, 40);
+  backend.set_physical_memory(0, 30);  // the budgets promise more than the devices have
+  backend.set_physical_memory(1, 30);
+  ResidencyManager manager(backend, options());
+  const auto x = fake_acquisition("x");
+  ErrorKind kind{};
+  EXPECT_EQ(error_text([&] { manager.acquire(x); }, &kind), kLoadDidNotFitMessage);  // no backend text attached
+  EXPECT_EQ(kind, ErrorKind::payload_too_large);
+  EXPECT_STREQ(kLoadDidNotFitMessage,
+               "The exact load did not fit on any configured CUDA GPU. Crop the scan region or increase scan/detector "
+               "binning.");
+  EXPECT_EQ(backend.loads(), loads({{"x", 0}, {"x", 1}}));
+  EXPECT_EQ(manager.status(x).state, ResidencyState::absent);  // transient: the next request tries again
+  EXPECT_EQ(manager.counters().out_of_memory_retries, 2u);
+  EXPECT_EQ(manager.device_usage()[0].resident_bytes + manager.device_usage()[1].resident_bytes, 0u);
+}
+
+// ---- out-of-memory retries (items 18, 19) ---------------------------------------
+
+TEST(ResidencyManager, OutOfMemoryEvictsOneOnThatDeviceAndRetriesTheSameDevice) {
+  FakeBackend backend({100});
+  backend.set_default_estimate(40, 40);
+  backend.set_physical_memory(0, 60);  // first (40) + second (40) do not fit physically
+  ResidencyManager manager(backend, options());
+  const auto first = fake_acquisition("first"), second = fake_acquisition("second");
+  manager.acquire(first);
+  EXPECT_EQ(manager.acquire(second)->device_index(), 0);
+  EXPECT_EQ(backend.loads(), loads({{"first", 0}, {"second", 0}, {"second", 0}}));
+  const auto records = backend.load_records();
+  EXPECT_EQ(records[1].alive_bytes_at_start, 40u);  // first still there
+  EXPECT_EQ(records[2].alive_bytes_at_start, 0u);   // the failed attempt and the evicted one were freed before the retry
+  EXPECT_EQ(manager.status(first).state, ResidencyState::absent);
+  EXPECT_EQ(manager.counters().out_of_memory_retries, 1u);
+  EXPECT_EQ(manager.counters().evictions, 1u);
+}
+
+TEST(ResidencyManager, OutOfMemoryRetryPreservesTheActiveAcquisition) {
+  FakeBackend backend({1000});
+  backend.set_default_estimate(30, 30);
+  backend.set_physical_memory(0, 70);
+  ResidencyManager manager(backend, options());
+  const auto active = fake_acquisition("active"), inactive = fake_acquisition("inactive"), next = fake_acquisition("next");
+  manager.acquire(active);  // the least recently used...
+  manager.acquire(inactive);
+  manager.mark_active(active.master_path);  // ...but active
+  EXPECT_EQ(manager.acquire(next)->device_index(), 0);
   EXPECT_EQ(manager.status(active).state, ResidencyState::resident);
-  // ...one byte more only by evicting it (second pass).
-  manager.mark_active(active.master_path);
-  backend.set_estimate("/fake/over_master.h5", 71, 71);
-  manager.acquire(fake_acquisition("over"));
-  EXPECT_EQ(manager.status(active).state, ResidencyState::absent);
+  EXPECT_EQ(manager.status(inactive).state, ResidencyState::absent);
+  EXPECT_EQ(backend.out_of_memory_count(), 1);
+}
+
+TEST(ResidencyManager, OutOfMemoryWithNothingToEvictMovesToTheNextCandidate) {
+  FakeBackend backend({100, 100});
+  backend.set_default_estimate(40, 40);
+  backend.set_physical_memory(0, 10);
+  ResidencyManager manager(backend, options());
+  EXPECT_EQ(manager.acquire(fake_acquisition("x"))->device_index(), 1);
+  EXPECT_EQ(backend.loads(), loads({{"x", 0}, {"x", 1}}));
+  const auto records = backend.load_records();
+  EXPECT_EQ(records[1].thread_name, "quantem-load-1");  // the retry runs on its new device's loader
+}
+
+TEST(ResidencyManager, OutOfMemoryNeverEvictsAResidentInUse) {
+  FakeBackend backend({100});
+  backend.set_default_estimate(40, 40);
+  backend.set_physical_memory(0, 60);
+  ResidencyManager manager(backend, options());
+  const auto in_use = manager.acquire(fake_acquisition("first"));
+  ErrorKind kind{};
+  EXPECT_EQ(error_text([&] { manager.acquire(fake_acquisition("second")); }, &kind), kLoadDidNotFitMessage);
+  EXPECT_EQ(manager.status(fake_acquisition("first")).state, ResidencyState::resident);
+  EXPECT_EQ(in_use->resident_bytes(), 40u);
+}
+
+// ---- pins and bounded waits (items 13, 15, 16) ------------------------------------------
+
+TEST(ResidencyManager, APinnedResidentBlocksEvictionUntilItsLeaseIsReleased) {
+  FakeBackend backend({100});
+  backend.set_default_estimate(80, 90);
+  ResidencyManager manager(backend, options());
+  const auto a = fake_acquisition("a"), b = fake_acquisition("b");
+  auto lease = manager.acquire(a);
+  auto competing = std::async(std::launch::async, [&] { return manager.acquire(b)->device_index(); });
+  EXPECT_EQ(competing.wait_for(100ms), std::future_status::timeout);  // still blocked
+  EXPECT_EQ(manager.status(a).state, ResidencyState::resident);
+  EXPECT_EQ(backend.loads().size(), 1u);
+  lease = {};  // the request finishes
+  EXPECT_EQ(competing.get(), 0);
+  EXPECT_EQ(manager.status(a).state, ResidencyState::absent);
+  EXPECT_EQ(backend.loads(), loads({{"a", 0}, {"b", 0}}));
+}
+
+TEST(ResidencyManager, WaitingForResidentsInUseIsBounded) {
+  FakeBackend backend({100});
+  backend.set_default_estimate(80, 90);
+  auto o = options();
+  o.busy_wait_limit = 50ms;
+  ResidencyManager manager(backend, o);
+  const auto lease = manager.acquire(fake_acquisition("a"));
+  ErrorKind kind{};
+  const std::string text = error_text([&] { manager.acquire(fake_acquisition("b")); }, &kind);
+  EXPECT_EQ(kind, ErrorKind::unavailable);
+  EXPECT_NE(text.find("busy with requests or loads"), std::string::npos) << text;
+  EXPECT_EQ(manager.counters().busy_timeouts, 1u);
+  EXPECT_EQ(backend.loads().size(), 1u);
+}
+
+TEST(ResidencyManager, AComputationOnOneResidentDoesNotBlockAnother) {
+  FakeBackend backend({100, 100});
+  ResidencyManager manager(backend, options());
+  const auto a = manager.acquire(fake_acquisition("a"));
+  const auto a_again = manager.acquire(fake_acquisition("a"));
+  auto busy = a.lock_compute();
+  auto other = std::async(std::launch::async, [&] {
+    const auto b = manager.acquire(fake_acquisition("b"));
+    const auto compute = b.lock_compute();
+    return b->device_index();
+  });
+  EXPECT_EQ(other.get(), 1);  // finished while a's computation holds its lock
+  auto same = std::async(std::launch::async, [&] {
+    const auto compute = a_again.lock_compute();
+    return true;
+  });
+  EXPECT_EQ(same.wait_for(50ms), std::future_status::timeout);  // the same resident: one computation at a time
+  busy.unlock();
+  EXPECT_TRUE(same.get());
+}
+
+TEST(ResidencyManager, AnEvictedResidentInUseDrainsUntilReleased) {
+  FakeBackend backend({100});
+  backend.set_default_estimate(60, 60);
+  auto o = options();
+  o.busy_wait_limit = 50ms;
+  ResidencyManager manager(backend, o);
+  const auto a = fake_acquisition("a"), b = fake_acquisition("b");
+  auto in_use = manager.acquire(a);
+  EXPECT_TRUE(manager.evict(a));
+  EXPECT_EQ(manager.status(a).state, ResidencyState::absent);
+  EXPECT_EQ(manager.device_usage()[0].resident_bytes, 60u);  // draining
+  EXPECT_EQ(manager.device_usage()[0].resident_entries, 0u);
+  EXPECT_EQ(in_use->resident_bytes(), 60u);  // the running request still computes on it
+  EXPECT_EQ(backend.alive_bytes(0), 60u);
+  ErrorKind kind{};
+  error_text([&] { manager.acquire(b); }, &kind);
+  EXPECT_EQ(kind, ErrorKind::unavailable);  // bounded wait for the draining bytes
+  in_use = {};
+  EXPECT_EQ(backend.alive_bytes(0), 0u);  // freed with the last lease
+  EXPECT_EQ(manager.device_usage()[0].resident_bytes, 0u);
+  EXPECT_TRUE(manager.acquire(b));
+}
+
+TEST(ResidencyManager, ConcurrentRequestsForOneAcquisitionShareOneLoad) {
+  FakeBackend backend({100});
+  backend.close_gate();
+  ResidencyManager manager(backend, options());
+  const auto a = fake_acquisition("a");
+  std::vector<std::future<backend::Resident*>> requests;
+  for (int i = 0; i < 8; ++i) {
+    requests.push_back(std::async(std::launch::async, [&] { return manager.acquire(a).get(); }));
+  }
+  ASSERT_TRUE(backend.wait_loads(1));
+  backend.open_gate();
+  backend::Resident* first = requests[0].get();
+  for (std::size_t i = 1; i < requests.size(); ++i) EXPECT_EQ(requests[i].get(), first);
+  EXPECT_EQ(backend.loads().size(), 1u);
+  EXPECT_EQ(manager.counters().loads_started, 1u);
+}
+
+// ---- headroom (item 17) ----------------------------------------------------------
+
+TEST(ResidencyManager, FreeMemoryHeadroomEvictsAnInactiveResidentBeforeLoading) {
+  FakeBackend backend({1000});
+  backend.set_default_estimate(100, 100);
+  ResidencyManager manager(backend, options());
+  const auto old = fake_acquisition("old"), next = fake_acquisition("next");
+  manager.acquire(old);
+  backend.set_free(0, 100);  // the budget fits, free memory lacks the 5% headroom (105)
+  manager.acquire(next);
+  EXPECT_EQ(manager.status(old).state, ResidencyState::absent);
+  EXPECT_EQ(manager.status(next).state, ResidencyState::resident);
+  backend.set_free(0, 105);
+  manager.acquire(old);  // enough headroom: next stays
+  EXPECT_EQ(manager.status(next).state, ResidencyState::resident);
+}
+
+// ---- loaders (items 7, 8) ----------------------------------------------------------
+
+TEST(ResidencyManager, LoadsRunOnTheLoaderThreadOfTheirDevice) {
+  FakeBackend backend({100, 100, 100});
+  ResidencyManager manager(backend, options());
+  for (const char* name : {"a", "b", "c", "d"}) manager.acquire(fake_acquisition(name));
+  const auto records = backend.load_records();
+  ASSERT_EQ(records.size(), 4u);
+  for (const auto& record : records) {
+    EXPECT_EQ(record.thread_name, "quantem-load-" + std::to_string(record.device)) << record.master_path;
+  }
+}
+
+TEST(ResidencyManager, LoadsOnDifferentDevicesOverlapAndLoadsOnOneDeviceDoNot) {
+  FakeBackend backend({100, 100});
+  ResidencyManager manager(backend, options());
+  const auto a = fake_acquisition("a"), b = fake_acquisition("b"), c = fake_acquisition("c");
+  backend.hold(a.master_path);
+  backend.hold(b.master_path);
+  manager.request_load(a);  // device 0
+  manager.request_load(b);  // device 1
+  EXPECT_TRUE(backend.wait_running(2));
+  manager.request_load(c);  // device 0 again (fewest entries tie, then lowest index): queued behind a
+  EXPECT_EQ(*manager.status(c).device_index, 0);
+  EXPECT_EQ(manager.status(c).stage, "queued");
+  backend.release(b.master_path);
+  backend.release(a.master_path);
+  for (const auto* acquisition : {&a, &b, &c}) {
+    EXPECT_TRUE(wait_for_state(manager, *acquisition, ResidencyState::resident)) << acquisition->name;
+  }
+  EXPECT_EQ(backend.max_running(), 2);
+}
+
+TEST(ResidencyManager, ShutdownCancelsARunningLoad) {
+  FakeBackend backend({100});
+  backend.close_gate();
+  ResidencyManager manager(backend, options());
+  const auto a = fake_acquisition("a");
+  manager.request_load(a);
+  ASSERT_TRUE(backend.wait_loads(1));
+  manager.shutdown();  // returns although the gate stays closed: the load saw the cancellation
+  ErrorKind kind{};
+  error_text([&] { manager.acquire(a); }, &kind);
+  EXPECT_EQ(kind, ErrorKind::unavailable);
+  EXPECT_EQ(backend.alive_bytes(0), 0u);
+}
+
+TEST(ResidencyManager, ShutdownReleasesResidentsAndWakesWaiters) {
+  FakeBackend backend({100});
+  ResidencyManager manager(backend, options());
+  manager.acquire(fake_acquisition("a"));
+  backend.close_gate();
+  auto waiter = std::async(std::launch::async, [&] {
+    ErrorKind kind{};
+    error_text([&] { manager.acquire(fake_acquisition("b")); }, &kind);
+    return kind;
+  });
+  ASSERT_TRUE(backend.wait_loads(2));
+  manager.shutdown();
+  EXPECT_EQ(waiter.get(), ErrorKind::unavailable);
+  EXPECT_EQ(backend.alive_bytes(0), 0u);
+}
+
+// ---- residency state, progress, cancellation -------------------------------------
+
+TEST(ResidencyManager, BackgroundLoadReportsProgressAndState) {
+  FakeBackend backend({100});
+  backend.close_gate();
+  ResidencyManager manager(backend, options());
+  const auto a = fake_acquisition("a");
+  const auto queued = manager.request_load(a);
+  EXPECT_EQ(queued.state, ResidencyState::loading);
+  EXPECT_EQ(queued.device_index, 0);
+  EXPECT_FALSE(manager.find(a));
+  EXPECT_EQ(manager.device_usage()[0].resident_entries, 1u);
+  EXPECT_EQ(manager.device_usage()[0].resident_bytes, 10u);  // the reserved transition peak
+  ASSERT_TRUE(backend.wait_loads(1));
+  EXPECT_TRUE(wait_until([&] { return manager.status(a).stage == "reading"; }));
+  EXPECT_EQ(manager.status(a).bytes_total, 100u);
+  backend.open_gate();
+  ASSERT_TRUE(wait_for_state(manager, a, ResidencyState::resident));
+  const auto status = manager.status(a);
+  EXPECT_EQ(status.resident_bytes, 10u);
+  EXPECT_EQ(status.bytes_done, 100u);
+  EXPECT_EQ(status.bytes_total, 100u);
+  EXPECT_EQ(status.stage, "done");
+  EXPECT_EQ(status.encoding, "fake");
+  EXPECT_TRUE(manager.find(a));
+  EXPECT_EQ(manager.request_load(a).state, ResidencyState::resident);  // already there: no second load
+  EXPECT_EQ(backend.loads().size(), 1u);
+}
+
+TEST(ResidencyManager, CancellingARunningLoadFreesEverythingItTook) {
+  FakeBackend backend({100});
+  backend.set_default_estimate(30, 50);
+  ResidencyManager manager(backend, options());
+  const auto a = fake_acquisition("a");
+  backend.hold(a.master_path);
+  auto waiter = std::async(std::launch::async, [&] {
+    ErrorKind kind{};
+    error_text([&] { manager.acquire(a); }, &kind);
+    return kind;
+  });
+  ASSERT_TRUE(backend.wait_loads(1));
+  EXPECT_TRUE(manager.evict(a));  // DELETE while loading
+  EXPECT_EQ(manager.status(a).state, ResidencyState::absent);
+  EXPECT_EQ(waiter.get(), ErrorKind::unavailable);
+  // The reservation holds until the backend has given the attempt back.
+  EXPECT_TRUE(wait_until([&] { return manager.device_usage()[0].resident_bytes == 0; }));
+  EXPECT_EQ(backend.alive_bytes(0), 0u);
+  EXPECT_EQ(manager.counters().loads_completed, 0u);
+  manager.request_load(a);  // a later load starts afresh
+  backend.release(a.master_path);
+  EXPECT_TRUE(wait_for_state(manager, a, ResidencyState::resident));
+}
+
+TEST(ResidencyManager, CancellingAQueuedLoadReleasesItsReservationAtOnce) {
+  FakeBackend backend({100});
+  backend.set_default_estimate(30, 40);
+  ResidencyManager manager(backend, options());
+  const auto a = fake_acquisition("a"), b = fake_acquisition("b");
+  backend.hold(a.master_path);
+  manager.request_load(a);
+  ASSERT_TRUE(backend.wait_loads(1));
+  manager.request_load(b);  // same device, queued behind a
+  EXPECT_EQ(manager.device_usage()[0].resident_bytes, 80u);
+  EXPECT_TRUE(manager.evict(b));
+  EXPECT_EQ(manager.device_usage()[0].resident_bytes, 40u);
+  backend.release(a.master_path);
+  EXPECT_TRUE(wait_for_state(manager, a, ResidencyState::resident));
+  EXPECT_EQ(backend.loads(), loads({{"a", 0}}));  // b never reached the backend
+}
+
+TEST(ResidencyManager, WaitingForALoadIsBounded) {
+  FakeBackend backend({100});
+  backend.close_gate();
+  auto o = options();
+  o.load_wait_limit = 50ms;
+  ResidencyManager manager(backend, o);
+  ErrorKind kind{};
+  const std::string text = error_text([&] { manager.acquire(fake_acquisition("slow")); }, &kind);
+  EXPECT_EQ(kind, ErrorKind::unavailable);
+  EXPECT_NE(text.find("timed out waiting"), std::string::npos) << text;
+  backend.open_gate();
 }
 
 TEST(ResidencyManager, FailedLoadIsRememberedUntilAnExplicitLoad) {
@@ -185,103 +630,12 @@ TEST(ResidencyManager, FailedLoadIsRememberedUntilAnExplicitLoad) {
   const auto status = manager.status(a);
   EXPECT_EQ(status.state, ResidencyState::failed);
   EXPECT_EQ(status.failure_reason, "frame 3 of /fake/a_data_000001.h5 does not decode");
+  EXPECT_EQ(manager.device_usage()[0].resident_bytes, 0u);  // a failure holds nothing
   backend.clear_failure(a.master_path);
   manager.request_load(a);
   EXPECT_TRUE(wait_for_state(manager, a, ResidencyState::resident));
   EXPECT_EQ(backend.loads().size(), 2u);
   EXPECT_EQ(manager.counters().loads_failed, 1u);
-}
-
-TEST(ResidencyManager, BackgroundLoadReportsProgressAndState) {
-  FakeBackend backend({100});
-  backend.close_gate();
-  ResidencyManager manager(backend, options());
-  const auto a = fake_acquisition("a");
-  const auto queued = manager.request_load(a);
-  EXPECT_EQ(queued.state, ResidencyState::loading);
-  EXPECT_EQ(queued.device_index, 0);
-  EXPECT_EQ(manager.find(a), nullptr);
-  EXPECT_EQ(manager.device_usage()[0].resident_entries, 1u);
-  backend.open_gate();
-  ASSERT_TRUE(wait_for_state(manager, a, ResidencyState::resident));
-  const auto status = manager.status(a);
-  EXPECT_EQ(status.resident_bytes, 10u);
-  EXPECT_EQ(status.bytes_done, 100u);
-  EXPECT_EQ(status.bytes_total, 100u);
-  EXPECT_EQ(status.encoding, "fake");
-  EXPECT_NE(manager.find(a), nullptr);
-}
-
-TEST(ResidencyManager, WaitingForALoadIsBounded) {
-  FakeBackend backend({100});
-  backend.close_gate();
-  auto o = options();
-  o.load_wait_limit = std::chrono::milliseconds(50);
-  ResidencyManager manager(backend, o);
-  ErrorKind kind{};
-  const std::string text = error_text([&] { manager.acquire(fake_acquisition("slow")); }, &kind);
-  EXPECT_EQ(kind, ErrorKind::unavailable);
-  EXPECT_NE(text.find("timed out waiting"), std::string::npos) << text;
-  backend.open_gate();
-}
-
-TEST(ResidencyManager, ShutdownCancelsARunningLoad) {
-  FakeBackend backend({100});
-  backend.close_gate();
-  ResidencyManager manager(backend, options());
-  const auto a = fake_acquisition("a");
-  manager.request_load(a);
-  for (int i = 0; i < 1000 && backend.loads().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  ASSERT_EQ(backend.loads().size(), 1u);
-  manager.shutdown();  // returns although the gate stays closed: the load saw the cancellation
-  ErrorKind kind{};
-  error_text([&] { manager.acquire(a); }, &kind);
-  EXPECT_EQ(kind, ErrorKind::unavailable);
-}
-
-TEST(ResidencyManager, EvictedResidentInUseKeepsItsBytesUntilReleased) {
-  FakeBackend backend({100});
-  backend.set_default_estimate(60, 60);
-  auto o = options();
-  o.drain_wait_limit = std::chrono::milliseconds(100);
-  ResidencyManager manager(backend, o);
-  const auto a = fake_acquisition("a"), b = fake_acquisition("b");
-  auto in_use = manager.acquire(a);
-  EXPECT_TRUE(manager.evict(a));
-  EXPECT_EQ(manager.status(a).state, ResidencyState::absent);
-  EXPECT_EQ(manager.device_usage()[0].resident_bytes, 60u);  // draining
-  ErrorKind kind{};
-  error_text([&] { manager.acquire(b); }, &kind);
-  EXPECT_EQ(kind, ErrorKind::unavailable);  // bounded wait for the draining bytes
-  in_use.reset();
-  EXPECT_EQ(manager.device_usage()[0].resident_bytes, 0u);
-  EXPECT_NE(manager.acquire(b), nullptr);
-}
-
-TEST(ResidencyManager, ChangedSourceFilesAreNeverServed) {
-  quantem::test::TempDir dir;
-  const std::string path = dir.file("a_master.h5");
-  { std::ofstream(path) << "version 1"; }
-  FakeBackend backend({100});
-  ResidencyManager manager(backend, options());
-  auto a = fake_acquisition("a");
-  a.master_path = path;
-  catalog::SignatureEntry entry;
-  entry.path = path;
-  a.signature = catalog::restat_signature({entry});
-  ASSERT_TRUE(a.signature[0].exists);
-  const auto first = manager.acquire(a);
-
-  { std::ofstream(path) << "version 2, longer"; }
-  auto rewritten = a;
-  rewritten.signature = catalog::restat_signature(a.signature);
-  ASSERT_NE(rewritten.signature, a.signature);
-  EXPECT_EQ(manager.find(rewritten), nullptr);
-  const auto second = manager.acquire(rewritten);
-  EXPECT_NE(second, first);
-  EXPECT_EQ(backend.loads().size(), 2u);
-  EXPECT_EQ(manager.find(a), nullptr);  // the old signature is gone for good
-  EXPECT_EQ(manager.device_usage()[0].resident_entries, 1u);
 }
 
 TEST(ResidencyManager, EvictOfAnAbsentAcquisitionReportsFalse) {
@@ -290,34 +644,87 @@ TEST(ResidencyManager, EvictOfAnAbsentAcquisitionReportsFalse) {
   EXPECT_FALSE(manager.evict(fake_acquisition("never")));
 }
 
-TEST(ResidencyManager, NoDeviceCanAdmitWhileEveryBudgetIsReservedByLoads) {
-  FakeBackend backend({100, 100});
-  backend.set_default_estimate(90, 90);
-  backend.close_gate();
-  ResidencyManager manager(backend, options());
-  manager.request_load(fake_acquisition("x"));
-  manager.request_load(fake_acquisition("y"));
-  ErrorKind kind{};
-  EXPECT_EQ(error_text([&] { manager.request_load(fake_acquisition("z")); }, &kind), kNoDeviceCanAdmitMessage);
-  EXPECT_EQ(kind, ErrorKind::payload_too_large);
-  EXPECT_STREQ(kNoDeviceCanAdmitMessage,
-               "No configured CUDA GPU can admit the exact load. Crop the scan region or increase scan/detector binning.");
-  backend.open_gate();
+// ---- changed source files --------------------------------------------------------
+
+namespace {
+
+catalog::Acquisition acquisition_of_file(const std::string& path) {
+  auto a = fake_acquisition("a");
+  a.master_path = path;
+  catalog::SignatureEntry entry;
+  entry.path = path;
+  a.signature = catalog::restat_signature({entry});
+  return a;
 }
 
-TEST(ResidencyManager, LoadThatFitsNoCandidateAfterEvictionIsRefused) {
+}  // namespace
+
+TEST(ResidencyManager, ChangedSourceFilesAreNeverServed) {
+  quantem::test::TempDir dir;
+  const std::string path = dir.file("a_master.h5");
+  { std::ofstream(path) << "version 1"; }
   FakeBackend backend({100});
-  backend.set_default_estimate(40, 40);
-  backend.close_gate();
-  ResidencyManager manager(backend, options(1));
-  manager.request_load(fake_acquisition("x"));  // loading: holds the only entry slot and cannot be evicted
+  ResidencyManager manager(backend, options());
+  const auto a = acquisition_of_file(path);
+  ASSERT_TRUE(a.signature[0].exists);
+  const auto first = manager.acquire(a);
+
+  { std::ofstream(path) << "version 2, longer"; }
+  auto rewritten = a;
+  rewritten.signature = catalog::restat_signature(a.signature);
+  ASSERT_NE(rewritten.signature, a.signature);
+  EXPECT_FALSE(manager.find(rewritten));
+  const auto second = manager.acquire(rewritten);
+  EXPECT_NE(second.get(), first.get());
+  EXPECT_EQ(backend.loads().size(), 2u);
+  EXPECT_FALSE(manager.find(a));  // the old signature is gone for good
+  EXPECT_EQ(manager.device_usage()[0].resident_entries, 1u);
   ErrorKind kind{};
-  EXPECT_EQ(error_text([&] { manager.acquire(fake_acquisition("y")); }, &kind), kLoadDidNotFitMessage);
-  EXPECT_EQ(kind, ErrorKind::payload_too_large);
-  EXPECT_STREQ(kLoadDidNotFitMessage,
-               "The exact load did not fit on any configured CUDA GPU. Crop the scan region or increase scan/detector "
-               "binning.");
-  for (int i = 0; i < 1000 && backend.loads().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  EXPECT_EQ(backend.loads().size(), 1u);  // only x: y was refused before loading
-  backend.open_gate();
+  EXPECT_EQ(error_text([&] { manager.acquire(a); }, &kind), kStaleInspectionMessage);  // an old inspection: resolve again
+  EXPECT_EQ(kind, ErrorKind::conflict);
+}
+
+TEST(ResidencyManager, DropChangedSourcesInvalidatesResidentsWhoseFilesChanged) {
+  quantem::test::TempDir dir;
+  const std::string changing = dir.file("a_master.h5"), steady = dir.file("b_master.h5");
+  { std::ofstream(changing) << "version 1"; }
+  { std::ofstream(steady) << "steady"; }
+  FakeBackend backend({100, 100});
+  ResidencyManager manager(backend, options());
+  auto a = acquisition_of_file(changing), b = acquisition_of_file(steady);
+  auto in_use = manager.acquire(a);
+  manager.acquire(b);
+  EXPECT_EQ(manager.drop_changed_sources({changing}), 0u);  // nothing changed yet
+  { std::ofstream(changing) << "version 2, longer"; }
+  EXPECT_EQ(manager.drop_changed_sources({steady}), 0u);  // only named files are checked
+  EXPECT_EQ(manager.drop_changed_sources({changing}), 1u);
+  EXPECT_EQ(manager.status(a).state, ResidencyState::absent);
+  EXPECT_EQ(manager.status(b).state, ResidencyState::resident);
+  EXPECT_EQ(backend.alive_bytes(0), 10u);  // the running request keeps its (old) data until it finishes
+  in_use = {};
+  EXPECT_EQ(backend.alive_bytes(0), 0u);
+  EXPECT_EQ(manager.drop_changed_sources(), 0u);
+}
+
+TEST(ResidencyManager, ALoadWhoseFilesChangeMeanwhileIsDiscarded) {
+  quantem::test::TempDir dir;
+  const std::string path = dir.file("a_master.h5");
+  { std::ofstream(path) << "version 1"; }
+  FakeBackend backend({100});
+  ResidencyManager manager(backend, options());
+  const auto a = acquisition_of_file(path);
+  backend.hold(path);
+  auto request = std::async(std::launch::async, [&] {
+    ErrorKind kind{};
+    const std::string text = error_text([&] { manager.acquire(a); }, &kind);
+    return std::make_pair(kind, text);
+  });
+  ASSERT_TRUE(backend.wait_loads(1));
+  { std::ofstream(path) << "a writer is still appending"; }  // a growing file
+  backend.release(path);
+  const auto [kind, text] = request.get();
+  EXPECT_EQ(kind, ErrorKind::conflict);
+  EXPECT_NE(text.find("changed while"), std::string::npos) << text;
+  EXPECT_EQ(manager.status(a).state, ResidencyState::absent);
+  EXPECT_EQ(backend.alive_bytes(0), 0u);
 }
