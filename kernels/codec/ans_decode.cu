@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
       class_table[k] = table + cls * kAnsProbabilityScale;
       shift[k] = class_shift(cls, header.class_scale);
     }
-    dev::StreamReader reader;
+    dev::StreamReader reader{};  // inactive lanes never open it: top_up() must see an empty buffer
     if (active) {
       reader.open(blob + header.stream_data_offset,
                   reinterpret_cast<const std::uint32_t*>(blob + header.stream_offsets_offset), stream,

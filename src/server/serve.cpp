@@ -25,6 +25,7 @@
 #include <spdlog/spdlog.h>
 
 #include "quantem/backend/backend.hpp"
+#include "quantem/backend/cuda_backend.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/core/version.hpp"
 #include "quantem/residency/residency_manager.hpp"
@@ -163,10 +164,11 @@ std::string utc_now() {
 
 std::unique_ptr<backend::Backend> make_backend(const ServeSettings& settings, const ServeOptions& options) {
   if (!settings.cpu_backend) {
-    // Never a silent CPU fallback: a CUDA request without CUDA stops here.
-    throw Error(ErrorKind::unavailable,
-                "CUDA unavailable: this build of quantem-gpu has no CUDA backend; start it with --backend cpu to "
-                "serve from the CPU backend explicitly");
+    // Never a silent CPU fallback: without CUDA (build or device) this throws "CUDA unavailable: ...".
+    backend::CudaBackendOptions cuda;
+    if (settings.gpu_indices) cuda.device_indices = *settings.gpu_indices;
+    cuda.budget_bytes = settings.device_budget_bytes;
+    return backend::make_cuda_backend(cuda);
   }
   if (options.gpu || options.gpus != "auto") {
     spdlog::warn("--gpu/--gpus select CUDA devices and are ignored by --backend cpu (use --cpu-devices)");

@@ -1,7 +1,8 @@
 // One typed suite for every backend's Resident: each primitive, for many plan
 // geometries (crops, scan and detector bins with partial edges), must equal
 // the naive reference bit for bit and must not depend on the thread count.
-// Today the CPU resident runs it; the CUDA resident joins by adding a factory.
+// The CPU resident and the CUDA resident (on a GPU; its cases skip with a
+// message on machines without one) run it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "dense_fixture.hpp"
 #include "naive_reference.hpp"
 #include "quantem/backend/cpu_resident.hpp"
+#include "quantem/backend/cuda_backend.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/plan/plan.hpp"
 
@@ -28,6 +30,34 @@ struct CpuResidentFactory {
   }
   // Launch shapes to compare: the CPU resident's thread counts.
   static std::vector<unsigned> launch_shapes() { return {1, 2, 3}; }
+  static std::string unavailable_reason() { return {}; }
+  static constexpr bool kHoldsDenseCodes = true;
+};
+
+// The CUDA resident: the ANS-encoded groups on device 0. Its "launch shapes"
+// are group layouts: one group for the whole scan, groups of 7 frames with two
+// per encoded batch (several device pieces), and groups of 32 frames one per batch.
+struct CudaResidentFactory {
+  static std::shared_ptr<backend::Resident> make(const DenseCase& c, unsigned shape) {
+    const std::vector<std::uint8_t> bytes = c.source_bytes();
+    backend::CudaResidentOptions options;
+    if (shape == 2) {
+      options.tuning.frames_per_group = 7;
+      options.tuning.groups_per_batch = 2;
+    } else if (shape == 3) {
+      options.tuning.frames_per_group = 32;
+      options.tuning.groups_per_batch = 1;
+    }
+    return backend::make_cuda_resident(c.acquisition(), bytes.data(), bytes.size(), options);
+  }
+  static std::vector<unsigned> launch_shapes() { return {1, 2, 3}; }
+  static std::string unavailable_reason() {
+    if (backend::cuda_device_count() == 0) {
+      return "no CUDA device (or a build without CUDA): the CUDA resident's conformance cases are skipped";
+    }
+    return {};
+  }
+  static constexpr bool kHoldsDenseCodes = false;  // ANS-encoded: smaller than the dense codes
 };
 
 std::vector<DenseCase> dense_cases() {
@@ -97,15 +127,26 @@ std::vector<std::vector<std::uint8_t>> masks_for(const plan::PlanGeometry& g, st
 template <class Factory>
 class ResidentConformance : public ::testing::Test {};
 
-using Backends = ::testing::Types<CpuResidentFactory>;
+using Backends = ::testing::Types<CpuResidentFactory, CudaResidentFactory>;
+
+#define QUANTEM_SKIP_UNAVAILABLE_BACKEND()                                          \
+  do {                                                                              \
+    if (const std::string reason = TypeParam::unavailable_reason(); !reason.empty()) \
+      GTEST_SKIP() << reason;                                                       \
+  } while (0)
 TYPED_TEST_SUITE(ResidentConformance, Backends);
 
 TYPED_TEST(ResidentConformance, HoldsNativeTypesAndNarrowsUint32OnlyWhenLossless) {
+  QUANTEM_SKIP_UNAVAILABLE_BACKEND();
   for (const DenseCase& c : dense_cases()) {
     const auto resident = TypeParam::make(c, 2);
     const DType expected = c.name == "u32_wide" ? DType::uint32 : c.name == "u8" ? DType::uint8 : DType::uint16;
     EXPECT_EQ(resident->resident_dtype(), expected) << c.name;
-    EXPECT_GE(resident->resident_bytes(), c.frames() * c.frame_pixels() * dtype_size(expected)) << c.name;
+    if (TypeParam::kHoldsDenseCodes) {
+      EXPECT_GE(resident->resident_bytes(), c.frames() * c.frame_pixels() * dtype_size(expected)) << c.name;
+    } else {
+      EXPECT_GT(resident->resident_bytes(), 0u) << c.name;
+    }
     EXPECT_EQ(resident->source().scan_rows, c.scan_rows);
     EXPECT_EQ(resident->source().masked_pixel_count, c.acquisition().masked_pixel_count);
     EXPECT_GT(resident->source().masked_pixel_count, 0u);
@@ -113,6 +154,7 @@ TYPED_TEST(ResidentConformance, HoldsNativeTypesAndNarrowsUint32OnlyWhenLossless
 }
 
 TYPED_TEST(ResidentConformance, EveryPrimitiveMatchesTheNaiveReferenceForEveryGeometry) {
+  QUANTEM_SKIP_UNAVAILABLE_BACKEND();
   for (const DenseCase& c : dense_cases()) {
     const std::vector<std::uint64_t> content = c.masked_counts();
     for (const unsigned threads : TypeParam::launch_shapes()) {
@@ -155,6 +197,7 @@ TYPED_TEST(ResidentConformance, EveryPrimitiveMatchesTheNaiveReferenceForEveryGe
 }
 
 TYPED_TEST(ResidentConformance, MaskedPixelsAreZeroBeforeAnySum) {
+  QUANTEM_SKIP_UNAVAILABLE_BACKEND();
   const DenseCase c = random_case("masked", DType::uint16, 3, 3, 5, 5, 21, 100, 4, 65535);
   const auto resident = TypeParam::make(c, 2);
   const plan::PlanGeometry g = plan::resolve_plan({}, 3, 3, 5, 5);
@@ -168,6 +211,7 @@ TYPED_TEST(ResidentConformance, MaskedPixelsAreZeroBeforeAnySum) {
 }
 
 TYPED_TEST(ResidentConformance, ConcurrentCallsOnOneResidentAgree) {
+  QUANTEM_SKIP_UNAVAILABLE_BACKEND();
   const DenseCase c = random_case("concurrent", DType::uint16, 8, 8, 12, 12, 31, 500, 1, 7);
   const auto resident = TypeParam::make(c, 2);
   plan::BrowsePlan browse_plan;
@@ -192,6 +236,7 @@ TYPED_TEST(ResidentConformance, ConcurrentCallsOnOneResidentAgree) {
 }
 
 TYPED_TEST(ResidentConformance, RejectsForeignGeometriesAndOutOfRangeArguments) {
+  QUANTEM_SKIP_UNAVAILABLE_BACKEND();
   const DenseCase c = random_case("errors", DType::uint8, 4, 5, 6, 7, 41, 100, 0, 0);
   const auto resident = TypeParam::make(c, 2);
   const plan::PlanGeometry foreign = plan::resolve_plan({}, 5, 4, 6, 7);

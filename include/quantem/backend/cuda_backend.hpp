@@ -1,0 +1,101 @@
+#pragma once
+// The CUDA backend: real GPUs, each acquisition held as one lossless ANS
+// resident on one device (format and design: docs/kernels.md), every product
+// computed from that resident on its device.
+//
+// CUDA-free header that exists in every build. In a build without CUDA
+// (QUANTEM_HAVE_CUDA off) make_cuda_backend and make_cuda_resident throw
+// Error(unavailable) "CUDA unavailable: ...", and cuda_device_count() is 0;
+// nothing ever falls back to the CPU backend.
+//
+// Load pipeline (one device, bound on the loading thread with cudaSetDevice):
+//   catalog::build_frame_index -> coalesced preads (up to 4 MiB each, many
+//   threads) into pinned staging slots -> host-to-device copies on a copy
+//   stream, overlapped with the GPU bitshuffle/LZ4 decode on a compute stream
+//   -> masked pixels zeroed -> ANS encode, a batch of frame groups at a time,
+//   into exactly sized device pieces of ONE resident.
+// Chunks the GPU decoder does not take (plain LZ4, unfiltered chunks, a
+// non-default bitshuffle block size) are decoded on the host with
+// codec::decode_chunk and copied; the resident's encoding() says how many.
+// The dense acquisition never exists on the device: only one batch of dense
+// frames at a time. estimate_load() is an upper bound of every device byte the
+// load allocates (each allocation rounded up to the 2 MiB allocation
+// granularity, plus a reserve for the CUDA runtime's lazily loaded kernels);
+// the load checks the encoded size against its bound before allocating each
+// piece and fails with Error(payload_too_large) rather than exceed it.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "quantem/backend/backend.hpp"
+
+namespace quantem::backend {
+
+// Internal sizes of the load, for tests and benchmarks (0: the default).
+struct CudaLoadTuning {
+  std::uint32_t frames_per_group = 0;      // ANS group: default 2048 consecutive frames
+  std::uint32_t groups_per_batch = 0;      // dense frames decoded before encoding: default ~1 GiB of frames
+  std::uint64_t staging_bytes = 0;         // per staging slot (pinned host and device): default 64 MiB
+  std::uint32_t sub_batch_frames = 0;      // chunks per decode launch: default 4096
+};
+
+struct CudaBackendOptions {
+  std::vector<int> device_indices;  // empty: every visible device
+  std::uint64_t budget_bytes = 0;   // per device; 0: budget_fraction of the device's total memory
+  double budget_fraction = 0.8;
+  unsigned read_threads = 0;        // pread threads; 0: hardware concurrency (at most 32)
+  CudaLoadTuning tuning;
+};
+
+// Where the time and the bytes of the last load went (benchmarks, tests).
+struct CudaLoadReport {
+  bool valid = false;
+  double seconds = 0.0;              // the whole load() call
+  double index_seconds = 0.0;        // catalog::build_frame_index + read planning
+  double read_seconds = 0.0;         // host time in preads (and host decodes), summed over sub-batches
+  double wait_seconds = 0.0;         // host time blocked on the GPU (slots, batch ends)
+  double gpu_decode_seconds = 0.0;   // CUDA events: bitshuffle/LZ4 decode launches
+  double gpu_encode_seconds = 0.0;   // CUDA events: masking + ANS measure + write
+  double gpu_copy_seconds = 0.0;     // CUDA events: host-to-device copies
+  std::uint64_t stored_bytes = 0;    // compressed chunk bytes read
+  std::uint64_t dense_bytes = 0;     // frames x pixels x source element size
+  std::uint64_t resident_bytes = 0;
+  std::uint64_t host_decoded_chunks = 0;
+  std::uint64_t admitted_peak_bytes = 0;   // estimate_load().transition_peak_bytes
+  std::uint64_t allocated_peak_bytes = 0;  // largest sum of live device allocations of the load
+  std::uint64_t measured_peak_bytes = 0;   // cudaMemGetInfo: free at start - least free seen after allocations
+  std::uint32_t batches = 0;
+  std::uint32_t sub_batches = 0;
+};
+
+class CudaBackend : public Backend {
+ public:
+  virtual CudaLoadReport last_load_report() const = 0;
+};
+
+// Throws Error(unavailable) "CUDA unavailable: ..." when there is no CUDA
+// support, no visible device, or a requested index is not a visible device.
+std::unique_ptr<CudaBackend> make_cuda_backend(const CudaBackendOptions& options);
+
+// Visible CUDA devices; 0 without CUDA support or device. Never throws.
+int cuda_device_count() noexcept;
+
+// Device bytes held by CUDA residents and loads in progress in this process
+// (a failed or cancelled load returns to the value it started from).
+std::uint64_t cuda_resident_bytes_in_use() noexcept;
+
+struct CudaResidentOptions {
+  int device_index = 0;
+  CudaLoadTuning tuning;
+};
+
+// Builds a CUDA resident from dense host counts (tests, benchmarks,
+// conformance), with the rules of load(): masked pixels zeroed, uint32 held as
+// 16-bit when every masked count fits. `counts` holds frame_count() *
+// frame_pixels() little-endian values of *acquisition.dtype. Throws
+// Error(bad_request) for a size or shape mismatch, Error(payload_too_large)
+// when the device runs out of memory, Error(unavailable) without CUDA.
+std::shared_ptr<Resident> make_cuda_resident(const catalog::Acquisition& acquisition, const void* counts,
+                                             std::size_t count_bytes, const CudaResidentOptions& options = {});
+
+}  // namespace quantem::backend

@@ -1,0 +1,74 @@
+#pragma once
+// Product kernels computed straight from an ANS resident (AnsResidentView,
+// include/quantem/cuda/ans.hpp), and the load-time preparation of dense
+// frames. CUDA-free header; implemented in kernels/products/resident_products.cu.
+//
+// A stream (one 2x2 quad across a group's frames) is sequential: a product
+// that needs frame f of a group decodes that group's streams up to f and no
+// further. Every sum is an integer sum accumulated in uint64 with integer
+// atomics: exact, and the same for any launch shape. A malformed stream never
+// faults; it sets *d_error non-zero (d_error may be null). All d_* pointers are
+// device pointers; every call is asynchronous on `stream`.
+#include <cstddef>
+#include <cstdint>
+
+#include "quantem/core/dtype.hpp"
+#include "quantem/cuda/ans.hpp"
+#include "quantem/cuda/device.hpp"
+
+namespace quantem::cuda {
+
+// Zeroes the masked pixels (d_masked_pixels: masked_count detector pixel
+// indices) of every frame of a dense batch (frame_count frames of frame_pixels
+// values of `dtype`, frame-major) and, when d_max is non-null, raises *d_max to
+// the largest value left (after masking).
+void prepare_frames(void* d_frames, DType dtype, std::uint64_t frame_count, std::uint32_t frame_pixels,
+                    const std::uint32_t* d_masked_pixels, std::uint32_t masked_count, std::uint32_t* d_max,
+                    StreamHandle stream);
+
+// One group of the resident that a product reads: its frames [0, frame_end)
+// are decoded (frame_end <= the group's frame count).
+struct FrameJob {
+  std::uint32_t group = 0;
+  std::uint32_t frame_end = 0;
+};
+
+// Largest job list one call takes (grid.y).
+inline constexpr std::size_t kMaxFrameJobs = 65535;
+
+// Per native detector pixel p: d_sums[p] += Σ value(f, p) over the frames f of
+// the jobs whose bit is set in d_frame_bitmap (bit f % 32 of word f / 32, f the
+// resident's global frame index); when d_max is non-null, d_max[p] is raised
+// to the largest such value. d_sums (and d_max) hold detector_rows *
+// detector_cols values and are not cleared.
+void ans_accumulate_frames(const AnsResidentView& resident, const FrameJob* d_jobs, std::size_t job_count,
+                           const std::uint32_t* d_frame_bitmap, std::uint64_t* d_sums, std::uint32_t* d_max,
+                           std::uint32_t* d_error, StreamHandle stream);
+
+// Per slot: d_slot_sums[slot * pixels + p] += value(f, p) for every frame f of
+// the jobs with d_frame_slots[f] = slot >= 0 (global frame index; -1: none).
+// Used to build whole scan-binned frames several at a time. Not cleared.
+void ans_accumulate_slots(const AnsResidentView& resident, const FrameJob* d_jobs, std::size_t job_count,
+                          const std::int32_t* d_frame_slots, std::uint64_t* d_slot_sums, std::uint32_t* d_error,
+                          StreamHandle stream);
+
+// d_result[b] = max(d_result[b], Σ of slot s's native pixels that fall in
+// detector bin b) over the slot_count slots of d_slot_sums (slot-major, native
+// pixels). d_result has ceil(rows / bin) * ceil(cols / bin) values.
+void binned_slot_max(const std::uint64_t* d_slot_sums, std::uint32_t slot_count, std::uint32_t detector_rows,
+                     std::uint32_t detector_cols, std::uint32_t detector_bin, std::uint64_t* d_result,
+                     StreamHandle stream);
+
+// Largest frames_per_group ans_frame_moments takes (three uint64 per frame in shared memory).
+inline constexpr std::uint32_t kMomentsMaxFramesPerGroup = 2048;
+
+// For every frame f of the view: d_total[f] = Σ_p I, d_row_moment[f] =
+// Σ_p row_weight[r(p)] · I, d_col_moment[f] = Σ_p col_weight[c(p)] · I
+// (weights: device arrays of detector_rows / detector_cols uint32). The outputs
+// hold total_frames values each and are overwritten. Decodes every stream.
+void ans_frame_moments(const AnsResidentView& resident, const std::uint32_t* d_row_weights,
+                       const std::uint32_t* d_col_weights, std::uint32_t max_weight, std::uint64_t* d_total,
+                       std::uint64_t* d_row_moment, std::uint64_t* d_col_moment, std::uint32_t* d_error,
+                       StreamHandle stream);
+
+}  // namespace quantem::cuda

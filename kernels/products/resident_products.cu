@@ -1,0 +1,459 @@
+// Product kernels over the ANS resident (declared in
+// include/quantem/cuda/resident_products.hpp): per-pixel sums and maxima of
+// selected frames, whole scan-binned frames in slots, per-frame moments, and
+// the load-time masking of dense frames.
+//
+// Layers: the host launchers validate, size the grid and shared memory, launch
+// and check; the kernels are thin; the decode building blocks are those of the
+// codec (kernels/codec/ans_device.cuh).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "quantem/ans/ans_format.hpp"
+#include "quantem/ans/ans_model.hpp"
+#include "quantem/core/error.hpp"
+#include "quantem/cuda/resident_products.hpp"
+#include "../codec/ans_device.cuh"
+#include "../common/cuda_check.cuh"
+#include "tuning.cuh"
+
+namespace quantem::cuda {
+namespace {
+
+using namespace quantem::ans;
+namespace dev = quantem::kernels::ans_device;
+namespace tuning = quantem::kernels::tuning;
+
+struct ResidentParams {
+  const std::uint8_t* blobs;
+  const std::uint64_t* group_offsets;
+  std::uint64_t total_frames;
+  std::uint32_t frames_per_group;
+  std::uint32_t rows;
+  std::uint32_t cols;
+  std::uint32_t quad_cols;
+  std::uint32_t stream_count;
+};
+
+ResidentParams make_params(const AnsResidentView& resident, const char* who) {
+  if (resident.d_blobs == nullptr || resident.d_group_offsets == nullptr)
+    throw bad_request(std::string(who) + ": null resident pointers");
+  if (resident.frames_per_group == 0 || resident.frames_per_group > kAnsMaxFramesPerGroup)
+    throw bad_request(std::string(who) + ": frames_per_group must be 1.." + std::to_string(kAnsMaxFramesPerGroup));
+  if (resident.detector_rows == 0 || resident.detector_cols == 0) throw bad_request(std::string(who) + ": empty detector");
+  if (resident.group_count != ans_group_count(resident.total_frames, resident.frames_per_group))
+    throw bad_request(std::string(who) + ": group_count does not match total_frames / frames_per_group");
+  const AnsGroupLayout layout = ans_group_layout(resident.detector_rows, resident.detector_cols);
+  return {resident.d_blobs,        resident.d_group_offsets, resident.total_frames, resident.frames_per_group,
+          resident.detector_rows,  resident.detector_cols,   layout.quad_cols,      layout.stream_count};
+}
+
+// Decode tables + per-warp cdf scratch, rounded up to 16 bytes.
+__host__ __device__ constexpr std::size_t table_shared_bytes(unsigned threads) {
+  return (dev::kDecodeTableEntries * sizeof(std::uint32_t) +
+          std::size_t{threads / 32} * dev::kCdfScratchEntries * sizeof(std::uint16_t) + 15) / 16 * 16;
+}
+
+// The group a CTA works on: its blob, header and frames.
+struct GroupContext {
+  const std::uint8_t* blob;
+  AnsGroupHeader header;
+  std::uint64_t first_frame;
+  std::uint32_t frame_count;
+  bool valid;
+};
+
+__device__ GroupContext open_group(const ResidentParams& p, std::uint32_t group) {
+  GroupContext context;
+  context.blob = p.blobs + p.group_offsets[group];
+  context.header = dev::load_header(context.blob);
+  context.first_frame = std::uint64_t{group} * p.frames_per_group;
+  const std::uint64_t left = p.total_frames - context.first_frame;
+  context.frame_count = left < p.frames_per_group ? static_cast<std::uint32_t>(left) : p.frames_per_group;
+  const AnsGroupHeader& h = context.header;
+  context.valid = h.magic == kAnsMagic && h.detector_rows == p.rows && h.detector_cols == p.cols &&
+                  h.frame_count == context.frame_count && (h.raw_words == 1 || h.raw_words == 2) &&
+                  h.class_scale >= 1 && h.class_scale <= 4096 && h.stream_count == p.stream_count;
+  return context;
+}
+
+// One thread's stream: its quad's pixels, their class tables and shifts, the reader.
+struct QuadDecoder {
+  std::uint32_t pixels[4];
+  std::uint32_t present;
+  const std::uint32_t* class_table[4];
+  std::uint32_t shift[4];
+  dev::StreamReader reader;
+
+  // An inactive decoder (stream past the end) has no pixels and a reader that never reads.
+  __device__ void open(const ResidentParams& p, const GroupContext& g, const std::uint32_t* table,
+                       std::uint32_t stream, bool active) {
+    reader = dev::StreamReader{};
+    present = active ? dev::quad_pixels(stream, p.quad_cols, p.rows, p.cols, pixels) : 0u;
+    if (!active) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        pixels[k] = 0;
+        class_table[k] = table;
+        shift[k] = 0;
+      }
+      return;
+    }
+    const std::uint8_t* classes = g.blob + g.header.class_map_offset;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const std::uint32_t cls =
+          ((present >> k) & 1u) ? min(std::uint32_t{__ldg(classes + pixels[k])}, kAnsClassCount - 1) : 0u;
+      class_table[k] = table + cls * kAnsProbabilityScale;
+      shift[k] = class_shift(cls, g.header.class_scale);
+    }
+    reader.open(g.blob + g.header.stream_data_offset,
+                reinterpret_cast<const std::uint32_t*>(g.blob + g.header.stream_offsets_offset), stream,
+                g.header.stream_count, g.header.stream_data_bytes);
+  }
+};
+
+__device__ inline bool frame_selected(const std::uint32_t* bitmap, std::uint64_t frame) {
+  return ((__ldg(bitmap + (frame >> 5)) >> (frame & 31u)) & 1u) != 0;
+}
+
+// grid: (stream blocks, jobs). One thread per stream sums (and maxes) its
+// quad's values over the selected frames in registers, then adds them once.
+__global__ void __launch_bounds__(tuning::kAccumulateThreads)
+    accumulate_frames_kernel(ResidentParams p, const FrameJob* __restrict__ jobs,
+                             const std::uint32_t* __restrict__ bitmap, unsigned long long* sums, unsigned int* maxima,
+                             std::uint32_t* error) {
+  extern __shared__ __align__(16) std::uint8_t shared[];
+  auto* table = reinterpret_cast<std::uint32_t*>(shared);
+  auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
+  const FrameJob job = jobs[blockIdx.y];
+  const GroupContext g = open_group(p, job.group);
+  if (!g.valid || job.frame_end > g.frame_count) {
+    if (threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
+    return;
+  }
+  dev::build_decode_tables(g.blob, g.header, table, cdf_scratch);  // ends with __syncthreads()
+  const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
+  if (stream >= p.stream_count) return;
+  QuadDecoder q;
+  q.open(p, g, table, stream, true);
+  unsigned long long sum[4] = {0, 0, 0, 0};
+  std::uint32_t largest[4] = {0, 0, 0, 0};
+  for (std::uint32_t f = 0; f < job.frame_end; ++f) {
+    const bool selected = frame_selected(bitmap, g.first_frame + f);
+    q.reader.top_up();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if ((q.present >> k) & 1u) {
+        const std::uint32_t value = q.reader.decode_value(q.class_table[k], q.shift[k]);
+        if (selected) {
+          sum[k] += value;
+          largest[k] = max(largest[k], value);
+        }
+      }
+    }
+  }
+  const bool bad = q.reader.corrupt || (job.frame_end == g.frame_count && !q.reader.finished_cleanly());
+  if (bad && error != nullptr) atomicOr(error, 1u);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if ((q.present >> k) & 1u) {
+      if (sum[k] != 0) atomicAdd(sums + q.pixels[k], sum[k]);
+      if (maxima != nullptr && largest[k] != 0) atomicMax(maxima + q.pixels[k], largest[k]);
+    }
+  }
+}
+
+// grid: (stream blocks, jobs). Adds each selected frame's values to its slot.
+__global__ void __launch_bounds__(tuning::kAccumulateThreads)
+    accumulate_slots_kernel(ResidentParams p, const FrameJob* __restrict__ jobs,
+                            const std::int32_t* __restrict__ frame_slots, unsigned long long* slot_sums,
+                            std::uint32_t* error) {
+  extern __shared__ __align__(16) std::uint8_t shared[];
+  auto* table = reinterpret_cast<std::uint32_t*>(shared);
+  auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
+  const FrameJob job = jobs[blockIdx.y];
+  const GroupContext g = open_group(p, job.group);
+  if (!g.valid || job.frame_end > g.frame_count) {
+    if (threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
+    return;
+  }
+  dev::build_decode_tables(g.blob, g.header, table, cdf_scratch);
+  const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
+  if (stream >= p.stream_count) return;
+  QuadDecoder q;
+  q.open(p, g, table, stream, true);
+  const std::uint64_t pixels = std::uint64_t{p.rows} * p.cols;
+  for (std::uint32_t f = 0; f < job.frame_end; ++f) {
+    const std::int32_t slot = __ldg(frame_slots + g.first_frame + f);
+    q.reader.top_up();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if ((q.present >> k) & 1u) {
+        const std::uint32_t value = q.reader.decode_value(q.class_table[k], q.shift[k]);
+        if (slot >= 0 && value != 0) {
+          atomicAdd(slot_sums + static_cast<std::uint64_t>(slot) * pixels + q.pixels[k],
+                    static_cast<unsigned long long>(value));
+        }
+      }
+    }
+  }
+  const bool bad = q.reader.corrupt || (job.frame_end == g.frame_count && !q.reader.finished_cleanly());
+  if (bad && error != nullptr) atomicOr(error, 1u);
+}
+
+__global__ void binned_slot_max_kernel(const std::uint64_t* __restrict__ slot_sums, std::uint32_t slot_count,
+                                       std::uint32_t rows, std::uint32_t cols, std::uint32_t bin,
+                                       std::uint32_t out_cols, std::uint64_t out_pixels, unsigned long long* result) {
+  const std::uint64_t pixels = std::uint64_t{rows} * cols;
+  const std::uint64_t total = std::uint64_t{slot_count} * out_pixels;
+  for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total;
+       i += std::uint64_t{gridDim.x} * blockDim.x) {
+    const std::uint64_t slot = i / out_pixels;
+    const std::uint64_t binned = i % out_pixels;
+    const std::uint32_t row_begin = static_cast<std::uint32_t>(binned / out_cols) * bin;
+    const std::uint32_t col_begin = static_cast<std::uint32_t>(binned % out_cols) * bin;
+    const std::uint32_t row_end = min(rows, row_begin + bin);
+    const std::uint32_t col_end = min(cols, col_begin + bin);
+    const std::uint64_t* frame = slot_sums + slot * pixels;
+    unsigned long long sum = 0;
+    for (std::uint32_t r = row_begin; r < row_end; ++r)
+      for (std::uint32_t c = col_begin; c < col_end; ++c) sum += frame[std::uint64_t{r} * cols + c];
+    atomicMax(result + binned, sum);
+  }
+}
+
+// grid: (stream blocks, groups). Like the codec's masked sum: per frame a warp
+// reduces its lanes' three sums and lane 0 adds them to the CTA's per-frame
+// sums in shared memory; at the end the CTA adds them to the global ones.
+__global__ void __launch_bounds__(tuning::kMomentsThreads)
+    frame_moments_kernel(ResidentParams p, const std::uint32_t* __restrict__ row_weights,
+                         const std::uint32_t* __restrict__ col_weights, bool narrow_weights,
+                         unsigned long long* total, unsigned long long* row_moment, unsigned long long* col_moment,
+                         std::uint32_t* error) {
+  extern __shared__ __align__(16) std::uint8_t shared[];
+  auto* table = reinterpret_cast<std::uint32_t*>(shared);
+  auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
+  auto* frame_sums = reinterpret_cast<unsigned long long*>(shared + table_shared_bytes(blockDim.x));
+  const GroupContext g = open_group(p, blockIdx.y);
+  if (!g.valid) {
+    if (threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
+    return;
+  }
+  const std::uint32_t frames = g.frame_count;
+  for (std::uint32_t i = threadIdx.x; i < 3 * frames; i += blockDim.x) frame_sums[i] = 0;
+  dev::build_decode_tables(g.blob, g.header, table, cdf_scratch);  // ends with __syncthreads()
+
+  const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
+  const bool active = stream < p.stream_count;
+  if (__any_sync(0xffffffffu, active)) {
+    QuadDecoder q;
+    q.open(p, g, table, stream, active);
+    std::uint32_t row_weight[4];
+    std::uint32_t col_weight[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const bool here = ((q.present >> k) & 1u) != 0;
+      row_weight[k] = here ? __ldg(row_weights + q.pixels[k] / p.cols) : 0u;
+      col_weight[k] = here ? __ldg(col_weights + q.pixels[k] % p.cols) : 0u;
+    }
+    const std::uint32_t lane = threadIdx.x % 32;
+    // 16-bit groups with weights below 512: every warp sum fits 32 bits (32 * 4 * 65535 * 511 < 2^32).
+    const bool narrow = narrow_weights && g.header.raw_words == 1;
+    for (std::uint32_t f = 0; f < frames; ++f) {
+      q.reader.top_up();
+      unsigned long long lane_total = 0;
+      unsigned long long lane_row = 0;
+      unsigned long long lane_col = 0;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if ((q.present >> k) & 1u) {
+          const std::uint32_t value = q.reader.decode_value(q.class_table[k], q.shift[k]);
+          lane_total += value;
+          lane_row += static_cast<unsigned long long>(row_weight[k]) * value;
+          lane_col += static_cast<unsigned long long>(col_weight[k]) * value;
+        }
+      }
+      if (narrow) {
+        lane_total = __reduce_add_sync(0xffffffffu, static_cast<std::uint32_t>(lane_total));
+        lane_row = __reduce_add_sync(0xffffffffu, static_cast<std::uint32_t>(lane_row));
+        lane_col = __reduce_add_sync(0xffffffffu, static_cast<std::uint32_t>(lane_col));
+      } else {
+        for (int delta = 16; delta > 0; delta /= 2) {
+          lane_total += __shfl_xor_sync(0xffffffffu, lane_total, delta);
+          lane_row += __shfl_xor_sync(0xffffffffu, lane_row, delta);
+          lane_col += __shfl_xor_sync(0xffffffffu, lane_col, delta);
+        }
+      }
+      if (lane == 0 && lane_total != 0) {
+        atomicAdd(frame_sums + f, lane_total);
+        atomicAdd(frame_sums + frames + f, lane_row);
+        atomicAdd(frame_sums + 2 * frames + f, lane_col);
+      }
+    }
+    if (active && !q.reader.finished_cleanly() && error != nullptr) atomicOr(error, 1u);
+  }
+  __syncthreads();
+  for (std::uint32_t f = threadIdx.x; f < frames; f += blockDim.x) {
+    if (frame_sums[f] == 0) continue;
+    atomicAdd(total + g.first_frame + f, frame_sums[f]);
+    if (frame_sums[frames + f] != 0) atomicAdd(row_moment + g.first_frame + f, frame_sums[frames + f]);
+    if (frame_sums[2 * frames + f] != 0) atomicAdd(col_moment + g.first_frame + f, frame_sums[2 * frames + f]);
+  }
+}
+
+template <class T>
+__global__ void zero_masked_kernel(T* frames, std::uint64_t frame_count, std::uint32_t frame_pixels,
+                                   const std::uint32_t* __restrict__ masked, std::uint32_t masked_count) {
+  const std::uint64_t total = frame_count * masked_count;
+  for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total;
+       i += std::uint64_t{gridDim.x} * blockDim.x) {
+    const std::uint64_t frame = i / masked_count;
+    frames[frame * frame_pixels + __ldg(masked + i % masked_count)] = T{0};
+  }
+}
+
+template <class T>
+__global__ void max_value_kernel(const T* __restrict__ values, std::uint64_t count, unsigned int* result) {
+  std::uint32_t largest = 0;
+  for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < count;
+       i += std::uint64_t{gridDim.x} * blockDim.x) {
+    largest = max(largest, static_cast<std::uint32_t>(values[i]));
+  }
+  largest = __reduce_max_sync(0xffffffffu, largest);
+  if (threadIdx.x % 32 == 0 && largest != 0) atomicMax(result, largest);
+}
+
+unsigned elementwise_ctas(std::uint64_t items, int threads) {
+  const std::uint64_t needed = (items + static_cast<std::uint64_t>(threads) - 1) / static_cast<std::uint64_t>(threads);
+  return static_cast<unsigned>(needed < tuning::kElementwiseMaxCtas ? (needed == 0 ? 1 : needed) : tuning::kElementwiseMaxCtas);
+}
+
+template <class T>
+void launch_prepare(T* frames, std::uint64_t frame_count, std::uint32_t frame_pixels, const std::uint32_t* masked,
+                    std::uint32_t masked_count, std::uint32_t* d_max, cudaStream_t stream) {
+  const int threads = tuning::kPrepareThreads;
+  if (masked_count != 0 && frame_count != 0) {
+    zero_masked_kernel<T><<<elementwise_ctas(frame_count * masked_count, threads), threads, 0, stream>>>(
+        frames, frame_count, frame_pixels, masked, masked_count);
+    QUANTEM_CUDA_CHECK_LAUNCH(stream, "zero_masked_kernel");
+  }
+  if (d_max != nullptr && frame_count != 0) {
+    const std::uint64_t count = frame_count * frame_pixels;
+    max_value_kernel<T><<<elementwise_ctas(count, threads), threads, 0, stream>>>(
+        frames, count, reinterpret_cast<unsigned int*>(d_max));
+    QUANTEM_CUDA_CHECK_LAUNCH(stream, "max_value_kernel");
+  }
+}
+
+void check_jobs(const FrameJob* d_jobs, std::size_t job_count, const char* who) {
+  if (job_count > kMaxFrameJobs) throw bad_request(std::string(who) + ": more than 65535 group jobs in one call");
+  if (job_count != 0 && d_jobs == nullptr) throw bad_request(std::string(who) + ": null job list");
+}
+
+}  // namespace
+
+void prepare_frames(void* d_frames, DType dtype, std::uint64_t frame_count, std::uint32_t frame_pixels,
+                    const std::uint32_t* d_masked_pixels, std::uint32_t masked_count, std::uint32_t* d_max,
+                    StreamHandle stream) {
+  if (d_frames == nullptr && frame_count != 0) throw bad_request("prepare_frames: null frames");
+  if (masked_count != 0 && d_masked_pixels == nullptr) throw bad_request("prepare_frames: null masked pixel list");
+  switch (dtype) {
+    case DType::uint8:
+      launch_prepare(static_cast<std::uint8_t*>(d_frames), frame_count, frame_pixels, d_masked_pixels, masked_count,
+                     d_max, stream);
+      break;
+    case DType::uint16:
+      launch_prepare(static_cast<std::uint16_t*>(d_frames), frame_count, frame_pixels, d_masked_pixels, masked_count,
+                     d_max, stream);
+      break;
+    case DType::uint32:
+      launch_prepare(static_cast<std::uint32_t*>(d_frames), frame_count, frame_pixels, d_masked_pixels, masked_count,
+                     d_max, stream);
+      break;
+  }
+}
+
+void ans_accumulate_frames(const AnsResidentView& resident, const FrameJob* d_jobs, std::size_t job_count,
+                           const std::uint32_t* d_frame_bitmap, std::uint64_t* d_sums, std::uint32_t* d_max,
+                           std::uint32_t* d_error, StreamHandle stream) {
+  const ResidentParams p = make_params(resident, "ans_accumulate_frames");
+  check_jobs(d_jobs, job_count, "ans_accumulate_frames");
+  if (job_count == 0) return;
+  if (d_frame_bitmap == nullptr || d_sums == nullptr) throw bad_request("ans_accumulate_frames: null bitmap or sums");
+  const int threads = tuning::kAccumulateThreads;
+  const std::size_t shared_bytes = table_shared_bytes(threads);
+  QUANTEM_CUDA_TRY(cudaFuncSetAttribute(accumulate_frames_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(shared_bytes)));
+  const dim3 grid((p.stream_count + threads - 1) / threads, static_cast<unsigned>(job_count));
+  accumulate_frames_kernel<<<grid, threads, shared_bytes, stream>>>(
+      p, d_jobs, d_frame_bitmap, reinterpret_cast<unsigned long long*>(d_sums),
+      reinterpret_cast<unsigned int*>(d_max), d_error);
+  QUANTEM_CUDA_CHECK_LAUNCH(stream, "accumulate_frames_kernel");
+}
+
+void ans_accumulate_slots(const AnsResidentView& resident, const FrameJob* d_jobs, std::size_t job_count,
+                          const std::int32_t* d_frame_slots, std::uint64_t* d_slot_sums, std::uint32_t* d_error,
+                          StreamHandle stream) {
+  const ResidentParams p = make_params(resident, "ans_accumulate_slots");
+  check_jobs(d_jobs, job_count, "ans_accumulate_slots");
+  if (job_count == 0) return;
+  if (d_frame_slots == nullptr || d_slot_sums == nullptr) throw bad_request("ans_accumulate_slots: null slots");
+  const int threads = tuning::kAccumulateThreads;
+  const std::size_t shared_bytes = table_shared_bytes(threads);
+  QUANTEM_CUDA_TRY(cudaFuncSetAttribute(accumulate_slots_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(shared_bytes)));
+  const dim3 grid((p.stream_count + threads - 1) / threads, static_cast<unsigned>(job_count));
+  accumulate_slots_kernel<<<grid, threads, shared_bytes, stream>>>(
+      p, d_jobs, d_frame_slots, reinterpret_cast<unsigned long long*>(d_slot_sums), d_error);
+  QUANTEM_CUDA_CHECK_LAUNCH(stream, "accumulate_slots_kernel");
+}
+
+void binned_slot_max(const std::uint64_t* d_slot_sums, std::uint32_t slot_count, std::uint32_t detector_rows,
+                     std::uint32_t detector_cols, std::uint32_t detector_bin, std::uint64_t* d_result,
+                     StreamHandle stream) {
+  if (slot_count == 0) return;
+  if (d_slot_sums == nullptr || d_result == nullptr) throw bad_request("binned_slot_max: null pointer");
+  if (detector_bin == 0 || detector_rows == 0 || detector_cols == 0) throw bad_request("binned_slot_max: empty shape");
+  const std::uint32_t out_rows = (detector_rows + detector_bin - 1) / detector_bin;
+  const std::uint32_t out_cols = (detector_cols + detector_bin - 1) / detector_bin;
+  const std::uint64_t out_pixels = std::uint64_t{out_rows} * out_cols;
+  const int threads = tuning::kBinnedMaxThreads;
+  binned_slot_max_kernel<<<elementwise_ctas(out_pixels * slot_count, threads), threads, 0, stream>>>(
+      d_slot_sums, slot_count, detector_rows, detector_cols, detector_bin, out_cols, out_pixels,
+      reinterpret_cast<unsigned long long*>(d_result));
+  QUANTEM_CUDA_CHECK_LAUNCH(stream, "binned_slot_max_kernel");
+}
+
+void ans_frame_moments(const AnsResidentView& resident, const std::uint32_t* d_row_weights,
+                       const std::uint32_t* d_col_weights, std::uint32_t max_weight, std::uint64_t* d_total,
+                       std::uint64_t* d_row_moment, std::uint64_t* d_col_moment, std::uint32_t* d_error,
+                       StreamHandle stream) {
+  const ResidentParams p = make_params(resident, "ans_frame_moments");
+  if (resident.frames_per_group > kMomentsMaxFramesPerGroup)
+    throw bad_request("ans_frame_moments: frames_per_group above " + std::to_string(kMomentsMaxFramesPerGroup));
+  if (resident.group_count > 65535) throw bad_request("ans_frame_moments: more than 65535 groups");
+  if (d_row_weights == nullptr || d_col_weights == nullptr || d_total == nullptr || d_row_moment == nullptr ||
+      d_col_moment == nullptr)
+    throw bad_request("ans_frame_moments: null pointer");
+  const std::size_t bytes = resident.total_frames * sizeof(std::uint64_t);
+  QUANTEM_CUDA_TRY(cudaMemsetAsync(d_total, 0, bytes, stream));
+  QUANTEM_CUDA_TRY(cudaMemsetAsync(d_row_moment, 0, bytes, stream));
+  QUANTEM_CUDA_TRY(cudaMemsetAsync(d_col_moment, 0, bytes, stream));
+  if (resident.group_count == 0) return;
+  const int threads = tuning::kMomentsThreads;
+  const std::size_t shared_bytes =
+      table_shared_bytes(threads) + 3 * std::size_t{resident.frames_per_group} * sizeof(std::uint64_t);
+  QUANTEM_CUDA_TRY(cudaFuncSetAttribute(frame_moments_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(shared_bytes)));
+  const dim3 grid((p.stream_count + threads - 1) / threads, static_cast<unsigned>(resident.group_count));
+  frame_moments_kernel<<<grid, threads, shared_bytes, stream>>>(
+      p, d_row_weights, d_col_weights, max_weight < 512, reinterpret_cast<unsigned long long*>(d_total),
+      reinterpret_cast<unsigned long long*>(d_row_moment), reinterpret_cast<unsigned long long*>(d_col_moment),
+      d_error);
+  QUANTEM_CUDA_CHECK_LAUNCH(stream, "frame_moments_kernel");
+}
+
+}  // namespace quantem::cuda

@@ -1,0 +1,75 @@
+#pragma once
+// Internal: the CUDA resident. One acquisition as ANS groups (docs/kernels.md)
+// on one device, in a few exactly sized device pieces (one per load batch).
+// A device table holds each group's address as an offset from the lowest
+// piece, so one AnsResidentView spans every piece and one launch serves the
+// whole scan. Every primitive binds the resident's device on the calling
+// thread, works on that thread's per-thread stream with stream-ordered
+// scratch, and decodes only what it needs:
+//   masked_sum           the streams the mask touches, of the groups the region touches;
+//   center_of_mass_sums  every stream of those groups, three weighted sums per frame;
+//   frame, region sums, cropped pattern sums
+//                        the groups holding the frames, each up to its last needed frame;
+//   region max           the same, per position (scan-binned frames built in slots).
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cuda_support.hpp"
+#include "quantem/backend/backend.hpp"
+#include "quantem/cuda/ans.hpp"
+
+namespace quantem::backend::cuda_detail {
+
+class CudaResident final : public Resident {
+ public:
+  CudaResident(catalog::Acquisition source, DType resident_dtype, std::string encoding, int device_index,
+               std::uint32_t frames_per_group, std::vector<TrackedBuffer> pieces, TrackedBuffer group_offsets,
+               const std::uint8_t* base);
+
+  int device_index() const override { return device_index_; }
+  std::uint64_t resident_bytes() const override { return resident_bytes_; }
+  std::string encoding() const override { return encoding_; }
+  DType resident_dtype() const override { return resident_dtype_; }
+  const catalog::Acquisition& source() const override { return source_; }
+
+  std::vector<std::uint64_t> pattern_sum(const plan::PlanGeometry& geometry) override;
+  std::vector<std::uint64_t> masked_sum(const plan::PlanGeometry& geometry,
+                                        const std::vector<std::uint8_t>& binned_detector_mask) override;
+  CenterOfMassSums center_of_mass_sums(const plan::PlanGeometry& geometry) override;
+  std::vector<std::uint64_t> frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
+                                   std::uint64_t scan_col) override;
+  std::vector<std::uint64_t> region_reduce(const plan::PlanGeometry& geometry,
+                                           const std::vector<std::uint64_t>& positions,
+                                           RegionReduce reduce) override;
+
+ private:
+  cuda::AnsResidentView view() const;
+  // The groups [first_group, end_group) as a view of their own (frame 0 = first_group's first frame).
+  cuda::AnsResidentView view_of_groups(std::uint64_t first_group, std::uint64_t end_group) const;
+  void check_geometry(const plan::PlanGeometry& geometry) const;
+  void bind_device() const;
+  // Σ per native pixel over the given frames (sorted, distinct global indices); maxima too when wanted.
+  std::vector<std::uint64_t> native_sum(const std::vector<std::uint64_t>& frames,
+                                        std::vector<std::uint32_t>* maxima);
+  std::vector<std::uint64_t> binned_position_max(const plan::PlanGeometry& geometry,
+                                                 const std::vector<std::uint64_t>& positions);
+
+  catalog::Acquisition source_;
+  DType resident_dtype_;
+  std::string encoding_;
+  int device_index_;
+  std::uint32_t frames_per_group_;
+  std::uint64_t group_count_;
+  std::vector<TrackedBuffer> pieces_;
+  TrackedBuffer group_offsets_;
+  const std::uint8_t* base_;
+  std::uint64_t resident_bytes_;
+
+  std::mutex full_pattern_mutex_;
+  std::optional<std::vector<std::uint64_t>> full_pattern_;  // Σ over every frame (uncropped plans)
+};
+
+}  // namespace quantem::backend::cuda_detail

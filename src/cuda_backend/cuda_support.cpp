@@ -1,0 +1,98 @@
+#include "cuda_support.hpp"
+
+#include <algorithm>
+
+namespace quantem::backend::cuda_detail {
+
+std::atomic<std::uint64_t>& process_bytes_in_use() noexcept {
+  static std::atomic<std::uint64_t> bytes{0};
+  return bytes;
+}
+
+void Ledger::add(std::uint64_t bytes) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::uint64_t live = live_.load() + bytes;
+  live_.store(live);
+  if (live > peak_.load()) peak_.store(live);
+}
+
+void Ledger::remove(std::uint64_t bytes) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  live_.store(live_.load() - std::min(bytes, live_.load()));
+}
+
+TrackedBuffer::TrackedBuffer(std::size_t bytes, std::shared_ptr<Ledger> ledger)
+    : buffer_(bytes), ledger_(std::move(ledger)) {
+  process_bytes_in_use() += bytes;
+  if (ledger_) ledger_->add(bytes);
+}
+
+TrackedBuffer& TrackedBuffer::operator=(TrackedBuffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    buffer_ = std::move(other.buffer_);
+    ledger_ = std::move(other.ledger_);
+  }
+  return *this;
+}
+
+void TrackedBuffer::release() noexcept {
+  const std::size_t bytes = buffer_.size();
+  if (buffer_.data() == nullptr && bytes == 0) return;
+  buffer_ = cuda::DeviceBuffer();  // cudaFree (checked, never throws)
+  process_bytes_in_use() -= bytes;
+  if (ledger_) ledger_->remove(bytes);
+  ledger_.reset();
+}
+
+Stream::Stream() { QUANTEM_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+
+Stream::~Stream() {
+  if (stream_ != nullptr) QUANTEM_CUDA_TRY_NOTHROW(cudaStreamDestroy(stream_));
+}
+
+Event::Event(bool timing) {
+  QUANTEM_CUDA_TRY(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+}
+
+Event::~Event() {
+  if (event_ != nullptr) QUANTEM_CUDA_TRY_NOTHROW(cudaEventDestroy(event_));
+}
+
+void EventTimer::start(cudaStream_t stream) {
+  spans_.emplace_back(Event(true), Event(true));
+  QUANTEM_CUDA_TRY(cudaEventRecord(spans_.back().first.get(), stream));
+}
+
+void EventTimer::stop(cudaStream_t stream) { QUANTEM_CUDA_TRY(cudaEventRecord(spans_.back().second.get(), stream)); }
+
+double EventTimer::seconds() const {
+  double total = 0.0;
+  for (const auto& [begin, end] : spans_) {
+    float milliseconds = 0.0f;
+    if (cudaEventElapsedTime(&milliseconds, begin.get(), end.get()) == cudaSuccess) total += milliseconds;
+    else (void)cudaGetLastError();  // an unrecorded pair (an error path) counts nothing
+  }
+  return total / 1000.0;
+}
+
+StreamDrain::~StreamDrain() {
+  for (cudaStream_t stream : streams_) QUANTEM_CUDA_TRY_NOTHROW(cudaStreamSynchronize(stream));
+}
+
+ScratchBuffer::ScratchBuffer(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
+  QUANTEM_CUDA_TRY(cudaMallocAsync(&data_, bytes == 0 ? 16 : bytes, stream));
+}
+
+ScratchBuffer::~ScratchBuffer() {
+  if (data_ != nullptr) QUANTEM_CUDA_TRY_NOTHROW(cudaFreeAsync(data_, stream_));
+}
+
+cuda::DeviceMemoryInfo memory_info() {
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  QUANTEM_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return {free_bytes, total_bytes};
+}
+
+}  // namespace quantem::backend::cuda_detail

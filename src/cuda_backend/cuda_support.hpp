@@ -1,0 +1,138 @@
+#pragma once
+// Internal RAII pieces of the CUDA backend: tracked device allocations (so a
+// failed or cancelled load is proven to free everything), streams, events,
+// stream-ordered scratch for product calls. Every CUDA call is checked
+// (kernels/common/cuda_check.cuh); destructors never throw.
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "common/cuda_check.cuh"
+#include "quantem/cuda/device.hpp"
+
+namespace quantem::backend::cuda_detail {
+
+// Allocation granularity assumed by the load estimate: cudaMalloc hands out
+// whole 2 MiB pages for large allocations and may take one for a small one.
+inline constexpr std::uint64_t kAllocationGranularity = std::uint64_t{2} << 20;
+inline std::uint64_t round_to_granularity(std::uint64_t bytes) {
+  return (bytes + kAllocationGranularity - 1) / kAllocationGranularity * kAllocationGranularity;
+}
+
+// Device bytes held by CUDA residents and loads of this process.
+std::atomic<std::uint64_t>& process_bytes_in_use() noexcept;
+
+// Live and peak device bytes of one load.
+class Ledger {
+ public:
+  void add(std::uint64_t bytes) noexcept;
+  void remove(std::uint64_t bytes) noexcept;
+  std::uint64_t peak() const noexcept { return peak_.load(); }
+
+ private:
+  std::mutex mutex_;
+  std::atomic<std::uint64_t> live_{0};
+  std::atomic<std::uint64_t> peak_{0};
+};
+
+// A device allocation counted in process_bytes_in_use() (and in a load's ledger).
+class TrackedBuffer {
+ public:
+  TrackedBuffer() = default;
+  TrackedBuffer(std::size_t bytes, std::shared_ptr<Ledger> ledger);  // throws cuda::OutOfDeviceMemory
+  ~TrackedBuffer() { release(); }
+  TrackedBuffer(TrackedBuffer&& other) noexcept
+      : buffer_(std::move(other.buffer_)), ledger_(std::move(other.ledger_)) {}
+  TrackedBuffer& operator=(TrackedBuffer&& other) noexcept;
+  TrackedBuffer(const TrackedBuffer&) = delete;
+  TrackedBuffer& operator=(const TrackedBuffer&) = delete;
+
+  void* data() const noexcept { return buffer_.data(); }
+  std::size_t size() const noexcept { return buffer_.size(); }
+  template <class T>
+  T* as() const noexcept {
+    return static_cast<T*>(buffer_.data());
+  }
+  void release() noexcept;
+
+ private:
+  cuda::DeviceBuffer buffer_;
+  std::shared_ptr<Ledger> ledger_;
+};
+
+class Stream {
+ public:
+  Stream();  // non-blocking: never waits for the legacy default stream
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const noexcept { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+class Event {
+ public:
+  explicit Event(bool timing = false);
+  ~Event();
+  Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const noexcept { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+// Sums the device time between start/stop pairs (read after the work finished).
+class EventTimer {
+ public:
+  void start(cudaStream_t stream);
+  void stop(cudaStream_t stream);
+  double seconds() const;
+
+ private:
+  std::vector<std::pair<Event, Event>> spans_;
+};
+
+// Waits for streams when destroyed (nothrow), so buffers declared before it
+// are never freed under work in flight on an error path.
+class StreamDrain {
+ public:
+  explicit StreamDrain(std::vector<cudaStream_t> streams) : streams_(std::move(streams)) {}
+  ~StreamDrain();
+  StreamDrain(const StreamDrain&) = delete;
+  StreamDrain& operator=(const StreamDrain&) = delete;
+
+ private:
+  std::vector<cudaStream_t> streams_;
+};
+
+// Stream-ordered scratch of a product call (cudaMallocAsync / cudaFreeAsync).
+class ScratchBuffer {
+ public:
+  ScratchBuffer(std::size_t bytes, cudaStream_t stream);  // throws cuda::OutOfDeviceMemory
+  ~ScratchBuffer();
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+  template <class T>
+  T* as() const noexcept {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+  cudaStream_t stream_;
+};
+
+// Free and total bytes of the current device.
+cuda::DeviceMemoryInfo memory_info();
+
+}  // namespace quantem::backend::cuda_detail

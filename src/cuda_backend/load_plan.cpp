@@ -1,0 +1,213 @@
+#include "load_plan.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "quantem/ans/ans_format.hpp"
+#include "quantem/core/error.hpp"
+#include "quantem/cuda/ans.hpp"
+#include "quantem/cuda/bitshuffle_lz4.hpp"
+#include "quantem/cuda/resident_products.hpp"
+#include "cuda_support.hpp"
+
+namespace quantem::backend::cuda_detail {
+namespace {
+
+constexpr std::uint32_t kDefaultFramesPerGroup = 2048;
+constexpr std::uint64_t kDefaultBatchDenseBytes = std::uint64_t{1} << 30;
+constexpr std::uint32_t kMaxGroupsPerBatch = 64;
+constexpr std::uint64_t kDefaultStagingBytes = std::uint64_t{64} << 20;
+constexpr std::uint32_t kDefaultSubBatchFrames = 4096;
+
+std::uint64_t align16(std::uint64_t value) { return (value + 15) / 16 * 16; }
+
+// Encoded bytes a value may take, in quarter bytes. uint32: the format's own
+// bound (at most three 16-bit words per value: a symbol and two raw halves).
+// uint8/uint16: an admission cap (2 and 2.5 bytes per value) far above any
+// counting data (realistic data: ~0.2 bytes per value) but below the format's
+// worst case of 4 bytes; the load fails cleanly rather than exceed it.
+std::uint64_t cap_quarter_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::uint8: return 8;
+    case DType::uint16: return 10;
+    case DType::uint32: return 24;
+  }
+  return 24;
+}
+
+}  // namespace
+
+CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaLoadTuning& tuning) {
+  CudaLoadPlan plan;
+  plan.source_dtype = acquisition.dtype.value_or(DType::uint32);
+  plan.frames = acquisition.frame_count();
+  plan.frame_pixels = acquisition.frame_pixels();
+  plan.frame_bytes = plan.frame_pixels * dtype_size(plan.source_dtype);
+  if (plan.frames == 0 || plan.frame_pixels == 0) throw unprocessable(acquisition.name + " has no frames to load");
+  if (acquisition.detector_rows > 65535 || acquisition.detector_cols > 65535 ||
+      plan.frame_pixels >= (std::uint64_t{1} << 31)) {
+    throw unprocessable(acquisition.name + ": a " + std::to_string(acquisition.detector_rows) + " x " +
+                        std::to_string(acquisition.detector_cols) +
+                        " detector is larger than the CUDA resident holds (65535 pixels per axis, 2^31 per frame)");
+  }
+  std::uint64_t frames_per_group = tuning.frames_per_group != 0 ? tuning.frames_per_group : kDefaultFramesPerGroup;
+  frames_per_group = std::min<std::uint64_t>(frames_per_group, cuda::kMomentsMaxFramesPerGroup);
+  frames_per_group = std::min<std::uint64_t>(frames_per_group, ((std::uint64_t{1} << 32) - 1) / plan.frame_pixels);
+  frames_per_group = std::max<std::uint64_t>(frames_per_group, 1);
+  plan.frames_per_group = static_cast<std::uint32_t>(frames_per_group);
+  plan.groups = (plan.frames + frames_per_group - 1) / frames_per_group;
+  if (plan.groups > 65535 * std::uint64_t{kMaxGroupsPerBatch}) {
+    throw unprocessable(acquisition.name + " has too many frames for one CUDA resident");
+  }
+  std::uint64_t groups_per_batch =
+      tuning.groups_per_batch != 0 ? tuning.groups_per_batch
+                                   : std::max<std::uint64_t>(1, kDefaultBatchDenseBytes / (frames_per_group * plan.frame_bytes));
+  groups_per_batch = std::min<std::uint64_t>({groups_per_batch, kMaxGroupsPerBatch, plan.groups});
+  plan.groups_per_batch = static_cast<std::uint32_t>(groups_per_batch);
+  plan.batch_frames = std::min(plan.frames, groups_per_batch * frames_per_group);
+  plan.batches = (plan.groups + groups_per_batch - 1) / groups_per_batch;
+
+  plan.max_stored_chunk_bytes = 3 * plan.frame_bytes + 4096;
+  plan.staging_bytes = align16(std::max(tuning.staging_bytes != 0 ? tuning.staging_bytes : kDefaultStagingBytes,
+                                        plan.max_stored_chunk_bytes));
+  plan.sub_batch_frames = static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(tuning.sub_batch_frames != 0 ? tuning.sub_batch_frames : kDefaultSubBatchFrames,
+                              plan.batch_frames));
+  const std::size_t element = dtype_size(plan.source_dtype);
+  plan.gpu_decoder = acquisition.chunk_format.filter == codec::ChunkFilter::bitshuffle_lz4 &&
+                     (element == 1 || element == 2 || element == 4);
+
+  plan.masked_list_bytes = 0;
+  for (const std::uint8_t m : acquisition.pixel_mask) plan.masked_list_bytes += m != 0 ? 4 : 0;
+  plan.table_offset = plan.staging_bytes;
+  plan.device_slot_bytes = plan.staging_bytes + align16(std::uint64_t{plan.sub_batch_frames} * 8) +
+                           std::uint64_t{plan.sub_batch_frames} * 4;
+  if (plan.gpu_decoder) {
+    cuda::BitshuffleLz4Batch shape;
+    shape.element_size = element;
+    shape.elements_per_chunk = plan.frame_pixels;
+    shape.chunk_count = plan.sub_batch_frames;
+    plan.bslz4_scratch_bytes = cuda::bitshuffle_lz4_scratch_bytes(shape);
+  }
+  plan.dense_batch_bytes = plan.batch_frames * plan.frame_bytes;
+  plan.batch_misc_bytes = align16(plan.batch_frames * 4) + 16 + groups_per_batch * 8;
+  cuda::AnsEncodeBatch encode;
+  encode.d_frames = reinterpret_cast<const void*>(std::uintptr_t{256});  // sizing only, never read
+  encode.dtype = plan.source_dtype;
+  encode.total_frames = plan.batch_frames;
+  encode.frames_per_group = plan.frames_per_group;
+  encode.detector_rows = static_cast<std::uint32_t>(acquisition.detector_rows);
+  encode.detector_cols = static_cast<std::uint32_t>(acquisition.detector_cols);
+  plan.encode_scratch_bytes = cuda::ans_encode_scratch_bytes(encode);
+  plan.group_offsets_bytes = plan.groups * 8;
+
+  const ans::AnsGroupLayout layout = ans::ans_group_layout(encode.detector_rows, encode.detector_cols);
+  const auto group_bound = [&](std::uint64_t frames) {
+    const std::uint64_t data = (frames * plan.frame_pixels * cap_quarter_bytes(plan.source_dtype) + 3) / 4;
+    // Each stream: a 4-byte state, its words, and up to 15 bytes of padding.
+    return align16(layout.stream_data_offset + std::uint64_t{layout.stream_count} * 32 + data);
+  };
+  const std::uint64_t full_groups = plan.frames / frames_per_group;
+  const std::uint64_t last_frames = plan.frames % frames_per_group;
+  plan.resident_bound_bytes = full_groups * group_bound(frames_per_group) + group_bound(last_frames) * (last_frames != 0);
+  return plan;
+}
+
+std::uint64_t CudaLoadPlan::transition_peak_bytes(bool with_staging) const {
+  std::uint64_t peak = kRuntimeReserveBytes + round_to_granularity(masked_list_bytes) +
+                       round_to_granularity(dense_batch_bytes) + round_to_granularity(batch_misc_bytes) +
+                       round_to_granularity(encode_scratch_bytes) + resident_bound_bytes +
+                       batches * kAllocationGranularity + round_to_granularity(group_offsets_bytes);
+  if (with_staging && gpu_decoder) {
+    peak += kDeviceSlots * round_to_granularity(device_slot_bytes) + round_to_granularity(bslz4_scratch_bytes);
+  }
+  return peak;
+}
+
+bool gpu_decodes(const catalog::Acquisition& acquisition, const catalog::FrameLocation& location) {
+  const std::size_t element = acquisition.chunk_format.element_size;
+  return acquisition.chunk_format.filter == codec::ChunkFilter::bitshuffle_lz4 && (location.filter_mask & 1u) == 0 &&
+         (element == 1 || element == 2 || element == 4);
+}
+
+ReadSchedule plan_reads(const catalog::Acquisition& acquisition, const catalog::FrameIndex& index,
+                        const CudaLoadPlan& plan) {
+  const std::uint64_t frames = plan.frames;
+  if (index.frames.size() < frames) {
+    throw conflict(acquisition.name + " stores " + std::to_string(index.frames.size()) + " frames; its " +
+                   std::to_string(acquisition.scan_rows) + " x " + std::to_string(acquisition.scan_cols) +
+                   " scan needs " + std::to_string(frames));
+  }
+  const std::uint64_t batch_span = std::uint64_t{plan.groups_per_batch} * plan.frames_per_group;
+  ReadSchedule schedule;
+  schedule.chunk_slot_offsets.assign(frames, 0);
+  SubBatch* current = nullptr;
+  std::uint64_t decoded_bytes = 0;  // host-decoded frames of the current sub-batch
+  for (std::uint64_t frame = 0; frame < frames; ++frame) {
+    const catalog::FrameLocation& location = index.frames[frame];
+    if (location.shard >= index.shard_paths.size()) {
+      throw CorruptChunk("frame " + std::to_string(frame) + " of " + acquisition.master_path + " points at shard " +
+                         std::to_string(location.shard) + " of " + std::to_string(index.shard_paths.size()));
+    }
+    if (location.stored_bytes == 0 || location.stored_bytes > plan.max_stored_chunk_bytes) {
+      throw CorruptChunk("frame " + std::to_string(frame) + " of " + index.shard_paths[location.shard] +
+                         " has a stored chunk of " + std::to_string(location.stored_bytes) + " bytes at byte " +
+                         std::to_string(location.file_offset) + "; a frame of " +
+                         std::to_string(plan.frame_pixels) + " pixels is stored in at most " +
+                         std::to_string(plan.max_stored_chunk_bytes));
+    }
+    const bool on_gpu = plan.gpu_decoder && gpu_decodes(acquisition, location);
+    const std::uint64_t batch = frame / batch_span;
+    bool fits = current != nullptr && current->batch == batch && current->gpu_decoded == on_gpu &&
+                current->frame_count < plan.sub_batch_frames && (on_gpu || decoded_bytes + plan.frame_bytes <= plan.staging_bytes);
+    // Extend the last read, or place a new one (16-byte aligned) in the slot.
+    bool extend = false;
+    if (fits && current->read_count > 0) {
+      const PreadSpan& read = schedule.reads.back();
+      const std::uint64_t read_end = read.file_offset + read.bytes;
+      const std::uint64_t chunk_end = location.file_offset + location.stored_bytes;
+      extend = location.shard == read.shard && location.file_offset >= read_end &&
+               location.file_offset - read_end <= kReadGapBytes && chunk_end - read.file_offset <= kReadBatchBytes;
+      const std::uint64_t slot_end = extend ? read.slot_offset + (chunk_end - read.file_offset)
+                                            : align16(current->slot_bytes) + location.stored_bytes;
+      if (slot_end > plan.staging_bytes) {
+        fits = false;
+        extend = false;
+      }
+    }
+    if (!fits) {
+      SubBatch next;
+      next.batch = batch;
+      next.first_frame = frame;
+      next.gpu_decoded = on_gpu;
+      next.first_read = schedule.reads.size();
+      schedule.sub_batches.push_back(next);
+      current = &schedule.sub_batches.back();
+      decoded_bytes = 0;
+    }
+    if (extend) {
+      PreadSpan& read = schedule.reads.back();
+      read.bytes = location.file_offset + location.stored_bytes - read.file_offset;
+      schedule.chunk_slot_offsets[frame] = read.slot_offset + (location.file_offset - read.file_offset);
+      current->slot_bytes = read.slot_offset + read.bytes;
+    } else {
+      PreadSpan read;
+      read.shard = location.shard;
+      read.file_offset = location.file_offset;
+      read.bytes = location.stored_bytes;
+      read.slot_offset = align16(current->slot_bytes);
+      read.first_frame = frame;
+      schedule.reads.push_back(read);
+      current->read_count += 1;
+      schedule.chunk_slot_offsets[frame] = read.slot_offset;
+      current->slot_bytes = read.slot_offset + read.bytes;
+    }
+    current->frame_count += 1;
+    current->stored_bytes += location.stored_bytes;
+    schedule.stored_bytes += location.stored_bytes;
+    if (!on_gpu) decoded_bytes += plan.frame_bytes;
+  }
+  return schedule;
+}
+
+}  // namespace quantem::backend::cuda_detail

@@ -1,0 +1,99 @@
+#pragma once
+// Internal: the sizes of a CUDA load, computed from the acquisition alone
+// before anything is allocated (the admission estimate), and its read
+// schedule, computed from the frame index.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "quantem/backend/cuda_backend.hpp"
+#include "quantem/catalog/acquisition.hpp"
+#include "quantem/core/dtype.hpp"
+
+namespace quantem::backend::cuda_detail {
+
+// Largest coalesced read (a larger chunk gets a read of its own) and the
+// largest hole between two chunks read through.
+inline constexpr std::uint64_t kReadBatchBytes = std::uint64_t{4} << 20;
+inline constexpr std::uint64_t kReadGapBytes = std::uint64_t{64} << 10;
+// Pinned host staging slots: reads of one sub-batch overlap the copies and
+// decodes of the two before it.
+inline constexpr int kHostSlots = 3;
+inline constexpr int kDeviceSlots = 2;
+// Device memory the CUDA runtime may take during a load besides our
+// allocations (kernels loaded lazily on first launch).
+inline constexpr std::uint64_t kRuntimeReserveBytes = std::uint64_t{64} << 20;
+
+struct CudaLoadPlan {
+  DType source_dtype = DType::uint16;
+  std::uint64_t frames = 0;
+  std::uint64_t frame_pixels = 0;
+  std::uint64_t frame_bytes = 0;  // source dtype
+  std::uint32_t frames_per_group = 0;
+  std::uint64_t groups = 0;
+  std::uint32_t groups_per_batch = 0;
+  std::uint64_t batch_frames = 0;
+  std::uint64_t batches = 0;
+  std::uint64_t max_stored_chunk_bytes = 0;  // a larger chunk is corrupt
+  std::uint64_t staging_bytes = 0;           // stored bytes of one slot
+  std::uint32_t sub_batch_frames = 0;
+  bool gpu_decoder = false;                  // bitshuffle/LZ4 source: device staging slots exist
+
+  // Device allocations (bytes as requested).
+  std::uint64_t masked_list_bytes = 0;
+  std::uint64_t device_slot_bytes = 0;       // stored bytes + chunk table of one device slot
+  std::uint64_t table_offset = 0;            // chunk table offset inside a slot
+  std::uint64_t bslz4_scratch_bytes = 0;
+  std::uint64_t dense_batch_bytes = 0;
+  std::uint64_t batch_misc_bytes = 0;        // statuses, the max value, the batch's group offsets
+  std::uint64_t encode_scratch_bytes = 0;
+  std::uint64_t group_offsets_bytes = 0;     // the finished resident's group table
+  std::uint64_t resident_bound_bytes = 0;    // encoded groups, at most (enforced by the load)
+
+  std::uint64_t resident_bytes_bound() const { return resident_bound_bytes + group_offsets_bytes; }
+  // Every device byte alive at the worst moment, allocations rounded up.
+  std::uint64_t transition_peak_bytes(bool with_staging) const;
+};
+
+// Sizes for a load from files (with_staging) or from dense host counts.
+// Throws Error(unprocessable) for a shape the resident cannot hold.
+CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaLoadTuning& tuning);
+
+struct PreadSpan {
+  std::uint32_t shard = 0;
+  std::uint64_t file_offset = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t slot_offset = 0;  // where it lands in the slot (16-byte aligned)
+  std::uint64_t first_frame = 0;  // for error messages
+};
+
+// Consecutive frames of one batch handled together: one H2D copy and one
+// decode launch (GPU), or host decodes and one copy straight into the batch.
+struct SubBatch {
+  std::uint64_t batch = 0;
+  std::uint64_t first_frame = 0;
+  std::uint64_t frame_count = 0;
+  bool gpu_decoded = true;
+  std::uint64_t slot_bytes = 0;    // bytes of reads in the slot
+  std::uint64_t stored_bytes = 0;  // Σ chunk sizes (progress)
+  std::size_t first_read = 0;
+  std::size_t read_count = 0;
+};
+
+struct ReadSchedule {
+  std::vector<SubBatch> sub_batches;
+  std::vector<PreadSpan> reads;
+  std::vector<std::uint64_t> chunk_slot_offsets;  // per frame: its chunk's offset in its sub-batch's slot
+  std::uint64_t stored_bytes = 0;
+};
+
+// True when frame `location` goes through the GPU decoder.
+bool gpu_decodes(const catalog::Acquisition& acquisition, const catalog::FrameLocation& location);
+
+// Throws CorruptChunk (naming frame and file) for a chunk larger than the plan
+// allows, an empty chunk or a shard index out of range; Error(conflict) when
+// the index holds fewer frames than the scan needs.
+ReadSchedule plan_reads(const catalog::Acquisition& acquisition, const catalog::FrameIndex& index,
+                        const CudaLoadPlan& plan);
+
+}  // namespace quantem::backend::cuda_detail

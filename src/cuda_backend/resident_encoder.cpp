@@ -1,0 +1,122 @@
+#include "resident_encoder.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "quantem/core/error.hpp"
+#include "quantem/cuda/ans.hpp"
+#include "quantem/cuda/resident_products.hpp"
+
+namespace quantem::backend::cuda_detail {
+namespace {
+
+std::uint64_t align16(std::uint64_t value) { return (value + 15) / 16 * 16; }
+
+std::uint64_t statuses_bytes(const CudaLoadPlan& plan) { return align16(plan.batch_frames * 4); }
+
+const char* dtype_tag(DType dtype) {
+  switch (dtype) {
+    case DType::uint8: return "u8";
+    case DType::uint16: return "u16";
+    case DType::uint32: return "u32";
+  }
+  return "u32";
+}
+
+}  // namespace
+
+ResidentEncoder::ResidentEncoder(const catalog::Acquisition& source, const CudaLoadPlan& plan, cudaStream_t stream,
+                                 std::shared_ptr<Ledger> ledger)
+    : source_(source), plan_(plan), stream_(stream), ledger_(std::move(ledger)) {
+  std::vector<std::uint32_t> masked;
+  for (std::uint64_t p = 0; p < source.pixel_mask.size() && p < plan.frame_pixels; ++p) {
+    if (source.pixel_mask[p] != 0) masked.push_back(static_cast<std::uint32_t>(p));
+  }
+  masked_count_ = static_cast<std::uint32_t>(masked.size());
+  if (!masked.empty()) {
+    masked_ = TrackedBuffer(masked.size() * 4, ledger_);
+    QUANTEM_CUDA_TRY(cudaMemcpyAsync(masked_.data(), masked.data(), masked.size() * 4, cudaMemcpyHostToDevice, stream_));
+  }
+  dense_ = TrackedBuffer(plan.dense_batch_bytes, ledger_);
+  misc_ = TrackedBuffer(plan.batch_misc_bytes, ledger_);
+  scratch_ = TrackedBuffer(plan.encode_scratch_bytes, ledger_);
+  host_offsets_ = cuda::PinnedBuffer(std::size_t{plan.groups_per_batch} * 8);
+  QUANTEM_CUDA_TRY(cudaMemsetAsync(misc_.data(), 0, plan.batch_misc_bytes, stream_));
+  QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream_));  // the host mask list goes out of scope
+}
+
+void ResidentEncoder::encode_batch(std::uint64_t first_frame, std::uint64_t frame_count) {
+  if (first_frame != encoded_frames_ || frame_count == 0 || frame_count > plan_.batch_frames) {
+    throw internal_error("CUDA resident encoder: batch of frames [" + std::to_string(first_frame) + ", " +
+                         std::to_string(first_frame + frame_count) + ") out of order");
+  }
+  auto* d_max = reinterpret_cast<std::uint32_t*>(misc_.as<std::uint8_t>() + statuses_bytes(plan_));
+  auto* d_batch_offsets = reinterpret_cast<std::uint64_t*>(misc_.as<std::uint8_t>() + statuses_bytes(plan_) + 16);
+  const bool track_max = plan_.source_dtype == DType::uint32;
+  cuda::prepare_frames(dense_.data(), plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
+                       masked_.as<std::uint32_t>(), masked_count_, track_max ? d_max : nullptr, stream_);
+
+  cuda::AnsEncodeBatch batch;
+  batch.d_frames = dense_.data();
+  batch.dtype = plan_.source_dtype;
+  batch.total_frames = frame_count;
+  batch.frames_per_group = plan_.frames_per_group;
+  batch.detector_rows = static_cast<std::uint32_t>(source_.detector_rows);
+  batch.detector_cols = static_cast<std::uint32_t>(source_.detector_cols);
+  const std::vector<std::uint64_t> sizes = cuda::ans_encode_measure(batch, scratch_.data(), scratch_.size(), stream_);
+
+  auto* offsets = host_offsets_.as<std::uint64_t>();
+  std::uint64_t piece_bytes = 0;
+  for (std::size_t g = 0; g < sizes.size(); ++g) {
+    offsets[g] = piece_bytes;
+    piece_bytes += align16(sizes[g]);
+  }
+  if (encoded_bytes_ + piece_bytes > plan_.resident_bound_bytes) {
+    throw payload_too_large("the ANS encoding of " + source_.name + " needs more than its admitted bound of " +
+                            std::to_string(plan_.resident_bound_bytes) + " bytes (" +
+                            std::to_string(encoded_bytes_ + piece_bytes) + " after frame " +
+                            std::to_string(first_frame + frame_count) +
+                            "): the counts are too close to incompressible noise for the CUDA resident");
+  }
+  TrackedBuffer piece(piece_bytes, ledger_);
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_batch_offsets, offsets, sizes.size() * 8, cudaMemcpyHostToDevice, stream_));
+  cuda::ans_encode_write(batch, scratch_.data(), scratch_.size(), piece.as<std::uint8_t>(), d_batch_offsets, stream_);
+  for (std::size_t g = 0; g < sizes.size(); ++g) group_addresses_.push_back(piece.as<std::uint8_t>() + offsets[g]);
+  encoded_bytes_ += piece_bytes;
+  encoded_frames_ += frame_count;
+  pieces_.push_back(std::move(piece));
+}
+
+std::shared_ptr<CudaResident> ResidentEncoder::finish(int device_index, const std::string& note) {
+  if (encoded_frames_ != plan_.frames) {
+    throw internal_error("CUDA resident encoder: " + std::to_string(encoded_frames_) + " of " +
+                         std::to_string(plan_.frames) + " frames encoded");
+  }
+  std::uint32_t max_value = 0;
+  const auto* d_max = misc_.as<std::uint8_t>() + statuses_bytes(plan_);
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(&max_value, d_max, 4, cudaMemcpyDeviceToHost, stream_));
+  QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream_));
+  masked_.release();
+  dense_.release();
+  misc_.release();
+  scratch_.release();
+
+  const std::uint8_t* base = *std::min_element(group_addresses_.begin(), group_addresses_.end());
+  std::vector<std::uint64_t> table(group_addresses_.size());
+  for (std::size_t g = 0; g < table.size(); ++g) {
+    table[g] = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(group_addresses_[g]) -
+                                          reinterpret_cast<std::uintptr_t>(base));
+  }
+  TrackedBuffer group_offsets(table.size() * 8, ledger_);
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(group_offsets.data(), table.data(), table.size() * 8, cudaMemcpyHostToDevice, stream_));
+  QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream_));
+
+  // uint8 and uint16 keep their type; uint32 is held as 16-bit codes when every masked count fits.
+  const DType held = plan_.source_dtype == DType::uint32 && max_value <= 0xffffu ? DType::uint16 : plan_.source_dtype;
+  std::string encoding = std::string("ans-") + dtype_tag(held);
+  if (!note.empty()) encoding += " (" + note + ")";
+  return std::make_shared<CudaResident>(source_, held, encoding, device_index, plan_.frames_per_group,
+                                        std::move(pieces_), std::move(group_offsets), base);
+}
+
+}  // namespace quantem::backend::cuda_detail

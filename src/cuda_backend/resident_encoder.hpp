@@ -1,0 +1,61 @@
+#pragma once
+// Internal: turns dense batches of frames on the device into one CudaResident.
+// A batch is groups_per_batch ANS groups of consecutive frames; for each one
+// the encoder zeroes masked pixels (and tracks the largest count), measures
+// every group's encoded size, checks the running total against the plan's
+// bound, allocates one exactly sized piece and writes the groups into it.
+// Used by the file loader and by make_cuda_resident (dense host counts).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda_resident.hpp"
+#include "cuda_support.hpp"
+#include "load_plan.hpp"
+#include "quantem/catalog/acquisition.hpp"
+
+namespace quantem::backend::cuda_detail {
+
+class ResidentEncoder {
+ public:
+  // Allocates the dense batch, the encoder scratch and the masked-pixel list
+  // (throws cuda::OutOfDeviceMemory). The device must be bound.
+  ResidentEncoder(const catalog::Acquisition& source, const CudaLoadPlan& plan, cudaStream_t stream,
+                  std::shared_ptr<Ledger> ledger);
+
+  // Device: plan.batch_frames frames of the source dtype, and one status per frame.
+  std::uint8_t* dense_batch() const { return dense_.as<std::uint8_t>(); }
+  std::uint32_t* batch_statuses() const { return misc_.as<std::uint32_t>(); }
+
+  // Encodes the frames [first_frame, first_frame + frame_count) now held in the
+  // dense batch (first_frame a multiple of frames_per_group). Blocks until the
+  // sizes are known; the write itself stays asynchronous on the stream.
+  // Throws Error(payload_too_large) when the encoded acquisition would exceed
+  // plan.resident_bound_bytes, cuda::OutOfDeviceMemory when allocation fails.
+  void encode_batch(std::uint64_t first_frame, std::uint64_t frame_count);
+
+  // Frees the working buffers, builds the group table, waits for the stream.
+  // `note` (may be empty) is appended to the encoding, e.g. how many chunks the host decoded.
+  std::shared_ptr<CudaResident> finish(int device_index, const std::string& note);
+
+  std::uint64_t encoded_bytes() const { return encoded_bytes_; }
+
+ private:
+  catalog::Acquisition source_;
+  CudaLoadPlan plan_;
+  cudaStream_t stream_;
+  std::shared_ptr<Ledger> ledger_;
+  std::uint32_t masked_count_ = 0;
+  TrackedBuffer masked_;
+  TrackedBuffer dense_;
+  TrackedBuffer misc_;     // statuses | max value | the batch's group offsets
+  TrackedBuffer scratch_;  // ANS encoder scratch
+  cuda::PinnedBuffer host_offsets_;  // the batch's group offsets, staged for the copy
+  std::vector<TrackedBuffer> pieces_;
+  std::vector<const std::uint8_t*> group_addresses_;
+  std::uint64_t encoded_bytes_ = 0;
+  std::uint64_t encoded_frames_ = 0;
+};
+
+}  // namespace quantem::backend::cuda_detail
