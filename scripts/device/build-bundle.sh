@@ -16,7 +16,8 @@ repo_root=$(cd "$(dirname "$0")/../.." && pwd)
 source_dir=${1:-$repo_root}
 build_dir=${2:-$source_dir/build-bundle}
 bundle=$repo_root/.bundle
-targets=(lz4_block_host_tests ans_tests ans_reader_host_tests bitshuffle_lz4_gpu_tests ans_conformance_tests bench_gpu_codec)
+# QUANTEM_BUNDLE_TARGETS (space separated) overrides the list, e.g. to keep the bundle small.
+read -r -a targets <<< "${QUANTEM_BUNDLE_TARGETS:-lz4_block_host_tests ans_tests ans_reader_host_tests bitshuffle_lz4_gpu_tests ans_conformance_tests bench_gpu_codec cuda_backend_tests resident_conformance_test cuda_backend_bench quantem-gpu}"
 
 cmake -S "$source_dir" -B "$build_dir" -G Ninja -DQUANTEM_CUDA=ON -DQUANTEM_CUDA_ARCHITECTURES=90 \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -42,5 +43,21 @@ real=$source_dir/../shared/data/real
 mkdir -p "$bundle/data/real/eiger_h5_testmodes" "$bundle/data/real/arina/rsciio_test_00"
 cp "$real"/eiger_h5_testmodes/*bslz4*.h5 "$bundle/data/real/eiger_h5_testmodes/"
 cp "$real"/arina/rsciio_test_00/*.h5 "$bundle/data/real/arina/rsciio_test_00/"
+# Fixtures of the CUDA backend's tests, written here by h5py + the official
+# bitshuffle filter (the GPU machine has no hdf5plugin); tests read them
+# through QUANTEM_GPU_FIXTURES.
+fixtures=$bundle/data/fixtures
+mkdir -p "$fixtures"
+fixture() { HDF5_PLUGIN_PATH=/usr/lib/x86_64-linux-gnu/hdf5/serial/plugins /usr/bin/python3 \
+  "$source_dir/tests/support/python/products_load_fixture.py" "$@" > /dev/null; }
+fixture write "$fixtures" sharded --scan 9x7 --det 10x9 --shard-frames 40,23 --mask '1,1;2,3;9,8' \
+  --masked-value 60000 --raw-frames 5,40
+fixture write "$fixtures" lz4 --filter lz4 --scan 5x8 --det 9x7 --mask '4,4'
+fixture write "$fixtures" inline --inline --scan 6x7 --det 8x5 --mask '0,4;7,0' --masked-value 999
+fixture write "$fixtures" small --dtype uint8 --scan 4x5 --det 6x6 --mask '0,0'
+fixture write "$fixtures" wide --dtype uint32 --scan 5x7 --det 7x5 --hot 100000 --mask '3,3' --masked-value 7
+fixture write "$fixtures" narrow --dtype uint32 --scan 6x6 --det 8x7 --mask '2,2;5,6' --masked-value 200000
+fixture write "$fixtures" corrupt --scan 24x24 --det 32x32 --no-expected
+fixture corrupt "$fixtures/corrupt_data_000001.h5" 500
 git -C "$source_dir" rev-parse HEAD > "$bundle/COMMIT"
 du -sh "$bundle"

@@ -97,6 +97,8 @@ CudaResident::CudaResident(catalog::Acquisition source, DType resident_dtype, st
   for (const TrackedBuffer& piece : pieces_) resident_bytes_ += piece.size();
 }
 
+CudaResident::~CudaResident() { QUANTEM_CUDA_TRY_NOTHROW(cudaSetDevice(device_index_)); }
+
 cuda::AnsResidentView CudaResident::view() const { return view_of_groups(0, group_count_); }
 
 cuda::AnsResidentView CudaResident::view_of_groups(std::uint64_t first_group, std::uint64_t end_group) const {

@@ -28,6 +28,8 @@ class CudaResident final : public Resident {
   CudaResident(catalog::Acquisition source, DType resident_dtype, std::string encoding, int device_index,
                std::uint32_t frames_per_group, std::vector<TrackedBuffer> pieces, TrackedBuffer group_offsets,
                const std::uint8_t* base);
+  // Binds the resident's device so its pieces are freed there (on whichever thread drops it).
+  ~CudaResident() override;
 
   int device_index() const override { return device_index_; }
   std::uint64_t resident_bytes() const override { return resident_bytes_; }
