@@ -283,6 +283,27 @@ void BrowseService::store_image(const std::string& key, std::shared_ptr<const Ca
   }
 }
 
+std::size_t BrowseService::drop_cached_images(const std::vector<std::string>& master_paths, bool all) {
+  std::lock_guard<std::mutex> lock(image_mutex_);
+  std::size_t dropped = 0;
+  for (auto it = image_lru_.begin(); it != image_lru_.end();) {
+    // Keys are "realspace\n<master path>\n...".
+    const std::string& key = it->first;
+    const auto first = key.find('\n');
+    const auto second = first == std::string::npos ? std::string::npos : key.find('\n', first + 1);
+    const std::string master = second == std::string::npos ? std::string() : key.substr(first + 1, second - first - 1);
+    if (all || std::find(master_paths.begin(), master_paths.end(), master) != master_paths.end()) {
+      image_bytes_ -= image_bytes(it->second->image);
+      image_index_.erase(key);
+      it = image_lru_.erase(it);
+      ++dropped;
+    } else {
+      ++it;
+    }
+  }
+  return dropped;
+}
+
 HttpResponse BrowseService::realspace(const HttpRequest&, const QueryParams& params) {
   const auto query = protocol::parse_realspace_query(params);
   const Resolved resolved = resolve_product(query);

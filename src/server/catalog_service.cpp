@@ -1,6 +1,11 @@
 #include "quantem/server/catalog_service.hpp"
 
+#include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -9,10 +14,57 @@
 
 namespace quantem::server {
 
+namespace {
+
+constexpr const char* kCookiePrefix = ".quantem-cookie-";
+
+std::string base_name(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+CatalogServiceOptions watching_catalog_options(std::chrono::milliseconds polling_period) {
+  CatalogServiceOptions options;
+  options.make_watcher = [polling_period](const std::string& folder) {
+    return catalog::make_watcher(folder, polling_period);
+  };
+  options.watch_thread = true;
+  return options;
+}
+
 CatalogService::CatalogService(std::string data_folder, CatalogServiceOptions options)
-    : data_folder_(std::move(data_folder)), options_(options) {}
+    : data_folder_(std::move(data_folder)), options_(options) {
+  if (options_.make_watcher) {
+    watcher_ = options_.make_watcher(data_folder_);
+    if (watcher_) spdlog::info("watching {} ({})", data_folder_, watcher_->kind());
+  }
+  if (watcher_ && options_.watch_thread) {
+    watch_thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "quantem-watch");
+      while (true) {
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          if (stopping_ || watching_stopped_) return;
+        }
+        try {
+          watch_turn(options_.watch_turn_timeout);
+        } catch (const std::exception& error) {
+          spdlog::warn("watching {}: {}", data_folder_, error.what());
+          std::this_thread::sleep_for(options_.watch_turn_timeout);
+        }
+      }
+    });
+  }
+}
 
 CatalogService::~CatalogService() {
+  stop_watching();
   std::thread walker;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -20,6 +72,153 @@ CatalogService::~CatalogService() {
     walker = std::move(walker_);
   }
   if (walker.joinable()) walker.join();
+}
+
+void CatalogService::stop_watching() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    watching_stopped_ = true;
+    listeners_.clear();
+  }
+  cookie_seen_.notify_all();
+  if (watcher_) watcher_->interrupt();
+  if (watch_thread_.joinable()) watch_thread_.join();
+}
+
+std::string CatalogService::watcher_kind() const { return watcher_ ? watcher_->kind() : std::string(); }
+
+void CatalogService::on_sources_changed(std::function<void(const SourceChange&)> listener) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  listeners_.push_back(std::move(listener));
+}
+
+std::size_t CatalogService::watch_turn(std::chrono::milliseconds timeout) {
+  if (!watcher_) return 0;
+  std::lock_guard<std::mutex> turn(turn_mutex_);
+  const catalog::FileChanges seen = watcher_->wait(timeout);
+  if (seen.empty()) return 0;
+  SourceChange change;
+  change.overflow = seen.overflow;
+  bool walk = seen.overflow;
+  std::vector<std::function<void(const SourceChange&)>> listeners;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto now = std::chrono::steady_clock::now();
+    std::set<std::string> files;
+    for (const auto& seen_change : seen.changes) {
+      const std::string name = base_name(seen_change.path);
+      if (name.rfind(kCookiePrefix, 0) == 0) {
+        if (seen_change.event == catalog::FileEvent::created) cookies_seen_.push_back(seen_change.path);
+        continue;
+      }
+      if (files.insert(seen_change.path).second) change.files.push_back(seen_change.path);
+      switch (seen_change.event) {
+        case catalog::FileEvent::written: writing_[seen_change.path] = now; break;
+        case catalog::FileEvent::write_closed:
+        case catalog::FileEvent::removed: writing_.erase(seen_change.path); break;
+        case catalog::FileEvent::created:
+        case catalog::FileEvent::attributes: break;
+      }
+      const bool master_appeared_or_vanished =
+          ends_with(name, "_master.h5") &&
+          (seen_change.event == catalog::FileEvent::created || seen_change.event == catalog::FileEvent::removed);
+      if (seen_change.is_directory || master_appeared_or_vanished) walk = true;
+    }
+    for (auto it = writing_.begin(); it != writing_.end();) {
+      it = now - it->second >= options_.write_quiet_period ? writing_.erase(it) : std::next(it);
+    }
+    std::set<std::string> masters;
+    auto collect = [&](const std::map<std::string, catalog::Acquisition>& known) {
+      for (const auto& [master, inspection] : known) {
+        const bool named = change.overflow || files.count(master) ||
+                           std::any_of(inspection.signature.begin(), inspection.signature.end(),
+                                       [&](const catalog::SignatureEntry& entry) { return files.count(entry.path) > 0; });
+        if (named) masters.insert(master);
+      }
+    };
+    collect(inspections_);
+    collect(fresh_);
+    for (const auto& master : masters_) {
+      if (files.count(master)) masters.insert(master);
+    }
+    change.masters.assign(masters.begin(), masters.end());
+    listeners = listeners_;
+  }
+  cookie_seen_.notify_all();
+  if (walk) {
+    try {
+      auto masters = catalog::discover_masters(data_folder_);
+      std::lock_guard<std::mutex> lock(mutex_);
+      set_masters_locked(std::move(masters));
+    } catch (const std::exception& error) {
+      spdlog::warn("re-walking {} after a change failed: {}", data_folder_, error.what());
+    }
+  }
+  if (!change.files.empty() || change.overflow) {
+    for (const auto& listener : listeners) {
+      try {
+        listener(change);
+      } catch (const std::exception& error) {
+        spdlog::warn("a source-change listener failed: {}", error.what());
+      }
+    }
+  }
+  return seen.changes.size();
+}
+
+bool CatalogService::catch_up_with_watcher() {
+  if (!watcher_ || !options_.watch_thread) return false;
+  std::string cookie;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cookie = data_folder_ + "/" + kCookiePrefix + std::to_string(::getpid()) + "-" + std::to_string(++cookies_made_);
+  }
+  const int fd = ::open(cookie.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0) return false;  // a read-only data folder: decide with what the watcher has seen
+  ::close(fd);
+  bool seen = false;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    seen = cookie_seen_.wait_for(lock, options_.cookie_wait_limit, [&] {
+      return watching_stopped_ || std::find(cookies_seen_.begin(), cookies_seen_.end(), cookie) != cookies_seen_.end();
+    });
+    cookies_seen_.erase(std::remove(cookies_seen_.begin(), cookies_seen_.end(), cookie), cookies_seen_.end());
+  }
+  ::unlink(cookie.c_str());
+  return seen;
+}
+
+std::vector<std::string> CatalogService::files_being_written_locked(const catalog::Acquisition& acquisition) const {
+  std::vector<std::string> busy;
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& file : acquisition.signature) {
+    auto it = writing_.find(file.path);
+    if (it != writing_.end() && now - it->second < options_.write_quiet_period) busy.push_back(file.path);
+  }
+  return busy;
+}
+
+void CatalogService::mark_files_being_written(std::vector<catalog::Acquisition>& acquisitions) {
+  if (!watcher_) return;
+  auto any_busy = [&] {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::any_of(acquisitions.begin(), acquisitions.end(),
+                       [&](const catalog::Acquisition& a) { return !files_being_written_locked(a).empty(); });
+  };
+  if (!any_busy()) return;
+  // The watcher may be a few events behind (a writer that has just closed the
+  // file): catch up once before refusing anything.
+  if (catch_up_with_watcher() && !any_busy()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& acquisition : acquisitions) {
+    const auto busy = files_being_written_locked(acquisition);
+    if (busy.empty()) continue;
+    std::string names;
+    for (const auto& path : busy) names += (names.empty() ? "" : ", ") + base_name(path);
+    acquisition.status.loadable = false;
+    acquisition.status.reason = "source files are being written: " + names;
+    acquisition.status.action = "Wait for the writer to finish the acquisition, then poll again.";
+  }
 }
 
 bool CatalogService::built() const {
@@ -158,7 +357,9 @@ catalog::Acquisition CatalogService::resolve(const std::string& session_id, cons
     std::lock_guard<std::mutex> lock(mutex_);
     fresh_[acquisition.master_path] = acquisition;
   }
-  return acquisition;
+  std::vector<catalog::Acquisition> one{std::move(acquisition)};
+  mark_files_being_written(one);
+  return std::move(one.front());
 }
 
 void CatalogService::background_walk() {
@@ -213,6 +414,7 @@ nlohmann::ordered_json CatalogService::acquisitions_document() {
     }
     inspections.push_back(std::move(*cached));
   }
+  mark_files_being_written(inspections);
   return protocol::acquisitions_document(inspections);
 }
 

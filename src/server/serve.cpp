@@ -221,7 +221,7 @@ int run_serve(const ServeOptions& options) {
   residency::ResidencyOptions residency_options;
   residency_options.max_entries_per_device = settings.cache_entries;
   residency::ResidencyManager residency(*backend, residency_options);
-  CatalogService catalog(settings.data_folder);
+  CatalogService catalog(settings.data_folder, watching_catalog_options());
   Metrics metrics;
   BrowseConfig config;
   config.implementation_revision = settings.implementation_revision;
@@ -276,6 +276,12 @@ int run_serve(const ServeOptions& options) {
   spdlog::info("quantem-gpu {} ({}) serving {} on {} with the {} backend", version_string(),
                settings.implementation_revision, settings.data_folder, url, backend->name());
 
+  // Changed files invalidate the residents and cached images built from them (stop_watching()
+  // below ends the calls before `service` goes away).
+  catalog.on_sources_changed([&residency, &service](const SourceChange& change) {
+    residency.drop_changed_sources(change.overflow ? std::vector<std::string>{} : change.files);
+    service.drop_cached_images(change.masters, change.overflow);
+  });
   std::atomic<bool> server_finished{false};
   std::thread server_thread([&] {
     try {
@@ -313,6 +319,7 @@ int run_serve(const ServeOptions& options) {
   http.stop();
   // Cancel loads and wake requests waiting for them before joining the HTTP
   // workers, so no worker waits out a long load.
+  catalog.stop_watching();
   residency.shutdown();
   server_thread.join();
   catalog_thread.join();

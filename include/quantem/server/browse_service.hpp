@@ -56,6 +56,12 @@ class BrowseService {
   void set_ready(bool ready) { ready_ = ready; }
   bool ready() const { return ready_; }
 
+  // Forgets the cached realspace images of these masters (every image when
+  // `all`): their files changed. Stale images are never served anyway (the
+  // key holds the source signature); this frees their memory at once.
+  // Returns how many were dropped.
+  std::size_t drop_cached_images(const std::vector<std::string>& master_paths, bool all = false);
+
  private:
   struct CachedImage {
     products::Image image;

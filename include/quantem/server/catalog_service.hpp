@@ -9,7 +9,18 @@
 //  - resolution of (session, file) to a fresh inspection: only catalogued
 //    masters, no path escapes, an unknown name triggers at most one
 //    (coalesced) rebuild per interval, and a master whose files changed since
-//    its inspection is inspected again before it is used.
+//    its inspection is inspected again before it is used;
+//  - watching (optional, catalog/watcher.hpp): each turn of watch_turn() takes
+//    what the watcher saw, re-walks at once when a master or directory
+//    appeared or vanished, remembers files being written (a file whose last
+//    write was seen less than write_quiet_period ago and that its writer has
+//    not closed since makes every acquisition that names it "writing": not
+//    ready, never served), and tells
+//    listeners which files and masters changed (the serve command drops the
+//    residents and cached images built from them). Before refusing a request
+//    because a file is being written, the service makes sure the watcher has
+//    caught up with a cookie file (a created-and-deleted ".quantem-cookie-*"
+//    in the data folder, bounded wait).
 // Thread-safe. Waits for a running rebuild are bounded.
 #include <chrono>
 #include <condition_variable>
@@ -26,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "quantem/catalog/catalog.hpp"
+#include "quantem/catalog/watcher.hpp"
 
 namespace quantem::server {
 
@@ -35,7 +47,26 @@ struct CatalogServiceOptions {
   std::function<catalog::Catalog(const std::string&)> build = catalog::build_catalog;
   std::chrono::milliseconds unknown_name_rebuild_interval{std::chrono::seconds(5)};
   std::chrono::milliseconds rebuild_wait_limit{std::chrono::minutes(10)};
+
+  // Watching: make_watcher builds the watcher (nullptr: no watching); with
+  // watch_thread a thread takes turns of watch_turn(watch_turn_timeout),
+  // otherwise the caller (a test) steps them.
+  std::function<std::unique_ptr<catalog::Watcher>(const std::string& folder)> make_watcher;
+  bool watch_thread = false;
+  std::chrono::milliseconds watch_turn_timeout{500};
+  std::chrono::milliseconds write_quiet_period{std::chrono::seconds(2)};
+  std::chrono::milliseconds cookie_wait_limit{std::chrono::seconds(2)};
 };
+
+// What one watch turn saw, for listeners.
+struct SourceChange {
+  std::vector<std::string> files;    // changed files and directories, absolute, each once
+  std::vector<std::string> masters;  // known masters whose signature names one of them (or that changed)
+  bool overflow = false;             // events were lost: any source may have changed
+};
+
+// The daemon's watching: inotify (else polling every polling_period) on a thread.
+CatalogServiceOptions watching_catalog_options(std::chrono::milliseconds polling_period = std::chrono::seconds(1));
 
 class CatalogService {
  public:
@@ -58,12 +89,28 @@ class CatalogService {
   // (session, file) -> the master's current inspection. Throws quantem::Error:
   //   bad_request "file must be one master filename"
   //   not_found   "unknown session: <session>" / "master not found: <file>"
+  // A master whose files are being written resolves as not loadable with the
+  // reason "source files are being written: <names>".
   catalog::Acquisition resolve(const std::string& session, const std::string& file);
+
+  // One turn of the watch loop: waits up to `timeout` for the watcher, applies
+  // what it saw and calls the listeners. Returns the number of changes seen
+  // (0 without a watcher). Called by the watch thread, or by tests.
+  std::size_t watch_turn(std::chrono::milliseconds timeout);
+  void on_sources_changed(std::function<void(const SourceChange&)> listener);
+  std::string watcher_kind() const;  // "inotify", "polling", "fake", or "" when not watching
+  // Stops the watch thread (idempotent; the destructor calls it). Listeners
+  // are not called after it returns.
+  void stop_watching();
 
  private:
   std::shared_ptr<const catalog::Catalog> rebuild_for_unknown_name();
   void set_masters_locked(std::vector<std::string> masters);
   void background_walk();
+  // Marks the acquisition not ready when one of its files is being written.
+  void mark_files_being_written(std::vector<catalog::Acquisition>& acquisitions);
+  std::vector<std::string> files_being_written_locked(const catalog::Acquisition& acquisition) const;
+  bool catch_up_with_watcher();  // cookie round trip through the watch thread; false when impossible
 
   const std::string data_folder_;
   const CatalogServiceOptions options_;
@@ -87,6 +134,17 @@ class CatalogService {
   std::map<std::string, catalog::Acquisition> inspections_;
   std::thread walker_;
   bool stopping_ = false;
+
+  // Watching.
+  std::unique_ptr<catalog::Watcher> watcher_;
+  std::thread watch_thread_;
+  bool watching_stopped_ = false;
+  std::mutex turn_mutex_;  // one turn at a time
+  std::map<std::string, std::chrono::steady_clock::time_point> writing_;  // file -> last write seen (not closed)
+  std::vector<std::function<void(const SourceChange&)>> listeners_;
+  std::uint64_t cookies_made_ = 0;
+  std::vector<std::string> cookies_seen_;
+  std::condition_variable cookie_seen_;
 };
 
 }  // namespace quantem::server

@@ -1,0 +1,294 @@
+// The data-folder watchers (inotify, polling, fake) and the catalog service's
+// watch turns: prompt re-walks, files being written, listeners, cookies.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "quantem/catalog/watcher.hpp"
+#include "quantem/core/error.hpp"
+#include "quantem/server/catalog_service.hpp"
+#include "server_fixtures.hpp"
+#include "test_support.hpp"
+
+using namespace quantem;
+using namespace quantem::catalog;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+bool has(const FileChanges& seen, const std::string& path, FileEvent event) {
+  return std::any_of(seen.changes.begin(), seen.changes.end(),
+                     [&](const FileChange& c) { return c.path == path && c.event == event; });
+}
+
+// Takes turns (bounded) until every expected (path, event) was reported.
+bool wait_for_events(Watcher& watcher, const std::vector<std::pair<std::string, FileEvent>>& expected,
+                     FileChanges* all = nullptr) {
+  FileChanges seen;
+  for (int turn = 0; turn < 200; ++turn) {
+    const FileChanges got = watcher.wait(50ms);
+    seen.changes.insert(seen.changes.end(), got.changes.begin(), got.changes.end());
+    seen.overflow = seen.overflow || got.overflow;
+    const bool complete = std::all_of(expected.begin(), expected.end(),
+                                      [&](const auto& e) { return has(seen, e.first, e.second); });
+    if (complete) {
+      if (all) *all = seen;
+      return true;
+    }
+  }
+  if (all) *all = seen;
+  return false;
+}
+
+std::string describe(const FileChanges& seen) {
+  std::string text;
+  for (const auto& c : seen.changes) text += c.path + " " + file_event_name(c.event) + "\n";
+  return text;
+}
+
+void write_file(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << content;
+}
+
+std::size_t event_count(const nlohmann::ordered_json& doc) { return doc["pending"].size() + doc["history"].size(); }
+
+}  // namespace
+
+// ---- watchers --------------------------------------------------------------------
+
+TEST(InotifyWatcher, ReportsCreatedWrittenClosedAndRemovedFiles) {
+  test::TempDir dir;
+  auto watcher = make_inotify_watcher(dir.path());
+  EXPECT_EQ(watcher->kind(), "inotify");
+  const std::string path = dir.file("a_data_000001.h5");
+  write_file(path, "frames");
+  FileChanges seen;
+  EXPECT_TRUE(wait_for_events(*watcher, {{path, FileEvent::created}, {path, FileEvent::written}, {path, FileEvent::write_closed}},
+                              &seen))
+      << describe(seen);
+  ::chmod(path.c_str(), 0640);
+  EXPECT_TRUE(wait_for_events(*watcher, {{path, FileEvent::attributes}}, &seen)) << describe(seen);
+  fs::remove(path);
+  EXPECT_TRUE(wait_for_events(*watcher, {{path, FileEvent::removed}}, &seen)) << describe(seen);
+}
+
+TEST(InotifyWatcher, WatchesNewDirectoriesAndReportsWhatTheyAlreadyHold) {
+  test::TempDir dir;
+  auto watcher = make_inotify_watcher(dir.path());
+  fs::create_directories(dir.file("session/deeper"));
+  write_file(dir.file("session/deeper/early_master.h5"), "x");  // may land before the new directory is watched
+  FileChanges seen;
+  EXPECT_TRUE(wait_for_events(*watcher, {{dir.file("session"), FileEvent::created},
+                                         {dir.file("session/deeper/early_master.h5"), FileEvent::created}},
+                              &seen))
+      << describe(seen);
+  const std::string later = dir.file("session/deeper/later_data_000001.h5");
+  write_file(later, "y");
+  EXPECT_TRUE(wait_for_events(*watcher, {{later, FileEvent::write_closed}}, &seen)) << describe(seen);
+  // A directory moved away is no longer watched under its old name.
+  fs::rename(dir.file("session"), dir.file("_moved"));
+  EXPECT_TRUE(wait_for_events(*watcher, {{dir.file("session"), FileEvent::removed}, {dir.file("_moved"), FileEvent::created}},
+                              &seen))
+      << describe(seen);
+  write_file(dir.file("_moved/deeper/after_move.h5"), "z");
+  EXPECT_TRUE(wait_for_events(*watcher, {{dir.file("_moved/deeper/after_move.h5"), FileEvent::write_closed}}, &seen))
+      << describe(seen);
+}
+
+TEST(InotifyWatcher, InterruptEndsAWait) {
+  test::TempDir dir;
+  auto watcher = make_inotify_watcher(dir.path());
+  auto waiting = std::async(std::launch::async, [&] { return watcher->wait(std::chrono::minutes(5)).empty(); });
+  std::this_thread::sleep_for(20ms);
+  watcher->interrupt();
+  ASSERT_EQ(waiting.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_TRUE(waiting.get());
+}
+
+TEST(PollingWatcher, ReportsTheDifferencesBetweenScans) {
+  test::TempDir dir;
+  const std::string path = dir.file("a_data_000001.h5");
+  write_file(path, "v1");
+  auto watcher = make_polling_watcher(dir.path(), 5ms);
+  EXPECT_EQ(watcher->kind(), "polling");
+  const std::string added = dir.file("b_master.h5");
+  write_file(added, "new");
+  FileChanges seen;
+  EXPECT_TRUE(wait_for_events(*watcher, {{added, FileEvent::created}}, &seen)) << describe(seen);
+  EXPECT_FALSE(has(seen, path, FileEvent::created));  // what existed at start is not news
+  write_file(path, "version 2");
+  EXPECT_TRUE(wait_for_events(*watcher, {{path, FileEvent::written}}, &seen)) << describe(seen);
+  ::chmod(path.c_str(), 0600);
+  EXPECT_TRUE(wait_for_events(*watcher, {{path, FileEvent::attributes}}, &seen)) << describe(seen);
+  fs::remove(added);
+  EXPECT_TRUE(wait_for_events(*watcher, {{added, FileEvent::removed}}, &seen)) << describe(seen);
+  watcher->interrupt();
+  EXPECT_TRUE(watcher->wait(std::chrono::minutes(5)).empty());  // returns at once
+}
+
+TEST(Watcher, FallsBackToPollingWhenInotifyCannotWatchTheFolder) {
+  test::TempDir dir;
+  EXPECT_THROW(make_inotify_watcher(dir.file("missing")), Error);
+  EXPECT_EQ(make_watcher(dir.file("missing"), 10ms)->kind(), "polling");
+  EXPECT_EQ(make_watcher(dir.path(), 10ms)->kind(), "inotify");
+}
+
+TEST(FakeWatcher, ReturnsPushedChangesOneTurnAtATime) {
+  FakeWatcher watcher;
+  EXPECT_TRUE(watcher.wait(0ms).empty());
+  watcher.push("/d/a_master.h5", FileEvent::created);
+  watcher.push("/d/a_data_000001.h5", FileEvent::written);
+  const FileChanges turn = watcher.wait(0ms);
+  ASSERT_EQ(turn.changes.size(), 2u);
+  EXPECT_EQ(turn.changes[1].event, FileEvent::written);
+  EXPECT_TRUE(watcher.wait(0ms).empty());
+  watcher.push_overflow();
+  EXPECT_TRUE(watcher.wait(0ms).overflow);
+  EXPECT_EQ(watcher.waits(), 4u);
+}
+
+// ---- the catalog service's watch turns ------------------------------------------------
+
+namespace {
+
+struct WatchedCatalog {
+  explicit WatchedCatalog(const std::string& folder, std::chrono::milliseconds quiet = std::chrono::hours(1)) {
+    server::CatalogServiceOptions options;
+    options.rewalk_interval = std::chrono::hours(1);  // only the watcher finds new masters here
+    options.write_quiet_period = quiet;
+    options.make_watcher = [this](const std::string&) {
+      auto fake = std::make_unique<FakeWatcher>();
+      watcher = fake.get();
+      return fake;
+    };
+    service = std::make_unique<server::CatalogService>(folder, options);
+  }
+  FakeWatcher* watcher = nullptr;
+  std::unique_ptr<server::CatalogService> service;
+};
+
+}  // namespace
+
+TEST(CatalogWatch, ANewMasterAppearsAtTheNextTurn) {
+  test::TempDir dir;
+  test::write_synth(dir.file("sess"), "alpha");
+  WatchedCatalog watched(dir.path());
+  auto& service = *watched.service;
+  EXPECT_EQ(service.watcher_kind(), "fake");
+  EXPECT_EQ(event_count(service.acquisitions_document()), 1u);
+  test::write_synth(dir.file("sess2"), "beta");
+  EXPECT_EQ(event_count(service.acquisitions_document()), 1u);  // nothing seen yet
+  watched.watcher->push(dir.file("sess2"), FileEvent::created, true);
+  EXPECT_EQ(service.watch_turn(0ms), 1u);
+  EXPECT_EQ(event_count(service.acquisitions_document()), 2u);
+  EXPECT_EQ(service.watch_turn(0ms), 0u);  // an idle turn
+}
+
+TEST(CatalogWatch, AShardBeingWrittenIsNeverServedUntilItsWriterCloses) {
+  test::TempDir dir;
+  test::write_synth(dir.file("sess"), "alpha");
+  const std::string shard = dir.file("sess/alpha_data_000001.h5");
+  WatchedCatalog watched(dir.path());
+  auto& service = *watched.service;
+  ASSERT_TRUE(service.resolve("sess", "alpha_master.h5").status.loadable);
+  const auto ready_token = service.acquisitions_document()["ready_token"];
+
+  watched.watcher->push(shard, FileEvent::written);
+  service.watch_turn(0ms);
+  const auto writing = service.resolve("sess", "alpha_master.h5");
+  EXPECT_FALSE(writing.status.loadable);
+  EXPECT_EQ(writing.status.reason, "source files are being written: alpha_data_000001.h5");
+  auto doc = service.acquisitions_document();
+  ASSERT_EQ(doc["pending"].size(), 1u);
+  EXPECT_EQ(doc["pending"][0]["kind"], "writing");
+  EXPECT_NE(doc["ready_token"], ready_token);
+
+  watched.watcher->push(shard, FileEvent::write_closed);
+  service.watch_turn(0ms);
+  EXPECT_TRUE(service.resolve("sess", "alpha_master.h5").status.loadable);
+  doc = service.acquisitions_document();
+  EXPECT_EQ(doc["history"].size(), 1u);
+  EXPECT_EQ(doc["ready_token"], ready_token);
+}
+
+TEST(CatalogWatch, WritingEndsAfterTheQuietPeriodWithoutAClose) {
+  test::TempDir dir;
+  test::write_synth(dir.file("sess"), "alpha");
+  WatchedCatalog watched(dir.path(), 30ms);
+  auto& service = *watched.service;
+  service.resolve("sess", "alpha_master.h5");
+  watched.watcher->push(dir.file("sess/alpha_data_000001.h5"), FileEvent::written);  // polling sees no closes
+  service.watch_turn(0ms);
+  std::this_thread::sleep_for(40ms);
+  EXPECT_TRUE(service.resolve("sess", "alpha_master.h5").status.loadable);
+}
+
+TEST(CatalogWatch, ListenersHearTheChangedFilesAndTheirMasters) {
+  test::TempDir dir;
+  test::write_synth(dir.file("sess"), "alpha");
+  test::write_synth(dir.file("sess"), "beta");
+  WatchedCatalog watched(dir.path());
+  auto& service = *watched.service;
+  service.acquisitions_document();  // inspections known
+  std::vector<server::SourceChange> heard;
+  service.on_sources_changed([&](const server::SourceChange& change) { heard.push_back(change); });
+  const std::string shard = dir.file("sess/alpha_data_000001.h5");
+  watched.watcher->push(shard, FileEvent::written);
+  watched.watcher->push(shard, FileEvent::write_closed);
+  service.watch_turn(0ms);
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_EQ(heard[0].files, std::vector<std::string>({shard}));
+  EXPECT_EQ(heard[0].masters, std::vector<std::string>({dir.file("sess/alpha_master.h5")}));
+  EXPECT_FALSE(heard[0].overflow);
+
+  watched.watcher->push_overflow();
+  service.watch_turn(0ms);
+  ASSERT_EQ(heard.size(), 2u);
+  EXPECT_TRUE(heard[1].overflow);
+  EXPECT_EQ(heard[1].masters.size(), 2u);  // everything may have changed
+
+  watched.watcher->push(dir.file(".quantem-cookie-1-1"), FileEvent::created);  // cookies are not changes
+  service.watch_turn(0ms);
+  EXPECT_EQ(heard.size(), 2u);
+}
+
+TEST(CatalogWatch, TheRealWatcherCatchesUpBeforeRefusingAFileJustClosed) {
+  test::TempDir dir;
+  test::write_synth(dir.file("sess"), "alpha");
+  const std::string shard = dir.file("sess/alpha_data_000001.h5");
+  auto options = server::watching_catalog_options(10ms);
+  options.write_quiet_period = std::chrono::hours(1);
+  server::CatalogService service(dir.path(), options);
+  ASSERT_EQ(service.watcher_kind(), "inotify");
+  ASSERT_TRUE(service.resolve("sess", "alpha_master.h5").status.loadable);
+
+  const int fd = ::open(shard.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "tail", 4), 4);  // a writer appends and keeps the file open
+  catalog::Acquisition busy;
+  for (int i = 0; i < 500; ++i) {  // the watch thread sees the write soon
+    busy = service.resolve("sess", "alpha_master.h5");
+    if (!busy.status.loadable) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_FALSE(busy.status.loadable);
+  EXPECT_EQ(busy.status.reason, "source files are being written: alpha_data_000001.h5");
+  ::close(fd);
+  // Right after the close, with the watch thread perhaps not yet through its
+  // events: the cookie round trip makes the answer exact.
+  EXPECT_TRUE(service.resolve("sess", "alpha_master.h5").status.loadable);
+  for (const auto& entry : fs::directory_iterator(dir.path())) {
+    EXPECT_EQ(entry.path().filename().string().rfind(".quantem-cookie-", 0), std::string::npos) << entry.path();
+  }
+}
