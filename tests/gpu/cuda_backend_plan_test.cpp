@@ -1,0 +1,126 @@
+// Host-side logic of the CUDA loader (no GPU needed): the read schedule puts
+// every frame's chunk where the decoder will look for it, sub-batches respect
+// the staging and batch limits, and the admission estimate covers every
+// allocation the plan makes.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "load_plan.hpp"
+#include "quantem/catalog/acquisition.hpp"
+#include "quantem/synth/synth.hpp"
+#include "test_support.hpp"
+
+namespace quantem::backend::cuda_detail {
+namespace {
+
+std::vector<std::uint8_t> pread_bytes(const std::string& path, std::uint64_t offset, std::uint64_t bytes) {
+  std::vector<std::uint8_t> out(bytes);
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  EXPECT_GE(fd, 0) << path;
+  EXPECT_EQ(::pread(fd, out.data(), bytes, static_cast<off_t>(offset)), static_cast<ssize_t>(bytes));
+  ::close(fd);
+  return out;
+}
+
+TEST(CudaLoadPlan, ReadScheduleStagesEveryChunkWhereTheDecoderLooks) {
+  test::TempDir dir;
+  synth::SynthOptions options;
+  options.output_dir = dir.path();
+  options.scan_rows = 11;
+  options.scan_cols = 13;
+  options.detector_rows = 24;
+  options.detector_cols = 20;
+  options.frames_per_shard = 50;
+  options.threads = 2;
+  const synth::SynthReport report = synth::write_acquisition(options);
+  const catalog::Acquisition acquisition = catalog::inspect_master(report.master_path);
+  ASSERT_TRUE(acquisition.status.loadable) << acquisition.status.reason;
+  const catalog::FrameIndex index = catalog::build_frame_index(acquisition);
+
+  for (const std::uint64_t staging : {std::uint64_t{0}, std::uint64_t{8} << 10}) {
+    CudaLoadTuning tuning;
+    tuning.frames_per_group = 16;
+    tuning.groups_per_batch = 2;
+    tuning.staging_bytes = staging;
+    tuning.sub_batch_frames = 9;
+    const CudaLoadPlan plan = plan_cuda_load(acquisition, tuning);
+    EXPECT_TRUE(plan.gpu_decoder);
+    EXPECT_EQ(plan.frames_per_group, 16u);
+    EXPECT_EQ(plan.batch_frames, 32u);
+    EXPECT_EQ(plan.batches, (143u + 31) / 32);
+    const ReadSchedule schedule = plan_reads(acquisition, index, plan);
+    EXPECT_EQ(schedule.stored_bytes, report.stored_bytes);
+
+    std::uint64_t next_frame = 0;
+    for (const SubBatch& sub : schedule.sub_batches) {
+      EXPECT_EQ(sub.first_frame, next_frame);
+      EXPECT_GE(sub.frame_count, 1u);
+      EXPECT_LE(sub.frame_count, plan.sub_batch_frames);
+      EXPECT_EQ(sub.batch, sub.first_frame / plan.batch_frames);
+      EXPECT_EQ(sub.batch, (sub.first_frame + sub.frame_count - 1) / plan.batch_frames) << "crosses a batch";
+      EXPECT_LE(sub.slot_bytes, plan.staging_bytes);
+      EXPECT_TRUE(sub.gpu_decoded);
+      // Stage the sub-batch the way the loader does, then find each chunk where the decoder looks.
+      std::vector<std::uint8_t> slot(plan.staging_bytes, 0);
+      for (std::size_t k = 0; k < sub.read_count; ++k) {
+        const PreadSpan& read = schedule.reads[sub.first_read + k];
+        EXPECT_EQ(read.slot_offset % 16, 0u);
+        EXPECT_LE(read.slot_offset + read.bytes, sub.slot_bytes);
+        const auto bytes = pread_bytes(index.shard_paths[read.shard], read.file_offset, read.bytes);
+        std::copy(bytes.begin(), bytes.end(), slot.begin() + static_cast<std::ptrdiff_t>(read.slot_offset));
+      }
+      for (std::uint64_t frame = sub.first_frame; frame < sub.first_frame + sub.frame_count; ++frame) {
+        const catalog::FrameLocation& location = index.frames[frame];
+        const std::uint64_t at = schedule.chunk_slot_offsets[frame];
+        ASSERT_LE(at + location.stored_bytes, sub.slot_bytes) << "frame " << frame;
+        const auto chunk = pread_bytes(index.shard_paths[location.shard], location.file_offset, location.stored_bytes);
+        EXPECT_TRUE(std::equal(chunk.begin(), chunk.end(), slot.begin() + static_cast<std::ptrdiff_t>(at)))
+            << "frame " << frame;
+      }
+      next_frame += sub.frame_count;
+    }
+    EXPECT_EQ(next_frame, acquisition.frame_count());
+
+    // The estimate covers the resident bound and every working allocation, rounded.
+    const std::uint64_t peak = plan.transition_peak_bytes(true);
+    EXPECT_GE(peak, plan.resident_bound_bytes + plan.dense_batch_bytes + 2 * plan.device_slot_bytes +
+                        plan.encode_scratch_bytes + plan.bslz4_scratch_bytes + plan.batch_misc_bytes +
+                        plan.group_offsets_bytes + kRuntimeReserveBytes);
+    EXPECT_LT(plan.transition_peak_bytes(false), peak);
+  }
+}
+
+TEST(CudaLoadPlan, DefaultsHoldAbout1GiBOfFramesPerBatchAndBoundTheResident) {
+  catalog::Acquisition a;
+  a.name = "big_master.h5";
+  a.scan_rows = 512;
+  a.scan_cols = 512;
+  a.detector_rows = 192;
+  a.detector_cols = 192;
+  a.dtype = DType::uint16;
+  a.chunk_format.filter = codec::ChunkFilter::bitshuffle_lz4;
+  a.chunk_format.element_size = 2;
+  const CudaLoadPlan plan = plan_cuda_load(a, {});
+  EXPECT_EQ(plan.frames_per_group, 2048u);
+  EXPECT_EQ(plan.groups_per_batch, 7u);  // 7 x 2048 frames x 72 KiB = 1.06 GB
+  EXPECT_EQ(plan.batches, (128u + 6) / 7);
+  const std::uint64_t dense = 512ull * 512 * 192 * 192 * 2;
+  EXPECT_GT(plan.resident_bound_bytes, dense * 5 / 4);         // 2.5 bytes per value plus per-group layout
+  EXPECT_LT(plan.resident_bound_bytes, dense * 5 / 4 + (dense / 100));
+  // A 1024 x 1024 scan of the same detector is admitted on one H200 (80% of 141 GB).
+  a.scan_rows = a.scan_cols = 1024;
+  EXPECT_LT(plan_cuda_load(a, {}).transition_peak_bytes(true), 112'000'000'000ull);
+  // uint32: the format's own worst case, 6 bytes per value.
+  a.dtype = DType::uint32;
+  a.chunk_format.element_size = 4;
+  a.scan_rows = a.scan_cols = 64;
+  EXPECT_GE(plan_cuda_load(a, {}).resident_bound_bytes, 64ull * 64 * 192 * 192 * 6);
+}
+
+}  // namespace
+}  // namespace quantem::backend::cuda_detail
