@@ -31,20 +31,20 @@ run_test() {  # name timeout args...
   local rc=$?
   note "test $name rc=$rc ($(( $(date +%s) - start )) s)"
 }
-run_test cuda_backend_tests 240 "$bundle/cuda_backend_tests"
-run_test resident_conformance_test 180 "$bundle/resident_conformance_test"
-QUANTEM_DEBUG_SYNC=1 run_test "resident_conformance_test(cuda,QUANTEM_DEBUG_SYNC=1)" 120 \
+run_test cuda_backend_tests 150 "$bundle/cuda_backend_tests"
+run_test resident_conformance_test 120 "$bundle/resident_conformance_test"
+QUANTEM_DEBUG_SYNC=1 run_test "resident_conformance_test(cuda,QUANTEM_DEBUG_SYNC=1)" 90 \
   "$bundle/resident_conformance_test" --gtest_filter='ResidentConformance/1.*'
-run_test ans_conformance_tests 120 "$bundle/ans_conformance_tests"
-run_test bitshuffle_lz4_gpu_tests 120 "$bundle/bitshuffle_lz4_gpu_tests"
+run_test ans_conformance_tests 60 "$bundle/ans_conformance_tests"
+run_test bitshuffle_lz4_gpu_tests 60 "$bundle/bitshuffle_lz4_gpu_tests"
 grep -E "^\[  FAILED|Failure|Expected|Which is|peak:" "$out/tests.log" | head -40 | tee -a "$summary"
 
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$sanitizer" ]; then
-  timeout 150 "$sanitizer" --tool memcheck --error-exitcode 9 "$bundle/cuda_backend_tests" \
+  timeout 100 "$sanitizer" --tool memcheck --error-exitcode 9 "$bundle/cuda_backend_tests" \
     --gtest_filter='*RealArina*:*Refuses*' --gtest_brief=1 > "$out/sanitizer.log" 2>&1
   note "memcheck cuda_backend_tests (real Arina load + products) rc=$?"
-  timeout 150 "$sanitizer" --tool memcheck --error-exitcode 9 "$bundle/resident_conformance_test" \
+  timeout 100 "$sanitizer" --tool memcheck --error-exitcode 9 "$bundle/resident_conformance_test" \
     --gtest_filter='ResidentConformance/1.MaskedPixels*:ResidentConformance/1.Rejects*:ResidentConformance/1.Concurrent*' \
     --gtest_brief=1 >> "$out/sanitizer.log" 2>&1
   note "memcheck resident_conformance (CUDA resident products) rc=$?"
