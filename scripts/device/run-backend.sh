@@ -67,7 +67,7 @@ gpu_pid=$!
 cpu_pid=$!
 for i in $(seq 1 300); do [ -s "$data/gpu.port" ] && [ -s "$data/cpu.port" ] && break; sleep 0.1; done
 if [ -s "$data/gpu.port" ] && [ -s "$data/cpu.port" ]; then
-  timeout 240 python3 scripts/device/e2e_compare.py "http://127.0.0.1:$(cat "$data/gpu.port")" \
+  timeout 90 python3 scripts/device/e2e_compare.py "http://127.0.0.1:$(cat "$data/gpu.port")" \
     "http://127.0.0.1:$(cat "$data/cpu.port")" real16,dense32 --json "$out/e2e.json" > "$out/e2e.log" 2>&1
   note "e2e serve --gpus auto vs --backend cpu rc=$?"
   grep -E "MISMATCH|backend|mismatches|real16 gpu|dense32 gpu" "$out/e2e.log" | head -20 | tee -a "$summary"
@@ -87,7 +87,7 @@ if [ "${1:-}" = "bench" ]; then
   "$bundle/quantem-gpu" synth "$bench/u16" --prefix bench16 --scan 512x512 --detector 192x192 --dtype uint16 \
     --preset realistic --threads "$threads" > "$out/synth_u16.txt" 2>&1
   note "synth 512x512x192x192 u16 rc=$? ($(( $(date +%s) - start )) s)"
-  timeout 200 "$bundle/cuda_backend_bench" "$bench/u16/bench16_master.h5" --repeats 5 \
+  timeout 120 "$bundle/cuda_backend_bench" "$bench/u16/bench16_master.h5" --repeats 5 \
     --json "$out/bench_load_u16_512.json" > /dev/null 2>> "$out/tests.log"
   note "bench load u16 512x512 rc=$?"
   rm -rf "$bench/u16"
