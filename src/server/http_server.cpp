@@ -108,6 +108,9 @@ HttpServer::HttpServer(Handler handler, HttpServerOptions options) : impl_(std::
   server.set_payload_max_length(options.max_body_bytes);
   server.set_keep_alive_max_count(100);
   server.set_keep_alive_timeout(5);
+  // Responses go out as headers then body: without TCP_NODELAY, Nagle holds
+  // the body until the client's delayed ACK (~40 ms per keep-alive request).
+  server.set_tcp_nodelay(true);
 
   auto adapter = [this](const httplib::Request& req, httplib::Response& res) {
     HttpRequest request;

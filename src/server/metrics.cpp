@@ -53,6 +53,12 @@ std::string Metrics::render(const std::vector<residency::DeviceUsage>& devices,
       << "# HELP quantem_admission_rejections_total Loads refused by admission.\n"
          "# TYPE quantem_admission_rejections_total counter\n"
       << "quantem_admission_rejections_total " << counters.admission_rejections << "\n"
+      << "# HELP quantem_load_out_of_memory_retries_total Backend out-of-memory errors answered by evicting or moving on.\n"
+         "# TYPE quantem_load_out_of_memory_retries_total counter\n"
+      << "quantem_load_out_of_memory_retries_total " << counters.out_of_memory_retries << "\n"
+      << "# HELP quantem_busy_timeouts_total Bounded waits for busy devices or loads that ended in 503.\n"
+         "# TYPE quantem_busy_timeouts_total counter\n"
+      << "quantem_busy_timeouts_total " << counters.busy_timeouts << "\n"
       << "# HELP quantem_catalog_builds_total Catalog builds completed.\n# TYPE quantem_catalog_builds_total counter\n"
       << "quantem_catalog_builds_total " << catalog_builds << "\n";
 
