@@ -354,6 +354,7 @@ catalog::Acquisition CatalogService::resolve(const std::string& session_id, cons
   if (catalog::restat_signature(acquisition.signature) != acquisition.signature) {
     spdlog::info("{} changed since its inspection; inspecting it again", acquisition.master_path);
     acquisition = catalog::inspect_master(acquisition.master_path);
+    ++inspections_made_;
     std::lock_guard<std::mutex> lock(mutex_);
     fresh_[acquisition.master_path] = acquisition;
   }
@@ -409,6 +410,7 @@ nlohmann::ordered_json CatalogService::acquisitions_document() {
     }
     if (!cached || catalog::restat_signature(cached->signature) != cached->signature) {
       cached = catalog::inspect_master(path);
+      ++inspections_made_;
       std::lock_guard<std::mutex> lock(mutex_);
       inspections_[path] = *cached;
     }

@@ -22,6 +22,7 @@
 //    caught up with a cookie file (a created-and-deleted ".quantem-cookie-*"
 //    in the data folder, bounded wait).
 // Thread-safe. Waits for a running rebuild are bounded.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -82,6 +83,7 @@ class CatalogService {
   bool built() const;
   std::uint64_t builds() const;  // completed builds (tests and metrics)
   std::uint64_t callers_waiting_for_build() const;  // callers sharing a running build
+  std::uint64_t inspections_made() const { return inspections_made_; }  // re-inspections outside builds (tests)
 
   nlohmann::ordered_json sessions_document(bool refresh);
   nlohmann::ordered_json acquisitions_document();
@@ -136,6 +138,7 @@ class CatalogService {
   bool stopping_ = false;
 
   // Watching.
+  std::atomic<std::uint64_t> inspections_made_{0};
   std::unique_ptr<catalog::Watcher> watcher_;
   std::thread watch_thread_;
   bool watching_stopped_ = false;

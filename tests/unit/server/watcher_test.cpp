@@ -292,3 +292,22 @@ TEST(CatalogWatch, TheRealWatcherCatchesUpBeforeRefusingAFileJustClosed) {
     EXPECT_EQ(entry.path().filename().string().rfind(".quantem-cookie-", 0), std::string::npos) << entry.path();
   }
 }
+
+TEST(CatalogWatch, APollReusesInspectionsUntilAFileOfTheirSignatureChanges) {
+  test::TempDir dir;
+  test::write_synth(dir.file("sess"), "alpha");
+  server::CatalogService service(dir.path());
+  const auto first = service.acquisitions_document();
+  const std::uint64_t inspected = service.inspections_made();
+  EXPECT_EQ(inspected, 1u);
+  EXPECT_EQ(service.acquisitions_document()["ready_token"], first["ready_token"]);
+  EXPECT_EQ(service.inspections_made(), inspected);  // unchanged: no re-inspection, the same token
+  const std::string master = dir.file("sess/alpha_master.h5");
+  const auto later = fs::last_write_time(master) + std::chrono::seconds(1);
+  fs::last_write_time(master, later);  // touch the master
+  const auto touched = service.acquisitions_document();
+  EXPECT_EQ(service.inspections_made(), inspected + 1);  // exactly one re-inspection
+  EXPECT_NE(touched["ready_token"], first["ready_token"]);
+  service.acquisitions_document();
+  EXPECT_EQ(service.inspections_made(), inspected + 1);
+}
