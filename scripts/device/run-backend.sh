@@ -5,9 +5,10 @@
 # suites, compute-sanitizer memcheck on small loads and products, an
 # end-to-end comparison of `serve --gpus auto` with `serve --backend cpu` on
 # synthesized u16 and u32 acquisitions, then (mode bench) the load benchmark
-# on a 512x512x192x192 u16 acquisition and a u32 one. Results go to $OUT.
+# on a 512x512x192x192 u16 acquisition and a u32 one, or (mode large) the test
+# counts and a 1024x1024x192x192 u16 load. Results go to $OUT.
 #
-#   bash scripts/device/run-backend.sh [quick|bench]
+#   bash scripts/device/run-backend.sh [quick|bench|large]
 set -uo pipefail
 bundle=$(pwd)/.bundle
 out=${OUT:-/tmp/quantem-device-out}
@@ -27,9 +28,11 @@ run_test() {  # name timeout args...
   local name=$1 limit=$2
   shift 2
   local start=$(date +%s)
-  timeout "$limit" "$@" --gtest_brief=1 >> "$out/tests.log" 2>&1
+  timeout "$limit" "$@" --gtest_brief=1 > "$out/one_test.log" 2>&1
   local rc=$?
-  note "test $name rc=$rc ($(( $(date +%s) - start )) s)"
+  cat "$out/one_test.log" >> "$out/tests.log"
+  note "test $name rc=$rc ($(( $(date +%s) - start )) s): $(grep -E "tests? from .* ran|^\[  (PASSED|SKIPPED|FAILED) " "$out/one_test.log" | tr '\n' ' ')"
+  rm -f "$out/one_test.log"
 }
 run_test cuda_backend_tests 150 "$bundle/cuda_backend_tests"
 run_test resident_conformance_test 120 "$bundle/resident_conformance_test"
@@ -39,6 +42,7 @@ run_test ans_conformance_tests 60 "$bundle/ans_conformance_tests"
 run_test bitshuffle_lz4_gpu_tests 60 "$bundle/bitshuffle_lz4_gpu_tests"
 grep -E "^\[  FAILED|Failure|Expected|Which is|peak:" "$out/tests.log" | head -40 | tee -a "$summary"
 
+if [ "${1:-}" != "large" ]; then
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$sanitizer" ]; then
   timeout 100 "$sanitizer" --tool memcheck --error-exitcode 9 "$bundle/cuda_backend_tests" \
@@ -80,6 +84,22 @@ wait "$gpu_pid" "$cpu_pid" 2>/dev/null
 "$bundle/quantem-gpu" serve "$data" --gpu 7 --port 0 --port-file "$data/bad.port" > "$out/refusal.txt" 2>&1
 note "serve --gpu 7 rc=$? $(head -c 200 "$out/refusal.txt")"
 
+fi  # not large
+
+if [ "${1:-}" = "large" ]; then
+  # A 1024x1024x192x192 u16 scan (77 GB dense) loaded on one GPU.
+  bench=/tmp/quantem-bench
+  rm -rf "$bench" && mkdir -p "$bench/u16"
+  start=$(date +%s)
+  "$bundle/quantem-gpu" synth "$bench/u16" --prefix large16 --scan 1024x1024 --detector 192x192 --dtype uint16 \
+    --preset realistic --threads "$threads" > /dev/null 2>&1
+  note "synth 1024x1024x192x192 u16 rc=$? ($(( $(date +%s) - start )) s)"
+  timeout 150 "$bundle/cuda_backend_bench" "$bench/u16/large16_master.h5" --repeats 1 \
+    --json "$out/bench_load_u16_1024.json" > /dev/null 2>> "$out/tests.log"
+  note "bench load u16 1024x1024 rc=$?"
+  set -- bench-summary
+fi
+
 if [ "${1:-}" = "bench" ]; then
   bench=/tmp/quantem-bench
   rm -rf "$bench" && mkdir -p "$bench/u16" "$bench/u32"
@@ -97,6 +117,8 @@ if [ "${1:-}" = "bench" ]; then
   timeout 120 "$bundle/cuda_backend_bench" "$bench/u32/bench32_master.h5" --repeats 5 \
     --json "$out/bench_load_u32_128x512.json" > /dev/null 2>> "$out/tests.log"
   note "bench load u32 128x512 rc=$?"
+fi
+if [ "${1:-}" = "bench" ] || [ "${1:-}" = "bench-summary" ]; then
   for f in "$out"/bench_load_*.json; do
     [ -f "$f" ] || continue
     python3 - "$f" <<'PY' | tee -a "$summary"
