@@ -52,7 +52,7 @@ void add_serve_options(CLI::App& serve, ServeOptions& options) {
                    "Revision reported to clients (default: $QUANTEM_GPU_IMPLEMENTATION_REVISION, else the build's git revision)");
   serve.add_option("--cpu-devices", options.cpu_devices, "CPU backend: number of virtual devices (default 1)");
   serve.add_option("--device-budget", options.device_budget,
-                   "CPU backend: data-cache budget per virtual device, e.g. 64MiB, 2GB, 1.5GiB (default: 80% of RAM shared)");
+                   "Data-cache budget per device (GPU or CPU virtual device), e.g. 64MiB, 2GB, 1.5GiB (default: 80% of device memory; CPU: 80% of RAM shared)");
   serve.add_option("--cpu-threads", options.cpu_threads, "CPU backend: worker threads (default: every core)");
   serve.add_option("--cache-entries", options.cache_entries, "Resident acquisitions per device, least recently used evicted (default 8)");
   serve.add_option("--http-threads", options.http_threads, "HTTP worker threads (default 16)");
