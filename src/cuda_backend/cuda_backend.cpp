@@ -23,6 +23,7 @@
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/codec/chunk_codec.hpp"
+#include "quantem/backend/shard_reader.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/bitshuffle_lz4.hpp"
 #include "quantem/cuda/cuda_error.hpp"
@@ -38,53 +39,8 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Open file descriptors of the shards, closed on every exit path.
-class ShardFiles {
- public:
-  explicit ShardFiles(const std::vector<std::string>& paths) {
-    for (const std::string& path : paths) {
-      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) {
-        const int error = errno;
-        close_all();
-        throw IoError("cannot open " + path + ": " + std::strerror(error));
-      }
-      fds_.push_back(fd);
-    }
-  }
-  ~ShardFiles() { close_all(); }
-  ShardFiles(const ShardFiles&) = delete;
-  ShardFiles& operator=(const ShardFiles&) = delete;
-  int fd(std::size_t shard) const { return fds_.at(shard); }
-
- private:
-  void close_all() noexcept {
-    for (const int fd : fds_) ::close(fd);
-    fds_.clear();
-  }
-  std::vector<int> fds_;
-};
-
 struct LoadCancelled {};
 
-void read_exactly(int fd, std::uint8_t* out, std::uint64_t bytes, std::uint64_t offset, const std::string& path,
-                  std::uint64_t first_frame) {
-  std::uint64_t done = 0;
-  while (done < bytes) {
-    const ssize_t got = ::pread(fd, out + done, bytes - done, static_cast<off_t>(offset + done));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      throw IoError("reading " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) + " of " +
-                    path + ": " + std::strerror(errno));
-    }
-    if (got == 0) {
-      throw CorruptChunk(path + " ends at byte " + std::to_string(offset + done) + ", inside the stored chunk of frame " +
-                         std::to_string(first_frame) + " or a later frame of the same read (offset " +
-                         std::to_string(offset) + ", " + std::to_string(bytes) + " stored bytes)");
-    }
-    done += static_cast<std::uint64_t>(got);
-  }
-}
 
 std::string describe_frame(const catalog::Acquisition& acquisition, const catalog::FrameIndex& index,
                            std::uint64_t frame) {

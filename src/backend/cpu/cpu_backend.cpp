@@ -19,6 +19,7 @@
 #include "quantem/backend/backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/codec/chunk_codec.hpp"
+#include "quantem/backend/shard_reader.hpp"
 #include "quantem/core/error.hpp"
 
 namespace quantem::backend {
@@ -42,53 +43,8 @@ std::optional<std::uint64_t> available_memory_bytes() {
   return std::nullopt;
 }
 
-// Open file descriptors of the shards, closed on every exit path.
-class ShardFiles {
- public:
-  explicit ShardFiles(const std::vector<std::string>& paths) {
-    for (const std::string& path : paths) {
-      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) {
-        const int error = errno;
-        close_all();
-        throw IoError("cannot open " + path + ": " + std::strerror(error));
-      }
-      fds_.push_back(fd);
-    }
-  }
-  ~ShardFiles() { close_all(); }
-  ShardFiles(const ShardFiles&) = delete;
-  ShardFiles& operator=(const ShardFiles&) = delete;
-  int fd(std::size_t shard) const { return fds_.at(shard); }
-
- private:
-  void close_all() noexcept {
-    for (const int fd : fds_) ::close(fd);
-    fds_.clear();
-  }
-  std::vector<int> fds_;
-};
-
 struct LoadCancelled {};
 
-void read_exactly(int fd, std::uint8_t* out, std::uint64_t bytes, std::uint64_t offset, const std::string& path,
-                  std::uint64_t first_frame) {
-  std::uint64_t done = 0;
-  while (done < bytes) {
-    const ssize_t got = ::pread(fd, out + done, bytes - done, static_cast<off_t>(offset + done));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      throw IoError("reading " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) + " of " +
-                    path + ": " + std::strerror(errno));
-    }
-    if (got == 0) {
-      throw CorruptChunk(path + " ends at byte " + std::to_string(offset + done) + ", inside the stored chunk of frame " +
-                         std::to_string(first_frame) + " or a later frame of the same read (offset " +
-                         std::to_string(offset) + ", " + std::to_string(bytes) + " bytes)");
-    }
-    done += static_cast<std::uint64_t>(got);
-  }
-}
 
 class CpuBackend final : public Backend {
  public:
