@@ -4,7 +4,8 @@
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config git
   libhdf5-dev hdf5-tools liblz4-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
-  libcpp-httplib-dev libfftw3-dev googletest libgtest-dev curl ca-certificates)
+  libcpp-httplib-dev libfftw3-dev googletest libgtest-dev curl ca-certificates
+  python3 python3-numpy)  # numpy: the README's format=npy example
 if [[ "${1:-}" == "--test" ]]; then
   # Independent references: h5py + the official bitshuffle filter + numpy.
   packages+=(python3 python3-h5py python3-hdf5plugin bitshuffle python3-numpy)
