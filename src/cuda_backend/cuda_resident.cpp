@@ -116,23 +116,8 @@ cuda::AnsResidentView CudaResident::view_of_groups(std::uint64_t first_group, st
 void CudaResident::bind_device() const { cuda::set_device(device_index_); }
 
 void CudaResident::check_geometry(const plan::PlanGeometry& geometry) const {
-  plan::BrowsePlan plan;
-  if (geometry.cropped) plan.crop = geometry.region;
-  plan.scan_bin = geometry.scan_bin;
-  plan.detector_bin = geometry.detector_bin;
-  bool consistent = false;
-  try {
-    consistent = plan::resolve_plan(plan, source_.scan_rows, source_.scan_cols, source_.detector_rows,
-                                    source_.detector_cols) == geometry;
-  } catch (const Error&) {
-    consistent = false;
-  }
-  if (!consistent) {
-    throw internal_error("plan geometry (" + plan::to_string(geometry) + ") was not resolved for the resident " +
-                         source_.name + " (" + std::to_string(source_.scan_rows) + "x" +
-                         std::to_string(source_.scan_cols) + " scan, " + std::to_string(source_.detector_rows) +
-                         "x" + std::to_string(source_.detector_cols) + " detector)");
-  }
+  plan::require_resolved_for(geometry, source_.scan_rows, source_.scan_cols, source_.detector_rows,
+                             source_.detector_cols, source_.name);
 }
 
 namespace {

@@ -81,4 +81,26 @@ std::string to_string(const PlanGeometry& geometry) {
          n(geometry.detector_bin) + " -> " + n(geometry.detector_rows) + "x" + n(geometry.detector_cols);
 }
 
+void require_resolved_for(const PlanGeometry& geometry, std::uint64_t source_scan_rows,
+                          std::uint64_t source_scan_cols, std::uint64_t source_detector_rows,
+                          std::uint64_t source_detector_cols, const std::string& source_name) {
+  BrowsePlan plan;
+  if (geometry.cropped) plan.crop = geometry.region;
+  plan.scan_bin = geometry.scan_bin;
+  plan.detector_bin = geometry.detector_bin;
+  bool consistent = false;
+  try {
+    consistent = resolve_plan(plan, source_scan_rows, source_scan_cols, source_detector_rows, source_detector_cols) ==
+                 geometry;
+  } catch (const Error&) {
+    consistent = false;
+  }
+  if (!consistent) {
+    throw internal_error("plan geometry (" + to_string(geometry) + ") was not resolved for the resident " +
+                         source_name + " (" + std::to_string(source_scan_rows) + "x" +
+                         std::to_string(source_scan_cols) + " scan, " + std::to_string(source_detector_rows) + "x" +
+                         std::to_string(source_detector_cols) + " detector)");
+  }
+}
+
 }  // namespace quantem::plan

@@ -60,4 +60,11 @@ PlanGeometry resolve_plan(const BrowsePlan& plan, std::uint64_t source_scan_rows
 // equal texts. Used for cache keys and logs.
 std::string to_string(const PlanGeometry& geometry);
 
+// Checks that `geometry` is exactly what resolve_plan gives for a source of
+// this shape (a resident's primitives accept nothing else). Throws
+// quantem::Error(internal) naming the geometry and `source_name` otherwise.
+void require_resolved_for(const PlanGeometry& geometry, std::uint64_t source_scan_rows,
+                          std::uint64_t source_scan_cols, std::uint64_t source_detector_rows,
+                          std::uint64_t source_detector_cols, const std::string& source_name);
+
 }  // namespace quantem::plan
