@@ -103,4 +103,20 @@ void require_resolved_for(const PlanGeometry& geometry, std::uint64_t source_sca
   }
 }
 
+std::vector<std::uint64_t> sorted_distinct_positions(const PlanGeometry& geometry,
+                                                     const std::vector<std::uint64_t>& positions) {
+  std::vector<std::uint64_t> sorted = positions;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] >= geometry.positions()) {
+      throw bad_request("scan position index " + std::to_string(sorted[i]) + " is outside the plan's " +
+                        std::to_string(geometry.positions()) + " positions");
+    }
+    if (i > 0 && sorted[i] == sorted[i - 1]) {
+      throw bad_request("scan position index " + std::to_string(sorted[i]) + " is listed twice");
+    }
+  }
+  return sorted;
+}
+
 }  // namespace quantem::plan

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace quantem::plan {
 
@@ -66,5 +67,10 @@ std::string to_string(const PlanGeometry& geometry);
 void require_resolved_for(const PlanGeometry& geometry, std::uint64_t source_scan_rows,
                           std::uint64_t source_scan_cols, std::uint64_t source_detector_rows,
                           std::uint64_t source_detector_cols, const std::string& source_name);
+
+// Plan positions (row-major flat indices) sorted ascending. Throws
+// quantem::Error(bad_request) for an index outside the plan or listed twice.
+std::vector<std::uint64_t> sorted_distinct_positions(const PlanGeometry& geometry,
+                                                     const std::vector<std::uint64_t>& positions);
 
 }  // namespace quantem::plan

@@ -450,17 +450,7 @@ std::vector<std::uint64_t> CpuResident::region_reduce(const plan::PlanGeometry& 
                                                       const std::vector<std::uint64_t>& positions,
                                                       RegionReduce reduce) {
   check_geometry(geometry);
-  std::vector<std::uint64_t> sorted = positions;
-  std::sort(sorted.begin(), sorted.end());
-  for (std::size_t i = 0; i < sorted.size(); ++i) {
-    if (sorted[i] >= geometry.positions()) {
-      throw bad_request("scan position index " + std::to_string(sorted[i]) + " is outside the plan's " +
-                        std::to_string(geometry.positions()) + " positions");
-    }
-    if (i > 0 && sorted[i] == sorted[i - 1]) {
-      throw bad_request("scan position index " + std::to_string(sorted[i]) + " is listed twice");
-    }
-  }
+  const std::vector<std::uint64_t> sorted = plan::sorted_distinct_positions(geometry, positions);
   if (reduce == RegionReduce::max) {
     return with_code_type([&](auto code) { return region_max<decltype(code)>(geometry, sorted); });
   }
