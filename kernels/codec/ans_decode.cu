@@ -92,16 +92,18 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
               header.stream_count, header.stream_data_bytes);
   const std::uint64_t pixels_per_frame = std::uint64_t{p.rows} * p.cols;
   Out* group_out = out + (first_frame - std::uint64_t{first_group} * p.frames_per_group) * pixels_per_frame;
+  const bool raw_bits = __any_sync(__activemask(), (shift[0] | shift[1] | shift[2] | shift[3]) != 0);
   bool overflow = false;
   for (std::uint32_t f = 0; f < frame_count; ++f) {
     Out* frame_out = group_out + f * pixels_per_frame;
     reader.top_up();
+    std::uint32_t values[4];
+    reader.decode_frame(class_table, shift, present, raw_bits, values);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       if ((present >> k) & 1u) {
-        const std::uint32_t value = reader.decode_value(class_table[k], shift[k]);
-        if (sizeof(Out) == 2 && value > 0xffffu) overflow = true;
-        frame_out[pixels[k]] = static_cast<Out>(value);
+        if (sizeof(Out) == 2 && values[k] > 0xffffu) overflow = true;
+        frame_out[pixels[k]] = static_cast<Out>(values[k]);
       }
     }
   }
@@ -163,31 +165,29 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
                   header.stream_count, header.stream_data_bytes);
     }
     const std::uint32_t lane = threadIdx.x % 32;
+    const bool raw_bits = __any_sync(0xffffffffu, (shift[0] | shift[1] | shift[2] | shift[3]) != 0);
+    // The masked positions' values: value & keep[k] (all ones or zero).
+    std::uint32_t keep[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) keep[k] = ((mask >> k) & 1u) ? 0xffffffffu : 0u;
     if (header.raw_words == 1) {
       for (std::uint32_t f = 0; f < frame_count; ++f) {
         reader.top_up();
-        std::uint32_t lane_sum = 0;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          if ((present >> k) & 1u) {
-            const std::uint32_t value = reader.decode_value(class_table[k], shift[k]);
-            if ((mask >> k) & 1u) lane_sum += value;
-          }
-        }
+        std::uint32_t values[4];
+        reader.decode_frame(class_table, shift, present, raw_bits, values);
+        const std::uint32_t lane_sum =
+            (values[0] & keep[0]) + (values[1] & keep[1]) + (values[2] & keep[2]) + (values[3] & keep[3]);
         const std::uint32_t warp_sum = __reduce_add_sync(0xffffffffu, lane_sum);
         if (lane == 0 && warp_sum != 0) atomicAdd(frame_sums32 + f, warp_sum);
       }
     } else {
       for (std::uint32_t f = 0; f < frame_count; ++f) {
         reader.top_up();
+        std::uint32_t values[4];
+        reader.decode_frame(class_table, shift, present, raw_bits, values);
         unsigned long long lane_sum = 0;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          if ((present >> k) & 1u) {
-            const std::uint32_t value = reader.decode_value(class_table[k], shift[k]);
-            if ((mask >> k) & 1u) lane_sum += value;
-          }
-        }
+        for (int k = 0; k < 4; ++k) lane_sum += values[k] & keep[k];
         for (int delta = 16; delta > 0; delta /= 2) lane_sum += __shfl_xor_sync(0xffffffffu, lane_sum, delta);
         if (lane == 0 && lane_sum != 0) atomicAdd(frame_sums + f, lane_sum);
       }

@@ -251,18 +251,21 @@ __global__ void normalize_kernel(EncodeGeometry g, EncodeScratch s) {
   }
 }
 
-// One thread per stream; encodes the quad backwards. kWrite = false counts the
-// words; kWrite = true stores them in read order (last emitted first).
+// One thread per stream; encodes the quad backwards with one state per quad
+// position. kWrite = false counts the words; kWrite = true stores them in read
+// order (last emitted first), 4 words per 8-byte store.
 // grid: (stream blocks, groups)
 template <class T, bool kWrite>
 __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
     encode_streams_kernel(const T* __restrict__ frames, EncodeGeometry g, EncodeScratch s, std::uint8_t* output,
                           const std::uint64_t* group_offsets) {
-  __shared__ std::uint32_t tables[kAnsClassCount * kAnsAlphabetSize];
+  __shared__ std::uint32_t tables[kAnsClassCount * kAnsAlphabetSize];  // frequency | cdf << 16
+  __shared__ std::uint64_t reciprocals[kAnsProbabilityScale + 1];     // frequency_reciprocal(f), by frequency
   const std::uint32_t group = blockIdx.y;
   const std::uint64_t table_base = std::uint64_t{group} * kAnsClassCount * kAnsAlphabetSize;
   for (std::uint32_t i = threadIdx.x; i < kAnsClassCount * kAnsAlphabetSize; i += blockDim.x)
     tables[i] = s.tables[table_base + i];
+  for (std::uint32_t f = threadIdx.x; f <= kAnsProbabilityScale; f += blockDim.x) reciprocals[f] = frequency_reciprocal(f);
   __syncthreads();
   const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
   if (stream >= g.layout.stream_count) return;
@@ -275,48 +278,72 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
   std::uint32_t shift[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const std::uint32_t cls = ((present >> k) & 1u) ? classes[pixels[k]] : 0u;
+    const bool here = ((present >> k) & 1u) != 0;
+    const std::uint32_t cls = here ? classes[pixels[k]] : 0u;
     table_offset[k] = cls * kAnsAlphabetSize;
     shift[k] = class_shift(cls, class_scale);
+    if (!here) pixels[k] = pixels[0];  // a valid address; the value is never encoded
   }
 
-  std::uint16_t* words = nullptr;
+  std::uint64_t* words = nullptr;  // the stream's words as 4-word units (16-byte aligned)
   std::uint32_t word_count = 0;
   std::uint8_t* stream_base = nullptr;
   if constexpr (kWrite) {
     word_count = s.stream_words[std::uint64_t{group} * g.layout.stream_count + stream];
     stream_base = output + group_offsets[group] + g.layout.stream_data_offset +
                   s.stream_offsets[std::uint64_t{group} * g.layout.stream_count + stream];
-    words = reinterpret_cast<std::uint16_t*>(stream_base + 4);
+    words = reinterpret_cast<std::uint64_t*>(stream_base + kAnsStreamHeaderBytes);
   }
   std::uint32_t emitted = 0;
+  std::uint64_t pending = 0;  // words of the 4-word unit being filled (write pass)
   auto emit = [&](std::uint32_t word) {
     if (word == kAnsNoWord) return;
-    if constexpr (kWrite) words[word_count - 1 - emitted] = static_cast<std::uint16_t>(word);
+    if constexpr (kWrite) {
+      const std::uint32_t index = word_count - 1 - emitted;  // read position of this word
+      pending |= std::uint64_t{word} << (16 * (index % 4));
+      if (index % 4 == 0) {
+        words[index / 4] = pending;
+        pending = 0;
+      }
+    }
     ++emitted;
   };
-  std::uint32_t state = kAnsStateLower;
+  const T* group_frames = frames + std::uint64_t{group} * g.frames_per_group * g.pixels;
+  std::uint32_t state[4] = {kAnsStateLower, kAnsStateLower, kAnsStateLower, kAnsStateLower};
+  std::uint32_t next[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) next[k] = __ldg(group_frames + std::uint64_t{frame_count - 1} * g.pixels + pixels[k]);
   for (std::uint32_t f = frame_count; f-- > 0;) {
+    std::uint32_t value[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) value[k] = next[k];
+    if (f > 0) {  // the previous frame's values load while this frame encodes
+#pragma unroll
+      for (int k = 0; k < 4; ++k) next[k] = __ldg(group_frames + std::uint64_t{f - 1} * g.pixels + pixels[k]);
+    }
 #pragma unroll
     for (int k = 3; k >= 0; --k) {
       if (!((present >> k) & 1u)) continue;
       encode_value(
-          state, frame_value(frames, g, group, f, pixels[k]), shift[k],
-          [&](std::uint32_t symbol, std::uint32_t& frequency, std::uint32_t& cdf) {
+          state[k], value[k], shift[k],
+          [&](std::uint32_t& x, std::uint32_t symbol) {
             const std::uint32_t entry = tables[table_offset[k] + symbol];
-            frequency = entry & 0xffffu;
-            cdf = entry >> 16;
+            const std::uint32_t frequency = entry & 0xffffu;
+            return encode_symbol_reciprocal(x, frequency, entry >> 16, reciprocals[frequency]);
           },
           emit);
     }
   }
   if constexpr (kWrite) {
-    auto* halves = reinterpret_cast<std::uint16_t*>(stream_base);
-    halves[0] = static_cast<std::uint16_t>(state & 0xffffu);
-    halves[1] = static_cast<std::uint16_t>(state >> 16);
-    const std::uint32_t used_halves = 2 + word_count;
-    const std::uint32_t padded_halves = (2 * used_halves + kAnsStreamAlignment - 1) / kAnsStreamAlignment * kAnsStreamAlignment / 2;
-    for (std::uint32_t h = used_halves; h < padded_halves; ++h) halves[h] = 0;
+    auto* stream_states = reinterpret_cast<uint4*>(stream_base);
+    *stream_states = uint4{state[0], state[1], state[2], state[3]};
+    // Zero padding after the last 4-word unit (the unit holding word 0 is stored; a
+    // partial first unit was stored with zeros above the last word).
+    const std::uint32_t units_written = (word_count + 3) / 4;
+    const std::uint32_t stream_bytes =
+        (kAnsStreamHeaderBytes + 2 * word_count + kAnsStreamAlignment - 1) / kAnsStreamAlignment * kAnsStreamAlignment;
+    const std::uint32_t units_total = (stream_bytes - kAnsStreamHeaderBytes) / 8;
+    for (std::uint32_t u = units_written; u < units_total; ++u) words[u] = 0;
   } else {
     s.stream_words[std::uint64_t{group} * g.layout.stream_count + stream] = emitted;
   }
@@ -333,7 +360,8 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsScanThreads) stream_offse
   const std::uint32_t* words = s.stream_words + std::uint64_t{group} * streams;
   std::uint64_t local = 0;
   auto stream_bytes = [](std::uint32_t word_count) {
-    return (4 + 2 * std::uint64_t{word_count} + kAnsStreamAlignment - 1) / kAnsStreamAlignment * kAnsStreamAlignment;
+    return (kAnsStreamHeaderBytes + 2 * std::uint64_t{word_count} + kAnsStreamAlignment - 1) / kAnsStreamAlignment *
+           kAnsStreamAlignment;
   };
   for (std::uint32_t i = begin; i < end; ++i) local += stream_bytes(words[i]);
   partial[threadIdx.x] = local;

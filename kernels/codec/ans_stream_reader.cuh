@@ -3,6 +3,12 @@
 // device code under nvcc, plain inline C++ under the host compiler, so a CPU
 // test runs the exact logic the kernels run.
 //
+// A stream holds one quad's 4 interleaved rANS states. decode_frame() first
+// issues the 4 table lookups of a frame (independent: each depends only on its
+// own state), then applies them in coding order, each renormalisation taking
+// the next word of the shared buffer. The long latency of the shared-memory
+// lookups thus overlaps 4 ways within a thread.
+//
 // Streams are 16-byte aligned. The reader buffers up to 8 16-bit words in two
 // 64-bit registers and keeps the next 16-byte chunk in flight. A warp holds 32
 // independent streams, so anything a lane does alone (a refill) costs the
@@ -18,10 +24,12 @@
 #include <vector_types.h>
 #define QUANTEM_ANS_READER_HD __device__ __forceinline__
 #define QUANTEM_ANS_READER_LOAD(pointer) __ldg(pointer)
+#define QUANTEM_ANS_READER_UNROLL _Pragma("unroll")
 #else
 #include <vector_types.h>
 #define QUANTEM_ANS_READER_HD inline
 #define QUANTEM_ANS_READER_LOAD(pointer) (*(pointer))
+#define QUANTEM_ANS_READER_UNROLL
 #endif
 
 #include "quantem/ans/ans_format.hpp"
@@ -36,10 +44,10 @@ struct StreamReader {
   std::uint64_t high;
   std::uint32_t words_left;    // buffered words, 0..8
   std::uint32_t halves_left;   // unread 64-bit halves of `upcoming`, 0..2
-  std::uint32_t state;
+  std::uint32_t state[ans::kAnsStatesPerStream];  // one per quad position
   bool corrupt;
 
-  // blob: the group; offsets: its stream offsets; data: its stream data.
+  // data: the group's stream data; offsets: its stream offsets.
   QUANTEM_ANS_READER_HD void open(const std::uint8_t* data, const std::uint32_t* offsets, std::uint32_t stream,
                                   std::uint32_t stream_count, std::uint64_t data_bytes) {
     const std::uint64_t begin = QUANTEM_ANS_READER_LOAD(offsets + stream);
@@ -51,15 +59,15 @@ struct StreamReader {
     halves_left = 0;
     upcoming = uint4{0, 0, 0, 0};
     next_chunk = end_chunk = reinterpret_cast<const uint4*>(data);
-    state = ans::kAnsStateLower;
+    for (std::uint32_t k = 0; k < ans::kAnsStatesPerStream; ++k) state[k] = ans::kAnsStateLower;
     if (corrupt) return;
-    const uint4* chunk = reinterpret_cast<const uint4*>(data + begin);
+    const uint4* chunk = reinterpret_cast<const uint4*>(data + begin);  // the 16-byte chunk of the 4 states
     end_chunk = reinterpret_cast<const uint4*>(data + finish);
-    const uint4 first = QUANTEM_ANS_READER_LOAD(chunk);
-    state = first.x;
-    low = first.y | (std::uint64_t{first.z} << 32);
-    high = first.w;
-    words_left = 6;
+    const uint4 states = QUANTEM_ANS_READER_LOAD(chunk);
+    state[0] = states.x;
+    state[1] = states.y;
+    state[2] = states.z;
+    state[3] = states.w;
     next_chunk = chunk + 1;
     prefetch();
   }
@@ -90,13 +98,16 @@ struct StreamReader {
     if (--halves_left == 0) prefetch();
   }
 
-  // Once per frame: keep at least 5 words buffered while the stream has them.
+  // Once per frame: keep at least 5 words buffered while the stream has them
+  // (one per symbol of a quad, plus one; raw bits and escapes may need more
+  // and take the rare refill branch of renormalize()).
   QUANTEM_ANS_READER_HD void top_up() {
     if (words_left <= 4 && halves_left != 0) append_half();
   }
 
-  QUANTEM_ANS_READER_HD void renormalize() {
-    const bool need = state < ans::kAnsStateLower;
+  // x < 2^16 -> x = (x << 16) | next word; branch-free except when the buffer ran dry.
+  QUANTEM_ANS_READER_HD void renormalize(std::uint32_t& x) {
+    const bool need = x < ans::kAnsStateLower;
     if (need && words_left == 0) {  // rare: escapes or raw bits drained the buffer
       if (halves_left == 0) {
         corrupt = true;
@@ -106,44 +117,65 @@ struct StreamReader {
     }
     const std::uint32_t word = static_cast<std::uint32_t>(low) & 0xffffu;
     const std::uint64_t next_low = (low >> 16) | (high << 48);
-    state = need ? ((state << 16) | word) : state;
+    x = need ? ((x << 16) | word) : x;
     low = need ? next_low : low;
     high = need ? (high >> 16) : high;
     words_left -= (need && words_left != 0) ? 1u : 0u;
   }
 
-  // entry = symbol | frequency << 8 | (slot - cdf) << 19 (see build_decode_tables).
-  QUANTEM_ANS_READER_HD std::uint32_t decode_symbol(const std::uint32_t* class_table) {
-    const std::uint32_t slot = state & (ans::kAnsProbabilityScale - 1);
-    const std::uint32_t entry = class_table[slot];
-    state = ((entry >> 8) & 0x7ffu) * (state >> ans::kAnsProbabilityBits) + (entry >> 19);
-    renormalize();
-    return entry & 0xffu;  // an unused class's zero entries end in a wrong final state
-  }
-
-  QUANTEM_ANS_READER_HD std::uint32_t read_bits(std::uint32_t count) {
-    const std::uint32_t bits = state & ((1u << count) - 1u);
-    state >>= count;
-    renormalize();
+  QUANTEM_ANS_READER_HD std::uint32_t read_bits(std::uint32_t& x, std::uint32_t count) {
+    const std::uint32_t bits = x & ((1u << count) - 1u);
+    x >>= count;
+    renormalize(x);
     return bits;
   }
 
-  // One value of a pixel whose class has decode table `class_table` and shift `shift`.
-  QUANTEM_ANS_READER_HD std::uint32_t decode_value(const std::uint32_t* class_table, std::uint32_t shift) {
-    const std::uint32_t symbol = decode_symbol(class_table);
-    if (symbol < ans::kAnsEscape16) return shift == 0 ? symbol : (symbol << shift) | read_bits(shift);
-    const std::uint32_t low_half = read_bits(16);
+  // The value behind an escape symbol (254: 16 raw bits, 255: 32 raw bits).
+  QUANTEM_ANS_READER_HD std::uint32_t read_escaped(std::uint32_t& x, std::uint32_t symbol) {
+    const std::uint32_t low_half = read_bits(x, 16);
     if (symbol == ans::kAnsEscape16) return low_half;
-    return low_half | (read_bits(16) << 16);
+    return low_half | (read_bits(x, 16) << 16);
   }
 
-  // True when the stream decoded exactly: the final state is the encoder's
+  // Decodes one frame of the quad: values[k] for every present position k
+  // (bit k of `present`), 0 for absent ones. class_table[k] is position k's
+  // decode table (entry = symbol | frequency << 8 | (slot - cdf) << 19, see
+  // build_decode_tables; any valid table for an absent position), shift[k]
+  // its class shift. `raw_bits` false promises every shift is 0 (then the
+  // raw-bits step, a no-op, is skipped); pass the same value on every lane
+  // of a warp so the choice never diverges.
+  QUANTEM_ANS_READER_HD void decode_frame(const std::uint32_t* const class_table[4], const std::uint32_t shift[4],
+                                          std::uint32_t present, bool raw_bits, std::uint32_t values[4]) {
+    std::uint32_t entry[4];
+    QUANTEM_ANS_READER_UNROLL
+    for (int k = 0; k < 4; ++k) entry[k] = class_table[k][state[k] & (ans::kAnsProbabilityScale - 1)];
+    QUANTEM_ANS_READER_UNROLL
+    for (int k = 0; k < 4; ++k) {
+      values[k] = 0;
+      if ((present >> k) & 1u) {
+        std::uint32_t& x = state[k];
+        x = ((entry[k] >> 8) & 0x7ffu) * (x >> ans::kAnsProbabilityBits) + (entry[k] >> 19);
+        renormalize(x);
+        const std::uint32_t symbol = entry[k] & 0xffu;  // an unused class's zero entries end in a wrong final state
+        if (symbol >= ans::kAnsEscape16) {
+          values[k] = read_escaped(x, symbol);
+        } else if (raw_bits) {  // shift 0: masks no bits, leaves x >= 2^16 (no word read)
+          values[k] = (symbol << shift[k]) | read_bits(x, shift[k]);
+        } else {
+          values[k] = symbol;
+        }
+      }
+    }
+  }
+
+  // True when the stream decoded exactly: every final state is the encoder's
   // initial state and only zero padding is left unread.
   QUANTEM_ANS_READER_HD bool finished_cleanly() const {
     // The last chunk's second half may still sit unread in `upcoming`: then it is padding.
     const bool rest_is_padding = halves_left == 0 || (halves_left == 1 && upcoming.z == 0 && upcoming.w == 0);
-    return !corrupt && state == ans::kAnsStateLower && rest_is_padding && next_chunk == end_chunk && low == 0 &&
-           high == 0;
+    bool states_final = true;
+    for (std::uint32_t k = 0; k < ans::kAnsStatesPerStream; ++k) states_final = states_final && state[k] == ans::kAnsStateLower;
+    return !corrupt && states_final && rest_is_padding && next_chunk == end_chunk && low == 0 && high == 0;
   }
 };
 

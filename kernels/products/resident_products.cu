@@ -85,7 +85,13 @@ struct QuadDecoder {
   std::uint32_t present;
   const std::uint32_t* class_table[4];
   std::uint32_t shift[4];
+  bool raw_bits;  // some lane of the warp has a class that sends raw low bits
   dev::StreamReader reader;
+
+  __device__ void decode_frame(std::uint32_t values[4]) {
+    reader.top_up();
+    reader.decode_frame(class_table, shift, present, raw_bits, values);
+  }
 
   // An inactive decoder (stream past the end) has no pixels and a reader that never reads.
   __device__ void open(const ResidentParams& p, const GroupContext& g, const std::uint32_t* table,
@@ -113,6 +119,11 @@ struct QuadDecoder {
                 reinterpret_cast<const std::uint32_t*>(g.blob + g.header.stream_offsets_offset), stream,
                 g.header.stream_count, g.header.stream_data_bytes);
   }
+
+  // After open(), by every thread of the warp still running.
+  __device__ void agree_on_raw_bits() {
+    raw_bits = __any_sync(__activemask(), (shift[0] | shift[1] | shift[2] | shift[3]) != 0);
+  }
 };
 
 __device__ inline bool frame_selected(const std::uint32_t* bitmap, std::uint64_t frame) {
@@ -139,15 +150,17 @@ __global__ void __launch_bounds__(tuning::kAccumulateThreads)
   if (stream >= p.stream_count) return;
   QuadDecoder q;
   q.open(p, g, table, stream, true);
+  q.agree_on_raw_bits();
   unsigned long long sum[4] = {0, 0, 0, 0};
   std::uint32_t largest[4] = {0, 0, 0, 0};
   for (std::uint32_t f = 0; f < job.frame_end; ++f) {
     const bool selected = frame_selected(bitmap, g.first_frame + f);
-    q.reader.top_up();
+    std::uint32_t values[4];
+    q.decode_frame(values);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       if ((q.present >> k) & 1u) {
-        const std::uint32_t value = q.reader.decode_value(q.class_table[k], q.shift[k]);
+        const std::uint32_t value = values[k];
         if (selected) {
           sum[k] += value;
           largest[k] = max(largest[k], value);
@@ -185,14 +198,16 @@ __global__ void __launch_bounds__(tuning::kAccumulateThreads)
   if (stream >= p.stream_count) return;
   QuadDecoder q;
   q.open(p, g, table, stream, true);
+  q.agree_on_raw_bits();
   const std::uint64_t pixels = std::uint64_t{p.rows} * p.cols;
   for (std::uint32_t f = 0; f < job.frame_end; ++f) {
     const std::int32_t slot = __ldg(frame_slots + g.first_frame + f);
-    q.reader.top_up();
+    std::uint32_t values[4];
+    q.decode_frame(values);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       if ((q.present >> k) & 1u) {
-        const std::uint32_t value = q.reader.decode_value(q.class_table[k], q.shift[k]);
+        const std::uint32_t value = values[k];
         if (slot >= 0 && value != 0) {
           atomicAdd(slot_sums + static_cast<std::uint64_t>(slot) * pixels + q.pixels[k],
                     static_cast<unsigned long long>(value));
@@ -251,6 +266,7 @@ __global__ void __launch_bounds__(tuning::kMomentsThreads)
   if (__any_sync(0xffffffffu, active)) {
     QuadDecoder q;
     q.open(p, g, table, stream, active);
+    q.agree_on_raw_bits();
     std::uint32_t row_weight[4];
     std::uint32_t col_weight[4];
 #pragma unroll
@@ -263,14 +279,15 @@ __global__ void __launch_bounds__(tuning::kMomentsThreads)
     // 16-bit groups with weights below 512: every warp sum fits 32 bits (32 * 4 * 65535 * 511 < 2^32).
     const bool narrow = narrow_weights && g.header.raw_words == 1;
     for (std::uint32_t f = 0; f < frames; ++f) {
-      q.reader.top_up();
+      std::uint32_t values[4];
+      q.decode_frame(values);
       unsigned long long lane_total = 0;
       unsigned long long lane_row = 0;
       unsigned long long lane_col = 0;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         if ((q.present >> k) & 1u) {
-          const std::uint32_t value = q.reader.decode_value(q.class_table[k], q.shift[k]);
+          const std::uint32_t value = values[k];
           lane_total += value;
           lane_row += static_cast<unsigned long long>(row_weight[k]) * value;
           lane_col += static_cast<unsigned long long>(col_weight[k]) * value;

@@ -42,19 +42,20 @@ T load_le(const std::uint8_t* p) {
   return value;
 }
 
-// The pixels of stream s in coding order; returns how many exist.
-int quad_pixels(const AnsGroupLayout& layout, std::uint32_t rows, std::uint32_t cols, std::uint32_t stream,
-                std::array<std::uint32_t, 4>& pixels) {
+// The pixels of stream s by quad position k = 2 dr + dc (coding order), and a
+// bit mask of the positions inside the detector.
+std::uint32_t quad_pixels(const AnsGroupLayout& layout, std::uint32_t rows, std::uint32_t cols, std::uint32_t stream,
+                          std::array<std::uint32_t, 4>& pixels) {
   const std::uint32_t quad_row = stream / layout.quad_cols;
   const std::uint32_t quad_col = stream % layout.quad_cols;
-  int count = 0;
-  for (std::uint32_t dr = 0; dr < 2; ++dr)
-    for (std::uint32_t dc = 0; dc < 2; ++dc) {
-      const std::uint32_t r = 2 * quad_row + dr;
-      const std::uint32_t c = 2 * quad_col + dc;
-      if (r < rows && c < cols) pixels[static_cast<std::size_t>(count++)] = r * cols + c;
-    }
-  return count;
+  std::uint32_t present = 0;
+  for (std::uint32_t k = 0; k < 4; ++k) {
+    const std::uint32_t r = 2 * quad_row + k / 2;
+    const std::uint32_t c = 2 * quad_col + k % 2;
+    pixels[k] = r * cols + c;
+    if (r < rows && c < cols) present |= 1u << k;
+  }
+  return present;
 }
 
 [[noreturn]] void corrupt(const std::string& what) { throw CorruptChunk("ANS group: " + what); }
@@ -112,38 +113,41 @@ std::vector<std::uint8_t> encode_group(const HostFrames& frames) {
     }
   }
 
-  // Streams: encode each quad backwards, then lay the words out in read order.
+  // Streams: encode each quad backwards (one state per quad position), then
+  // lay the words out in read order.
   std::vector<std::vector<std::uint16_t>> stream_words(layout.stream_count);
-  std::vector<std::uint32_t> final_states(layout.stream_count);
+  std::vector<std::array<std::uint32_t, kAnsStatesPerStream>> final_states(layout.stream_count);
   for (std::uint32_t s = 0; s < layout.stream_count; ++s) {
     std::array<std::uint32_t, 4> quad{};
-    const int present = quad_pixels(layout, rows, cols, s, quad);
-    std::uint32_t state = kAnsStateLower;
+    const std::uint32_t present = quad_pixels(layout, rows, cols, s, quad);
+    std::array<std::uint32_t, kAnsStatesPerStream> states;
+    states.fill(kAnsStateLower);
     std::vector<std::uint16_t>& emitted = stream_words[s];
     auto push = [&](std::uint32_t word) {
       if (word != kAnsNoWord) emitted.push_back(static_cast<std::uint16_t>(word));
     };
     for (std::uint32_t f = frame_count; f-- > 0;) {
-      for (int j = present; j-- > 0;) {
-        const std::uint32_t pixel = quad[static_cast<std::size_t>(j)];
+      for (std::uint32_t k = 4; k-- > 0;) {
+        if (((present >> k) & 1u) == 0) continue;
+        const std::uint32_t pixel = quad[k];
         const std::size_t table = std::size_t{classes[pixel]} * kAnsAlphabetSize;
         encode_value(
-            state, value_at(f, pixel), shifts[classes[pixel]],
-            [&](std::uint32_t symbol, std::uint32_t& frequency, std::uint32_t& cdf) {
-              frequency = frequencies[table + symbol];
-              cdf = cdfs[table + symbol];
+            states[k], value_at(f, pixel), shifts[classes[pixel]],
+            [&](std::uint32_t& state, std::uint32_t symbol) {
+              return encode_symbol(state, frequencies[table + symbol], cdfs[table + symbol]);
             },
             push);
       }
     }
-    final_states[s] = state;
+    final_states[s] = states;
   }
 
   std::uint64_t data_bytes = 0;
   std::vector<std::uint32_t> stream_offsets(layout.stream_count);
   for (std::uint32_t s = 0; s < layout.stream_count; ++s) {
     stream_offsets[s] = static_cast<std::uint32_t>(data_bytes);
-    data_bytes += (4 + 2 * stream_words[s].size() + kAnsStreamAlignment - 1) / kAnsStreamAlignment * kAnsStreamAlignment;
+    data_bytes += (kAnsStreamHeaderBytes + 2 * stream_words[s].size() + kAnsStreamAlignment - 1) /
+                  kAnsStreamAlignment * kAnsStreamAlignment;
   }
   const std::uint64_t total = layout.stream_data_offset + data_bytes;
   if (total > 0xffffffffu) throw bad_request("encode_group: group larger than 4 GiB; use fewer frames per group");
@@ -170,10 +174,10 @@ std::vector<std::uint8_t> encode_group(const HostFrames& frames) {
   for (std::uint32_t s = 0; s < layout.stream_count; ++s) {
     store_le<std::uint32_t>(blob.data() + layout.stream_offsets_offset + 4 * std::size_t{s}, stream_offsets[s]);
     std::uint8_t* stream = blob.data() + layout.stream_data_offset + stream_offsets[s];
-    store_le<std::uint32_t>(stream, final_states[s]);
+    for (std::uint32_t k = 0; k < kAnsStatesPerStream; ++k) store_le<std::uint32_t>(stream + 4 * k, final_states[s][k]);
     const std::vector<std::uint16_t>& words = stream_words[s];
     for (std::size_t k = 0; k < words.size(); ++k)  // the last word emitted is read first
-      store_le<std::uint16_t>(stream + 4 + 2 * k, words[words.size() - 1 - k]);
+      store_le<std::uint16_t>(stream + kAnsStreamHeaderBytes + 2 * k, words[words.size() - 1 - k]);
   }
   return blob;
 }
@@ -241,11 +245,12 @@ void decode_streams(const std::uint8_t* blob, const AnsGroupHeader& header, Sink
     const std::uint64_t end = s + 1 < header.stream_count
                                   ? load_le<std::uint32_t>(blob + header.stream_offsets_offset + 4 * std::size_t{s + 1})
                                   : header.stream_data_bytes;
-    if (begin > end || end > header.stream_data_bytes || end - begin < 4 || begin % kAnsStreamAlignment != 0 ||
-        (end - begin) % kAnsStreamAlignment != 0)
+    if (begin > end || end > header.stream_data_bytes || end - begin < kAnsStreamHeaderBytes ||
+        begin % kAnsStreamAlignment != 0 || (end - begin) % kAnsStreamAlignment != 0)
       corrupt("stream " + std::to_string(s) + " has invalid bounds");
-    std::uint64_t position = begin + 4;
-    std::uint32_t state = load_le<std::uint32_t>(data + begin);
+    std::uint64_t position = begin + kAnsStreamHeaderBytes;
+    std::array<std::uint32_t, kAnsStatesPerStream> states;
+    for (std::uint32_t k = 0; k < kAnsStatesPerStream; ++k) states[k] = load_le<std::uint32_t>(data + begin + 4 * k);
     auto next_word = [&]() -> std::uint32_t {
       if (position + 2 > end) corrupt("stream " + std::to_string(s) + " read past its end");
       const std::uint32_t word = load_le<std::uint16_t>(data + position);
@@ -253,10 +258,12 @@ void decode_streams(const std::uint8_t* blob, const AnsGroupHeader& header, Sink
       return word;
     };
     std::array<std::uint32_t, 4> quad{};
-    const int present = quad_pixels(layout, header.detector_rows, header.detector_cols, s, quad);
+    const std::uint32_t present = quad_pixels(layout, header.detector_rows, header.detector_cols, s, quad);
     for (std::uint32_t f = 0; f < header.frame_count; ++f) {
-      for (int j = 0; j < present; ++j) {
-        const std::uint32_t pixel = quad[static_cast<std::size_t>(j)];
+      for (std::uint32_t k = 0; k < 4; ++k) {
+        if (((present >> k) & 1u) == 0) continue;
+        std::uint32_t& state = states[k];
+        const std::uint32_t pixel = quad[k];
         const std::uint32_t cls = classes[pixel];
         if (cls >= kAnsClassCount) corrupt("pixel class out of range");
         const std::uint32_t slot = state & (kAnsProbabilityScale - 1);
@@ -284,8 +291,9 @@ void decode_streams(const std::uint8_t* blob, const AnsGroupHeader& header, Sink
         sink(f, pixel, value);
       }
     }
-    if (state != kAnsStateLower || end - position >= kAnsStreamAlignment)
-      corrupt("stream " + std::to_string(s) + " does not end cleanly");
+    for (const std::uint32_t state : states)
+      if (state != kAnsStateLower) corrupt("stream " + std::to_string(s) + " does not end cleanly");
+    if (end - position >= kAnsStreamAlignment) corrupt("stream " + std::to_string(s) + " does not end cleanly");
     for (; position < end; ++position)
       if (data[position] != 0) corrupt("stream " + std::to_string(s) + " has non-zero padding");
   }

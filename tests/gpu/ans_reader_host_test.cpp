@@ -48,16 +48,30 @@ std::vector<std::uint32_t> decode_with_reader(const std::vector<std::uint8_t>& b
                 header.stream_count, header.stream_data_bytes);
     const std::uint32_t row = 2 * (stream / layout.quad_cols);
     const std::uint32_t col = 2 * (stream % layout.quad_cols);
+    const std::uint32_t* class_table[4];
+    std::uint32_t shift[4];
+    std::uint32_t pixel[4];
+    std::uint32_t present = 0;
+    bool raw_bits = false;
+    for (std::uint32_t k = 0; k < 4; ++k) {
+      const std::uint32_t r = row + k / 2;
+      const std::uint32_t c = col + k % 2;
+      const bool here = r < rows && c < cols;
+      pixel[k] = r * cols + c;
+      const std::uint32_t cls = here ? blob[header.class_map_offset + pixel[k]] : 0u;
+      class_table[k] = table.data() + cls * ans::kAnsProbabilityScale;
+      shift[k] = here ? ans::class_shift(cls, header.class_scale) : 0u;
+      raw_bits = raw_bits || shift[k] != 0;
+      if (here) present |= 1u << k;
+    }
+    // Alternate the raw-bits promise where it is allowed: false only when no shift is set.
+    raw_bits = raw_bits || stream % 2 == 0;
     for (std::uint32_t f = 0; f < header.frame_count; ++f) {
       reader.top_up();
-      for (std::uint32_t k = 0; k < 4; ++k) {
-        const std::uint32_t r = row + k / 2;
-        const std::uint32_t c = col + k % 2;
-        if (r >= rows || c >= cols) continue;
-        const std::uint32_t cls = blob[header.class_map_offset + r * cols + c];
-        out[(std::size_t{f} * rows + r) * cols + c] =
-            reader.decode_value(table.data() + cls * ans::kAnsProbabilityScale, ans::class_shift(cls, header.class_scale));
-      }
+      std::uint32_t values[4];
+      reader.decode_frame(class_table, shift, present, raw_bits, values);
+      for (std::uint32_t k = 0; k < 4; ++k)
+        if ((present >> k) & 1u) out[std::size_t{f} * rows * cols + pixel[k]] = values[k];
     }
     if (!reader.finished_cleanly()) ++unclean_streams;
   }

@@ -15,16 +15,23 @@
 //
 // Stream s codes the 2x2 pixel quad (2*qr + dr, 2*qc + dc), s = qr * quad_cols + qc,
 // across the group's frames: for each frame, for each present pixel of the quad
-// in the order (0,0) (0,1) (1,0) (1,1), one value. With the pixel's class shift
+// in the order k = 2 dr + dc = 0 (0,0), 1 (0,1), 2 (1,0), 3 (1,1), one value.
+// Each quad position k has its own rANS state (4 interleaved states sharing
+// one word stream), so a decoder runs 4 independent dependency chains: the
+// 4 table lookups of a frame are issued together. With the pixel's class shift
 // b (class_shift below) a value v is
 //   symbol h = v >> b when h < 254, then b raw low bits (v & (2^b - 1));
 //   symbol 254 then 16 raw bits = v            (h >= 254, v < 2^16);
 //   symbol 255 then 16 raw bits = v & 0xffff, then 16 raw bits = v >> 16.
-// A stream is [uint32 initial decoder state][16-bit words in read order][zeros to 16].
-// Decoding a symbol: slot = x & (scale-1); (symbol, freq, cdf) from the class table;
-// x = freq * (x >> kAnsProbabilityBits) + slot - cdf. Decoding c raw bits:
-// bits = x & (2^c - 1); x >>= c. After either, if x < kAnsStateLower,
-// x = (x << 16) | next word. After the last value x == kAnsStateLower.
+// A stream is [4 x uint32 initial decoder states x_0..x_3 (16 bytes)]
+// [16-bit words in read order][zeros to 16]. Every part of a value of position
+// k uses x_k: decoding a symbol: slot = x_k & (scale-1); (symbol, freq, cdf)
+// from the class table; x_k = freq * (x_k >> kAnsProbabilityBits) + slot - cdf.
+// Decoding c raw bits: bits = x_k & (2^c - 1); x_k >>= c. After either, if
+// x_k < kAnsStateLower, x_k = (x_k << 16) | next word of the shared stream.
+// The parts are decoded in the order above (frame, k, symbol then raw bits), so
+// the encoder, running backwards, emits the words in exactly reverse order.
+// After the last value every x_k == kAnsStateLower (absent positions never move).
 //
 // Class of a pixel (integer arithmetic, identical on CPU and GPU):
 //   S = sum of the pixel's values over the group, F = frame_count
@@ -49,9 +56,11 @@ inline constexpr std::uint32_t kAnsMaxClassShift = 12;
 inline constexpr std::uint32_t kAnsStreamAlignment = 16;
 inline constexpr std::uint32_t kAnsClassCount = 32;
 inline constexpr std::uint32_t kAnsClassHistogramBins = 4096;
-inline constexpr std::uint32_t kAnsMagic = 0x324e4151u;  // "QAN2"
+inline constexpr std::uint32_t kAnsMagic = 0x334e4151u;  // "QAN3"
 inline constexpr std::uint32_t kAnsHeaderBytes = 64;
 inline constexpr std::uint32_t kAnsPixelsPerStream = 4;   // 2x2 quads
+inline constexpr std::uint32_t kAnsStatesPerStream = 4;   // one per quad position
+inline constexpr std::uint32_t kAnsStreamHeaderBytes = 4 * kAnsStatesPerStream;
 
 struct AnsGroupHeader {
   std::uint32_t magic;

@@ -140,6 +140,38 @@ QUANTEM_ANS_HD inline std::uint32_t encode_symbol(std::uint32_t& state, std::uin
   return word;
 }
 
+// The multiplier of frequency_quotient: ceil(2^64 / f) for 2 <= f <= 2^16; 0 for f <= 1.
+QUANTEM_ANS_HD inline std::uint64_t frequency_reciprocal(std::uint32_t frequency) {
+  return frequency <= 1 ? 0 : ~std::uint64_t{0} / frequency + 1;
+}
+
+// floor(x / f) for x < 2^32, 1 <= f <= 2^16, without a division: the high
+// 64 bits of x * ceil(2^64 / f). Exact: x * ceil(2^64/f) / 2^64 = x/f + e with
+// 0 <= e < x / 2^64 < 2^-32, while x/f is at least 1/f >= 2^-16 below the next integer.
+QUANTEM_ANS_HD inline std::uint32_t frequency_quotient(std::uint32_t x, std::uint32_t frequency,
+                                                       std::uint64_t reciprocal) {
+#if defined(__CUDA_ARCH__)
+  const std::uint64_t high = __umul64hi(x, reciprocal);
+#else
+  // (x * r) >> 64 from 32-bit halves: x * r_high + ((x * r_low) >> 32) < 2^64 cannot overflow.
+  const std::uint64_t high = (std::uint64_t{x} * (reciprocal >> 32) + ((std::uint64_t{x} * (reciprocal & 0xffffffffu)) >> 32)) >> 32;
+#endif
+  return frequency == 1 ? x : static_cast<std::uint32_t>(high);
+}
+
+// encode_symbol with the division replaced by frequency_quotient (the GPU
+// encoder's form; tests check it equals encode_symbol for every frequency).
+QUANTEM_ANS_HD inline std::uint32_t encode_symbol_reciprocal(std::uint32_t& state, std::uint32_t frequency,
+                                                             std::uint32_t cdf, std::uint64_t reciprocal) {
+  // state >= 2^22 * frequency  <=>  (state >> 22) >= frequency (the renormalisation limit of encode_symbol)
+  const bool emit = (state >> (32 - kAnsProbabilityBits)) >= frequency;
+  const std::uint32_t word = emit ? (state & 0xffffu) : kAnsNoWord;
+  const std::uint32_t x = emit ? (state >> 16) : state;
+  const std::uint32_t quotient = frequency_quotient(x, frequency, reciprocal);
+  state = (quotient << kAnsProbabilityBits) + (x - quotient * frequency) + cdf;
+  return word;
+}
+
 // Encodes `count` (1..16) raw bits: a symbol of frequency 1 at scale 2^count.
 // Returns the renormalisation word emitted, or kAnsNoWord.
 QUANTEM_ANS_HD inline std::uint32_t encode_bits(std::uint32_t& state, std::uint32_t bits, std::uint32_t count) {
@@ -152,13 +184,15 @@ QUANTEM_ANS_HD inline std::uint32_t encode_bits(std::uint32_t& state, std::uint3
   return word;
 }
 
-// Encodes one value of a pixel whose class has frequencies/cdfs `entry(symbol)`
-// and shift `shift`, calling emit(word) for every renormalisation word (in
-// encode order; the decoder reads them in reverse). Values are encoded last
-// to first, so each value's parts go in reverse of their decode order.
-template <class Entry, class Emit>
-QUANTEM_ANS_HD inline void encode_value(std::uint32_t& state, std::uint32_t value, std::uint32_t shift, Entry&& entry,
-                                        Emit&& emit) {
+// Encodes one value of a pixel of class shift `shift`, calling emit(word) for
+// every renormalisation word (in encode order; the decoder reads them in
+// reverse). encode_symbol_step(state, symbol) encodes the value's symbol with
+// the pixel's class table and returns the word it emits (or kAnsNoWord).
+// Values are encoded last to first, so each value's parts go in reverse of
+// their decode order: raw bits (or escaped bits) first, then the symbol.
+template <class EncodeSymbolStep, class Emit>
+QUANTEM_ANS_HD inline void encode_value(std::uint32_t& state, std::uint32_t value, std::uint32_t shift,
+                                        EncodeSymbolStep&& encode_symbol_step, Emit&& emit) {
   const std::uint32_t symbol = value_symbol(value, shift);
   if (symbol == kAnsEscape32) {
     emit(encode_bits(state, value >> 16, 16));
@@ -168,10 +202,7 @@ QUANTEM_ANS_HD inline void encode_value(std::uint32_t& state, std::uint32_t valu
   } else if (shift != 0) {
     emit(encode_bits(state, value & ((1u << shift) - 1u), shift));
   }
-  std::uint32_t frequency = 0;
-  std::uint32_t cdf = 0;
-  entry(symbol, frequency, cdf);
-  emit(encode_symbol(state, frequency, cdf));
+  emit(encode_symbol_step(state, symbol));
 }
 
 }  // namespace quantem::ans

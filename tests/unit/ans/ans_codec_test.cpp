@@ -93,7 +93,7 @@ TEST(AnsCodec, CompressesSparseCountsWellBelowTheirDenseSize) {
   const TestFrames zeros = ans_test::make_frames("zero", DType::uint16, 256, 64, 64, 3);
   const auto zero_blob = encode(zeros);
   EXPECT_EQ(ans::read_group_header(zero_blob.data(), zero_blob.size()).stream_data_bytes, 16u * 32 * 32)
-      << "an all-zero stream is its 4-byte state, padded to 16 bytes";
+      << "an all-zero stream is its four 4-byte states (16 bytes)";
 }
 
 TEST(AnsCodec, RejectsCorruptBlobs) {
@@ -137,6 +137,36 @@ TEST(AnsModel, NormalizedFrequenciesSumToTheScaleAndKeepEverySymbol) {
       EXPECT_EQ(counts[s] > 0, frequencies[s] > 0) << "symbol " << s;
     }
     EXPECT_EQ(sum, ans::kAnsProbabilityScale);
+  }
+}
+
+TEST(AnsModel, ReciprocalEncodeStepEqualsTheDivisionForEveryFrequency) {
+  // The GPU encoder replaces state / frequency by a multiply; it must be exact
+  // for every frequency and every state the encoder can hold.
+  std::mt19937_64 rng(11);
+  for (std::uint32_t frequency = 1; frequency <= ans::kAnsProbabilityScale; ++frequency) {
+    const std::uint64_t reciprocal = ans::frequency_reciprocal(frequency);
+    std::vector<std::uint32_t> states = {ans::kAnsStateLower, ans::kAnsStateLower + 1, 0xffffffffu, 0xfffffffeu};
+    for (std::uint32_t k : {1u, 2u, 1000u, 65535u}) {  // multiples of the frequency and their neighbours
+      const std::uint64_t multiple = std::uint64_t{frequency} * k * 4096;
+      for (std::int64_t d = -1; d <= 1; ++d)
+        if (multiple + d >= ans::kAnsStateLower && multiple + d <= 0xffffffffull)
+          states.push_back(static_cast<std::uint32_t>(multiple + d));
+    }
+    for (int i = 0; i < 64; ++i) states.push_back(ans::kAnsStateLower + static_cast<std::uint32_t>(rng() % (0xffffffffull - ans::kAnsStateLower)));
+    for (const std::uint32_t start : states) {
+      for (std::uint32_t x : {start, start >> 16}) {  // also the quotient's own range after renormalisation
+        if (x == 0) continue;
+        ASSERT_EQ(ans::frequency_quotient(x, frequency, reciprocal), x / frequency) << x << " / " << frequency;
+      }
+      const std::uint32_t cdf = (ans::kAnsProbabilityScale - frequency) / 2;
+      std::uint32_t by_division = start;
+      std::uint32_t by_reciprocal = start;
+      const std::uint32_t word_division = ans::encode_symbol(by_division, frequency, cdf);
+      const std::uint32_t word_reciprocal = ans::encode_symbol_reciprocal(by_reciprocal, frequency, cdf, reciprocal);
+      ASSERT_EQ(word_division, word_reciprocal) << start << " f " << frequency;
+      ASSERT_EQ(by_division, by_reciprocal) << start << " f " << frequency;
+    }
   }
 }
 
