@@ -38,6 +38,7 @@ struct EncodeGeometry {
   std::uint32_t cols;
   std::uint32_t pixels;
   std::uint32_t pixels_padded;  // class map row of the scratch
+  std::uint32_t kept_words;     // per stream: capacity of its kept words (a multiple of 4)
   AnsGroupLayout layout;
 };
 
@@ -52,10 +53,14 @@ struct EncodeScratch {
   std::uint32_t* stream_offsets;  // [group][stream]
   std::uint64_t* blob_bytes;      // [group]
   std::uint64_t* data_bytes;      // [group]
+  uint4* final_states;            // [group][stream]: the 4 states after encoding
+  std::uint64_t* kept_words;      // [group][stream][kept_words / 4]: words in emission order, 4 per unit
 };
 
+inline constexpr int kScratchParts = 12;
+
 struct ScratchPlan {
-  std::size_t offsets[10];
+  std::size_t offsets[kScratchParts];
   std::size_t total;
 };
 
@@ -79,13 +84,17 @@ EncodeGeometry make_geometry(const AnsEncodeBatch& batch) {
   geometry.pixels = static_cast<std::uint32_t>(pixels);
   geometry.pixels_padded = static_cast<std::uint32_t>(align_up(pixels, 16));
   geometry.layout = ans_group_layout(batch.detector_rows, batch.detector_cols);
+  const std::uint64_t kept = align_up(std::uint64_t{batch.kept_words_per_frame} * batch.frames_per_group, 4);
+  if (kept > 0xffffffffu) throw bad_request("ANS encode: kept_words_per_frame too large");
+  geometry.kept_words = static_cast<std::uint32_t>(kept);
   return geometry;
 }
 
 ScratchPlan plan_scratch(const EncodeGeometry& g) {
   const std::size_t groups = g.group_count;
   const std::size_t table_entries = std::size_t{kAnsClassCount} * kAnsAlphabetSize;
-  const std::size_t sizes[10] = {
+  const std::size_t streams = std::size_t{groups} * g.layout.stream_count;
+  const std::size_t sizes[kScratchParts] = {
       groups * g.pixels * sizeof(std::uint64_t),
       groups * sizeof(std::uint32_t),
       groups * 2 * sizeof(std::uint32_t),
@@ -96,10 +105,12 @@ ScratchPlan plan_scratch(const EncodeGeometry& g) {
       groups * g.layout.stream_count * sizeof(std::uint32_t),
       groups * sizeof(std::uint64_t),
       groups * sizeof(std::uint64_t),
+      streams * sizeof(uint4),
+      streams * std::size_t{g.kept_words} * 2,
   };
   ScratchPlan plan{};
   std::size_t offset = 0;
-  for (int i = 0; i < 10; ++i) {
+  for (int i = 0; i < kScratchParts; ++i) {
     plan.offsets[i] = offset;
     offset = align_up(offset + sizes[i], kScratchAlignment);
   }
@@ -120,6 +131,8 @@ EncodeScratch scratch_pointers(void* base, const ScratchPlan& plan) {
   s.stream_offsets = reinterpret_cast<std::uint32_t*>(bytes + plan.offsets[7]);
   s.blob_bytes = reinterpret_cast<std::uint64_t*>(bytes + plan.offsets[8]);
   s.data_bytes = reinterpret_cast<std::uint64_t*>(bytes + plan.offsets[9]);
+  s.final_states = reinterpret_cast<uint4*>(bytes + plan.offsets[10]);
+  s.kept_words = reinterpret_cast<std::uint64_t*>(bytes + plan.offsets[11]);
   return s;
 }
 
@@ -251,9 +264,29 @@ __global__ void normalize_kernel(EncodeGeometry g, EncodeScratch s) {
   }
 }
 
+// The stream of thread `stream` in a written group: header (4 states), words
+// (4 per 8-byte unit, read order), zero padding to 16 bytes.
+struct StreamOutput {
+  uint4* states;
+  std::uint64_t* units;
+  std::uint32_t word_count;
+  std::uint32_t unit_count;  // units up to the stream's padded end
+
+  __device__ StreamOutput(std::uint8_t* stream_base, std::uint32_t words)
+      : states(reinterpret_cast<uint4*>(stream_base)),
+        units(reinterpret_cast<std::uint64_t*>(stream_base + kAnsStreamHeaderBytes)),
+        word_count(words),
+        unit_count(((kAnsStreamHeaderBytes + 2 * words + kAnsStreamAlignment - 1) / kAnsStreamAlignment *
+                        kAnsStreamAlignment -
+                    kAnsStreamHeaderBytes) /
+                   8) {}
+};
+
 // One thread per stream; encodes the quad backwards with one state per quad
-// position. kWrite = false counts the words; kWrite = true stores them in read
-// order (last emitted first), 4 words per 8-byte store.
+// position. kWrite = false (measure) counts the words and keeps the first
+// g.kept_words of them, in emission order, in the scratch. kWrite = true copies
+// a stream's kept words in read order (last emitted first) when they are all
+// there, and otherwise encodes the stream again, storing 4 words per 8 bytes.
 // grid: (stream blocks, groups)
 template <class T, bool kWrite>
 __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
@@ -269,6 +302,29 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
   __syncthreads();
   const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
   if (stream >= g.layout.stream_count) return;
+  const std::uint64_t stream_index = std::uint64_t{group} * g.layout.stream_count + stream;
+  std::uint64_t* kept = s.kept_words + stream_index * (g.kept_words / 4);
+
+  StreamOutput out(nullptr, 0);
+  if constexpr (kWrite) {
+    out = StreamOutput(output + group_offsets[group] + g.layout.stream_data_offset + s.stream_offsets[stream_index],
+                       s.stream_words[stream_index]);
+    if (out.word_count <= g.kept_words) {  // copy the kept words, reversed
+      const auto* kept_halves = reinterpret_cast<const std::uint16_t*>(kept);
+      for (std::uint32_t u = 0; u < out.unit_count; ++u) {
+        std::uint64_t unit = 0;
+#pragma unroll
+        for (std::uint32_t t = 0; t < 4; ++t) {
+          const std::uint32_t index = 4 * u + t;  // read position
+          if (index < out.word_count) unit |= std::uint64_t{kept_halves[out.word_count - 1 - index]} << (16 * t);
+        }
+        out.units[u] = unit;
+      }
+      *out.states = s.final_states[stream_index];
+      return;
+    }
+  }
+
   const std::uint32_t frame_count = frames_in_group(g, group);
   const std::uint32_t class_scale = s.class_params[2 * group];
   std::uint32_t pixels[4];
@@ -285,24 +341,21 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
     if (!here) pixels[k] = pixels[0];  // a valid address; the value is never encoded
   }
 
-  std::uint64_t* words = nullptr;  // the stream's words as 4-word units (16-byte aligned)
-  std::uint32_t word_count = 0;
-  std::uint8_t* stream_base = nullptr;
-  if constexpr (kWrite) {
-    word_count = s.stream_words[std::uint64_t{group} * g.layout.stream_count + stream];
-    stream_base = output + group_offsets[group] + g.layout.stream_data_offset +
-                  s.stream_offsets[std::uint64_t{group} * g.layout.stream_count + stream];
-    words = reinterpret_cast<std::uint64_t*>(stream_base + kAnsStreamHeaderBytes);
-  }
   std::uint32_t emitted = 0;
-  std::uint64_t pending = 0;  // words of the 4-word unit being filled (write pass)
+  std::uint64_t pending = 0;  // the 4-word unit being filled
   auto emit = [&](std::uint32_t word) {
     if (word == kAnsNoWord) return;
     if constexpr (kWrite) {
-      const std::uint32_t index = word_count - 1 - emitted;  // read position of this word
+      const std::uint32_t index = out.word_count - 1 - emitted;  // read position of this word
       pending |= std::uint64_t{word} << (16 * (index % 4));
       if (index % 4 == 0) {
-        words[index / 4] = pending;
+        out.units[index / 4] = pending;
+        pending = 0;
+      }
+    } else if (emitted < g.kept_words) {
+      pending |= std::uint64_t{word} << (16 * (emitted % 4));
+      if (emitted % 4 == 3) {
+        kept[emitted / 4] = pending;
         pending = 0;
       }
     }
@@ -335,17 +388,14 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
     }
   }
   if constexpr (kWrite) {
-    auto* stream_states = reinterpret_cast<uint4*>(stream_base);
-    *stream_states = uint4{state[0], state[1], state[2], state[3]};
-    // Zero padding after the last 4-word unit (the unit holding word 0 is stored; a
-    // partial first unit was stored with zeros above the last word).
-    const std::uint32_t units_written = (word_count + 3) / 4;
-    const std::uint32_t stream_bytes =
-        (kAnsStreamHeaderBytes + 2 * word_count + kAnsStreamAlignment - 1) / kAnsStreamAlignment * kAnsStreamAlignment;
-    const std::uint32_t units_total = (stream_bytes - kAnsStreamHeaderBytes) / 8;
-    for (std::uint32_t u = units_written; u < units_total; ++u) words[u] = 0;
+    *out.states = uint4{state[0], state[1], state[2], state[3]};
+    // The unit holding word 0 is stored; a partial last-emitted unit was stored
+    // with zeros above its words. Zero the padding units after them.
+    for (std::uint32_t u = (out.word_count + 3) / 4; u < out.unit_count; ++u) out.units[u] = 0;
   } else {
-    s.stream_words[std::uint64_t{group} * g.layout.stream_count + stream] = emitted;
+    if (emitted % 4 != 0 && emitted < g.kept_words) kept[emitted / 4] = pending;  // the partial last unit
+    s.stream_words[stream_index] = emitted;
+    s.final_states[stream_index] = uint4{state[0], state[1], state[2], state[3]};
   }
 }
 

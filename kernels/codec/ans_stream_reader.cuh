@@ -141,14 +141,18 @@ struct StreamReader {
   // (bit k of `present`), 0 for absent ones. class_table[k] is position k's
   // decode table (entry = symbol | frequency << 8 | (slot - cdf) << 19, see
   // build_decode_tables; any valid table for an absent position), shift[k]
-  // its class shift. `raw_bits` false promises every shift is 0 (then the
-  // raw-bits step, a no-op, is skipped); pass the same value on every lane
-  // of a warp so the choice never diverges.
+  // its class shift. `raw_bits` false promises every shift is 0; pass the same
+  // value on every lane of a warp so the choice never diverges. Call top_up()
+  // before each frame.
   QUANTEM_ANS_READER_HD void decode_frame(const std::uint32_t* const class_table[4], const std::uint32_t shift[4],
                                           std::uint32_t present, bool raw_bits, std::uint32_t values[4]) {
     std::uint32_t entry[4];
     QUANTEM_ANS_READER_UNROLL
     for (int k = 0; k < 4; ++k) entry[k] = class_table[k][state[k] & (ans::kAnsProbabilityScale - 1)];
+    if (!raw_bits) {
+      decode_symbols_fast(entry, present, values);
+      return;
+    }
     QUANTEM_ANS_READER_UNROLL
     for (int k = 0; k < 4; ++k) {
       values[k] = 0;
@@ -159,13 +163,68 @@ struct StreamReader {
         const std::uint32_t symbol = entry[k] & 0xffu;  // an unused class's zero entries end in a wrong final state
         if (symbol >= ans::kAnsEscape16) {
           values[k] = read_escaped(x, symbol);
-        } else if (raw_bits) {  // shift 0: masks no bits, leaves x >= 2^16 (no word read)
+        } else {  // shift 0: masks no bits, leaves x >= 2^16 (no word read)
           values[k] = (symbol << shift[k]) | read_bits(x, shift[k]);
-        } else {
-          values[k] = symbol;
         }
       }
     }
+  }
+
+  // The common case, no raw low bits: at most one word per symbol, so the
+  // 4 words at the front of the buffer (top_up() keeps at least 5 while the
+  // stream has them) serve the whole frame. Each renormalisation takes the
+  // next of them from two 32-bit registers; the buffer itself is shifted once
+  // per frame by the number of words taken. Escapes leave this path for the
+  // checked one.
+  QUANTEM_ANS_READER_HD void decode_symbols_fast(const std::uint32_t entry[4], std::uint32_t present,
+                                                 std::uint32_t values[4]) {
+    std::uint32_t front = static_cast<std::uint32_t>(low);         // words 0, 1
+    std::uint32_t back = static_cast<std::uint32_t>(low >> 32);    // words 2, 3
+    std::uint32_t taken = 0;
+    bool escaped = false;
+    QUANTEM_ANS_READER_UNROLL
+    for (int k = 0; k < 4; ++k) {
+      values[k] = 0;
+      if ((present >> k) & 1u) {
+        std::uint32_t& x = state[k];
+        x = ((entry[k] >> 8) & 0x7ffu) * (x >> ans::kAnsProbabilityBits) + (entry[k] >> 19);
+        const std::uint32_t symbol = entry[k] & 0xffu;
+        if (symbol >= ans::kAnsEscape16 || escaped) {  // rare: finish the frame on the checked path
+          if (!escaped) {
+            consume(taken);
+            taken = 0;
+            escaped = true;
+          }
+          renormalize(x);
+          values[k] = symbol >= ans::kAnsEscape16 ? read_escaped(x, symbol) : symbol;
+          continue;
+        }
+        const bool need = x < ans::kAnsStateLower;
+        x = need ? ((x << 16) | (front & 0xffffu)) : x;
+        front = need ? ((front >> 16) | (back << 16)) : front;
+        back = need ? (back >> 16) : back;
+        taken += need ? 1u : 0u;
+        values[k] = symbol;
+      }
+    }
+    if (!escaped) consume(taken);
+  }
+
+  // Drops `count` (0..4) words from the front of the buffer.
+  QUANTEM_ANS_READER_HD void consume(std::uint32_t count) {
+    if (count > words_left) {  // a malformed stream ran past its end
+      corrupt = true;
+      count = words_left < 4 ? words_left : 4u;
+    }
+    const std::uint32_t bits = 16 * count;  // 0..64
+    if (bits == 64) {
+      low = high;
+      high = 0;
+    } else if (bits != 0) {
+      low = (low >> bits) | (high << (64 - bits));
+      high >>= bits;
+    }
+    words_left -= count;
   }
 
   // True when the stream decoded exactly: every final state is the encoder's

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "../unit/ans/ans_test_data.hpp"
@@ -95,7 +96,8 @@ DeviceResident upload(const std::vector<Bytes>& host_blobs, const TestFrames& sh
 
 struct CudaAns {
   static constexpr const char* kName = "cuda";
-  static std::vector<Bytes> encode(const TestFrames& frames, std::uint32_t frames_per_group) {
+  static std::vector<Bytes> encode(const TestFrames& frames, std::uint32_t frames_per_group,
+                                   std::uint32_t kept_words_per_frame = cuda::AnsEncodeBatch{}.kept_words_per_frame) {
     cuda::DeviceBuffer d_frames(frames.bytes.size());
     cuda::copy_to_device(d_frames.data(), frames.bytes.data(), frames.bytes.size());
     cuda::AnsEncodeBatch batch;
@@ -105,6 +107,7 @@ struct CudaAns {
     batch.frames_per_group = frames_per_group;
     batch.detector_rows = frames.rows;
     batch.detector_cols = frames.cols;
+    batch.kept_words_per_frame = kept_words_per_frame;
     cuda::DeviceBuffer scratch(cuda::ans_encode_scratch_bytes(batch));
     cuda::fill_device(scratch.data(), 0x5A, scratch.size());  // the encoder must not rely on zeroed scratch
     const std::vector<std::uint64_t> sizes = cuda::ans_encode_measure(batch, scratch.data(), scratch.size(), nullptr);
@@ -244,9 +247,15 @@ TEST(AnsCudaEncoder, WritesTheCpuReferenceBytes) {
         const TestFrames frames = ans_test::make_frames(pattern, dtype, frame_count, rows, cols, seed++);
         SCOPED_TRACE(frames.label);
         const auto cpu = CpuAns::encode(frames, per_group);
-        const auto gpu = CudaAns::encode(frames, per_group);
-        ASSERT_EQ(cpu.size(), gpu.size());
-        for (std::size_t g = 0; g < cpu.size(); ++g) EXPECT_TRUE(cpu[g] == gpu[g]) << "group " << g << " differs";
+        // The write pass copies the words the measuring pass kept, or encodes a
+        // stream again when they did not fit: 0 and 1 word per frame force the
+        // second path for all or the busier streams.
+        for (std::uint32_t kept_words_per_frame : {2u, 1u, 0u}) {
+          SCOPED_TRACE("kept words per frame " + std::to_string(kept_words_per_frame));
+          const auto gpu = CudaAns::encode(frames, per_group, kept_words_per_frame);
+          ASSERT_EQ(cpu.size(), gpu.size());
+          for (std::size_t g = 0; g < cpu.size(); ++g) EXPECT_TRUE(cpu[g] == gpu[g]) << "group " << g << " differs";
+        }
       }
 }
 

@@ -27,6 +27,12 @@ struct AnsEncodeBatch {
   std::uint32_t frames_per_group = 2048;  // 1 .. kAnsMaxFramesPerGroup
   std::uint32_t detector_rows = 0;
   std::uint32_t detector_cols = 0;
+  // The measuring pass keeps up to this many 16-bit words per frame of each
+  // stream (a stream codes 4 values per frame) in the scratch, and the write
+  // pass copies them instead of encoding again; a stream that needs more is
+  // encoded again. 0: always encode again (smallest scratch). 2 words per frame
+  // = 8 bits per value, far above what counting data needs.
+  std::uint32_t kept_words_per_frame = 2;
 };
 
 std::size_t ans_group_count(std::uint64_t total_frames, std::uint32_t frames_per_group) noexcept;
