@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -17,6 +18,7 @@
 
 #include "cuda_resident.hpp"
 #include "cuda_support.hpp"
+#include "encode_worker.hpp"
 #include "load_plan.hpp"
 #include "read_pool.hpp"
 #include "resident_encoder.hpp"
@@ -39,8 +41,9 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// Thrown on the loader's thread or by the encode worker's batch check (and
+// rethrown on the loader's thread) when the load is cancelled.
 struct LoadCancelled {};
-
 
 std::string describe_frame(const catalog::Acquisition& acquisition, const catalog::FrameIndex& index,
                            std::uint64_t frame) {
@@ -62,6 +65,51 @@ void host_decode(const catalog::Acquisition& acquisition, const catalog::FrameIn
   } catch (const Error& error) {
     throw CorruptChunk(describe_frame(acquisition, index, frame) + ": " + error.what());
   }
+}
+
+// What the encode worker's batch check reads. None of it changes while the
+// load runs (the cancel flag is atomic), so through it the worker thread
+// shares no mutable state with the loader.
+struct BatchCheckSources {
+  const catalog::Acquisition& acquisition;
+  const catalog::FrameIndex& index;
+  const CudaLoadPlan& plan;
+  const ShardFiles& files;
+  const std::atomic<bool>& cancel_requested;
+};
+
+// Runs on the encode worker's thread, once a batch's decode statuses are on
+// the host: a chunk the GPU found corrupt fails the load (CorruptChunk naming
+// frame, scan position and file); valid bitshuffle data with a block size the
+// GPU decoder does not take is decoded on the host and copied into the dense
+// slot on `stream`. Returns how many frames it decoded on the host.
+std::uint64_t check_decoded_batch(const BatchCheckSources& sources, const FilledBatch& batch,
+                                  const std::uint32_t* statuses, std::uint8_t* d_dense, cudaStream_t stream) {
+  std::vector<std::uint64_t> repairs;
+  for (std::uint64_t i = 0; i < batch.frame_count; ++i) {
+    if (statuses[i] == static_cast<std::uint32_t>(cuda::ChunkStatus::ok)) continue;
+    if (statuses[i] == static_cast<std::uint32_t>(cuda::ChunkStatus::unsupported_block_size)) {
+      repairs.push_back(batch.first_frame + i);
+      continue;
+    }
+    throw CorruptChunk(describe_frame(sources.acquisition, sources.index, batch.first_frame + i) +
+                       ": bitshuffle/LZ4 " + cuda::chunk_status_name(static_cast<cuda::ChunkStatus>(statuses[i])));
+  }
+  if (sources.cancel_requested) throw LoadCancelled{};
+  if (repairs.empty()) return 0;
+  const CudaLoadPlan& plan = sources.plan;
+  std::vector<std::uint8_t> stored(plan.max_stored_chunk_bytes);
+  std::vector<std::uint8_t> decoded(plan.frame_bytes);
+  for (const std::uint64_t frame : repairs) {
+    const catalog::FrameLocation& location = sources.index.frames[frame];
+    read_exactly(sources.files.fd(location.shard), stored.data(), location.stored_bytes, location.file_offset,
+                 sources.index.shard_paths[location.shard], frame);
+    host_decode(sources.acquisition, sources.index, frame, stored.data(), decoded.data(), plan.frame_bytes);
+    QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_dense + (frame - batch.first_frame) * plan.frame_bytes, decoded.data(),
+                                     plan.frame_bytes, cudaMemcpyHostToDevice, stream));
+    QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));  // `decoded` is reused
+  }
+  return repairs.size();
 }
 
 void check_loadable_shape(const catalog::Acquisition& acquisition) {
@@ -242,96 +290,93 @@ std::shared_ptr<Resident> CudaBackendImpl::load_checked(const catalog::Acquisiti
   progress.bytes_done = 0;
   progress.stage = LoadStage::decoding;
 
-  const std::uint64_t free_at_start = memory_info().free_bytes;
-  std::uint64_t least_free = free_at_start;
-  const auto checkpoint = [&] { least_free = std::min<std::uint64_t>(least_free, memory_info().free_bytes); };
+  FreeMemoryLowWater low_water;
 
-  // Everything the load allocates; StreamDrain (declared last, destroyed
-  // first) waits for in-flight work before any of it is freed on an error path.
+  // Everything the load allocates. Destroyed in reverse order on every path:
+  // the encode worker first (stopped, joined, its stream drained), then
+  // StreamDrain waits for all three streams, then the buffers are freed.
   auto ledger = std::make_shared<Ledger>();
-  Stream copy_stream;
-  Stream compute_stream;
+  Stream copy_stream;     // H2D of the staging slots
+  Stream compute_stream;  // decodes (and copies of host-decoded frames) into the dense slots
+  Stream encode_stream;   // the encode worker's
   struct PinnedReturn {
     CudaBackendImpl& backend;
     PinnedSlots slots;
     ~PinnedReturn() { backend.give_back_pinned(std::move(slots)); }
   } pinned{*this, take_pinned(plan.device_slot_bytes)};
-  cuda::PinnedBuffer host_statuses(plan.batch_frames * 4);
   std::vector<std::vector<std::uint8_t>> raw_areas(kHostSlots);  // stored chunks of host-decoded sub-batches
   std::vector<Event> host_slot_free;
   std::vector<Event> device_slot_copied;
   std::vector<Event> device_slot_decoded;
+  std::vector<Event> batch_ready;  // per dense slot: its batch's last decode or copy
   for (int i = 0; i < kHostSlots; ++i) host_slot_free.emplace_back();
   for (int i = 0; i < kDeviceSlots; ++i) {
     device_slot_copied.emplace_back();
     device_slot_decoded.emplace_back();
   }
+  for (int i = 0; i < kDenseSlots; ++i) batch_ready.emplace_back();
   EventTimer copy_timer;
   EventTimer decode_timer;
-  EventTimer encode_timer;
-  ResidentEncoder encoder(acquisition, plan, compute_stream.get(), ledger);
+  ResidentEncoder encoder(acquisition, plan, kDenseSlots, encode_stream.get(), ledger);
   std::vector<TrackedBuffer> device_slots;
   TrackedBuffer bslz4_scratch;
   if (plan.gpu_decoder) {
     for (int i = 0; i < kDeviceSlots; ++i) device_slots.emplace_back(plan.device_slot_bytes, ledger);
     bslz4_scratch = TrackedBuffer(plan.bslz4_scratch_bytes, ledger);
   }
-  StreamDrain drain({copy_stream.get(), compute_stream.get()});
-  checkpoint();
+  StreamDrain drain({copy_stream.get(), compute_stream.get(), encode_stream.get()});
+  low_water.checkpoint();
 
+  const BatchCheckSources check_sources{acquisition, index, plan, files, progress.cancel_requested};
+  EncodeWorker worker(
+      device_index, encoder,
+      [&check_sources](const FilledBatch& batch, const std::uint32_t* statuses, std::uint8_t* d_dense,
+                       cudaStream_t stream) {
+        return check_decoded_batch(check_sources, batch, statuses, d_dense, stream);
+      },
+      low_water);
+
+  const cudaStream_t copy = copy_stream.get();
+  const cudaStream_t compute = compute_stream.get();
   const std::uint64_t batch_span = std::uint64_t{plan.groups_per_batch} * plan.frames_per_group;
+  const auto dense_slot_of = [](std::uint64_t batch) { return static_cast<int>(batch % kDenseSlots); };
   const std::size_t element = dtype_size(plan.source_dtype);
   std::uint64_t host_decoded = 0;
   double read_seconds = 0.0;
   double wait_seconds = 0.0;
 
-  const auto finish_batch = [&](std::uint64_t batch) {
-    const std::uint64_t first = batch * batch_span;
-    const std::uint64_t count = std::min(batch_span, plan.frames - first);
-    QUANTEM_CUDA_TRY(cudaMemcpyAsync(host_statuses.data(), encoder.batch_statuses(), count * 4, cudaMemcpyDeviceToHost,
-                                     compute_stream.get()));
-    const Clock::time_point wait_start = Clock::now();
-    QUANTEM_CUDA_TRY(cudaStreamSynchronize(compute_stream.get()));
-    wait_seconds += seconds_since(wait_start);
-    std::vector<std::uint64_t> repairs;
-    const auto* statuses = host_statuses.as<std::uint32_t>();
-    for (std::uint64_t i = 0; i < count; ++i) {
-      if (statuses[i] == static_cast<std::uint32_t>(cuda::ChunkStatus::ok)) continue;
-      if (statuses[i] == static_cast<std::uint32_t>(cuda::ChunkStatus::unsupported_block_size)) {
-        repairs.push_back(first + i);  // valid bitshuffle data with a block size the GPU decoder does not take
-        continue;
-      }
-      throw CorruptChunk(describe_frame(acquisition, index, first + i) + ": bitshuffle/LZ4 " +
-                         cuda::chunk_status_name(static_cast<cuda::ChunkStatus>(statuses[i])));
-    }
-    if (progress.cancel_requested) throw LoadCancelled{};
-    if (!repairs.empty()) {
-      std::vector<std::uint8_t> stored(plan.max_stored_chunk_bytes);
-      std::vector<std::uint8_t> decoded(plan.frame_bytes);
-      for (const std::uint64_t frame : repairs) {
-        const catalog::FrameLocation& location = index.frames[frame];
-        read_exactly(files.fd(location.shard), stored.data(), location.stored_bytes, location.file_offset,
-                     index.shard_paths[location.shard], frame);
-        host_decode(acquisition, index, frame, stored.data(), decoded.data(), plan.frame_bytes);
-        QUANTEM_CUDA_TRY(cudaMemcpyAsync(encoder.dense_batch() + (frame - first) * plan.frame_bytes, decoded.data(),
-                                         plan.frame_bytes, cudaMemcpyHostToDevice, compute_stream.get()));
-        QUANTEM_CUDA_TRY(cudaStreamSynchronize(compute_stream.get()));  // `decoded` is reused
-      }
-      host_decoded += repairs.size();
-    }
-    encode_timer.start(compute_stream.get());
-    encoder.encode_batch(first, count);
-    encode_timer.stop(compute_stream.get());
-    checkpoint();
+  // Before batch b's first decode or copy into its dense slot: the slot's
+  // previous batch (b - 2) must have been taken by the worker (host
+  // handshake) and its encode must run before anything below (device wait).
+  const auto begin_batch = [&](std::uint64_t batch) {
+    const int slot = dense_slot_of(batch);
+    wait_seconds += worker.acquire_slot(batch, slot, compute);
+    QUANTEM_CUDA_TRY(cudaMemsetAsync(encoder.batch_statuses(slot), 0, plan.batch_statuses_bytes, compute));
+  };
+  // After batch b's last decode or copy: hand the slot to the worker. The
+  // slot's `ready` event is recorded again only after the next begin_batch of
+  // this slot, by which time the worker has enqueued its wait on this record.
+  const auto submit_batch = [&](std::uint64_t batch) {
+    FilledBatch filled;
+    filled.number = batch;
+    filled.slot = dense_slot_of(batch);
+    filled.first_frame = batch * batch_span;
+    filled.frame_count = std::min(batch_span, plan.frames - filled.first_frame);
+    filled.ready = batch_ready[static_cast<std::size_t>(filled.slot)].get();
+    QUANTEM_CUDA_TRY(cudaEventRecord(filled.ready, compute));
+    worker.submit(filled);
     report.batches += 1;
   };
 
-  std::uint64_t current_batch = std::numeric_limits<std::uint64_t>::max();
+  const std::vector<SubBatch>& sub_batches = schedule.sub_batches;
   std::vector<bool> host_slot_used(kHostSlots, false);
   std::uint64_t gpu_sub_batches = 0;
-  for (std::size_t i = 0; i < schedule.sub_batches.size(); ++i) {
-    const SubBatch& sub = schedule.sub_batches[i];
+  for (std::size_t i = 0; i < sub_batches.size(); ++i) {
+    const SubBatch& sub = sub_batches[i];
     if (progress.cancel_requested) throw LoadCancelled{};
+    worker.rethrow_if_failed();  // e.g. a corrupt chunk of an earlier batch: stop reading
+    const bool opens_batch = i == 0 || sub_batches[i - 1].batch != sub.batch;
+    const bool closes_batch = i + 1 == sub_batches.size() || sub_batches[i + 1].batch != sub.batch;
     const int host_slot = static_cast<int>(i % kHostSlots);
     std::uint8_t* slot = pinned.slots.slots[static_cast<std::size_t>(host_slot)].as<std::uint8_t>();
     if (host_slot_used[static_cast<std::size_t>(host_slot)]) {
@@ -364,13 +409,9 @@ std::shared_ptr<Resident> CudaBackendImpl::load_checked(const catalog::Acquisiti
     read_seconds += seconds_since(read_start);
     progress.bytes_done += sub.stored_bytes;
 
-    if (sub.batch != current_batch) {
-      if (current_batch != std::numeric_limits<std::uint64_t>::max()) finish_batch(current_batch);
-      current_batch = sub.batch;
-      QUANTEM_CUDA_TRY(cudaMemsetAsync(encoder.batch_statuses(), 0, plan.batch_frames * 4, compute_stream.get()));
-    }
+    const int dense_slot = dense_slot_of(sub.batch);
     const std::uint64_t first_in_batch = sub.first_frame - sub.batch * batch_span;
-    std::uint8_t* dense_target = encoder.dense_batch() + first_in_batch * plan.frame_bytes;
+    std::uint8_t* dense_target = encoder.dense_batch(dense_slot) + first_in_batch * plan.frame_bytes;
     if (sub.gpu_decoded) {
       const std::size_t device_slot = static_cast<std::size_t>(gpu_sub_batches++ % kDeviceSlots);
       auto* offsets = reinterpret_cast<std::uint64_t*>(slot + plan.table_offset);
@@ -381,8 +422,6 @@ std::shared_ptr<Resident> CudaBackendImpl::load_checked(const catalog::Acquisiti
         sizes[k] = static_cast<std::uint32_t>(index.frames[sub.first_frame + k].stored_bytes);
       }
       std::uint8_t* d_slot = device_slots[device_slot].as<std::uint8_t>();
-      const cudaStream_t copy = copy_stream.get();
-      const cudaStream_t compute = compute_stream.get();
       QUANTEM_CUDA_TRY(cudaStreamWaitEvent(copy, device_slot_decoded[device_slot].get(), 0));
       copy_timer.start(copy);
       QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_slot, slot, sub.slot_bytes, cudaMemcpyHostToDevice, copy));
@@ -392,6 +431,7 @@ std::shared_ptr<Resident> CudaBackendImpl::load_checked(const catalog::Acquisiti
       QUANTEM_CUDA_TRY(cudaEventRecord(device_slot_copied[device_slot].get(), copy));
       QUANTEM_CUDA_TRY(cudaEventRecord(host_slot_free[static_cast<std::size_t>(host_slot)].get(), copy));
 
+      if (opens_batch) begin_batch(sub.batch);  // after the copy is enqueued: it does not touch the dense slot
       QUANTEM_CUDA_TRY(cudaStreamWaitEvent(compute, device_slot_copied[device_slot].get(), 0));
       cuda::BitshuffleLz4Batch decode;
       decode.d_stored = d_slot;
@@ -402,43 +442,46 @@ std::shared_ptr<Resident> CudaBackendImpl::load_checked(const catalog::Acquisiti
       decode.element_size = element;
       decode.elements_per_chunk = plan.frame_pixels;
       decode.d_decoded = dense_target;
-      decode.d_status = encoder.batch_statuses() + first_in_batch;
+      decode.d_status = encoder.batch_statuses(dense_slot) + first_in_batch;
       decode_timer.start(compute);
       cuda::decode_bitshuffle_lz4(decode, bslz4_scratch.data(), bslz4_scratch.size(), compute);
       decode_timer.stop(compute);
       QUANTEM_CUDA_TRY(cudaEventRecord(device_slot_decoded[device_slot].get(), compute));
     } else {
-      const cudaStream_t compute = compute_stream.get();
+      if (opens_batch) begin_batch(sub.batch);
       copy_timer.start(compute);
       QUANTEM_CUDA_TRY(cudaMemcpyAsync(dense_target, slot, sub.frame_count * plan.frame_bytes, cudaMemcpyHostToDevice,
                                        compute));
       copy_timer.stop(compute);
       QUANTEM_CUDA_TRY(cudaEventRecord(host_slot_free[static_cast<std::size_t>(host_slot)].get(), compute));
     }
+    if (closes_batch) submit_batch(sub.batch);
     host_slot_used[static_cast<std::size_t>(host_slot)] = true;
     report.sub_batches += 1;
   }
-  if (current_batch != std::numeric_limits<std::uint64_t>::max()) finish_batch(current_batch);
+  wait_seconds += worker.finish();  // rethrows the worker's error; the encoder is this thread's again
   if (progress.cancel_requested) throw LoadCancelled{};
+  host_decoded += worker.rewritten_frames();
 
   std::string note;
   if (host_decoded != 0) {
     note = std::to_string(host_decoded) + " of " + std::to_string(plan.frames) + " chunks decoded on the host";
   }
-  QUANTEM_CUDA_TRY(cudaStreamSynchronize(copy_stream.get()));
+  QUANTEM_CUDA_TRY(cudaStreamSynchronize(copy));
+  // On the encode stream, which waited for the last batch's decodes: every stream is idle afterwards.
   auto resident = encoder.finish(device_index, note);
-  checkpoint();
+  low_water.checkpoint();
 
   report.valid = true;
   report.read_seconds = read_seconds;
   report.wait_seconds = wait_seconds;
   report.gpu_copy_seconds = copy_timer.seconds();
   report.gpu_decode_seconds = decode_timer.seconds();
-  report.gpu_encode_seconds = encode_timer.seconds();
+  report.gpu_encode_seconds = worker.encode_seconds();
   report.resident_bytes = resident->resident_bytes();
   report.host_decoded_chunks = host_decoded;
   report.allocated_peak_bytes = ledger->peak();
-  report.measured_peak_bytes = free_at_start > least_free ? free_at_start - least_free : 0;
+  report.measured_peak_bytes = low_water.peak_used_bytes();
   report.seconds = seconds_since(load_start);
   {
     std::lock_guard<std::mutex> lock(report_mutex_);
@@ -479,14 +522,17 @@ std::shared_ptr<Resident> make_cuda_resident(const catalog::Acquisition& acquisi
   try {
     const CudaLoadPlan plan = plan_cuda_load(acquisition, options.tuning);
     Stream stream;
-    ResidentEncoder encoder(acquisition, plan, stream.get(), std::make_shared<Ledger>());
+    // Synchronous, from one dense slot: each encode_batch returns once the
+    // sizes are known, and the next copy into the slot is ordered after the
+    // write on the same stream.
+    ResidentEncoder encoder(acquisition, plan, /*dense_slots=*/1, stream.get(), std::make_shared<Ledger>());
     StreamDrain drain({stream.get()});
     const auto* bytes = static_cast<const std::uint8_t*>(counts);
     for (std::uint64_t first = 0; first < plan.frames; first += plan.batch_frames) {
       const std::uint64_t count = std::min(plan.batch_frames, plan.frames - first);
-      QUANTEM_CUDA_TRY(cudaMemcpyAsync(encoder.dense_batch(), bytes + first * frame_bytes, count * frame_bytes,
+      QUANTEM_CUDA_TRY(cudaMemcpyAsync(encoder.dense_batch(0), bytes + first * frame_bytes, count * frame_bytes,
                                        cudaMemcpyHostToDevice, stream.get()));
-      encoder.encode_batch(first, count);
+      encoder.encode_batch(0, first, count);
     }
     return encoder.finish(options.device_index, "");
   } catch (const cuda::OutOfDeviceMemory& error) {

@@ -95,4 +95,18 @@ cuda::DeviceMemoryInfo memory_info() {
   return {free_bytes, total_bytes};
 }
 
+FreeMemoryLowWater::FreeMemoryLowWater() : free_at_start_(memory_info().free_bytes), least_free_(free_at_start_) {}
+
+void FreeMemoryLowWater::checkpoint() {
+  const std::uint64_t free_now = memory_info().free_bytes;
+  std::uint64_t least = least_free_.load();
+  while (free_now < least && !least_free_.compare_exchange_weak(least, free_now)) {
+  }
+}
+
+std::uint64_t FreeMemoryLowWater::peak_used_bytes() const noexcept {
+  const std::uint64_t least = least_free_.load();
+  return free_at_start_ > least ? free_at_start_ - least : 0;
+}
+
 }  // namespace quantem::backend::cuda_detail

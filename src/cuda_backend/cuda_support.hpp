@@ -135,4 +135,19 @@ class ScratchBuffer {
 // Free and total bytes of the current device.
 cuda::DeviceMemoryInfo memory_info();
 
+// The least free device memory seen at checkpoints (cudaMemGetInfo), for the
+// measured peak of a load. checkpoint() may be called from any thread that has
+// bound the device (the loader and its encode worker).
+class FreeMemoryLowWater {
+ public:
+  FreeMemoryLowWater();  // the first checkpoint: free memory now
+  void checkpoint();
+  // Free bytes at construction minus the least seen since (0 if never lower).
+  std::uint64_t peak_used_bytes() const noexcept;
+
+ private:
+  std::uint64_t free_at_start_;
+  std::atomic<std::uint64_t> least_free_;
+};
+
 }  // namespace quantem::backend::cuda_detail

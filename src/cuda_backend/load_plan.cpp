@@ -90,7 +90,8 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
     plan.bslz4_scratch_bytes = cuda::bitshuffle_lz4_scratch_bytes(shape);
   }
   plan.dense_batch_bytes = plan.batch_frames * plan.frame_bytes;
-  plan.batch_misc_bytes = align16(plan.batch_frames * 4) + 16 + groups_per_batch * 8;
+  plan.batch_statuses_bytes = align16(plan.batch_frames * 4);
+  plan.batch_misc_bytes = 16 + groups_per_batch * 8;
   cuda::AnsEncodeBatch encode;
   encode.d_frames = reinterpret_cast<const void*>(std::uintptr_t{256});  // sizing only, never read
   encode.dtype = plan.source_dtype;
@@ -114,10 +115,15 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
 }
 
 std::uint64_t CudaLoadPlan::transition_peak_bytes(bool with_staging) const {
+  // One line per allocation of ResidentEncoder and the loader; the resident's
+  // pieces (one per batch) may each waste up to one granule.
+  const std::uint64_t dense_slot_bytes =
+      round_to_granularity(dense_batch_bytes) + round_to_granularity(batch_statuses_bytes);
   std::uint64_t peak = kRuntimeReserveBytes + round_to_granularity(masked_list_bytes) +
-                       round_to_granularity(dense_batch_bytes) + round_to_granularity(batch_misc_bytes) +
-                       round_to_granularity(encode_scratch_bytes) + resident_bound_bytes +
-                       batches * kAllocationGranularity + round_to_granularity(group_offsets_bytes);
+                       static_cast<std::uint64_t>(dense_slots(with_staging)) * dense_slot_bytes +
+                       round_to_granularity(batch_misc_bytes) + round_to_granularity(encode_scratch_bytes) +
+                       resident_bound_bytes + batches * kAllocationGranularity +
+                       round_to_granularity(group_offsets_bytes);
   if (with_staging && gpu_decoder) {
     peak += kDeviceSlots * round_to_granularity(device_slot_bytes) + round_to_granularity(bslz4_scratch_bytes);
   }

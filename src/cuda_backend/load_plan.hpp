@@ -20,6 +20,11 @@ inline constexpr std::uint64_t kReadGapBytes = std::uint64_t{64} << 10;
 // decodes of the two before it.
 inline constexpr int kHostSlots = 3;
 inline constexpr int kDeviceSlots = 2;
+// Dense batches of a load from files: batch b is decoded into slot b % 2
+// while the encode worker encodes batch b - 1 from the other slot
+// (docs/decisions/0007-overlapped-load-pipeline.md). A load from dense host
+// counts (make_cuda_resident) encodes synchronously from one slot.
+inline constexpr int kDenseSlots = 2;
 // Device memory the CUDA runtime may take during a load besides our
 // allocations (kernels loaded lazily on first launch).
 inline constexpr std::uint64_t kRuntimeReserveBytes = std::uint64_t{64} << 20;
@@ -44,14 +49,19 @@ struct CudaLoadPlan {
   std::uint64_t device_slot_bytes = 0;       // stored bytes + chunk table of one device slot
   std::uint64_t table_offset = 0;            // chunk table offset inside a slot
   std::uint64_t bslz4_scratch_bytes = 0;
-  std::uint64_t dense_batch_bytes = 0;
-  std::uint64_t batch_misc_bytes = 0;        // statuses, the max value, the batch's group offsets
+  std::uint64_t dense_batch_bytes = 0;       // one dense slot: batch_frames frames
+  std::uint64_t batch_statuses_bytes = 0;    // one dense slot's per-frame decode statuses
+  std::uint64_t batch_misc_bytes = 0;        // the max value, the batch's group offsets (one, for the encoder)
   std::uint64_t encode_scratch_bytes = 0;
   std::uint64_t group_offsets_bytes = 0;     // the finished resident's group table
   std::uint64_t resident_bound_bytes = 0;    // encoded groups, at most (enforced by the load)
 
   std::uint64_t resident_bytes_bound() const { return resident_bound_bytes + group_offsets_bytes; }
-  // Every device byte alive at the worst moment, allocations rounded up.
+  // Dense slots of a load from files (with_staging) or from dense host counts.
+  static int dense_slots(bool with_staging) { return with_staging ? kDenseSlots : 1; }
+  // Every device byte alive at the worst moment, allocations rounded up: a
+  // load from files (with_staging: device staging slots and kDenseSlots dense
+  // batches with their statuses) or from dense host counts (one dense batch).
   std::uint64_t transition_peak_bytes(bool with_staging) const;
 };
 

@@ -12,8 +12,6 @@ namespace {
 
 std::uint64_t align16(std::uint64_t value) { return (value + 15) / 16 * 16; }
 
-std::uint64_t statuses_bytes(const CudaLoadPlan& plan) { return align16(plan.batch_frames * 4); }
-
 const char* dtype_tag(DType dtype) {
   switch (dtype) {
     case DType::uint8: return "u8";
@@ -25,8 +23,8 @@ const char* dtype_tag(DType dtype) {
 
 }  // namespace
 
-ResidentEncoder::ResidentEncoder(const catalog::Acquisition& source, const CudaLoadPlan& plan, cudaStream_t stream,
-                                 std::shared_ptr<Ledger> ledger)
+ResidentEncoder::ResidentEncoder(const catalog::Acquisition& source, const CudaLoadPlan& plan, int dense_slots,
+                                 cudaStream_t stream, std::shared_ptr<Ledger> ledger)
     : source_(source), plan_(plan), stream_(stream), ledger_(std::move(ledger)) {
   std::vector<std::uint32_t> masked;
   for (std::uint64_t p = 0; p < source.pixel_mask.size() && p < plan.frame_pixels; ++p) {
@@ -37,32 +35,41 @@ ResidentEncoder::ResidentEncoder(const catalog::Acquisition& source, const CudaL
     masked_ = TrackedBuffer(masked.size() * 4, ledger_);
     QUANTEM_CUDA_TRY(cudaMemcpyAsync(masked_.data(), masked.data(), masked.size() * 4, cudaMemcpyHostToDevice, stream_));
   }
-  dense_ = TrackedBuffer(plan.dense_batch_bytes, ledger_);
+  for (int slot = 0; slot < dense_slots; ++slot) {
+    DenseSlot dense;
+    dense.frames = TrackedBuffer(plan.dense_batch_bytes, ledger_);
+    dense.statuses = TrackedBuffer(plan.batch_statuses_bytes, ledger_);
+    QUANTEM_CUDA_TRY(cudaMemsetAsync(dense.statuses.data(), 0, plan.batch_statuses_bytes, stream_));
+    slots_.push_back(std::move(dense));
+  }
   misc_ = TrackedBuffer(plan.batch_misc_bytes, ledger_);
   scratch_ = TrackedBuffer(plan.encode_scratch_bytes, ledger_);
   host_offsets_ = cuda::PinnedBuffer(std::size_t{plan.groups_per_batch} * 8);
-  QUANTEM_CUDA_TRY(cudaMemsetAsync(misc_.data(), 0, plan.batch_misc_bytes, stream_));
+  QUANTEM_CUDA_TRY(cudaMemsetAsync(misc_.data(), 0, plan.batch_misc_bytes, stream_));  // the max value starts at 0
   QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream_));  // the host mask list goes out of scope
 }
 
-void ResidentEncoder::encode_batch(std::uint64_t first_frame, std::uint64_t frame_count) {
+void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uint64_t frame_count) {
   if (first_frame != encoded_frames_ || frame_count == 0 || frame_count > plan_.batch_frames) {
     throw internal_error("CUDA resident encoder: batch of frames [" + std::to_string(first_frame) + ", " +
                          std::to_string(first_frame + frame_count) + ") out of order");
   }
-  auto* d_max = reinterpret_cast<std::uint32_t*>(misc_.as<std::uint8_t>() + statuses_bytes(plan_));
-  auto* d_batch_offsets = reinterpret_cast<std::uint64_t*>(misc_.as<std::uint8_t>() + statuses_bytes(plan_) + 16);
+  void* d_frames = slots_.at(static_cast<std::size_t>(slot)).frames.data();
+  auto* d_max = misc_.as<std::uint32_t>();
+  auto* d_batch_offsets = reinterpret_cast<std::uint64_t*>(misc_.as<std::uint8_t>() + 16);
   const bool track_max = plan_.source_dtype == DType::uint32;
-  cuda::prepare_frames(dense_.data(), plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
+  cuda::prepare_frames(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
                        masked_.as<std::uint32_t>(), masked_count_, track_max ? d_max : nullptr, stream_);
 
   cuda::AnsEncodeBatch batch;
-  batch.d_frames = dense_.data();
+  batch.d_frames = d_frames;
   batch.dtype = plan_.source_dtype;
   batch.total_frames = frame_count;
   batch.frames_per_group = plan_.frames_per_group;
   batch.detector_rows = static_cast<std::uint32_t>(source_.detector_rows);
   batch.detector_cols = static_cast<std::uint32_t>(source_.detector_cols);
+  // Synchronises stream_; so the previous batch's copy from host_offsets_ has
+  // finished before the host rewrites it below.
   const std::vector<std::uint64_t> sizes = cuda::ans_encode_measure(batch, scratch_.data(), scratch_.size(), stream_);
 
   auto* offsets = host_offsets_.as<std::uint64_t>();
@@ -93,11 +100,10 @@ std::shared_ptr<CudaResident> ResidentEncoder::finish(int device_index, const st
                          std::to_string(plan_.frames) + " frames encoded");
   }
   std::uint32_t max_value = 0;
-  const auto* d_max = misc_.as<std::uint8_t>() + statuses_bytes(plan_);
-  QUANTEM_CUDA_TRY(cudaMemcpyAsync(&max_value, d_max, 4, cudaMemcpyDeviceToHost, stream_));
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(&max_value, misc_.data(), 4, cudaMemcpyDeviceToHost, stream_));
   QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream_));
   masked_.release();
-  dense_.release();
+  slots_.clear();
   misc_.release();
   scratch_.release();
 

@@ -1,6 +1,8 @@
 #pragma once
 // Internal: turns dense batches of frames on the device into one CudaResident.
-// A batch is groups_per_batch ANS groups of consecutive frames; for each one
+// A batch is groups_per_batch ANS groups of consecutive frames, held in one of
+// the encoder's dense slots (two during a load from files, so that one is
+// decoded into while the other is encoded); for each one
 // the encoder zeroes masked pixels (and tracks the largest count), measures
 // every group's encoded size, checks the running total against the plan's
 // bound, allocates one exactly sized piece and writes the groups into it.
@@ -19,21 +21,35 @@ namespace quantem::backend::cuda_detail {
 
 class ResidentEncoder {
  public:
-  // Allocates the dense batch, the encoder scratch and the masked-pixel list
-  // (throws cuda::OutOfDeviceMemory). The device must be bound.
-  ResidentEncoder(const catalog::Acquisition& source, const CudaLoadPlan& plan, cudaStream_t stream,
+  // Allocates `dense_slots` dense batches, each with its status array, the
+  // encoder scratch and the masked-pixel list (throws cuda::OutOfDeviceMemory),
+  // and enqueues their initialisation on `stream`, the stream every encode runs
+  // on. The device must be bound.
+  ResidentEncoder(const catalog::Acquisition& source, const CudaLoadPlan& plan, int dense_slots, cudaStream_t stream,
                   std::shared_ptr<Ledger> ledger);
 
-  // Device: plan.batch_frames frames of the source dtype, and one status per frame.
-  std::uint8_t* dense_batch() const { return dense_.as<std::uint8_t>(); }
-  std::uint32_t* batch_statuses() const { return misc_.as<std::uint32_t>(); }
+  // plan(), stream(), dense_slots(), dense_batch() and batch_statuses() do not
+  // change between construction and finish(): any thread may call them.
+  const CudaLoadPlan& plan() const { return plan_; }
+  cudaStream_t stream() const { return stream_; }
+  int dense_slots() const { return static_cast<int>(slots_.size()); }
+  // Device: plan.batch_frames frames of the source dtype, and one status per frame, of slot `slot`.
+  std::uint8_t* dense_batch(int slot) const {
+    return slots_.at(static_cast<std::size_t>(slot)).frames.as<std::uint8_t>();
+  }
+  std::uint32_t* batch_statuses(int slot) const {
+    return slots_.at(static_cast<std::size_t>(slot)).statuses.as<std::uint32_t>();
+  }
 
-  // Encodes the frames [first_frame, first_frame + frame_count) now held in the
-  // dense batch (first_frame a multiple of frames_per_group). Blocks until the
-  // sizes are known; the write itself stays asynchronous on the stream.
+  // Encodes the frames [first_frame, first_frame + frame_count) now held in
+  // dense slot `slot` (first_frame a multiple of frames_per_group, batches in
+  // frame order), on stream(). Blocks the calling thread until the sizes are
+  // known; the write itself stays asynchronous on the stream, so the slot is
+  // free once work enqueued on stream() after this call has run.
   // Throws Error(payload_too_large) when the encoded acquisition would exceed
   // plan.resident_bound_bytes, cuda::OutOfDeviceMemory when allocation fails.
-  void encode_batch(std::uint64_t first_frame, std::uint64_t frame_count);
+  // Not thread-safe: one thread at a time (during a load, the encode worker).
+  void encode_batch(int slot, std::uint64_t first_frame, std::uint64_t frame_count);
 
   // Frees the working buffers, builds the group table, waits for the stream.
   // `note` (may be empty) is appended to the encoding, e.g. how many chunks the host decoded.
@@ -42,14 +58,19 @@ class ResidentEncoder {
   std::uint64_t encoded_bytes() const { return encoded_bytes_; }
 
  private:
+  struct DenseSlot {
+    TrackedBuffer frames;
+    TrackedBuffer statuses;
+  };
+
   catalog::Acquisition source_;
   CudaLoadPlan plan_;
   cudaStream_t stream_;
   std::shared_ptr<Ledger> ledger_;
   std::uint32_t masked_count_ = 0;
   TrackedBuffer masked_;
-  TrackedBuffer dense_;
-  TrackedBuffer misc_;     // statuses | max value | the batch's group offsets
+  std::vector<DenseSlot> slots_;
+  TrackedBuffer misc_;     // max value | the batch's group offsets
   TrackedBuffer scratch_;  // ANS encoder scratch
   cuda::PinnedBuffer host_offsets_;  // the batch's group offsets, staged for the copy
   std::vector<TrackedBuffer> pieces_;

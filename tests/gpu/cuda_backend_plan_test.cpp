@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_support.hpp"
 #include "load_plan.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/synth/synth.hpp"
@@ -86,12 +87,17 @@ TEST(CudaLoadPlan, ReadScheduleStagesEveryChunkWhereTheDecoderLooks) {
     }
     EXPECT_EQ(next_frame, acquisition.frame_count());
 
-    // The estimate covers the resident bound and every working allocation, rounded.
+    // The estimate covers the resident bound and every working allocation, rounded: a load from
+    // files holds two dense batches with their statuses (decode one, encode the other), two device
+    // staging slots and the decoder scratch; a load from dense host counts one dense batch.
     const std::uint64_t peak = plan.transition_peak_bytes(true);
-    EXPECT_GE(peak, plan.resident_bound_bytes + plan.dense_batch_bytes + 2 * plan.device_slot_bytes +
-                        plan.encode_scratch_bytes + plan.bslz4_scratch_bytes + plan.batch_misc_bytes +
-                        plan.group_offsets_bytes + kRuntimeReserveBytes);
-    EXPECT_LT(plan.transition_peak_bytes(false), peak);
+    EXPECT_EQ(plan.batch_statuses_bytes, plan.batch_frames * 4);
+    EXPECT_GE(peak, plan.resident_bound_bytes + 2 * (plan.dense_batch_bytes + plan.batch_statuses_bytes) +
+                        2 * plan.device_slot_bytes + plan.encode_scratch_bytes + plan.bslz4_scratch_bytes +
+                        plan.batch_misc_bytes + plan.group_offsets_bytes + kRuntimeReserveBytes);
+    EXPECT_EQ(peak - plan.transition_peak_bytes(false),
+              round_to_granularity(plan.dense_batch_bytes) + round_to_granularity(plan.batch_statuses_bytes) +
+                  2 * round_to_granularity(plan.device_slot_bytes) + round_to_granularity(plan.bslz4_scratch_bytes));
   }
 }
 
@@ -112,6 +118,13 @@ TEST(CudaLoadPlan, DefaultsHoldAbout1GiBOfFramesPerBatchAndBoundTheResident) {
   const std::uint64_t dense = 512ull * 512 * 192 * 192 * 2;
   EXPECT_GT(plan.resident_bound_bytes, dense * 5 / 4);         // 2.5 bytes per value plus per-group layout
   EXPECT_LT(plan.resident_bound_bytes, dense * 5 / 4 + (dense / 100));
+  // The overlapped load's second dense batch: 14,336 frames of 72 KiB (1008 MiB) and their
+  // statuses (56 KiB, one 2 MiB granule), on top of the staging slots and the decoder scratch.
+  EXPECT_EQ(plan.dense_batch_bytes, std::uint64_t{1008} << 20);
+  EXPECT_EQ(plan.batch_statuses_bytes, 14336u * 4);
+  EXPECT_EQ(plan.transition_peak_bytes(true) - plan.transition_peak_bytes(false),
+            (std::uint64_t{1010} << 20) + 2 * round_to_granularity(plan.device_slot_bytes) +
+                round_to_granularity(plan.bslz4_scratch_bytes));
   // A 1024 x 1024 scan of the same detector is admitted on one H200 (80% of 141 GB).
   a.scan_rows = a.scan_cols = 1024;
   EXPECT_LT(plan_cuda_load(a, {}).transition_peak_bytes(true), 112'000'000'000ull);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -455,6 +456,83 @@ TEST(CudaBackend, RefusesUnknownDevicesAndSourcesThatAreNotReady) {
   catalog::Acquisition unknown_shape = acquisition;
   unknown_shape.scan_rows = 0;
   error_text([&] { backend->estimate_load(unknown_shape); }, ErrorKind::unprocessable);
+}
+
+
+// The overlapped pipeline: batch b is decoded into one dense slot while the
+// encode worker encodes batch b - 1 from the other. Many small batches, three
+// shards, products equal to the CPU backend's; both dense slots are live
+// together with every piece of the resident at the last batch.
+TEST(CudaBackend, TheOverlappedLoadHoldsTwoDenseBatchesAndMatchesTheCpuBackend) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  TempDir dir;
+  const catalog::Acquisition acquisition =
+      synthesize(dir, "overlap", 20, 40, DType::uint16, synth::Preset::realistic, /*frames_per_shard=*/170);
+  const CudaLoadTuning tuning = small_tuning();  // 32 frames per batch
+  const auto backend = cuda_backend(tuning);
+  const std::uint64_t held_before = cuda_resident_bytes_in_use();
+  {
+    const auto resident = load(*backend, acquisition);
+    const CudaLoadReport report = backend->last_load_report();
+    const std::uint64_t frames = acquisition.frame_count();
+    const std::uint64_t batch_frames = std::uint64_t{tuning.frames_per_group} * tuning.groups_per_batch;
+    const std::uint64_t groups = (frames + tuning.frames_per_group - 1) / tuning.frames_per_group;
+    EXPECT_EQ(report.batches, (frames + batch_frames - 1) / batch_frames);
+    EXPECT_GT(report.gpu_encode_seconds, 0.0);
+    EXPECT_EQ(report.host_decoded_chunks, 0u);
+    const std::uint64_t dense_batch_bytes = batch_frames * acquisition.frame_pixels() * 2;
+    const std::uint64_t pieces_bytes = resident->resident_bytes() - groups * 8;  // less the group table
+    EXPECT_GE(report.allocated_peak_bytes, 2 * dense_batch_bytes + pieces_bytes);
+    EXPECT_LE(report.allocated_peak_bytes, backend->estimate_load(acquisition).transition_peak_bytes);
+    expect_same_products(*resident, *load(*cpu_backend(), acquisition), "overlap");
+  }
+  EXPECT_EQ(cuda_resident_bytes_in_use(), held_before);
+}
+
+// A corrupt chunk found by the encode worker in the first batch (while the
+// loader reads and decodes the next ones) or in the last batch (found when the
+// loader waits for the worker at the end) fails the load with the typed error
+// and frees every device byte. The chunk is broken in place the way
+// products_load_fixture.py does it: its first LZ4 block claims more bytes than
+// the chunk holds.
+TEST(CudaBackend, ACorruptChunkInTheFirstOrLastBatchFailsTheOverlappedLoadAndFreesEverything) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  const auto basename = [](const std::string& path) { return path.substr(path.find_last_of('/') + 1); };
+  for (const std::uint64_t frame : {std::uint64_t{3}, std::uint64_t{640}}) {
+    TempDir dir;
+    // 24 x 27 = 648 frames, two shards: 21 batches of at most 32 frames with the small tuning.
+    const catalog::Acquisition acquisition =
+        synthesize(dir, "broken", 24, 32, DType::uint16, synth::Preset::realistic, /*frames_per_shard=*/400);
+    const catalog::FrameIndex index = catalog::build_frame_index(acquisition);
+    ASSERT_GT(index.frames.size(), frame);
+    const catalog::FrameLocation& location = index.frames[frame];
+    const std::string shard = index.shard_paths[location.shard];
+    {
+      std::FILE* file = std::fopen(shard.c_str(), "r+b");
+      ASSERT_NE(file, nullptr) << shard;
+      const unsigned char too_long[4] = {0x7f, 0xff, 0xff, 0xff};
+      ASSERT_EQ(std::fseek(file, static_cast<long>(location.file_offset + 12), SEEK_SET), 0);
+      ASSERT_EQ(std::fwrite(too_long, 1, 4, file), 4u);
+      ASSERT_EQ(std::fclose(file), 0);
+    }
+    for (const CudaLoadTuning& tuning : {CudaLoadTuning{}, small_tuning()}) {
+      const std::string where = "frame " + std::to_string(frame) + (tuning.frames_per_group != 0 ? " (small)" : "");
+      const auto backend = cuda_backend(tuning);
+      const std::uint64_t held_before = cuda_resident_bytes_in_use();
+      LoadProgress progress;
+      try {
+        backend->load(acquisition, 0, progress);
+        ADD_FAILURE() << where << ": a corrupt chunk loaded";
+      } catch (const CorruptChunk& error) {
+        const std::string message = error.what();
+        EXPECT_NE(message.find("frame " + std::to_string(frame) + " "), std::string::npos) << message;
+        EXPECT_NE(message.find(basename(shard)), std::string::npos) << message;
+      }
+      EXPECT_EQ(progress.stage.load(), LoadStage::failed) << where;
+      EXPECT_EQ(cuda_resident_bytes_in_use(), held_before) << where;
+      expect_frames(*load(*backend, fixture("small")), expected_counts("small"), where + ": after corrupt");
+    }
+  }
 }
 
 }  // namespace
