@@ -322,73 +322,214 @@ DataLayout read_data_layout(const RawFile& file, std::uint64_t header_address) {
 
 namespace {
 
-struct ChunkGrid {
-  std::vector<std::uint64_t> chunk_dims;
-  std::vector<std::uint64_t> chunks_per_dim;  // over the dims used to linearise the index
-  std::uint64_t chunk_count = 1;
-  std::uint64_t chunk_bytes = 0;
+// HDF5's default chunk B-tree K is 32: nodes hold up to 2K = 64 entries and
+// are allocated at that size, so reading that much reads a node in one pread.
+constexpr std::size_t kExpectedBtreeEntries = 64;
+// Fixed-array and implicit parts hold at least this many chunks: smaller parts
+// cost more to hand out than to walk.
+constexpr std::uint64_t kMinChunksPerPart = 1024;
 
-  ChunkGrid(const RawFile& file, const DataLayout& layout, const std::vector<std::uint64_t>& extent)
-      : chunk_dims(layout.chunk_dims) {
-    if (extent.size() != chunk_dims.size()) corrupt(file, "chunk rank differs from the dataset rank");
-    chunk_bytes = layout.element_size;
-    for (std::size_t d = 0; d < extent.size(); ++d) {
-      if (chunk_dims[d] == 0) corrupt(file, "zero chunk dimension");
-      const std::uint64_t count = extent[d] / chunk_dims[d] + (extent[d] % chunk_dims[d] != 0);
-      chunks_per_dim.push_back(count);
-      if (count != 0 && chunk_count > (std::uint64_t{1} << 48) / count) corrupt(file, "chunk grid too large");
-      chunk_count *= count;
-      chunk_bytes *= chunk_dims[d];
-    }
+// Little-endian unsigned integer of `width` bytes (1 to 8).
+std::uint64_t load_le(const std::uint8_t* bytes, std::size_t width) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  if (width == 8) {
+    std::uint64_t value = 0;
+    std::memcpy(&value, bytes, 8);
+    return value;
   }
-
-  // Element offsets of the chunk with row-major linear index `index`.
-  void offsets_of(std::uint64_t index, std::vector<std::uint64_t>& offsets) const {
-    offsets.resize(chunk_dims.size());
-    for (std::size_t d = chunk_dims.size(); d-- > 0;) {
-      const std::uint64_t per = chunks_per_dim[d] ? chunks_per_dim[d] : 1;
-      offsets[d] = (index % per) * chunk_dims[d];
-      index /= per;
-    }
+  if (width == 4) {
+    std::uint32_t value = 0;
+    std::memcpy(&value, bytes, 4);
+    return value;
   }
-};
+#endif
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < width; ++i) value |= std::uint64_t(bytes[i]) << (8 * i);
+  return value;
+}
 
-void walk_btree_v1(const RawFile& file, std::uint64_t address, int expected_level, std::size_t depth,
-                   std::size_t rank, std::uint64_t max_chunks, std::uint64_t& visited, const ChunkVisitor& visit) {
-  if (depth > kMaxBtreeDepth) corrupt(file, "B-tree too deep");
-  const std::size_t offset_size = file.addressing().offset_size;
-  const std::size_t node_header_bytes = 8 + 2 * offset_size;
-  const auto header = file.read(address, node_header_bytes);
-  Cursor cursor(file, header);
-  if (!cursor.signature("TREE")) corrupt(file, "B-tree node without TREE signature");
-  const unsigned node_type = cursor.u8();
-  const int level = cursor.u8();
-  const unsigned entries = cursor.u16();
-  if (node_type != 1) corrupt(file, "chunk B-tree node of type " + std::to_string(node_type));
-  if (expected_level >= 0 && level != expected_level) corrupt(file, "B-tree levels are inconsistent");
+// A file address of `width` bytes; nullopt for the undefined address (all bits set).
+std::optional<std::uint64_t> load_address(const std::uint8_t* bytes, std::size_t width) {
+  const std::uint64_t value = load_le(bytes, width);
+  const std::uint64_t undefined = width >= 8 ? ~std::uint64_t{0} : (std::uint64_t{1} << (8 * width)) - 1;
+  if (value == undefined) return std::nullopt;
+  return value;
+}
 
-  const std::size_t key_bytes = 8 + 8 * (rank + 1);
-  const std::size_t body_bytes = entries * (key_bytes + offset_size) + key_bytes;
-  const auto body = file.read(address + node_header_bytes, body_bytes);
-  Cursor entry(file, body);
-  std::vector<std::uint64_t> offsets(rank);
-  for (unsigned i = 0; i < entries; ++i) {
-    const std::uint32_t stored_bytes = entry.u32();
-    const std::uint32_t filter_mask = entry.u32();
-    for (std::size_t d = 0; d < rank; ++d) offsets[d] = entry.unsigned_value(8);
-    entry.skip(8);  // the element-size dimension, always 0
-    const auto child = entry.address();
-    if (!child) corrupt(file, "B-tree entry with an undefined address");
-    if (level == 0) {
-      if (++visited > max_chunks) corrupt(file, "B-tree holds more chunks than the dataset has");
-      visit(offsets.data(), file.addressing().base_address + *child, stored_bytes, filter_mask);
-    } else {
-      walk_btree_v1(file, *child, level - 1, depth + 1, rank, max_chunks, visited, visit);
-    }
+ChunkGrid make_grid(const RawFile& file, const DataLayout& layout, const std::vector<std::uint64_t>& extent) {
+  ChunkGrid grid;
+  grid.chunk_dims = layout.chunk_dims;
+  if (extent.size() != grid.chunk_dims.size()) corrupt(file, "chunk rank differs from the dataset rank");
+  grid.chunk_bytes = layout.element_size;
+  for (std::size_t d = 0; d < extent.size(); ++d) {
+    if (grid.chunk_dims[d] == 0) corrupt(file, "zero chunk dimension");
+    const std::uint64_t count = extent[d] / grid.chunk_dims[d] + (extent[d] % grid.chunk_dims[d] != 0);
+    grid.chunks_per_dim.push_back(count);
+    if (count != 0 && grid.chunk_count > (std::uint64_t{1} << 48) / count) corrupt(file, "chunk grid too large");
+    grid.chunk_count *= count;
+    grid.chunk_bytes *= grid.chunk_dims[d];
+  }
+  return grid;
+}
+
+// Element offsets of the chunk with row-major linear index `index`.
+void chunk_offsets(const ChunkGrid& grid, std::uint64_t index, std::uint64_t* offsets) {
+  for (std::size_t d = grid.chunk_dims.size(); d-- > 0;) {
+    const std::uint64_t per = grid.chunks_per_dim[d] ? grid.chunks_per_dim[d] : 1;
+    offsets[d] = (index % per) * grid.chunk_dims[d];
+    index /= per;
   }
 }
 
-void walk_fixed_array(const RawFile& file, const DataLayout& layout, const ChunkGrid& grid, const ChunkVisitor& visit) {
+// Cuts [0, total) into about `wanted` ranges of at least kMinChunksPerPart
+// (the last may be shorter), each starting at a multiple of `alignment`.
+std::vector<ChunkIndexParts::Part> ranges(std::uint64_t total, std::size_t wanted, std::uint64_t alignment) {
+  std::vector<ChunkIndexParts::Part> parts;
+  if (total == 0) return parts;
+  std::uint64_t size = std::max<std::uint64_t>(kMinChunksPerPart, total / std::max<std::size_t>(wanted, 1) + 1);
+  size = (size + alignment - 1) / alignment * alignment;
+  for (std::uint64_t first = 0; first < total; first += size) {
+    ChunkIndexParts::Part part;
+    part.first = first;
+    part.count = std::min(size, total - first);
+    parts.push_back(part);
+  }
+  return parts;
+}
+
+// Reads v1 B-tree nodes of a chunk index, each (usually) with one pread into a
+// reused buffer, and walks subtrees.
+class BtreeReader {
+ public:
+  BtreeReader(const RawFile& file, std::size_t rank)
+      : file_(file),
+        offset_size_(file.addressing().offset_size),
+        header_bytes_(8 + 2 * offset_size_),
+        key_bytes_(8 + 8 * (rank + 1)),
+        entry_bytes_(key_bytes_ + offset_size_),
+        rank_(rank) {}
+
+  struct Node {
+    int level = 0;
+    unsigned entries = 0;
+    const std::uint8_t* first_entry = nullptr;  // entry i: key, then child address
+  };
+
+  // Reads the node at `address` into `buffer`. `expected_level` < 0 accepts any level.
+  Node read(std::uint64_t address, int expected_level, std::vector<std::uint8_t>& buffer) {
+    const std::uint64_t guess = header_bytes_ + expected_entries_ * entry_bytes_ + key_bytes_;
+    const std::uint64_t available = file_.bytes_after(address);
+    file_.read_into(address, static_cast<std::size_t>(available < header_bytes_ ? header_bytes_ : std::min(guess, available)),
+                    buffer);
+    const std::uint8_t* bytes = buffer.data();
+    if (std::memcmp(bytes, "TREE", 4) != 0) corrupt(file_, "B-tree node without TREE signature");
+    const unsigned node_type = bytes[4];
+    Node node;
+    node.level = bytes[5];
+    node.entries = static_cast<unsigned>(load_le(bytes + 6, 2));
+    if (node_type != 1) corrupt(file_, "chunk B-tree node of type " + std::to_string(node_type));
+    if (expected_level >= 0 && node.level != expected_level) corrupt(file_, "B-tree levels are inconsistent");
+    const std::size_t node_bytes = header_bytes_ + node.entries * entry_bytes_ + key_bytes_;
+    if (node_bytes > buffer.size()) {
+      // More entries than expected (a K above 32): read the whole node again.
+      expected_entries_ = std::max<std::size_t>(expected_entries_, node.entries);
+      file_.read_into(address, node_bytes, buffer);
+    }
+    node.first_entry = buffer.data() + header_bytes_;
+    return node;
+  }
+
+  std::uint64_t child_address(const Node& node, unsigned entry) const {
+    const auto address = load_address(node.first_entry + entry * entry_bytes_ + key_bytes_, offset_size_);
+    if (!address) corrupt(file_, "B-tree entry with an undefined address");
+    return *address;
+  }
+
+  // Visits the chunks under the node at `address`, at most `max_chunks` of them.
+  void walk(std::uint64_t address, int expected_level, std::uint64_t max_chunks, const ChunkVisitor& visit) {
+    buffers_.resize(kMaxBtreeDepth + 1);
+    offsets_.resize(rank_);
+    visited_ = 0;
+    walk(address, expected_level, 0, max_chunks, visit);
+  }
+
+ private:
+  void walk(std::uint64_t address, int expected_level, std::size_t depth, std::uint64_t max_chunks,
+            const ChunkVisitor& visit) {
+    if (depth > kMaxBtreeDepth) corrupt(file_, "B-tree too deep");
+    const Node node = read(address, expected_level, buffers_[depth]);
+    const std::uint64_t base_address = file_.addressing().base_address;
+    for (unsigned i = 0; i < node.entries; ++i) {
+      const std::uint64_t child = child_address(node, i);
+      if (node.level == 0) {
+        const std::uint8_t* key = node.first_entry + i * entry_bytes_;
+        const auto stored_bytes = load_le(key, 4);
+        const auto filter_mask = static_cast<std::uint32_t>(load_le(key + 4, 4));
+        for (std::size_t d = 0; d < rank_; ++d) offsets_[d] = load_le(key + 8 + 8 * d, 8);
+        if (++visited_ > max_chunks) corrupt(file_, "B-tree holds more chunks than the dataset has");
+        visit(offsets_.data(), base_address + child, stored_bytes, filter_mask);
+      } else {
+        walk(child, node.level - 1, depth + 1, max_chunks, visit);
+      }
+    }
+  }
+
+  const RawFile& file_;
+  std::size_t offset_size_;
+  std::size_t header_bytes_;
+  std::size_t key_bytes_;    // stored size, filter mask, rank + 1 offsets
+  std::size_t entry_bytes_;  // key, child address
+  std::size_t rank_;
+  std::size_t expected_entries_ = kExpectedBtreeEntries;
+  std::vector<std::vector<std::uint8_t>> buffers_;  // one per depth
+  std::vector<std::uint64_t> offsets_;
+  std::uint64_t visited_ = 0;
+};
+
+// Cuts a v1 B-tree into subtrees, in index order: passes over the cut replace
+// nodes by their children, right to left, until there are `wanted_parts`
+// subtrees (or only leaves). Larger subtrees thus come first and the small
+// ones last, which keeps threads taking parts in order evenly busy.
+void split_btree_v1(const RawFile& file, std::uint64_t root, std::size_t wanted_parts, ChunkIndexParts& parts) {
+  ChunkIndexParts::Part root_part;
+  root_part.address = root;
+  std::vector<ChunkIndexParts::Part> cut{root_part};
+  BtreeReader reader(file, parts.rank);
+  std::vector<std::uint8_t> buffer;
+  bool expanded = true;
+  while (cut.size() < wanted_parts && expanded) {
+    expanded = false;
+    std::vector<ChunkIndexParts::Part> reversed;  // the next cut, last part first
+    for (std::size_t i = cut.size(); i-- > 0;) {
+      const auto& part = cut[i];
+      if (part.level == 0 || reversed.size() + i + 1 >= wanted_parts) {
+        reversed.push_back(part);
+        continue;
+      }
+      const BtreeReader::Node node = reader.read(part.address, part.level, buffer);
+      if (node.level == 0) {  // the root is a leaf
+        reversed.push_back(part);
+        continue;
+      }
+      for (unsigned entry = node.entries; entry-- > 0;) {
+        ChunkIndexParts::Part child;
+        child.address = reader.child_address(node, entry);
+        child.level = node.level - 1;
+        reversed.push_back(child);
+      }
+      expanded = true;
+      // Every subtree of a valid tree holds at least one chunk.
+      if (reversed.size() > parts.grid.chunk_count) {
+        corrupt(file, "B-tree holds more nodes than the dataset has chunks");
+      }
+    }
+    cut.assign(reversed.rbegin(), reversed.rend());
+  }
+  parts.parts = std::move(cut);
+}
+
+void split_fixed_array(const RawFile& file, const DataLayout& layout, std::size_t wanted_parts,
+                       ChunkIndexParts& parts) {
   const std::size_t offset_size = file.addressing().offset_size;
   const std::size_t length_size = file.addressing().length_size;
   const auto header = file.read(layout.index_address, 8 + length_size + offset_size + 4);
@@ -406,7 +547,7 @@ void walk_fixed_array(const RawFile& file, const DataLayout& layout, const Chunk
     corrupt(file, "bad fixed array entry size");
   }
   if (page_bits > 32) corrupt(file, "bad fixed array page size");
-  if (entry_count != grid.chunk_count) corrupt(file, "fixed array size differs from the chunk grid");
+  if (entry_count != parts.grid.chunk_count) corrupt(file, "fixed array size differs from the chunk grid");
   if (!block_address || entry_count == 0) return;  // nothing allocated yet
 
   const std::uint64_t page_entries = std::uint64_t{1} << page_bits;
@@ -419,92 +560,175 @@ void walk_fixed_array(const RawFile& file, const DataLayout& layout, const Chunk
   const auto prefix = file.read(*block_address, block_prefix_bytes + bitmap_bytes);
   Cursor block(file, prefix);
   if (!block.signature("FADB")) corrupt(file, "fixed array data block without FADB signature");
-  std::vector<std::uint8_t> bitmap(prefix.begin() + static_cast<std::ptrdiff_t>(block_prefix_bytes), prefix.end());
+  parts.fixed_array_client = client;
+  parts.fixed_array_entry_bytes = entry_bytes;
+  parts.fixed_array_page_entries = page_entries;
+  parts.fixed_array_paged = paged;
+  parts.fixed_array_page_bitmap.assign(prefix.begin() + static_cast<std::ptrdiff_t>(block_prefix_bytes), prefix.end());
+  // Paged: prefix + bitmap + checksum, then pages of (entries + checksum).
+  parts.fixed_array_entries_address = *block_address + block_prefix_bytes + (paged ? bitmap_bytes + 4 : 0);
+  parts.parts = ranges(entry_count, wanted_parts, paged ? page_entries : 1);
+}
 
-  std::vector<std::uint64_t> offsets;
-  const auto visit_entries = [&](const std::vector<std::uint8_t>& bytes, std::uint64_t first_index,
-                                 std::uint64_t count) {
-    Cursor entry(file, bytes);
-    for (std::uint64_t i = 0; i < count; ++i) {
-      const std::size_t start = entry.position();
-      const auto chunk_address = entry.address();
-      std::uint64_t stored_bytes = grid.chunk_bytes;
-      std::uint32_t filter_mask = 0;
-      if (client == 1) {
-        stored_bytes = entry.unsigned_value(entry_bytes - offset_size - 4);
-        filter_mask = entry.u32();
-      }
-      entry.seek(start + entry_bytes);
-      if (!chunk_address) continue;  // never written
-      grid.offsets_of(first_index + i, offsets);
-      visit(offsets.data(), file.addressing().base_address + *chunk_address, stored_bytes, filter_mask);
+// Visits `count` fixed-array entries, the first being chunk `first_index`.
+void visit_fixed_array_entries(const RawFile& file, const ChunkIndexParts& parts, const std::vector<std::uint8_t>& bytes,
+                               std::uint64_t first_index, std::uint64_t count, std::vector<std::uint64_t>& offsets,
+                               const ChunkVisitor& visit) {
+  const std::size_t offset_size = file.addressing().offset_size;
+  const std::size_t entry_bytes = parts.fixed_array_entry_bytes;
+  if (count > bytes.size() / entry_bytes) corrupt(file, "metadata block ends early");
+  for (std::uint64_t i = 0; i < count; ++i) {
+    const std::uint8_t* entry = bytes.data() + i * entry_bytes;
+    const auto chunk_address = load_address(entry, offset_size);
+    std::uint64_t stored_bytes = parts.grid.chunk_bytes;
+    std::uint32_t filter_mask = 0;
+    if (parts.fixed_array_client == 1) {
+      stored_bytes = load_le(entry + offset_size, entry_bytes - offset_size - 4);
+      filter_mask = static_cast<std::uint32_t>(load_le(entry + entry_bytes - 4, 4));
     }
-  };
+    if (!chunk_address) continue;  // never written
+    chunk_offsets(parts.grid, first_index + i, offsets.data());
+    visit(offsets.data(), file.addressing().base_address + *chunk_address, stored_bytes, filter_mask);
+  }
+}
 
-  if (!paged) {
-    visit_entries(file.read(*block_address + block_prefix_bytes, static_cast<std::size_t>(entry_count * entry_bytes)),
-                  0, entry_count);
+void visit_fixed_array_part(const RawFile& file, const ChunkIndexParts& parts, const ChunkIndexParts::Part& part,
+                            const ChunkVisitor& visit) {
+  const std::size_t entry_bytes = parts.fixed_array_entry_bytes;
+  std::vector<std::uint64_t> offsets(parts.rank);
+  std::vector<std::uint8_t> bytes;
+  if (!parts.fixed_array_paged) {
+    file.read_into(parts.fixed_array_entries_address + part.first * entry_bytes,
+                   static_cast<std::size_t>(part.count * entry_bytes), bytes);
+    visit_fixed_array_entries(file, parts, bytes, part.first, part.count, offsets, visit);
     return;
   }
-  // Paged: prefix + bitmap + checksum, then pages of (entries + checksum).
-  const std::uint64_t pages_begin = *block_address + block_prefix_bytes + bitmap_bytes + 4;
+  const std::uint64_t page_entries = parts.fixed_array_page_entries;
   const std::uint64_t full_page_bytes = page_entries * entry_bytes + 4;
-  for (std::uint64_t page = 0; page < page_count; ++page) {
-    const bool initialised = (bitmap[page / 8] & (0x80u >> (page % 8))) != 0;
+  for (std::uint64_t first = part.first; first < part.first + part.count; first += page_entries) {
+    const std::uint64_t page = first / page_entries;
+    const bool initialised = (parts.fixed_array_page_bitmap[page / 8] & (0x80u >> (page % 8))) != 0;
     if (!initialised) continue;
-    const std::uint64_t first = page * page_entries;
-    const std::uint64_t count = std::min(page_entries, entry_count - first);
-    visit_entries(file.read(pages_begin + page * full_page_bytes, static_cast<std::size_t>(count * entry_bytes)),
-                  first, count);
+    const std::uint64_t count = std::min(page_entries, part.first + part.count - first);
+    file.read_into(parts.fixed_array_entries_address + page * full_page_bytes, static_cast<std::size_t>(count * entry_bytes),
+                   bytes);
+    visit_fixed_array_entries(file, parts, bytes, first, count, offsets, visit);
   }
 }
 
 }  // namespace
 
-bool visit_chunks(const RawFile& file, const DataLayout& layout, const std::vector<std::uint64_t>& dims,
-                  const std::vector<std::uint64_t>& max_dims, const ChunkVisitor& visit) {
+void RawFile::read_into(std::uint64_t relative_address, std::size_t bytes, std::vector<std::uint8_t>& buffer) const {
+  const std::uint64_t offset = addressing_.base_address + relative_address;
+  if (relative_address > size_ || offset > size_ || bytes > size_ - offset) {
+    throw Error(ErrorKind::corrupt_data, "HDF5 metadata at address " + std::to_string(relative_address) + " (" +
+                                             std::to_string(bytes) + " bytes) lies outside " + path_);
+  }
+  buffer.resize(bytes);
+  std::size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::pread(fd_, buffer.data() + done, bytes - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw IoError("cannot read " + path_ + ": " + std::strerror(errno));
+    }
+    if (n == 0) throw IoError("unexpected end of " + path_);
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+std::uint64_t RawFile::bytes_after(std::uint64_t relative_address) const {
+  const std::uint64_t offset = addressing_.base_address + relative_address;
+  if (relative_address > size_ || offset > size_) return 0;
+  return size_ - offset;
+}
+
+std::optional<ChunkIndexParts> split_chunk_index(const RawFile& file, const DataLayout& layout,
+                                                 const std::vector<std::uint64_t>& dims,
+                                                 const std::vector<std::uint64_t>& max_dims,
+                                                 std::size_t wanted_parts) {
   const std::uint64_t undefined = ~std::uint64_t{0};
+  ChunkIndexParts parts;
+  parts.kind = layout.index_kind;
+  parts.rank = dims.size();
   switch (layout.index_kind) {
-    case ChunkIndexKind::btree_v1: {
-      if (layout.index_address == undefined) return true;  // no chunk written yet
-      const ChunkGrid grid(file, layout, dims);
-      std::uint64_t visited = 0;
-      walk_btree_v1(file, layout.index_address, -1, 0, dims.size(), grid.chunk_count, visited, visit);
-      return true;
-    }
-    case ChunkIndexKind::single_chunk: {
-      if (layout.index_address == undefined) return true;
-      const ChunkGrid grid(file, layout, dims);
-      std::vector<std::uint64_t> offsets(dims.size(), 0);
-      visit(offsets.data(), file.addressing().base_address + layout.index_address,
-            layout.single_chunk_filtered ? layout.single_chunk_stored_bytes : grid.chunk_bytes,
-            layout.single_chunk_filtered ? layout.single_chunk_filter_mask : 0);
-      return true;
-    }
-    case ChunkIndexKind::implicit: {
-      if (layout.index_address == undefined) return true;
-      const ChunkGrid grid(file, layout, max_dims);
-      if (grid.chunk_count * grid.chunk_bytes > file.size()) corrupt(file, "implicit chunk index beyond the file");
-      std::vector<std::uint64_t> offsets;
-      for (std::uint64_t index = 0; index < grid.chunk_count; ++index) {
-        grid.offsets_of(index, offsets);
-        visit(offsets.data(), file.addressing().base_address + layout.index_address + index * grid.chunk_bytes,
-              grid.chunk_bytes, 0);
+    case ChunkIndexKind::btree_v1:
+      if (layout.index_address == undefined) return parts;  // no chunk written yet
+      parts.grid = make_grid(file, layout, dims);
+      split_btree_v1(file, layout.index_address, wanted_parts, parts);
+      return parts;
+    case ChunkIndexKind::single_chunk:
+      if (layout.index_address == undefined) return parts;
+      parts.grid = make_grid(file, layout, dims);
+      parts.chunks_address = layout.index_address;
+      parts.single_chunk_stored_bytes = layout.single_chunk_filtered ? layout.single_chunk_stored_bytes : parts.grid.chunk_bytes;
+      parts.single_chunk_filter_mask = layout.single_chunk_filtered ? layout.single_chunk_filter_mask : 0;
+      parts.parts.emplace_back();
+      return parts;
+    case ChunkIndexKind::implicit:
+      if (layout.index_address == undefined) return parts;
+      parts.grid = make_grid(file, layout, max_dims);
+      if (parts.grid.chunk_bytes != 0 && parts.grid.chunk_count > file.size() / parts.grid.chunk_bytes) {
+        corrupt(file, "implicit chunk index beyond the file");
       }
-      return true;
-    }
-    case ChunkIndexKind::fixed_array: {
-      if (layout.index_address == undefined) return true;
-      const ChunkGrid grid(file, layout, max_dims);
-      walk_fixed_array(file, layout, grid, visit);
-      return true;
-    }
+      parts.chunks_address = layout.index_address;
+      parts.parts = ranges(parts.grid.chunk_count, wanted_parts, 1);
+      return parts;
+    case ChunkIndexKind::fixed_array:
+      if (layout.index_address == undefined) return parts;
+      parts.grid = make_grid(file, layout, max_dims);
+      split_fixed_array(file, layout, wanted_parts, parts);
+      return parts;
     case ChunkIndexKind::extensible_array:
     case ChunkIndexKind::btree_v2:
     case ChunkIndexKind::not_chunked:
-      return false;
+      return std::nullopt;
   }
-  return false;
+  return std::nullopt;
+}
+
+void visit_chunk_index_part(const RawFile& file, const ChunkIndexParts& parts, std::size_t part_number,
+                            const ChunkVisitor& visit) {
+  const ChunkIndexParts::Part& part = parts.parts.at(part_number);
+  const std::uint64_t base_address = file.addressing().base_address;
+  switch (parts.kind) {
+    case ChunkIndexKind::btree_v1: {
+      BtreeReader reader(file, parts.rank);
+      reader.walk(part.address, part.level, parts.grid.chunk_count, visit);
+      return;
+    }
+    case ChunkIndexKind::single_chunk: {
+      const std::vector<std::uint64_t> offsets(parts.rank, 0);
+      visit(offsets.data(), base_address + parts.chunks_address, parts.single_chunk_stored_bytes,
+            parts.single_chunk_filter_mask);
+      return;
+    }
+    case ChunkIndexKind::implicit: {
+      std::vector<std::uint64_t> offsets(parts.rank);
+      for (std::uint64_t index = part.first; index < part.first + part.count; ++index) {
+        chunk_offsets(parts.grid, index, offsets.data());
+        visit(offsets.data(), base_address + parts.chunks_address + index * parts.grid.chunk_bytes,
+              parts.grid.chunk_bytes, 0);
+      }
+      return;
+    }
+    case ChunkIndexKind::fixed_array:
+      visit_fixed_array_part(file, parts, part, visit);
+      return;
+    case ChunkIndexKind::extensible_array:
+    case ChunkIndexKind::btree_v2:
+    case ChunkIndexKind::not_chunked:
+      break;
+  }
+  throw Error(ErrorKind::internal, "visit_chunk_index_part: no parts for this index kind");
+}
+
+bool visit_chunks(const RawFile& file, const DataLayout& layout, const std::vector<std::uint64_t>& dims,
+                  const std::vector<std::uint64_t>& max_dims, const ChunkVisitor& visit) {
+  const auto parts = split_chunk_index(file, layout, dims, max_dims, 1);
+  if (!parts) return false;
+  for (std::size_t part = 0; part < parts->parts.size(); ++part) visit_chunk_index_part(file, *parts, part, visit);
+  return true;
 }
 
 }  // namespace quantem::catalog::detail

@@ -226,6 +226,126 @@ TEST_F(FrameIndexTest, ShardRewrittenSinceInspectionIsAConflict) {
   }
 }
 
+// Byte positions of the v1 chunk B-tree leaves ("TREE", node type 1, level 0) of a file.
+std::vector<std::size_t> chunk_btree_leaves(const std::vector<std::uint8_t>& bytes) {
+  std::vector<std::size_t> leaves;
+  for (std::size_t i = 0; i + 8 <= bytes.size(); ++i) {
+    if (bytes[i] == 'T' && bytes[i + 1] == 'R' && bytes[i + 2] == 'E' && bytes[i + 3] == 'E' && bytes[i + 4] == 1 &&
+        bytes[i + 5] == 0) {
+      leaves.push_back(i);
+    }
+  }
+  return leaves;
+}
+
+TEST_F(FrameIndexTest, ShardsWalkedByWorkerThreadsMatchHdf5) {
+  // Enough frames for several worker threads (one per 4096 frames, up to the
+  // hardware threads), each shard's index cut into many parts; B-trees and
+  // paged fixed arrays, shards of different sizes.
+  test::make_acquisitions(dir_, {dir_.path() + " par --shard-frames 6000,1500,5000 --ntrigger 12500 --dtype uint8",
+                                 dir_.path() + " parfa --shard-frames 5000,4500 --ntrigger 9500 --libver latest"});
+  const std::vector<std::string> files = {dir_.file("par_data_000001.h5"), dir_.file("par_data_000002.h5"),
+                                          dir_.file("par_data_000003.h5"), dir_.file("parfa_data_000001.h5"),
+                                          dir_.file("parfa_data_000002.h5")};
+  std::string more_files;
+  for (std::size_t i = 1; i < files.size(); ++i) more_files += " " + test::shell_quote(files[i]);
+  const auto infos = nlohmann::json::parse(
+      test::run_python_script("catalog_fixtures.py",
+                              "chunk-info " + test::shell_quote(files[0]) + " /entry/data/data" + more_files)
+          .output);
+
+  const auto btree = inspect_master(dir_.file("par_master.h5"));
+  ASSERT_TRUE(btree.status.loadable) << btree.status.reason;
+  const auto index = build_frame_index(btree);
+  ASSERT_EQ(index.frames.size(), 12500u);
+  ASSERT_EQ(index.shard_paths.size(), 3u);
+  expect_matches_info(index, 0, files[0], infos.at(files[0]));
+  expect_matches_info(index, 6000, files[1], infos.at(files[1]));
+  expect_matches_info(index, 7500, files[2], infos.at(files[2]));
+  EXPECT_EQ(index.frames[5999].shard, 0u);
+  EXPECT_EQ(index.frames[6000].shard, 1u);
+  EXPECT_EQ(index.frames[7500].shard, 2u);
+  std::uint64_t total = 0;
+  for (const auto& frame : index.frames) total += frame.stored_bytes;
+  EXPECT_EQ(index.stored_bytes_total, total);
+
+  const auto fixed = inspect_master(dir_.file("parfa_master.h5"));
+  ASSERT_TRUE(fixed.status.loadable) << fixed.status.reason;
+  const auto fixed_index = build_frame_index(fixed);
+  ASSERT_EQ(fixed_index.frames.size(), 9500u);
+  expect_matches_info(fixed_index, 0, files[3], infos.at(files[3]));
+  expect_matches_info(fixed_index, 5000, files[4], infos.at(files[4]));
+
+  // The same index on every build, whichever thread walked which part.
+  for (int round = 0; round < 3; ++round) {
+    const auto again = build_frame_index(btree);
+    ASSERT_EQ(again.frames.size(), index.frames.size());
+    for (std::size_t i = 0; i < index.frames.size(); ++i) {
+      ASSERT_EQ(again.frames[i].file_offset, index.frames[i].file_offset) << "frame " << i;
+      ASSERT_EQ(again.frames[i].stored_bytes, index.frames[i].stored_bytes) << "frame " << i;
+      ASSERT_EQ(again.frames[i].filter_mask, index.frames[i].filter_mask) << "frame " << i;
+      ASSERT_EQ(again.frames[i].shard, index.frames[i].shard) << "frame " << i;
+    }
+    EXPECT_EQ(again.stored_bytes_total, index.stored_bytes_total);
+  }
+}
+
+TEST_F(FrameIndexTest, LeafCopiedOverAnotherIsCorruptDataWhateverThreadsWalkThem) {
+  // The first leaf's entries written over the last leaf's: its frames have two
+  // chunks (found by whichever thread claims them second), the last leaf's none.
+  const auto a = make("dup", "--shard-frames 9000 --ntrigger 9000 --dtype uint8");
+  const std::string shard = dir_.file("dup_data_000001.h5");
+  auto bytes = test::read_file(shard);
+  const auto leaves = chunk_btree_leaves(bytes);
+  ASSERT_GE(leaves.size(), 100u);
+  const std::size_t first = leaves.front(), last = leaves.back();
+  const std::size_t entries = bytes[first + 6] | (bytes[first + 7] << 8);
+  const std::size_t used_bytes = 24 + entries * 48 + 40;  // header, entries of 40-byte keys + address, last key
+  ASSERT_LE(last + used_bytes, bytes.size());
+  std::copy(bytes.begin() + first + 8, bytes.begin() + first + used_bytes, bytes.begin() + last + 8);
+  bytes[last + 6] = bytes[first + 6];
+  bytes[last + 7] = bytes[first + 7];
+  test::write_file(shard, bytes);
+  for (int round = 0; round < 3; ++round) {
+    try {
+      (void)build_frame_index(a);
+      ADD_FAILURE() << "no error with a leaf duplicated";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::corrupt_data) << e.what();
+      EXPECT_NE(std::string(e.what()).find("has two chunks"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST_F(FrameIndexTest, ErrorsComeInShardOrderAsFromASerialWalk) {
+  // Shard 2 has a broken leaf, shard 3 is gone: shard 2's error is reported,
+  // as a walk of one shard after the other would.
+  const auto a = make("order", "--shard-frames 5000,5000,5000 --ntrigger 15000 --dtype uint8");
+  const std::string second = dir_.file("order_data_000002.h5");
+  const auto pristine = test::read_file(second);
+  const auto leaves = chunk_btree_leaves(pristine);
+  ASSERT_GE(leaves.size(), 10u);
+  auto bytes = pristine;
+  bytes[leaves[leaves.size() / 2] + 1] = 'X';
+  test::write_file(second, bytes);
+  fs::remove(dir_.file("order_data_000003.h5"));
+  try {
+    (void)build_frame_index(a);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::corrupt_data) << e.what();
+    EXPECT_NE(std::string(e.what()).find(second), std::string::npos) << e.what();
+  }
+  test::write_file(second, pristine);
+  try {
+    (void)build_frame_index(a);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::io) << e.what();
+    EXPECT_NE(std::string(e.what()).find("order_data_000003.h5"), std::string::npos) << e.what();
+  }
+}
+
 TEST(FrameIndexReal, ArinaTest00) {
   QUANTEM_SKIP_WITHOUT_REAL_DATA();
   const std::string directory = test::real_data_dir() + "/arina/rsciio_test_00";
