@@ -100,9 +100,20 @@ struct StreamReader {
 
   // Once per frame: keep at least 5 words buffered while the stream has them
   // (one per symbol of a quad, plus one; raw bits and escapes may need more
-  // and take the rare refill branch of renormalize()).
+  // and take the rare refill branch of renormalize()). Branch-free except for
+  // loading the next chunk.
   QUANTEM_ANS_READER_HD void top_up() {
-    if (words_left <= 4 && halves_left != 0) append_half();
+    const bool take = words_left <= 4 && halves_left != 0;
+    const std::uint64_t half = halves_left == 2 ? (upcoming.x | (std::uint64_t{upcoming.y} << 32))
+                                                : (upcoming.z | (std::uint64_t{upcoming.w} << 32));
+    const std::uint32_t shift = 16 * words_left;  // 0..64 when taking
+    const std::uint64_t new_low = shift == 0 ? half : (shift >= 64 ? low : (low | (half << shift)));
+    const std::uint64_t new_high = shift == 0 ? 0 : (shift >= 64 ? half : (half >> (64 - shift)));
+    low = take ? new_low : low;
+    high = take ? new_high : high;
+    words_left += take ? 4u : 0u;
+    halves_left -= take ? 1u : 0u;
+    if (take && halves_left == 0) prefetch();
   }
 
   // x < 2^16 -> x = (x << 16) | next word; branch-free except when the buffer ran dry.
@@ -147,10 +158,14 @@ struct StreamReader {
   QUANTEM_ANS_READER_HD void decode_frame(const std::uint32_t* const class_table[4], const std::uint32_t shift[4],
                                           std::uint32_t present, bool raw_bits, std::uint32_t values[4]) {
     std::uint32_t entry[4];
+    bool escaped = false;
     QUANTEM_ANS_READER_UNROLL
-    for (int k = 0; k < 4; ++k) entry[k] = class_table[k][state[k] & (ans::kAnsProbabilityScale - 1)];
-    if (!raw_bits) {
-      decode_symbols_fast(entry, present, values);
+    for (int k = 0; k < 4; ++k) {
+      entry[k] = class_table[k][state[k] & (ans::kAnsProbabilityScale - 1)];
+      escaped = escaped || (((present >> k) & 1u) != 0 && (entry[k] & 0xffu) >= ans::kAnsEscape16);
+    }
+    if (!raw_bits && !escaped) {
+      decode_plain_symbols(entry, present, values);
       return;
     }
     QUANTEM_ANS_READER_UNROLL
@@ -170,60 +185,40 @@ struct StreamReader {
     }
   }
 
-  // The common case, no raw low bits: at most one word per symbol, so the
-  // 4 words at the front of the buffer (top_up() keeps at least 5 while the
-  // stream has them) serve the whole frame. Each renormalisation takes the
-  // next of them from two 32-bit registers; the buffer itself is shifted once
-  // per frame by the number of words taken. Escapes leave this path for the
-  // checked one.
-  QUANTEM_ANS_READER_HD void decode_symbols_fast(const std::uint32_t entry[4], std::uint32_t present,
-                                                 std::uint32_t values[4]) {
-    std::uint32_t front = static_cast<std::uint32_t>(low);         // words 0, 1
-    std::uint32_t back = static_cast<std::uint32_t>(low >> 32);    // words 2, 3
+  // The common case, plain symbols (no raw bits, no escapes): at most one word
+  // per symbol, so the 4 words at the front of the buffer (top_up() keeps at
+  // least 5 while the stream has them) serve the whole frame. Branch-free:
+  // each renormalisation takes the next word from two 32-bit registers, and
+  // the buffer is shifted once per frame by the number of words taken.
+  QUANTEM_ANS_READER_HD void decode_plain_symbols(const std::uint32_t entry[4], std::uint32_t present,
+                                                  std::uint32_t values[4]) {
+    std::uint32_t front = static_cast<std::uint32_t>(low);       // words 0, 1
+    std::uint32_t back = static_cast<std::uint32_t>(low >> 32);  // words 2, 3
     std::uint32_t taken = 0;
-    bool escaped = false;
     QUANTEM_ANS_READER_UNROLL
     for (int k = 0; k < 4; ++k) {
-      values[k] = 0;
-      if ((present >> k) & 1u) {
-        std::uint32_t& x = state[k];
-        x = ((entry[k] >> 8) & 0x7ffu) * (x >> ans::kAnsProbabilityBits) + (entry[k] >> 19);
-        const std::uint32_t symbol = entry[k] & 0xffu;
-        if (symbol >= ans::kAnsEscape16 || escaped) {  // rare: finish the frame on the checked path
-          if (!escaped) {
-            consume(taken);
-            taken = 0;
-            escaped = true;
-          }
-          renormalize(x);
-          values[k] = symbol >= ans::kAnsEscape16 ? read_escaped(x, symbol) : symbol;
-          continue;
-        }
-        const bool need = x < ans::kAnsStateLower;
-        x = need ? ((x << 16) | (front & 0xffffu)) : x;
-        front = need ? ((front >> 16) | (back << 16)) : front;
-        back = need ? (back >> 16) : back;
-        taken += need ? 1u : 0u;
-        values[k] = symbol;
-      }
+      const bool here = ((present >> k) & 1u) != 0;
+      const std::uint32_t decoded =
+          ((entry[k] >> 8) & 0x7ffu) * (state[k] >> ans::kAnsProbabilityBits) + (entry[k] >> 19);
+      const bool need = here && decoded < ans::kAnsStateLower;
+      const std::uint32_t renormalized = need ? ((decoded << 16) | (front & 0xffffu)) : decoded;
+      state[k] = here ? renormalized : state[k];
+      front = need ? ((front >> 16) | (back << 16)) : front;
+      back = need ? (back >> 16) : back;
+      taken += need ? 1u : 0u;
+      values[k] = here ? (entry[k] & 0xffu) : 0u;
     }
-    if (!escaped) consume(taken);
+    consume(taken);
   }
 
   // Drops `count` (0..4) words from the front of the buffer.
   QUANTEM_ANS_READER_HD void consume(std::uint32_t count) {
-    if (count > words_left) {  // a malformed stream ran past its end
-      corrupt = true;
-      count = words_left < 4 ? words_left : 4u;
-    }
+    corrupt = corrupt || count > words_left;  // a malformed stream ran past its end
+    count = count > words_left ? words_left : count;
     const std::uint32_t bits = 16 * count;  // 0..64
-    if (bits == 64) {
-      low = high;
-      high = 0;
-    } else if (bits != 0) {
-      low = (low >> bits) | (high << (64 - bits));
-      high >>= bits;
-    }
+    const std::uint64_t shifted = bits == 0 ? low : (bits >= 64 ? high : ((low >> bits) | (high << (64 - bits))));
+    high = bits >= 64 ? 0 : (high >> bits);
+    low = shifted;
     words_left -= count;
   }
 
