@@ -9,15 +9,18 @@
 // the next word of the shared buffer. The long latency of the shared-memory
 // lookups thus overlaps 4 ways within a thread.
 //
-// Streams are 16-byte aligned. The reader buffers up to 8 16-bit words in two
-// 64-bit registers and keeps the next 16-byte chunk in flight. A warp holds 32
-// independent streams, so anything a lane does alone (a refill) costs the
-// whole warp: renormalisation is therefore branch-free (select on "state <
-// lower bound"), and the buffer is topped up once per frame (top_up(): at
-// least 5 words when the stream has them, enough for the 4 symbols of a quad).
-// Only escapes and raw low bits can drain it mid-frame; they take the rare
-// refill branch. Every read is bounded by the stream end: a malformed stream
-// sets `corrupt` and continues on zeros (never faults).
+// Streams are 16-byte aligned. The reader holds an 8-word window of the
+// stream in two 64-bit registers and a bit position `pos` of the next unread
+// word in it, and keeps the next 16-byte chunk in flight. A warp holds 32
+// independent streams, so anything a lane does alone costs the whole warp:
+// consuming a word only advances `pos`, and the window slides by 4 words
+// (low = high, high = the next 4 words) once per frame at most (top_up():
+// then at least 5 unread words, enough for the 4 symbols of a quad). Plain
+// frames (no raw bits, no escapes) decode branch-free from a 4-word view of
+// the window; raw bits and escapes take a checked path that may slide the
+// window mid-frame. Reads are bounded by the stream end: past it the window
+// fills with zeros (counted in `phantom_bits`), and a stream that consumed
+// them, or did not end exactly, is reported (never faults).
 #include <cstdint>
 
 #if defined(__CUDACC__)
@@ -40,10 +43,11 @@ struct StreamReader {
   const uint4* next_chunk;
   const uint4* end_chunk;
   uint4 upcoming;              // the next chunk, loaded ahead
-  std::uint64_t low;           // buffered words, first word in the low 16 bits
-  std::uint64_t high;
-  std::uint32_t words_left;    // buffered words, 0..8
+  std::uint64_t low;           // window words 0..3 (word 0 in the low 16 bits)
+  std::uint64_t high;          // window words 4..7
+  std::uint32_t pos;           // bit position of the next unread word in low:high, 0..128
   std::uint32_t halves_left;   // unread 64-bit halves of `upcoming`, 0..2
+  std::uint32_t phantom_bits;  // zero bits at the end of the window that lie past the stream: 0, 64 or 128
   std::uint32_t state[ans::kAnsStatesPerStream];  // one per quad position
   bool corrupt;
 
@@ -55,8 +59,9 @@ struct StreamReader {
     corrupt = begin >= finish || finish > data_bytes || begin % ans::kAnsStreamAlignment != 0 ||
               finish % ans::kAnsStreamAlignment != 0;
     low = high = 0;
-    words_left = 0;
+    pos = 128;
     halves_left = 0;
+    phantom_bits = 0;
     upcoming = uint4{0, 0, 0, 0};
     next_chunk = end_chunk = reinterpret_cast<const uint4*>(data);
     for (std::uint32_t k = 0; k < ans::kAnsStatesPerStream; ++k) state[k] = ans::kAnsStateLower;
@@ -70,6 +75,8 @@ struct StreamReader {
     state[3] = states.w;
     next_chunk = chunk + 1;
     prefetch();
+    slide();
+    slide();
   }
 
   QUANTEM_ANS_READER_HD void prefetch() {
@@ -80,58 +87,38 @@ struct StreamReader {
     }
   }
 
-  // Appends the next 4 words (half a chunk) behind the buffered ones; needs words_left <= 4.
-  QUANTEM_ANS_READER_HD void append_half() {
+  // Slides the window by 4 words: low = high, high = the next 4 words of the
+  // stream (zeros past its end).
+  QUANTEM_ANS_READER_HD void slide() {
+    const bool have = halves_left != 0;
     const std::uint64_t half = halves_left == 2 ? (upcoming.x | (std::uint64_t{upcoming.y} << 32))
                                                 : (upcoming.z | (std::uint64_t{upcoming.w} << 32));
-    const std::uint32_t shift = 16 * words_left;  // 0..64; with words_left <= 4 every buffered word is in `low`
-    if (shift == 0) {
-      low = half;
-      high = 0;
-    } else if (shift < 64) {
-      low |= half << shift;
-      high = half >> (64 - shift);
-    } else {
-      high = half;
-    }
-    words_left += 4;
-    if (--halves_left == 0) prefetch();
+    low = high;
+    high = have ? half : 0;
+    phantom_bits = have ? phantom_bits : (phantom_bits >= 64 ? 128u : phantom_bits + 64);
+    pos -= 64;
+    if (have && --halves_left == 0) prefetch();
   }
 
-  // Once per frame: keep at least 5 words buffered while the stream has them
-  // (one per symbol of a quad, plus one; raw bits and escapes may need more
-  // and take the rare refill branch of renormalize()). Branch-free except for
-  // loading the next chunk.
+  // Once per frame: at least 5 unread words in the window (pos < 64). Only a
+  // frame of many raw bits or escapes leaves pos at 128 and needs two slides.
   QUANTEM_ANS_READER_HD void top_up() {
-    const bool take = words_left <= 4 && halves_left != 0;
-    const std::uint64_t half = halves_left == 2 ? (upcoming.x | (std::uint64_t{upcoming.y} << 32))
-                                                : (upcoming.z | (std::uint64_t{upcoming.w} << 32));
-    const std::uint32_t shift = 16 * words_left;  // 0..64 when taking
-    const std::uint64_t new_low = shift == 0 ? half : (shift >= 64 ? low : (low | (half << shift)));
-    const std::uint64_t new_high = shift == 0 ? 0 : (shift >= 64 ? half : (half >> (64 - shift)));
-    low = take ? new_low : low;
-    high = take ? new_high : high;
-    words_left += take ? 4u : 0u;
-    halves_left -= take ? 1u : 0u;
-    if (take && halves_left == 0) prefetch();
+    if (pos >= 128) slide();
+    if (pos >= 64) slide();
   }
 
-  // x < 2^16 -> x = (x << 16) | next word; branch-free except when the buffer ran dry.
+  // The next unread word; slides the window when it is used up (checked path).
+  QUANTEM_ANS_READER_HD std::uint32_t peek_word() {
+    if (pos >= 128) slide();
+    return static_cast<std::uint32_t>((pos < 64 ? (low >> pos) : (high >> (pos - 64))) & 0xffffu);
+  }
+
+  // x < 2^16 -> x = (x << 16) | next word (checked path).
   QUANTEM_ANS_READER_HD void renormalize(std::uint32_t& x) {
-    const bool need = x < ans::kAnsStateLower;
-    if (need && words_left == 0) {  // rare: escapes or raw bits drained the buffer
-      if (halves_left == 0) {
-        corrupt = true;
-      } else {
-        append_half();
-      }
+    if (x < ans::kAnsStateLower) {
+      x = (x << 16) | peek_word();
+      pos += 16;
     }
-    const std::uint32_t word = static_cast<std::uint32_t>(low) & 0xffffu;
-    const std::uint64_t next_low = (low >> 16) | (high << 48);
-    x = need ? ((x << 16) | word) : x;
-    low = need ? next_low : low;
-    high = need ? (high >> 16) : high;
-    words_left -= (need && words_left != 0) ? 1u : 0u;
   }
 
   QUANTEM_ANS_READER_HD std::uint32_t read_bits(std::uint32_t& x, std::uint32_t count) {
@@ -186,14 +173,14 @@ struct StreamReader {
   }
 
   // The common case, plain symbols (no raw bits, no escapes): at most one word
-  // per symbol, so the 4 words at the front of the buffer (top_up() keeps at
-  // least 5 while the stream has them) serve the whole frame. Branch-free:
-  // each renormalisation takes the next word from two 32-bit registers, and
-  // the buffer is shifted once per frame by the number of words taken.
+  // per symbol, so the 4 words after `pos` (top_up() keeps at least 5 unread)
+  // serve the whole frame. Branch-free: each renormalisation takes the next
+  // word from a two-register view, and `pos` advances by the words taken.
   QUANTEM_ANS_READER_HD void decode_plain_symbols(const std::uint32_t entry[4], std::uint32_t present,
                                                   std::uint32_t values[4]) {
-    std::uint32_t front = static_cast<std::uint32_t>(low);       // words 0, 1
-    std::uint32_t back = static_cast<std::uint32_t>(low >> 32);  // words 2, 3
+    const std::uint64_t view = pos == 0 ? low : ((low >> pos) | (high << (64 - pos)));  // pos < 64 here
+    std::uint32_t front = static_cast<std::uint32_t>(view);       // words 0, 1 after pos
+    std::uint32_t back = static_cast<std::uint32_t>(view >> 32);  // words 2, 3
     std::uint32_t taken = 0;
     QUANTEM_ANS_READER_UNROLL
     for (int k = 0; k < 4; ++k) {
@@ -208,28 +195,24 @@ struct StreamReader {
       taken += need ? 1u : 0u;
       values[k] = here ? (entry[k] & 0xffu) : 0u;
     }
-    consume(taken);
-  }
-
-  // Drops `count` (0..4) words from the front of the buffer.
-  QUANTEM_ANS_READER_HD void consume(std::uint32_t count) {
-    corrupt = corrupt || count > words_left;  // a malformed stream ran past its end
-    count = count > words_left ? words_left : count;
-    const std::uint32_t bits = 16 * count;  // 0..64
-    const std::uint64_t shifted = bits == 0 ? low : (bits >= 64 ? high : ((low >> bits) | (high << (64 - bits))));
-    high = bits >= 64 ? 0 : (high >> bits);
-    low = shifted;
-    words_left -= count;
+    pos += 16 * taken;
   }
 
   // True when the stream decoded exactly: every final state is the encoder's
-  // initial state and only zero padding is left unread.
+  // initial state, no word past the stream end was consumed, and only zero
+  // padding is left unread.
   QUANTEM_ANS_READER_HD bool finished_cleanly() const {
-    // The last chunk's second half may still sit unread in `upcoming`: then it is padding.
-    const bool rest_is_padding = halves_left == 0 || (halves_left == 1 && upcoming.z == 0 && upcoming.w == 0);
     bool states_final = true;
     for (std::uint32_t k = 0; k < ans::kAnsStatesPerStream; ++k) states_final = states_final && state[k] == ans::kAnsStateLower;
-    return !corrupt && states_final && rest_is_padding && next_chunk == end_chunk && low == 0 && high == 0;
+    const std::uint32_t real_end = 128 - phantom_bits;  // window bits that came from the stream
+    if (corrupt || !states_final || pos > real_end) return false;
+    for (std::uint32_t bit = pos; bit < real_end; bit += 16) {
+      const std::uint64_t word = (bit < 64 ? (low >> bit) : (high >> (bit - 64))) & 0xffffu;
+      if (word != 0) return false;
+    }
+    // The last chunk's second half may still sit unread in `upcoming`: then it is padding.
+    const bool rest_is_padding = halves_left == 0 || (halves_left == 1 && upcoming.z == 0 && upcoming.w == 0);
+    return rest_is_padding && next_chunk == end_chunk;
   }
 };
 

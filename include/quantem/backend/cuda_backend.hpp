@@ -9,7 +9,7 @@
 // nothing ever falls back to the CPU backend.
 //
 // Load pipeline (one device, bound on the loading thread with cudaSetDevice):
-//   catalog::build_frame_index -> coalesced preads (up to 4 MiB each, many
+//   catalog::build_frame_index -> coalesced preads (up to 1 MiB each, many
 //   threads) into pinned staging slots -> host-to-device copies on a copy
 //   stream, overlapped with the GPU bitshuffle/LZ4 decode on a compute stream
 //   -> masked pixels zeroed -> ANS encode, a batch of frame groups at a time,
