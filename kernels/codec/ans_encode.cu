@@ -233,13 +233,26 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsCountThreads)
   if (pixel < g.pixels) {
     const std::uint32_t cls = s.classes[std::uint64_t{group} * g.pixels_padded + pixel];
     const std::uint32_t shift = class_shift(cls, s.class_params[2 * group]);
-    std::uint32_t zeros = 0;
+    // Symbols 0..7 (nearly every value of counting data) are counted in
+    // registers, 16 bits per symbol in two packed words (a slice has at most
+    // 256 frames < 2^16); only larger symbols go to the shared histogram.
+    static_assert(kernels::tuning::kAnsCountFramesPerSlice < (1u << 16), "packed 16-bit counters");
+    std::uint64_t small_low = 0;   // symbols 0..3
+    std::uint64_t small_high = 0;  // symbols 4..7
     for (std::uint32_t f = first; f < last; ++f) {
       const std::uint32_t symbol = value_symbol(frame_value(frames, g, group, f, pixel), shift);
-      if (symbol == 0) ++zeros;
-      else atomicAdd(&counts[cls * kAnsAlphabetSize + symbol], 1u);
+      const std::uint64_t one = std::uint64_t{1} << (16 * (symbol & 3u));
+      small_low += symbol < 4 ? one : 0;
+      small_high += (symbol >= 4 && symbol < 8) ? one : 0;
+      if (symbol >= 8) atomicAdd(&counts[cls * kAnsAlphabetSize + symbol], 1u);
     }
-    if (zeros != 0) atomicAdd(&counts[cls * kAnsAlphabetSize], zeros);
+#pragma unroll
+    for (std::uint32_t k = 0; k < 4; ++k) {
+      const std::uint32_t low_count = static_cast<std::uint32_t>((small_low >> (16 * k)) & 0xffffu);
+      const std::uint32_t high_count = static_cast<std::uint32_t>((small_high >> (16 * k)) & 0xffffu);
+      if (low_count != 0) atomicAdd(&counts[cls * kAnsAlphabetSize + k], low_count);
+      if (high_count != 0) atomicAdd(&counts[cls * kAnsAlphabetSize + 4 + k], high_count);
+    }
   }
   __syncthreads();
   std::uint32_t* out = s.counts + std::uint64_t{group} * kAnsClassCount * kAnsAlphabetSize;
