@@ -105,7 +105,7 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
   const ans::AnsGroupLayout layout = ans::ans_group_layout(encode.detector_rows, encode.detector_cols);
   const auto group_bound = [&](std::uint64_t frames) {
     const std::uint64_t data = (frames * plan.frame_pixels * cap_quarter_bytes(plan.source_dtype) + 3) / 4;
-    // Each stream: a 4-byte state, its words, and up to 15 bytes of padding.
+    // Each stream: 16 bytes of states, its words, and up to 14 bytes of padding (< 32).
     return align16(layout.stream_data_offset + std::uint64_t{layout.stream_count} * 32 + data);
   };
   const std::uint64_t full_groups = plan.frames / frames_per_group;
