@@ -782,6 +782,7 @@ class Inspector {
 }  // namespace
 
 Acquisition inspect_master(const std::string& master_path) {
+  const std::lock_guard<std::recursive_mutex> hdf5_lock(hdf5::library_mutex());
   Acquisition acquisition;
   acquisition.master_path = lexically_absolute(master_path);
   acquisition.name = base_name(acquisition.master_path);

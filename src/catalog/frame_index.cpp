@@ -284,6 +284,9 @@ FrameIndex build_frame_index(const Acquisition& acquisition) {
   if (!acquisition.status.loadable || !acquisition.dtype || !acquisition.detector_shape_known()) {
     throw conflict("acquisition is not loadable: " + acquisition.master_path + " (" + acquisition.status.reason + ")");
   }
+  // HDF5 runs on this thread only, under the process-wide lock (the shard
+  // handles close before it is released); the chunk-index walkers never call it.
+  const std::lock_guard<std::recursive_mutex> hdf5_lock(hdf5::library_mutex());
   FrameIndex index;
   // Open every shard (HDF5: this thread only), up to the first that fails:
   // that error comes after any error of the shards before it.

@@ -7,6 +7,11 @@
 
 namespace quantem::catalog::hdf5 {
 
+std::recursive_mutex& library_mutex() {
+  static std::recursive_mutex mutex;
+  return mutex;
+}
+
 void silence_error_printing() {
   thread_local bool silenced = false;
   if (!silenced) {

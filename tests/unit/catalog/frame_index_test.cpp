@@ -5,6 +5,9 @@
 // user blocks, contiguous data) and on the real Arina and Eiger data files.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include <filesystem>
 #include <fstream>
 
@@ -113,6 +116,34 @@ TEST_F(FrameIndexTest, SeveralShardsInOrder) {
   expect_matches_hdf5(index, 5, dir_.file("three_data_000003.h5"));
   EXPECT_EQ(index.frames[4].shard, 1u);
   EXPECT_EQ(index.frames[8].shard, 2u);
+}
+
+TEST_F(FrameIndexTest, InspectionsAndIndexBuildsOnManyThreadsAgree) {
+  // The daemon's watcher inspects masters while loaders build frame indexes
+  // (whose chunk-index walk runs on worker threads of its own). Run both from
+  // several threads at once and require every result to equal the serial one.
+  // The catalog also serialises its HDF5 calls for libhdf5 builds that are not
+  // thread-safe (Debian's is, so here the test guards our own threading).
+  const auto a = make("busy", "--shard-frames 300,200 --ntrigger 500 --dtype uint16");
+  const FrameIndex serial = build_frame_index(a);
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 15; ++i) {
+        if ((t + i) % 2 == 0) {
+          const Acquisition again = inspect_master(dir_.file("busy_master.h5"));
+          if (!again.status.loadable || again.stored_frames != a.stored_frames) ++mismatches;
+        } else {
+          const FrameIndex index = build_frame_index(a);
+          if (index.frames.size() != serial.frames.size() || index.stored_bytes_total != serial.stored_bytes_total)
+            ++mismatches;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 TEST_F(FrameIndexTest, LatestFormatFixedArrayPaged) {
