@@ -317,6 +317,8 @@ std::shared_ptr<Resident> CudaBackendImpl::load_checked(const catalog::Acquisiti
   for (int i = 0; i < kDenseSlots; ++i) batch_ready.emplace_back();
   EventTimer copy_timer;
   EventTimer decode_timer;
+  copy_timer.reserve(schedule.sub_batches.size());  // no event is created inside the loop
+  decode_timer.reserve(schedule.sub_batches.size());
   ResidentEncoder encoder(acquisition, plan, kDenseSlots, encode_stream.get(), ledger);
   std::vector<TrackedBuffer> device_slots;
   TrackedBuffer bslz4_scratch;

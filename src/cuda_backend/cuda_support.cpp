@@ -59,16 +59,26 @@ Event::~Event() {
   if (event_ != nullptr) QUANTEM_CUDA_TRY_NOTHROW(cudaEventDestroy(event_));
 }
 
-void EventTimer::start(cudaStream_t stream) {
-  spans_.emplace_back(Event(true), Event(true));
-  QUANTEM_CUDA_TRY(cudaEventRecord(spans_.back().first.get(), stream));
+void EventTimer::reserve(std::size_t spans) {
+  spans_.reserve(spans);
+  while (spans_.size() < spans) spans_.emplace_back(Event(true), Event(true));
 }
 
-void EventTimer::stop(cudaStream_t stream) { QUANTEM_CUDA_TRY(cudaEventRecord(spans_.back().second.get(), stream)); }
+void EventTimer::start(cudaStream_t stream) {
+  if (used_ == spans_.size()) spans_.emplace_back(Event(true), Event(true));
+  QUANTEM_CUDA_TRY(cudaEventRecord(spans_[used_].first.get(), stream));
+  ++used_;
+}
+
+void EventTimer::stop(cudaStream_t stream) {
+  if (used_ == 0) return;  // never started
+  QUANTEM_CUDA_TRY(cudaEventRecord(spans_[used_ - 1].second.get(), stream));
+}
 
 double EventTimer::seconds() const {
   double total = 0.0;
-  for (const auto& [begin, end] : spans_) {
+  for (std::size_t i = 0; i < used_; ++i) {
+    const auto& [begin, end] = spans_[i];
     float milliseconds = 0.0f;
     if (cudaEventElapsedTime(&milliseconds, begin.get(), end.get()) == cudaSuccess) total += milliseconds;
     else (void)cudaGetLastError();  // an unrecorded pair (an error path) counts nothing

@@ -94,12 +94,16 @@ class Event {
 // Sums the device time between start/stop pairs (read after the work finished).
 class EventTimer {
  public:
+  // Creates the events of `spans` start/stop pairs now, so that start() in a
+  // loop creates none (creating events there stalled a load's thread).
+  void reserve(std::size_t spans);
   void start(cudaStream_t stream);
   void stop(cudaStream_t stream);
   double seconds() const;
 
  private:
   std::vector<std::pair<Event, Event>> spans_;
+  std::size_t used_ = 0;  // spans_[0, used_) have been started
 };
 
 // Waits for streams when destroyed (nothrow), so buffers declared before it

@@ -25,6 +25,7 @@ EncodeWorker::EncodeWorker(int device_index, ResidentEncoder& encoder, BatchChec
       low_water_(low_water),
       host_statuses_(encoder.plan().batch_frames * 4) {
   for (int slot = 0; slot < encoder.dense_slots(); ++slot) slot_free_.emplace_back();
+  encode_timer_.reserve(encoder.plan().batches);
   thread_ = std::thread([this] { run(); });
 }
 
