@@ -145,21 +145,14 @@ struct StreamReader {
   QUANTEM_ANS_READER_HD void decode_frame(const std::uint32_t* const class_table[4], const std::uint32_t shift[4],
                                           std::uint32_t present, bool raw_bits, std::uint32_t values[4]) {
     std::uint32_t entry[4];
-    // Symbols 254 and 255 (escapes) are exactly those with ~symbol & 0xfe == 0:
-    // the smallest of the four tests them all (an absent position counts as 0xfe).
-    std::uint32_t not_escape = 0xfeu;
+    bool escaped = false;
     QUANTEM_ANS_READER_UNROLL
     for (int k = 0; k < 4; ++k) {
       entry[k] = class_table[k][state[k] & (ans::kAnsProbabilityScale - 1)];
-      const std::uint32_t test = ((present >> k) & 1u) ? (~entry[k] & 0xfeu) : 0xfeu;
-      not_escape = not_escape < test ? not_escape : test;
+      escaped = escaped || (((present >> k) & 1u) != 0 && (entry[k] & 0xffu) >= ans::kAnsEscape16);
     }
-    if (!raw_bits && not_escape != 0) {
-      if (present == 0xfu) {
-        decode_plain_quad(entry, values);
-      } else {
-        decode_plain_symbols(entry, present, values);
-      }
+    if (!raw_bits && !escaped) {
+      decode_plain_symbols(entry, present, values);
       return;
     }
     QUANTEM_ANS_READER_UNROLL
@@ -201,27 +194,6 @@ struct StreamReader {
       back = need ? (back >> 16) : back;
       taken += need ? 1u : 0u;
       values[k] = here ? (entry[k] & 0xffu) : 0u;
-    }
-    pos += 16 * taken;
-  }
-
-  // decode_plain_symbols for a quad whose 4 pixels are all inside the detector
-  // (every quad of an even-sized detector): no presence selects.
-  QUANTEM_ANS_READER_HD void decode_plain_quad(const std::uint32_t entry[4], std::uint32_t values[4]) {
-    const std::uint64_t view = pos == 0 ? low : ((low >> pos) | (high << (64 - pos)));  // pos < 64 here
-    std::uint32_t front = static_cast<std::uint32_t>(view);
-    std::uint32_t back = static_cast<std::uint32_t>(view >> 32);
-    std::uint32_t taken = 0;
-    QUANTEM_ANS_READER_UNROLL
-    for (int k = 0; k < 4; ++k) {
-      const std::uint32_t decoded =
-          ((entry[k] >> 8) & 0x7ffu) * (state[k] >> ans::kAnsProbabilityBits) + (entry[k] >> 19);
-      const bool need = decoded < ans::kAnsStateLower;
-      state[k] = need ? ((decoded << 16) | (front & 0xffffu)) : decoded;
-      front = need ? ((front >> 16) | (back << 16)) : front;
-      back = need ? (back >> 16) : back;
-      taken += need ? 1u : 0u;
-      values[k] = entry[k] & 0xffu;
     }
     pos += 16 * taken;
   }
