@@ -13,12 +13,14 @@
 //   threads) into pinned staging slots -> host-to-device copies on a copy
 //   stream, overlapped with the GPU bitshuffle/LZ4 decode on a compute stream
 //   -> masked pixels zeroed -> ANS encode, a batch of frame groups at a time,
-//   into exactly sized device pieces of ONE resident.
+//   on an encode worker thread and stream (batch b encodes while batch b + 1
+//   is read, copied and decoded), into exactly sized device pieces of ONE
+//   resident.
 // Chunks the GPU decoder does not take (plain LZ4, unfiltered chunks, a
 // non-default bitshuffle block size) are decoded on the host with
 // codec::decode_chunk and copied; the resident's encoding() says how many.
-// The dense acquisition never exists on the device: only one batch of dense
-// frames at a time. estimate_load() is an upper bound of every device byte the
+// The dense acquisition never exists on the device: at most two batches of
+// dense frames at a time (the one being decoded, the one being encoded). estimate_load() is an upper bound of every device byte the
 // load allocates (each allocation rounded up to the 2 MiB allocation
 // granularity, plus a reserve for the CUDA runtime's lazily loaded kernels);
 // the load checks the encoded size against its bound before allocating each
@@ -53,7 +55,7 @@ struct CudaLoadReport {
   double seconds = 0.0;              // the whole load() call
   double index_seconds = 0.0;        // catalog::build_frame_index + read planning
   double read_seconds = 0.0;         // host time in preads (and host decodes), summed over sub-batches
-  double wait_seconds = 0.0;         // host time blocked on the GPU (slots, batch ends)
+  double wait_seconds = 0.0;         // loading-thread time blocked (staging slots, the encode worker freeing a dense batch, the end)
   double gpu_decode_seconds = 0.0;   // CUDA events: bitshuffle/LZ4 decode launches
   double gpu_encode_seconds = 0.0;   // CUDA events: masking + ANS measure + write
   double gpu_copy_seconds = 0.0;     // CUDA events: host-to-device copies
