@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -72,8 +73,25 @@ int main(int argc, char** argv) {
   synth_cmd->add_option("--threads", synth_options.threads, "Worker threads (0: all cores)");
   synth_cmd->add_option("--prefix", synth_options.prefix, "File name prefix")->capture_default_str();
 
+  // serve's flag spellings are part of the compatibility surface, including
+  // argparse's unique-prefix abbreviations (reference §1).
+  std::vector<std::string> arguments(argv, argv + argc);
+  if (arguments.size() > 1 && arguments[1] == "serve") {
+    const std::vector<std::string> serve_arguments(arguments.begin() + 2, arguments.end());
+    const quantem::server::ExpandedArguments expanded =
+        quantem::server::expand_option_prefixes(*serve_cmd, serve_arguments);
+    if (!expanded.error.empty()) {
+      std::cerr << "usage: quantem-gpu serve [OPTIONS] data_folder\n"
+                << "quantem-gpu serve: error: " << expanded.error << "\n";
+      return 2;
+    }
+    std::copy(expanded.arguments.begin(), expanded.arguments.end(), arguments.begin() + 2);
+  }
+  std::vector<char*> expanded_argv;
+  for (std::string& argument : arguments) expanded_argv.push_back(argument.data());
+
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(expanded_argv.size()), expanded_argv.data());
   } catch (const CLI::ParseError& e) {
     // Usage errors exit with status 2, like the argparse CLI of the service we
     // replace (reference §1); --help still exits 0.

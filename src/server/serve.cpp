@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -61,6 +62,33 @@ void add_serve_options(CLI::App& serve, ServeOptions& options) {
   serve.add_option("--auth", options.auth,
                    "none (default) or token (from $QUANTEM_GPU_TOKEN, $QUANTEM_GPU_TOKEN_FILE, else generated; "
                    "written to the 0600 runtime file)");
+}
+
+ExpandedArguments expand_option_prefixes(const CLI::App& command, const std::vector<std::string>& arguments) {
+  std::vector<std::string> names;  // every long option name, without the dashes
+  for (const CLI::Option* option : command.get_options()) {
+    for (const std::string& name : option->get_lnames()) names.push_back(name);
+  }
+  ExpandedArguments result{arguments, {}};
+  for (std::string& argument : result.arguments) {
+    if (argument == "--") break;
+    if (argument.size() <= 2 || argument.compare(0, 2, "--") != 0) continue;
+    const std::size_t equals = argument.find('=');
+    const std::string given = argument.substr(2, equals == std::string::npos ? std::string::npos : equals - 2);
+    if (std::find(names.begin(), names.end(), given) != names.end()) continue;
+    std::vector<std::string> matches;
+    for (const std::string& name : names)
+      if (name.compare(0, given.size(), given) == 0) matches.push_back(name);
+    if (matches.size() == 1) {
+      argument = "--" + matches.front() + (equals == std::string::npos ? "" : argument.substr(equals));
+    } else if (matches.size() > 1) {
+      std::sort(matches.begin(), matches.end());
+      std::string message = "ambiguous option: --" + given + " could match";
+      for (std::size_t i = 0; i < matches.size(); ++i) message += (i == 0 ? " --" : ", --") + matches[i];
+      return {arguments, message};
+    }
+  }
+  return result;
 }
 
 namespace {

@@ -87,6 +87,38 @@ TEST_F(ServeCli, ReferenceValidationMessages) {
   EXPECT_NE(run_quantem({"serve"}).exit_code, 0);
 }
 
+TEST_F(ServeCli, UniquePrefixesOfLongOptionsAreAcceptedLikeArgparse) {
+  // Each of these reaches serve's own validation (exit 1 with its message),
+  // which it cannot without the abbreviation being understood (CLI11 alone
+  // rejects an unknown option with exit 2).
+  struct Case {
+    std::vector<std::string> arguments;
+    std::string message;
+  };
+  for (const Case& c : {Case{{"--implementation", "abc", "--gpu", "-1"}, "--gpu must be zero or greater"},
+                        Case{{"--implementation=abc", "--gpus", "x"}, "--gpus must be 'auto'"},
+                        Case{{"--back=cpu", "--port-f", data.file("port"), "--port", "70000"},
+                             "--port must be between 1 and 65535"},
+                        Case{{"--backend", "cpu", "--device-b", "plenty"}, "--device-budget"}}) {
+    std::vector<std::string> arguments = {"serve", data.path()};
+    arguments.insert(arguments.end(), c.arguments.begin(), c.arguments.end());
+    const auto result = run_quantem(arguments);
+    EXPECT_EQ(result.exit_code, 1) << c.message << ": " << result.stderr_text;
+    EXPECT_NE(result.stderr_text.find(c.message), std::string::npos) << result.stderr_text;
+  }
+  // A prefix of several names is argparse's usage error (exit 2).
+  const auto ambiguous = run_quantem({"serve", data.path(), "--p", "5"});
+  EXPECT_EQ(ambiguous.exit_code, 2);
+  EXPECT_NE(ambiguous.stderr_text.find("quantem-gpu serve: error: ambiguous option: --p could match --port, --port-file"),
+            std::string::npos)
+      << ambiguous.stderr_text;
+  const auto gpu_or_gpus = run_quantem({"serve", data.path(), "--gp", "0"});
+  EXPECT_EQ(gpu_or_gpus.exit_code, 2);
+  EXPECT_NE(gpu_or_gpus.stderr_text.find("could match --gpu, --gpus"), std::string::npos) << gpu_or_gpus.stderr_text;
+  // Not a prefix of anything: still the parser's unknown-option error.
+  EXPECT_EQ(run_quantem({"serve", data.path(), "--nonsense", "1"}).exit_code, 2);
+}
+
 TEST_F(ServeCli, NonLoopbackBindIsRefusedWithoutTheFlag) {
   const auto refused = run_quantem({"serve", data.path(), "--backend", "cpu", "--host", "0.0.0.0", "--port", "0",
                                     "--port-file", data.file("port")});

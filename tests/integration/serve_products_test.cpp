@@ -31,7 +31,9 @@ class ServeProducts : public ::testing::Test {
     daemon_ = Daemon::start(root_->file("data"), {"--implementation-revision", "integration-rev"}).release();
   }
   static void TearDownTestSuite() {
-    if (daemon_) EXPECT_EQ(daemon_->stop(), 0);
+    if (daemon_) {
+      EXPECT_EQ(daemon_->stop(), 0);
+    }
     delete daemon_;
     delete manifest_;
     delete root_;

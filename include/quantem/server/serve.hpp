@@ -11,6 +11,9 @@
 // Healthy operation prints nothing on stdout; logs go to stderr.
 // SIGTERM/SIGINT: ready -> false, the HTTP server stops, loads are cancelled,
 // residents released, the runtime file removed, exit 0.
+#include <string>
+#include <vector>
+
 #include "quantem/server/serve_options.hpp"
 
 namespace CLI {
@@ -21,6 +24,21 @@ namespace quantem::server {
 
 // Declares serve's arguments on a CLI11 subcommand; they fill `options`.
 void add_serve_options(CLI::App& serve, ServeOptions& options);
+
+// argparse's allow_abbrev, which the service we replace has on: a long option
+// may be given by a unique prefix of its name ("--implementation" for
+// "--implementation-revision", also as "--implementation=REV"). Returns
+// `arguments` (the subcommand's, after its name) with each such prefix
+// replaced by the full name; an exact name always wins, and nothing after a
+// bare "--" is touched. A prefix of several names sets `error` to argparse's
+// "ambiguous option: --p could match --port, --port-file" (a usage error,
+// exit 2) and leaves the arguments unchanged. Unknown names are left for the
+// parser to reject.
+struct ExpandedArguments {
+  std::vector<std::string> arguments;
+  std::string error;
+};
+ExpandedArguments expand_option_prefixes(const CLI::App& command, const std::vector<std::string>& arguments);
 
 // Runs the daemon until SIGTERM/SIGINT. Returns the process exit code.
 int run_serve(const ServeOptions& options);
