@@ -77,15 +77,9 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
   if (stream >= header.stream_count) return;
   std::uint32_t pixels[4];
   const std::uint32_t present = dev::quad_pixels(stream, p.quad_cols, p.rows, p.cols, pixels);
-  const std::uint8_t* classes = blob + header.class_map_offset;
-  const std::uint32_t* class_table[4];
+  std::uint32_t class_offset[4];
   std::uint32_t shift[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const std::uint32_t cls = ((present >> k) & 1u) ? min(std::uint32_t{__ldg(classes + pixels[k])}, kAnsClassCount - 1) : 0u;
-    class_table[k] = table + cls * kAnsProbabilityScale;
-    shift[k] = class_shift(cls, header.class_scale);
-  }
+  dev::quad_class_tables(blob, header, pixels, present, class_offset, shift);
   dev::StreamReader reader;
   reader.open(blob + header.stream_data_offset,
               reinterpret_cast<const std::uint32_t*>(blob + header.stream_offsets_offset), stream,
@@ -98,7 +92,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
     Out* frame_out = group_out + f * pixels_per_frame;
     reader.top_up();
     std::uint32_t values[4];
-    reader.decode_frame(class_table, shift, present, raw_bits, values);
+    reader.decode_frame(table, class_offset, shift, raw_bits, values);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       if ((present >> k) & 1u) {
@@ -146,37 +140,47 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
     const std::uint32_t entry = active ? entries[index] : 0u;
     const std::uint32_t stream = entry & 0x0fffffffu;
     const std::uint32_t mask = entry >> 28;
-    std::uint32_t pixels[4];
-    const std::uint32_t present = active ? dev::quad_pixels(stream, p.quad_cols, p.rows, p.cols, pixels) : 0u;
-    const std::uint8_t* classes = blob + header.class_map_offset;
-    const std::uint32_t* class_table[4];
+    std::uint32_t class_offset[4];
     std::uint32_t shift[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const std::uint32_t cls =
-          ((present >> k) & 1u) ? min(std::uint32_t{__ldg(classes + pixels[k])}, kAnsClassCount - 1) : 0u;
-      class_table[k] = table + cls * kAnsProbabilityScale;
-      shift[k] = class_shift(cls, header.class_scale);
-    }
-    dev::StreamReader reader{};  // inactive lanes never open it: top_up() must see an empty buffer
+    dev::StreamReader reader;
     if (active) {
+      std::uint32_t pixels[4];
+      const std::uint32_t present = dev::quad_pixels(stream, p.quad_cols, p.rows, p.cols, pixels);
+      dev::quad_class_tables(blob, header, pixels, present, class_offset, shift);
       reader.open(blob + header.stream_data_offset,
                   reinterpret_cast<const std::uint32_t*>(blob + header.stream_offsets_offset), stream,
                   header.stream_count, header.stream_data_bytes);
+    } else {
+      dev::no_quad(class_offset, shift, reader);
     }
     const std::uint32_t lane = threadIdx.x % 32;
     const bool raw_bits = __any_sync(0xffffffffu, (shift[0] | shift[1] | shift[2] | shift[3]) != 0);
-    // The masked positions' values: value & keep[k] (all ones or zero).
+    // The masked positions: value & keep[k] (all ones or zero); in a plain
+    // frame the symbol is the value, summed in place inside the table entries
+    // (entry & keep_symbol[k]) and shifted down once per frame.
     std::uint32_t keep[4];
+    std::uint32_t keep_symbol[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) keep[k] = ((mask >> k) & 1u) ? 0xffffffffu : 0u;
+    for (int k = 0; k < 4; ++k) {
+      keep[k] = ((mask >> k) & 1u) ? 0xffffffffu : 0u;
+      keep_symbol[k] = keep[k] & dev::kEntrySymbolMask;
+    }
     if (header.raw_words == 1) {
       for (std::uint32_t f = 0; f < frame_count; ++f) {
         reader.top_up();
-        std::uint32_t values[4];
-        reader.decode_frame(class_table, shift, present, raw_bits, values);
-        const std::uint32_t lane_sum =
-            (values[0] & keep[0]) + (values[1] & keep[1]) + (values[2] & keep[2]) + (values[3] & keep[3]);
+        std::uint32_t frame_entries[4];
+        reader.lookup(table, class_offset, frame_entries);
+        std::uint32_t lane_sum;
+        if (!raw_bits && dev::StreamReader::plain(frame_entries)) {
+          reader.decode_plain(frame_entries);
+          lane_sum = ((frame_entries[0] & keep_symbol[0]) + (frame_entries[1] & keep_symbol[1]) +
+                      (frame_entries[2] & keep_symbol[2]) + (frame_entries[3] & keep_symbol[3])) >>
+                     dev::kEntrySymbolShift;
+        } else {
+          std::uint32_t values[4];
+          reader.decode_checked(frame_entries, shift, values);
+          lane_sum = (values[0] & keep[0]) + (values[1] & keep[1]) + (values[2] & keep[2]) + (values[3] & keep[3]);
+        }
         const std::uint32_t warp_sum = __reduce_add_sync(0xffffffffu, lane_sum);
         if (lane == 0 && warp_sum != 0) atomicAdd(frame_sums32 + f, warp_sum);
       }
@@ -184,7 +188,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
       for (std::uint32_t f = 0; f < frame_count; ++f) {
         reader.top_up();
         std::uint32_t values[4];
-        reader.decode_frame(class_table, shift, present, raw_bits, values);
+        reader.decode_frame(table, class_offset, shift, raw_bits, values);
         unsigned long long lane_sum = 0;
 #pragma unroll
         for (int k = 0; k < 4; ++k) lane_sum += values[k] & keep[k];

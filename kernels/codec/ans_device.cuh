@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "quantem/ans/ans_format.hpp"
+#include "quantem/ans/ans_model.hpp"
 #include "ans_stream_reader.cuh"
 
 namespace quantem::kernels::ans_device {
@@ -21,8 +22,9 @@ using ans::kAnsProbabilityBits;
 using ans::kAnsProbabilityScale;
 using ans::kAnsStateLower;
 
-// Shared memory of the decode tables: one uint32 per (class, slot), 128 KiB.
-inline constexpr std::uint32_t kDecodeTableEntries = kAnsClassCount * kAnsProbabilityScale;
+// Shared memory of the decode tables: one uint32 per (class, slot), 128 KiB,
+// then the neutral entry of absent positions at kNeutralTableOffset (padded to 16 bytes).
+inline constexpr std::uint32_t kDecodeTableEntries = kNeutralTableOffset + 4;
 // Per-warp cumulative-frequency scratch used while building the tables.
 inline constexpr std::uint32_t kCdfScratchEntries = kAnsAlphabetSize + 2;
 
@@ -35,10 +37,11 @@ __device__ inline AnsGroupHeader load_header(const std::uint8_t* blob) {
   return header;
 }
 
-// Builds the table of every class of the group: entry = symbol | frequency << 8 |
-// (slot - cdf) << 19, so one shared load gives x' = frequency * (x >> bits) + (slot - cdf).
-// A class whose frequencies do not sum to the scale (unused) gets frequency 0
-// entries, which the reader reports as corrupt if they are ever hit.
+// Builds the table of every class of the group (entries: make_decode_entry in
+// ans_stream_reader.cuh), so one shared load gives x' = frequency * (x >> bits) +
+// (slot - cdf), and the neutral entry after them. A class whose frequencies do
+// not sum to the scale (unused) gets frequency 0 entries, which the reader
+// reports as corrupt if they are ever hit.
 // All threads of the CTA must call it; it ends with __syncthreads().
 __device__ inline void build_decode_tables(const std::uint8_t* blob, const AnsGroupHeader& header,
                                            std::uint32_t* table, std::uint16_t* cdf_scratch) {
@@ -81,12 +84,13 @@ __device__ inline void build_decode_tables(const std::uint8_t* blob, const AnsGr
           else high = middle - 1;
         }
         const std::uint32_t frequency = cdf[low + 1] - cdf[low];
-        entry = low | (frequency << 8) | ((slot - cdf[low]) << 19);
+        entry = make_decode_entry(low, frequency, slot - cdf[low]);
       }
       table[cls * kAnsProbabilityScale + slot] = entry;
     }
     __syncwarp();
   }
+  if (threadIdx.x < kDecodeTableEntries - kNeutralTableOffset) table[kNeutralTableOffset + threadIdx.x] = kNeutralEntry;
   __syncthreads();
 }
 
@@ -103,6 +107,32 @@ __device__ inline std::uint32_t quad_pixels(std::uint32_t stream, std::uint32_t 
   const bool has_right = col + 1 < cols;
   const bool has_below = row + 1 < rows;
   return 1u | (has_right ? 2u : 0u) | (has_below ? 4u : 0u) | (has_right && has_below ? 8u : 0u);
+}
+
+// The decode table (its offset in the tables) and class shift of each
+// position of a quad: its pixel's class for a present position, the neutral
+// entry (shift 0) for an absent one.
+__device__ inline void quad_class_tables(const std::uint8_t* blob, const AnsGroupHeader& header,
+                                         const std::uint32_t pixels[4], std::uint32_t present,
+                                         std::uint32_t class_offset[4], std::uint32_t shift[4]) {
+  const std::uint8_t* classes = blob + header.class_map_offset;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const bool here = ((present >> k) & 1u) != 0;
+    const std::uint32_t cls = here ? min(std::uint32_t{__ldg(classes + pixels[k])}, kAnsClassCount - 1) : 0u;
+    class_offset[k] = here ? cls * kAnsProbabilityScale : kNeutralTableOffset;
+    shift[k] = here ? ans::class_shift(cls, header.class_scale) : 0u;
+  }
+}
+
+// A lane without a stream: neutral entries, no shifts, an empty reader.
+__device__ inline void no_quad(std::uint32_t class_offset[4], std::uint32_t shift[4], StreamReader& reader) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    class_offset[k] = kNeutralTableOffset;
+    shift[k] = 0;
+  }
+  reader.open_empty();
 }
 
 }  // namespace quantem::kernels::ans_device

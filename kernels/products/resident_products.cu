@@ -79,42 +79,33 @@ __device__ GroupContext open_group(const ResidentParams& p, std::uint32_t group)
   return context;
 }
 
-// One thread's stream: its quad's pixels, their class tables and shifts, the reader.
+// One thread's stream: its quad's pixels, their class tables (offsets) and shifts, the reader.
 struct QuadDecoder {
   std::uint32_t pixels[4];
   std::uint32_t present;
-  const std::uint32_t* class_table[4];
+  const std::uint32_t* table;  // the CTA's decode tables
+  std::uint32_t class_offset[4];
   std::uint32_t shift[4];
   bool raw_bits;  // some lane of the warp has a class that sends raw low bits
   dev::StreamReader reader;
 
   __device__ void decode_frame(std::uint32_t values[4]) {
     reader.top_up();
-    reader.decode_frame(class_table, shift, present, raw_bits, values);
+    reader.decode_frame(table, class_offset, shift, raw_bits, values);
   }
 
   // An inactive decoder (stream past the end) has no pixels and a reader that never reads.
-  __device__ void open(const ResidentParams& p, const GroupContext& g, const std::uint32_t* table,
+  __device__ void open(const ResidentParams& p, const GroupContext& g, const std::uint32_t* tables,
                        std::uint32_t stream, bool active) {
-    reader = dev::StreamReader{};
+    table = tables;
     present = active ? dev::quad_pixels(stream, p.quad_cols, p.rows, p.cols, pixels) : 0u;
     if (!active) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        pixels[k] = 0;
-        class_table[k] = table;
-        shift[k] = 0;
-      }
+      for (int k = 0; k < 4; ++k) pixels[k] = 0;
+      dev::no_quad(class_offset, shift, reader);
       return;
     }
-    const std::uint8_t* classes = g.blob + g.header.class_map_offset;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const std::uint32_t cls =
-          ((present >> k) & 1u) ? min(std::uint32_t{__ldg(classes + pixels[k])}, kAnsClassCount - 1) : 0u;
-      class_table[k] = table + cls * kAnsProbabilityScale;
-      shift[k] = class_shift(cls, g.header.class_scale);
-    }
+    dev::quad_class_tables(g.blob, g.header, pixels, present, class_offset, shift);
     reader.open(g.blob + g.header.stream_data_offset,
                 reinterpret_cast<const std::uint32_t*>(g.blob + g.header.stream_offsets_offset), stream,
                 g.header.stream_count, g.header.stream_data_bytes);

@@ -5,9 +5,11 @@
 # racecheck on small decodes, then the benchmarks. Results go to $OUT (at most
 # 8 files come back): tests.log, sanitizer.log, bench_*.json, summary.txt.
 #
-#   bash scripts/device/run.sh [quick|large|profile]
+#   bash scripts/device/run.sh [quick|large|profile|masked]
 #     quick: tests + sanitizer only; large: also a 1024x1024x192x192 u16 scan
-#     (77 GB dense); profile: tests + sanitizer + Nsight Compute on a small scan
+#     (77 GB dense); profile: tests + sanitizer + Nsight Compute on a small scan;
+#     masked: tests + sanitizer + the 512x512 u16 benchmark, the SASS of the
+#     masked-sum kernel (sass_masked_sum.txt) and Nsight Compute on it alone
 set -uo pipefail
 bundle=$(pwd)/.bundle
 out=${OUT:-/tmp/quantem-device-out}
@@ -64,6 +66,19 @@ if [ "${1:-}" = "profile" ]; then
     note "ncu $kernel rc=$?"
   done
   grep -E "^  [a-z_]+.*\(|Duration|Warp Cycles Per Issued|Issue Slots Busy|Executed Ipc Active|Stall|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Executed Instructions  " "$out/ncu.txt" | head -80
+fi
+
+if [ "${1:-}" = "masked" ]; then
+  cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+  "$cuobjdump" -sass -fun masked_sum_kernel "$bundle/bench_gpu_codec" > "$out/sass_masked_sum.txt" 2>&1
+  note "sass masked_sum_kernel rc=$? lines $(wc -l < "$out/sass_masked_sum.txt")"
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  "$ncu" --clock-control none -k "regex:masked_sum_kernel" -c 1 \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section InstructionStats \
+    --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats \
+    "$bundle/bench_gpu_codec" --scan-rows 32 --scan-cols 512 --unique-frames 2048 --repeats 1 > "$out/ncu.txt" 2>&1
+  note "ncu masked_sum_kernel rc=$?"
+  grep -E "Duration|Warp Cycles Per Issued|Issue Slots Busy|Executed Ipc Active|Executed Instructions  |Achieved Occupancy|Compute \(SM\) Throughput|Pipe|Stall" "$out/ncu.txt" | head -30
 fi
 
 if [ "${1:-}" != "quick" ] && [ "${1:-}" != "profile" ]; then

@@ -17,15 +17,17 @@ namespace {
 using ans_test::TestFrames;
 
 // The tables build_decode_tables makes on the device, built here on the host.
+// The neutral entry of absent positions follows the class tables, as on the device.
 std::vector<std::uint32_t> decode_tables(const std::vector<std::uint8_t>& blob, const ans::AnsGroupHeader& header) {
-  std::vector<std::uint32_t> table(ans::kAnsClassCount * ans::kAnsProbabilityScale, 0);
+  std::vector<std::uint32_t> table(kernels::ans_device::kNeutralTableOffset + 1, 0);
+  table.back() = kernels::ans_device::kNeutralEntry;
   for (std::uint32_t c = 0; c < ans::kAnsClassCount; ++c) {
     std::uint32_t cdf = 0;
     for (std::uint32_t s = 0; s < ans::kAnsAlphabetSize; ++s) {
       std::uint16_t f;
       std::memcpy(&f, blob.data() + header.freq_table_offset + 2 * (c * ans::kAnsAlphabetSize + s), 2);
       for (std::uint32_t slot = cdf; slot < cdf + f; ++slot)
-        table[c * ans::kAnsProbabilityScale + slot] = s | (std::uint32_t{f} << 8) | ((slot - cdf) << 19);
+        table[c * ans::kAnsProbabilityScale + slot] = kernels::ans_device::make_decode_entry(s, f, slot - cdf);
       cdf += f;
     }
   }
@@ -48,7 +50,7 @@ std::vector<std::uint32_t> decode_with_reader(const std::vector<std::uint8_t>& b
                 header.stream_count, header.stream_data_bytes);
     const std::uint32_t row = 2 * (stream / layout.quad_cols);
     const std::uint32_t col = 2 * (stream % layout.quad_cols);
-    const std::uint32_t* class_table[4];
+    std::uint32_t class_offset[4];
     std::uint32_t shift[4];
     std::uint32_t pixel[4];
     std::uint32_t present = 0;
@@ -59,7 +61,7 @@ std::vector<std::uint32_t> decode_with_reader(const std::vector<std::uint8_t>& b
       const bool here = r < rows && c < cols;
       pixel[k] = r * cols + c;
       const std::uint32_t cls = here ? blob[header.class_map_offset + pixel[k]] : 0u;
-      class_table[k] = table.data() + cls * ans::kAnsProbabilityScale;
+      class_offset[k] = here ? cls * ans::kAnsProbabilityScale : kernels::ans_device::kNeutralTableOffset;
       shift[k] = here ? ans::class_shift(cls, header.class_scale) : 0u;
       raw_bits = raw_bits || shift[k] != 0;
       if (here) present |= 1u << k;
@@ -69,7 +71,7 @@ std::vector<std::uint32_t> decode_with_reader(const std::vector<std::uint8_t>& b
     for (std::uint32_t f = 0; f < header.frame_count; ++f) {
       reader.top_up();
       std::uint32_t values[4];
-      reader.decode_frame(class_table, shift, present, raw_bits, values);
+      reader.decode_frame(table.data(), class_offset, shift, raw_bits, values);
       for (std::uint32_t k = 0; k < 4; ++k)
         if ((present >> k) & 1u) out[std::size_t{f} * rows * cols + pixel[k]] = values[k];
     }
