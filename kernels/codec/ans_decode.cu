@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
           lane_sum = (values[0] & keep[0]) + (values[1] & keep[1]) + (values[2] & keep[2]) + (values[3] & keep[3]);
         }
         const std::uint32_t warp_sum = __reduce_add_sync(0xffffffffu, lane_sum);
-        if (lane == 0 && warp_sum != 0) atomicAdd(frame_sums32 + f, warp_sum);
+        if (lane == 0 && warp_sum != 0) dev::shared_add(frame_sums32 + f, warp_sum);
       }
     } else {
       for (std::uint32_t f = 0; f < frame_count; ++f) {

@@ -10,17 +10,20 @@
 // lookups thus overlaps 4 ways within a thread.
 //
 // Streams are 16-byte aligned. The reader holds an 8-word window of the
-// stream in two 64-bit registers and a bit position `pos` of the next unread
-// word in it, and keeps the next 16-byte chunk in flight. A warp holds 32
+// stream in two 64-bit registers (low, high) and a bit position `pos` of the
+// next unread word in it, plus the 4 words after the window (`ahead`), loaded
+// one slide early so that no read waits for memory. A warp holds 32
 // independent streams, so anything a lane does alone costs the whole warp:
-// consuming a word only advances `pos`, and the window slides by 4 words
-// (low = high, high = the next 4 words) once per frame at most (top_up():
-// then at least 5 unread words, enough for the 4 symbols of a quad). Plain
-// frames (no raw bits, no escapes) decode branch-free from a 4-word view of
-// the window; raw bits and escapes take a checked path that may slide the
-// window mid-frame. Reads are bounded by the stream end: past it the window
-// fills with zeros (counted in `phantom_bits`), and a stream that consumed
-// them, or did not end exactly, is reported (never faults).
+// consuming a word only advances `pos`, and top_up() slides the window by
+// 4 words (low = high, high = ahead, ahead = the next 4) once per frame,
+// branch-free (predicated), whenever pos >= 64: then at least 4 unread words
+// are in view, enough for the 4 symbols of a plain frame. Plain frames (no raw
+// bits, no escapes) decode branch-free from that 4-word view; raw bits and
+// escapes take a checked path that may slide the window mid-frame. Reads never
+// leave the stream: past its end the window holds copies of its last words,
+// which a valid stream never consumes; a stream that consumed more words than
+// it has, left non-zero words unread, or did not end in its initial states is
+// reported (never faults).
 #include <cstdint>
 
 #if defined(__CUDACC__)
@@ -107,26 +110,24 @@ QUANTEM_ANS_READER_HD std::uint32_t state_quotient(std::uint32_t x) {
 }
 
 struct StreamReader {
-  const uint4* next_chunk;
-  const uint4* end_chunk;
-  std::uint64_t ahead0;        // the next 4 words of the stream after the window (loaded ahead; 0 past the end)
-  std::uint64_t ahead1;        // the 4 after those
+  const std::uint64_t* words;  // the stream's words after its 16-byte state header, 4 per uint64
+  std::uint32_t quads;         // how many uint64 of words the stream has (a multiple of 2)
+  std::uint32_t last_quad;     // the last one that may be loaded (the state header when quads == 0)
+  std::uint32_t window;        // the uint64 index of `low` in the stream
   std::uint64_t low;           // window words 0..3 (word 0 in the low 16 bits)
   std::uint64_t high;          // window words 4..7
+  std::uint64_t ahead;         // the 4 words after the window
   std::uint32_t pos;           // bit position of the next unread word in low:high, 0..128
-  std::uint32_t ahead_halves;  // how many of ahead0, ahead1 hold stream words, 0..2
-  std::uint32_t phantom_bits;  // zero bits at the end of the window that lie past the stream: 0, 64 or 128
   std::uint32_t state[ans::kAnsStatesPerStream];  // one per quad position
   bool corrupt;
 
   // A reader with no stream (a lane without work): every state rests at 2^16
   // and, with neutral tables, never reads a word.
   QUANTEM_ANS_READER_HD void open_empty() {
-    next_chunk = end_chunk = nullptr;
-    ahead0 = ahead1 = low = high = 0;
+    words = nullptr;
+    quads = last_quad = window = 0;
+    low = high = ahead = 0;
     pos = 0;
-    ahead_halves = 0;
-    phantom_bits = 128;
     for (std::uint32_t k = 0; k < ans::kAnsStatesPerStream; ++k) state[k] = ans::kAnsStateLower;
     corrupt = false;
   }
@@ -139,52 +140,43 @@ struct StreamReader {
     open_empty();
     corrupt = begin >= finish || finish > data_bytes || begin % ans::kAnsStreamAlignment != 0 ||
               finish % ans::kAnsStreamAlignment != 0;
-    pos = 128;
-    phantom_bits = 0;
-    next_chunk = end_chunk = reinterpret_cast<const uint4*>(data);
     if (corrupt) return;
-    const uint4* chunk = reinterpret_cast<const uint4*>(data + begin);  // the 16-byte chunk of the 4 states
-    end_chunk = reinterpret_cast<const uint4*>(data + finish);
-    const uint4 states = QUANTEM_ANS_READER_LOAD(chunk);
+    const uint4 states = QUANTEM_ANS_READER_LOAD(reinterpret_cast<const uint4*>(data + begin));
     state[0] = states.x;
     state[1] = states.y;
     state[2] = states.z;
     state[3] = states.w;
-    next_chunk = chunk + 1;
-    prefetch();
-    slide();
-    slide();
+    quads = static_cast<std::uint32_t>((finish - begin - ans::kAnsStreamHeaderBytes) / 8);
+    // With no words, loads read the state header: valid memory, never consumed.
+    words = reinterpret_cast<const std::uint64_t*>(data + begin + (quads != 0 ? ans::kAnsStreamHeaderBytes : 0));
+    last_quad = quads != 0 ? quads - 1 : 0;
+    low = load_quad(0);
+    high = load_quad(1);
+    ahead = load_quad(2);
   }
 
-  // Loads the next 16-byte chunk into ahead0:ahead1 (both used up).
-  QUANTEM_ANS_READER_HD void prefetch() {
-    if (next_chunk < end_chunk) {
-      const uint4 chunk = QUANTEM_ANS_READER_LOAD(next_chunk);
-      ++next_chunk;
-      ahead0 = chunk.x | (std::uint64_t{chunk.y} << 32);
-      ahead1 = chunk.z | (std::uint64_t{chunk.w} << 32);
-      ahead_halves = 2;
-    }
+  QUANTEM_ANS_READER_HD std::uint64_t load_quad(std::uint32_t index) const {
+    return QUANTEM_ANS_READER_LOAD(words + (index < last_quad ? index : last_quad));
   }
 
-  // Slides the window by 4 words: low = high, high = the next 4 words of the
-  // stream (zeros past its end).
+  // Slides the window by 4 words: low = high, high = ahead, ahead = the next 4.
   QUANTEM_ANS_READER_HD void slide() {
     low = high;
-    high = ahead0;  // 0 when nothing is ahead
-    ahead0 = ahead1;
-    ahead1 = 0;
-    phantom_bits = ahead_halves != 0 ? phantom_bits : (phantom_bits >= 64 ? 128u : phantom_bits + 64);
-    ahead_halves = ahead_halves != 0 ? ahead_halves - 1 : 0u;
+    high = ahead;
+    ahead = load_quad(window + 3);
+    ++window;
     pos -= 64;
-    if (ahead_halves == 0) prefetch();
   }
 
-  // Once per frame: at least 5 unread words in the window (pos < 64). Only a
-  // frame of many raw bits or escapes leaves pos at 128 and needs two slides.
+  // Before each frame: pos < 64, so at least 4 unread words are in view. The
+  // slide is predicated, not branched on: lanes slide in different frames.
   QUANTEM_ANS_READER_HD void top_up() {
-    if (pos >= 128) slide();
-    if (pos >= 64) slide();
+    const bool move = pos >= 64;
+    low = move ? high : low;
+    high = move ? ahead : high;
+    if (move) ahead = load_quad(window + 3);
+    window += move ? 1u : 0u;
+    pos -= move ? 64u : 0u;
   }
 
   // The next unread word; slides the window when it is used up (checked path).
@@ -264,6 +256,7 @@ struct StreamReader {
         values[k] = (symbol << shift[k]) | read_bits(x, shift[k]);
       }
     }
+    if (pos >= 128) slide();  // so that one slide in top_up() brings pos below 64
   }
 
   // The common case, plain symbols (no raw bits, no escapes): at most one word
@@ -300,20 +293,18 @@ struct StreamReader {
   }
 
   // True when the stream decoded exactly: every final state is the encoder's
-  // initial state, no word past the stream end was consumed, and only zero
-  // padding is left unread.
+  // initial state, no word past the stream end was consumed, and what is left
+  // unread is the zero padding to 16 bytes (fewer than 8 words).
   QUANTEM_ANS_READER_HD bool finished_cleanly() const {
     bool states_final = true;
     for (std::uint32_t k = 0; k < ans::kAnsStatesPerStream; ++k) states_final = states_final && state[k] == ans::kAnsStateLower;
-    const std::uint32_t real_end = 128 - phantom_bits;  // window bits that came from the stream
-    if (corrupt || !states_final || pos > real_end) return false;
-    for (std::uint32_t bit = pos; bit < real_end; bit += 16) {
-      const std::uint64_t word = (bit < 64 ? (low >> bit) : (high >> (bit - 64))) & 0xffffu;
-      if (word != 0) return false;
-    }
-    // The last chunk's second half may still sit unread in ahead0: then it is padding.
-    const bool rest_is_padding = ahead_halves == 0 || (ahead_halves == 1 && ahead0 == 0);
-    return rest_is_padding && next_chunk == end_chunk;
+    const std::uint32_t consumed = 4 * window + pos / 16;
+    const std::uint32_t total = 4 * quads;
+    if (corrupt || !states_final || consumed > total || total - consumed >= 8) return false;
+    const std::uint16_t* stream_words = reinterpret_cast<const std::uint16_t*>(words);
+    for (std::uint32_t w = consumed; w < total; ++w)
+      if (QUANTEM_ANS_READER_LOAD(stream_words + w) != 0) return false;
+    return true;
   }
 };
 
