@@ -70,7 +70,8 @@ fi
 
 if [ "${1:-}" = "masked" ]; then
   cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
-  "$cuobjdump" -sass -fun masked_sum_kernel "$bundle/bench_gpu_codec" > "$out/sass_masked_sum.txt" 2>&1
+  "$cuobjdump" -sass "$bundle/bench_gpu_codec" 2>&1 |
+    awk '/Function : /{p = /masked_sum_kernel/} p' > "$out/sass_masked_sum.txt"
   note "sass masked_sum_kernel rc=$? lines $(wc -l < "$out/sass_masked_sum.txt")"
   ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   "$ncu" --clock-control none -k "regex:masked_sum_kernel" -c 1 \
