@@ -106,8 +106,9 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
 
 // grid: (blocks of active streams, groups). Each thread decodes one active
 // stream; per frame a warp sums its lanes' masked values (redux) and adds the
-// result to the CTA's per-frame sums in shared memory; at the end the CTA adds
-// its sums to the global ones. Integer atomics: the result is exact and
+// result to the CTA's per-frame sums in shared memory (16-bit groups: through
+// one lane's register every 32 frames); at the end the CTA adds its sums to
+// the global ones. Integer atomics: the result is exact and
 // independent of the launch shape.
 __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
     masked_sum_kernel(ResidentParams p, std::uint64_t total_frames, const std::uint32_t* __restrict__ entries,
@@ -166,23 +167,32 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
       keep_symbol[k] = keep[k] & dev::kEntrySymbolMask;
     }
     if (header.raw_words == 1) {
-      for (std::uint32_t f = 0; f < frame_count; ++f) {
-        reader.top_up();
-        std::uint32_t frame_entries[4];
-        reader.lookup(table, class_offset, frame_entries);
-        std::uint32_t lane_sum;
-        if (!raw_bits && dev::StreamReader::plain(frame_entries)) {
-          reader.decode_plain(frame_entries);
-          lane_sum = ((frame_entries[0] & keep_symbol[0]) + (frame_entries[1] & keep_symbol[1]) +
-                      (frame_entries[2] & keep_symbol[2]) + (frame_entries[3] & keep_symbol[3])) >>
-                     dev::kEntrySymbolShift;
-        } else {
-          std::uint32_t values[4];
-          reader.decode_checked(frame_entries, shift, values);
-          lane_sum = (values[0] & keep[0]) + (values[1] & keep[1]) + (values[2] & keep[2]) + (values[3] & keep[3]);
+      // Lane j collects the warp sums of frames 32i + j in a register and adds
+      // them to the CTA's sums every 32 frames: one predicated add per frame
+      // instead of a shared atomic, which the compiler turns into a
+      // warp-aggregated sequence of a dozen instructions.
+      for (std::uint32_t first = 0; first < frame_count; first += 32) {
+        const std::uint32_t frames_here = min(32u, frame_count - first);
+        std::uint32_t mine = 0;  // the warp sum of frame first + lane
+        for (std::uint32_t j = 0; j < frames_here; ++j) {
+          reader.top_up();
+          std::uint32_t frame_entries[4];
+          reader.lookup(table, class_offset, frame_entries);
+          std::uint32_t lane_sum;
+          if (!raw_bits && dev::StreamReader::plain(frame_entries)) {
+            reader.decode_plain(frame_entries);
+            lane_sum = ((frame_entries[0] & keep_symbol[0]) + (frame_entries[1] & keep_symbol[1]) +
+                        (frame_entries[2] & keep_symbol[2]) + (frame_entries[3] & keep_symbol[3])) >>
+                       dev::kEntrySymbolShift;
+          } else {
+            std::uint32_t values[4];
+            reader.decode_checked(frame_entries, shift, values);
+            lane_sum = (values[0] & keep[0]) + (values[1] & keep[1]) + (values[2] & keep[2]) + (values[3] & keep[3]);
+          }
+          const std::uint32_t warp_sum = __reduce_add_sync(0xffffffffu, lane_sum);
+          if (lane == j) mine = warp_sum;
         }
-        const std::uint32_t warp_sum = __reduce_add_sync(0xffffffffu, lane_sum);
-        if (lane == 0 && warp_sum != 0) dev::shared_add(frame_sums32 + f, warp_sum);
+        if (lane < frames_here && mine != 0) atomicAdd(frame_sums32 + first + lane, mine);
       }
     } else {
       for (std::uint32_t f = 0; f < frame_count; ++f) {

@@ -94,15 +94,6 @@ __device__ inline void build_decode_tables(const std::uint8_t* blob, const AnsGr
   __syncthreads();
 }
 
-// One lane's add to a shared 32-bit counter, as one `red` instruction (an
-// atomicAdd under a lane test is turned into a warp-aggregated atomic by the
-// compiler: a dozen instructions more per call).
-__device__ inline void shared_add(std::uint32_t* address, std::uint32_t value) {
-  asm volatile("red.shared.add.u32 [%0], %1;" ::"r"(static_cast<std::uint32_t>(__cvta_generic_to_shared(address))),
-               "r"(value)
-               : "memory");
-}
-
 // The 2x2 quad of stream `stream`: pixels[k] for quad position k = 2 * dr + dc
 // (coding order), and a bit mask of the positions inside the detector.
 __device__ inline std::uint32_t quad_pixels(std::uint32_t stream, std::uint32_t quad_cols, std::uint32_t rows,
