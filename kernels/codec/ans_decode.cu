@@ -194,16 +194,21 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
         }
         if (lane < frames_here && mine != 0) atomicAdd(frame_sums32 + first + lane, mine);
       }
-    } else {
-      for (std::uint32_t f = 0; f < frame_count; ++f) {
-        reader.top_up();
-        std::uint32_t values[4];
-        reader.decode_frame(table, class_offset, shift, raw_bits, values);
-        unsigned long long lane_sum = 0;
+    } else {  // 32-bit groups: 64-bit sums, the same register-held per-frame sums
+      for (std::uint32_t first = 0; first < frame_count; first += 32) {
+        const std::uint32_t frames_here = min(32u, frame_count - first);
+        unsigned long long mine = 0;
+        for (std::uint32_t j = 0; j < frames_here; ++j) {
+          reader.top_up();
+          std::uint32_t values[4];
+          reader.decode_frame(table, class_offset, shift, raw_bits, values);
+          unsigned long long lane_sum = 0;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) lane_sum += values[k] & keep[k];
-        for (int delta = 16; delta > 0; delta /= 2) lane_sum += __shfl_xor_sync(0xffffffffu, lane_sum, delta);
-        if (lane == 0 && lane_sum != 0) atomicAdd(frame_sums + f, lane_sum);
+          for (int k = 0; k < 4; ++k) lane_sum += values[k] & keep[k];
+          for (int delta = 16; delta > 0; delta /= 2) lane_sum += __shfl_xor_sync(0xffffffffu, lane_sum, delta);
+          if (lane == j) mine = lane_sum;
+        }
+        if (lane < frames_here && mine != 0) atomicAdd(frame_sums + first + lane, mine);
       }
     }
     if (active && !reader.finished_cleanly() && error != nullptr) atomicOr(error, 1u);

@@ -232,8 +232,9 @@ __global__ void binned_slot_max_kernel(const std::uint64_t* __restrict__ slot_su
 }
 
 // grid: (stream blocks, groups). Like the codec's masked sum: per frame a warp
-// reduces its lanes' three sums and lane 0 adds them to the CTA's per-frame
-// sums in shared memory; at the end the CTA adds them to the global ones.
+// reduces its lanes' three sums, one lane per frame keeps them and adds them
+// to the CTA's per-frame sums in shared memory every 32 frames; at the end the
+// CTA adds them to the global ones.
 __global__ void __launch_bounds__(tuning::kMomentsThreads)
     frame_moments_kernel(ResidentParams p, const std::uint32_t* __restrict__ row_weights,
                          const std::uint32_t* __restrict__ col_weights, bool narrow_weights,
@@ -269,36 +270,49 @@ __global__ void __launch_bounds__(tuning::kMomentsThreads)
     const std::uint32_t lane = threadIdx.x % 32;
     // 16-bit groups with weights below 512: every warp sum fits 32 bits (32 * 4 * 65535 * 511 < 2^32).
     const bool narrow = narrow_weights && g.header.raw_words == 1;
-    for (std::uint32_t f = 0; f < frames; ++f) {
-      std::uint32_t values[4];
-      q.decode_frame(values);
-      unsigned long long lane_total = 0;
-      unsigned long long lane_row = 0;
-      unsigned long long lane_col = 0;
+    // Lane j keeps the warp sums of frame 32i + j in registers and adds them
+    // to the CTA's sums every 32 frames (64-bit shared atomics are CAS loops:
+    // once per frame and warp they dominated the kernel).
+    for (std::uint32_t first = 0; first < frames; first += 32) {
+      const std::uint32_t frames_here = min(32u, frames - first);
+      unsigned long long mine_total = 0;
+      unsigned long long mine_row = 0;
+      unsigned long long mine_col = 0;
+      for (std::uint32_t j = 0; j < frames_here; ++j) {
+        std::uint32_t values[4];
+        q.decode_frame(values);
+        unsigned long long lane_total = 0;
+        unsigned long long lane_row = 0;
+        unsigned long long lane_col = 0;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        if ((q.present >> k) & 1u) {
+        for (int k = 0; k < 4; ++k) {  // absent positions: value 0, weights 0
           const std::uint32_t value = values[k];
           lane_total += value;
           lane_row += static_cast<unsigned long long>(row_weight[k]) * value;
           lane_col += static_cast<unsigned long long>(col_weight[k]) * value;
         }
-      }
-      if (narrow) {
-        lane_total = __reduce_add_sync(0xffffffffu, static_cast<std::uint32_t>(lane_total));
-        lane_row = __reduce_add_sync(0xffffffffu, static_cast<std::uint32_t>(lane_row));
-        lane_col = __reduce_add_sync(0xffffffffu, static_cast<std::uint32_t>(lane_col));
-      } else {
-        for (int delta = 16; delta > 0; delta /= 2) {
-          lane_total += __shfl_xor_sync(0xffffffffu, lane_total, delta);
-          lane_row += __shfl_xor_sync(0xffffffffu, lane_row, delta);
-          lane_col += __shfl_xor_sync(0xffffffffu, lane_col, delta);
+        if (narrow) {
+          lane_total = __reduce_add_sync(0xffffffffu, static_cast<std::uint32_t>(lane_total));
+          lane_row = __reduce_add_sync(0xffffffffu, static_cast<std::uint32_t>(lane_row));
+          lane_col = __reduce_add_sync(0xffffffffu, static_cast<std::uint32_t>(lane_col));
+        } else {
+          for (int delta = 16; delta > 0; delta /= 2) {
+            lane_total += __shfl_xor_sync(0xffffffffu, lane_total, delta);
+            lane_row += __shfl_xor_sync(0xffffffffu, lane_row, delta);
+            lane_col += __shfl_xor_sync(0xffffffffu, lane_col, delta);
+          }
+        }
+        if (lane == j) {
+          mine_total = lane_total;
+          mine_row = lane_row;
+          mine_col = lane_col;
         }
       }
-      if (lane == 0 && lane_total != 0) {
-        atomicAdd(frame_sums + f, lane_total);
-        atomicAdd(frame_sums + frames + f, lane_row);
-        atomicAdd(frame_sums + 2 * frames + f, lane_col);
+      if (lane < frames_here && mine_total != 0) {  // a zero total has zero moments
+        const std::uint32_t f = first + lane;
+        atomicAdd(frame_sums + f, mine_total);
+        atomicAdd(frame_sums + frames + f, mine_row);
+        atomicAdd(frame_sums + 2 * frames + f, mine_col);
       }
     }
     if (active && !q.reader.finished_cleanly() && error != nullptr) atomicOr(error, 1u);
