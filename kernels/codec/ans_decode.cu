@@ -222,8 +222,8 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
 
 }  // namespace
 
-AnsMaskedStreams::AnsMaskedStreams(const std::vector<std::uint8_t>& detector_mask, std::uint32_t detector_rows,
-                                   std::uint32_t detector_cols) {
+std::vector<std::uint32_t> ans_mask_entries(const std::vector<std::uint8_t>& detector_mask, std::uint32_t detector_rows,
+                                            std::uint32_t detector_cols) {
   if (detector_mask.size() != std::size_t{detector_rows} * detector_cols)
     throw bad_request("masked sum: the mask must hold detector_rows * detector_cols bytes");
   const AnsGroupLayout layout = ans_group_layout(detector_rows, detector_cols);
@@ -240,6 +240,12 @@ AnsMaskedStreams::AnsMaskedStreams(const std::vector<std::uint8_t>& detector_mas
     }
     if (mask != 0) entries.push_back(stream | (mask << 28));
   }
+  return entries;
+}
+
+AnsMaskedStreams::AnsMaskedStreams(const std::vector<std::uint8_t>& detector_mask, std::uint32_t detector_rows,
+                                   std::uint32_t detector_cols) {
+  const std::vector<std::uint32_t> entries = ans_mask_entries(detector_mask, detector_rows, detector_cols);
   active_streams_ = static_cast<std::uint32_t>(entries.size());
   if (!entries.empty()) {
     entries_ = DeviceBuffer(entries.size() * sizeof(std::uint32_t));
@@ -276,21 +282,21 @@ void ans_decode_frames(const AnsResidentView& resident, std::size_t first_group,
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "decode_frames_kernel");
 }
 
-void ans_masked_sum(const AnsResidentView& resident, const AnsMaskedStreams& mask, std::uint64_t* d_sums,
-                    std::uint32_t* d_error, StreamHandle stream) {
+void ans_masked_sum(const AnsResidentView& resident, const std::uint32_t* d_entries, std::uint32_t entry_count,
+                    std::uint64_t* d_sums, std::uint32_t* d_error, StreamHandle stream) {
   const ResidentParams p = make_params(resident);
   if (d_sums == nullptr) throw bad_request("masked sum: null output");
+  if (entry_count != 0 && d_entries == nullptr) throw bad_request("masked sum: null mask entries");
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_sums, 0, resident.total_frames * sizeof(std::uint64_t), stream));
-  if (mask.active_streams() == 0 || resident.group_count == 0) return;
+  if (entry_count == 0 || resident.group_count == 0) return;
   if (resident.group_count > 65535) throw bad_request("masked sum: more than 65535 groups");
   const int threads = kernels::tuning::kAnsMaskedSumThreads;
   const std::size_t shared_bytes =
       table_shared_bytes(threads) + std::size_t{resident.frames_per_group} * sizeof(std::uint64_t);
   QUANTEM_CUDA_TRY(cudaFuncSetAttribute(masked_sum_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(shared_bytes)));
-  const dim3 grid((mask.active_streams() + threads - 1) / threads, static_cast<unsigned>(resident.group_count));
-  masked_sum_kernel<<<grid, threads, shared_bytes, stream>>>(p, resident.total_frames, mask.d_entries(),
-                                                             mask.active_streams(),
+  const dim3 grid((entry_count + threads - 1) / threads, static_cast<unsigned>(resident.group_count));
+  masked_sum_kernel<<<grid, threads, shared_bytes, stream>>>(p, resident.total_frames, d_entries, entry_count,
                                                              reinterpret_cast<unsigned long long*>(d_sums), d_error);
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "masked_sum_kernel");
 }

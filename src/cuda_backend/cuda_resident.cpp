@@ -214,13 +214,20 @@ std::vector<std::uint64_t> CudaResident::masked_sum(const plan::PlanGeometry& g,
 
   bind_device();
   const cudaStream_t stream = cudaStreamPerThread;
-  const cuda::AnsMaskedStreams streams(native, static_cast<std::uint32_t>(rows), static_cast<std::uint32_t>(cols));
+  // The mask's entries go into this request's stream-ordered scratch: no
+  // cudaMalloc/cudaFree (which would synchronise the device) per request.
+  const std::vector<std::uint32_t> entries =
+      cuda::ans_mask_entries(native, static_cast<std::uint32_t>(rows), static_cast<std::uint32_t>(cols));
   const std::uint64_t sums_bytes = align256(groups.total_frames * 8);
-  ScratchBuffer scratch(sums_bytes + 256, stream);
+  const std::uint64_t entries_bytes = align256(entries.size() * 4);
+  ScratchBuffer scratch(sums_bytes + entries_bytes + 256, stream);
   auto* d_sums = scratch.as<std::uint64_t>();
-  auto* d_error = reinterpret_cast<std::uint32_t*>(scratch.as<std::uint8_t>() + sums_bytes);
+  auto* d_entries = reinterpret_cast<std::uint32_t*>(scratch.as<std::uint8_t>() + sums_bytes);
+  auto* d_error = reinterpret_cast<std::uint32_t*>(scratch.as<std::uint8_t>() + sums_bytes + entries_bytes);
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_error, 0, 4, stream));
-  cuda::ans_masked_sum(groups, streams, d_sums, d_error, stream);
+  if (!entries.empty())  // from pageable memory: staged before the call returns
+    QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_entries, entries.data(), entries.size() * 4, cudaMemcpyHostToDevice, stream));
+  cuda::ans_masked_sum(groups, d_entries, static_cast<std::uint32_t>(entries.size()), d_sums, d_error, stream);
   std::vector<std::uint64_t> sums(groups.total_frames);
   std::uint32_t error_flag = 0;
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(sums.data(), d_sums, sums.size() * 8, cudaMemcpyDeviceToHost, stream));

@@ -71,8 +71,15 @@ struct AnsResidentView {
 void ans_decode_frames(const AnsResidentView& resident, std::size_t first_group, std::size_t group_count,
                        DType out_dtype, void* d_out, std::uint32_t* d_error, StreamHandle stream);
 
-// A detector mask prepared for masked sums: the streams that hold at least one
-// masked pixel, with which of their pixels count. Build once per mask.
+// A detector mask prepared for masked sums, on the host: one entry per stream
+// that holds at least one masked pixel, `stream id | (pixel mask << 28)`
+// (bit k of the pixel mask: quad position k counts).
+std::vector<std::uint32_t> ans_mask_entries(const std::vector<std::uint8_t>& detector_mask, std::uint32_t detector_rows,
+                                            std::uint32_t detector_cols);
+
+// The same entries in device memory (synchronous allocation and copy): build
+// once per mask and reuse. Request paths that must not synchronise the device
+// place ans_mask_entries() in their own stream-ordered scratch instead.
 class AnsMaskedStreams {
  public:
   AnsMaskedStreams(const std::vector<std::uint8_t>& detector_mask, std::uint32_t detector_rows,
@@ -81,15 +88,20 @@ class AnsMaskedStreams {
   const std::uint32_t* d_entries() const noexcept { return entries_.as<std::uint32_t>(); }
 
  private:
-  DeviceBuffer entries_;  // stream id | (pixel mask << 28)
+  DeviceBuffer entries_;  // ans_mask_entries()
   std::uint32_t active_streams_ = 0;
 };
 
 // For every frame of the resident, the exact sum of the values at the masked
 // pixels, decoding only the streams the mask touches: d_sums[frame] (uint64,
-// total_frames values) is overwritten. Asynchronous. The sum is an integer sum
+// total_frames values) is overwritten. d_entries: entry_count entries of
+// ans_mask_entries() in device memory. Asynchronous. The sum is an integer sum
 // and does not depend on the launch shape.
-void ans_masked_sum(const AnsResidentView& resident, const AnsMaskedStreams& mask, std::uint64_t* d_sums,
-                    std::uint32_t* d_error, StreamHandle stream);
+void ans_masked_sum(const AnsResidentView& resident, const std::uint32_t* d_entries, std::uint32_t entry_count,
+                    std::uint64_t* d_sums, std::uint32_t* d_error, StreamHandle stream);
+inline void ans_masked_sum(const AnsResidentView& resident, const AnsMaskedStreams& mask, std::uint64_t* d_sums,
+                           std::uint32_t* d_error, StreamHandle stream) {
+  ans_masked_sum(resident, mask.d_entries(), mask.active_streams(), d_sums, d_error, stream);
+}
 
 }  // namespace quantem::cuda
