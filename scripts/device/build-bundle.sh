@@ -57,6 +57,7 @@ fixture write "$fixtures" inline --inline --scan 6x7 --det 8x5 --mask '0,4;7,0' 
 fixture write "$fixtures" small --dtype uint8 --scan 4x5 --det 6x6 --mask '0,0'
 fixture write "$fixtures" wide --dtype uint32 --scan 5x7 --det 7x5 --hot 100000 --mask '3,3' --masked-value 7
 fixture write "$fixtures" narrow --dtype uint32 --scan 6x6 --det 8x7 --mask '2,2;5,6' --masked-value 200000
+fixture write "$fixtures" blocks --scan 4x6 --det 64x72 --block-elements 1024 --shard-frames 10,14 --mask '3,5;60,70'
 fixture write "$fixtures" corrupt --scan 24x24 --det 32x32 --no-expected
 fixture corrupt "$fixtures/corrupt_data_000001.h5" 500
 git -C "$source_dir" rev-parse HEAD > "$bundle/COMMIT"

@@ -77,6 +77,8 @@ def write(argv):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--no-expected", action="store_true", help="skip STEM_expected.u64")
     p.add_argument("--filter", default="bslz4", choices=["bslz4", "lz4"], help="shard compression")
+    p.add_argument("--block-elements", type=int, default=0,
+                   help="bitshuffle block size in elements (0: the filter's default, 8192 bytes)")
     p.add_argument("--inline", action="store_true",
                    help="no shards: an uncompressed contiguous entry/data/data inside the master")
     args = p.parse_args(argv)
@@ -105,7 +107,7 @@ def write(argv):
             frames = make_frames(total, 0, det, args.dtype, args.seed, args.hot, masked, args.masked_value)
             data.create_dataset("data", data=frames)
             shard_frames = []
-        compression = (hdf5plugin.Bitshuffle(nelems=0, cname="lz4") if args.filter == "bslz4" else hdf5plugin.LZ4())
+        compression = (hdf5plugin.Bitshuffle(nelems=args.block_elements, cname="lz4") if args.filter == "bslz4" else hdf5plugin.LZ4())
         first = 0
         for index, count in enumerate(shard_frames, start=1):
             name = f"{args.stem}_data_{index:06d}.h5"
