@@ -8,7 +8,9 @@ packages=(build-essential cmake ninja-build pkg-config git
   python3 python3-numpy)  # numpy: the README's format=npy example
 if [[ "${1:-}" == "--test" ]]; then
   # Independent references: h5py + the official bitshuffle filter + numpy.
-  packages+=(python3 python3-h5py python3-hdf5plugin bitshuffle python3-numpy)
+  # hdf5-filter-plugin: the HDF5 LZ4 filter (32004) that hdf5plugin.LZ4() fixtures need
+  # (only recommended by python3-hdf5plugin, and recommends are not installed here).
+  packages+=(python3 python3-h5py python3-hdf5plugin bitshuffle hdf5-filter-plugin python3-numpy)
 fi
 missing=()
 for p in "${packages[@]}"; do
