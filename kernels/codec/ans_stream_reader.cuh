@@ -122,7 +122,8 @@ struct StreamReader {
   bool corrupt;
 
   // A reader with no stream (a lane without work): every state rests at 2^16
-  // and, with neutral tables, never reads a word.
+  // and, with neutral tables, never reads a word (it must never slide: `words`
+  // is null).
   QUANTEM_ANS_READER_HD void open_empty() {
     words = nullptr;
     quads = last_quad = window = 0;
@@ -140,7 +141,13 @@ struct StreamReader {
     open_empty();
     corrupt = begin >= finish || finish > data_bytes || begin % ans::kAnsStreamAlignment != 0 ||
               finish % ans::kAnsStreamAlignment != 0;
-    if (corrupt) return;
+    if (corrupt) {
+      // Decoding goes on (garbage, reported at the end) and slides the window:
+      // its loads read the first 8 bytes of the offsets (16-byte aligned, at
+      // least 16 bytes), never a stray address.
+      words = reinterpret_cast<const std::uint64_t*>(offsets);
+      return;
+    }
     const uint4 states = QUANTEM_ANS_READER_LOAD(reinterpret_cast<const uint4*>(data + begin));
     state[0] = states.x;
     state[1] = states.y;

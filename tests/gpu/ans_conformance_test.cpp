@@ -259,23 +259,40 @@ TEST(AnsCudaEncoder, WritesTheCpuReferenceBytes) {
       }
 }
 
+// Corrupt stream offsets are reported by the frame decoder and the masked sum,
+// and (compute-sanitizer memcheck in scripts/device/run.sh) read no stray
+// memory, also where the corrupt stream's classes read words in every frame
+// (uniform 16-bit noise).
 TEST(AnsCudaDecoder, ReportsMalformedStreams) {
   QUANTEM_REQUIRE_CUDA_DEVICE();
-  const TestFrames frames = ans_test::make_frames("disc", DType::uint16, 16, 16, 16, 3);
-  auto blobs = CpuAns::encode(frames, 16);
-  const ans::AnsGroupHeader header = ans::read_group_header(blobs[0].data(), blobs[0].size());
-  // Swap two stream offsets: streams now end before they start.
-  std::uint32_t* offsets = reinterpret_cast<std::uint32_t*>(blobs[0].data() + header.stream_offsets_offset);
-  std::swap(offsets[3], offsets[4]);
-  DeviceResident resident = upload(blobs, frames, 16);
-  cuda::DeviceBuffer d_out(frames.elements() * sizeof(std::uint16_t));
-  cuda::DeviceBuffer d_error(sizeof(std::uint32_t));
-  cuda::fill_device(d_error.data(), 0, d_error.size());
-  cuda::ans_decode_frames(resident.view, 0, 1, DType::uint16, d_out.data(), d_error.as<std::uint32_t>(), nullptr);
-  cuda::synchronize_device();
-  std::uint32_t error = 0;
-  cuda::copy_to_host(&error, d_error.data(), sizeof error);
-  EXPECT_NE(error, 0u);
+  for (const char* pattern : {"disc", "uniform16"}) {
+    SCOPED_TRACE(pattern);
+    const TestFrames frames = ans_test::make_frames(pattern, DType::uint16, 16, 16, 16, 3);
+    auto blobs = CpuAns::encode(frames, 16);
+    const ans::AnsGroupHeader header = ans::read_group_header(blobs[0].data(), blobs[0].size());
+    // Swap two stream offsets: streams now end before they start; misalign another.
+    std::uint32_t* offsets = reinterpret_cast<std::uint32_t*>(blobs[0].data() + header.stream_offsets_offset);
+    std::swap(offsets[3], offsets[4]);
+    offsets[9] += 8;
+    DeviceResident resident = upload(blobs, frames, 16);
+    cuda::DeviceBuffer d_out(frames.elements() * sizeof(std::uint16_t));
+    cuda::DeviceBuffer d_error(sizeof(std::uint32_t));
+    cuda::fill_device(d_error.data(), 0, d_error.size());
+    cuda::ans_decode_frames(resident.view, 0, 1, DType::uint16, d_out.data(), d_error.as<std::uint32_t>(), nullptr);
+    cuda::synchronize_device();
+    std::uint32_t error = 0;
+    cuda::copy_to_host(&error, d_error.data(), sizeof error);
+    EXPECT_NE(error, 0u) << "frame decoder";
+
+    const cuda::AnsMaskedStreams every_pixel(std::vector<std::uint8_t>(16 * 16, 1), 16, 16);
+    cuda::DeviceBuffer d_sums(16 * sizeof(std::uint64_t));
+    cuda::fill_device(d_error.data(), 0, d_error.size());
+    cuda::ans_masked_sum(resident.view, every_pixel, d_sums.as<std::uint64_t>(), d_error.as<std::uint32_t>(), nullptr);
+    cuda::synchronize_device();
+    error = 0;
+    cuda::copy_to_host(&error, d_error.data(), sizeof error);
+    EXPECT_NE(error, 0u) << "masked sum";
+  }
 }
 
 }  // namespace
