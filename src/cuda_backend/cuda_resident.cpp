@@ -228,17 +228,21 @@ std::vector<std::uint64_t> CudaResident::masked_sum(const plan::PlanGeometry& g,
   if (!entries.empty())  // from pageable memory: staged before the call returns
     QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_entries, entries.data(), entries.size() * 4, cudaMemcpyHostToDevice, stream));
   cuda::ans_masked_sum(groups, d_entries, static_cast<std::uint32_t>(entries.size()), d_sums, d_error, stream);
-  std::vector<std::uint64_t> sums(groups.total_frames);
+  // Only the frames from the region's first to its last come back; a region of
+  // whole scan rows is exactly that span, in order.
+  const std::uint64_t base_frame = first_group * frames_per_group_;
+  std::vector<std::uint64_t> span(last_frame - first_frame + 1);
   std::uint32_t error_flag = 0;
-  QUANTEM_CUDA_TRY(cudaMemcpyAsync(sums.data(), d_sums, sums.size() * 8, cudaMemcpyDeviceToHost, stream));
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(span.data(), d_sums + (first_frame - base_frame), span.size() * 8,
+                                   cudaMemcpyDeviceToHost, stream));
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(&error_flag, d_error, 4, cudaMemcpyDeviceToHost, stream));
   QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));
   throw_if_malformed(error_flag, source_.name, "masked_sum_kernel");
 
-  const std::uint64_t base_frame = first_group * frames_per_group_;
+  if (g.region.col_start == 0 && g.region.col_stop == g.source_scan_cols) return bin_scan(g, std::move(span));
   std::vector<std::uint64_t> per_frame;
   per_frame.reserve((g.region.row_stop - g.region.row_start) * (g.region.col_stop - g.region.col_start));
-  for (const std::uint64_t frame : region_frames(g)) per_frame.push_back(sums[frame - base_frame]);
+  for (const std::uint64_t frame : region_frames(g)) per_frame.push_back(span[frame - first_frame]);
   return bin_scan(g, std::move(per_frame));
 }
 

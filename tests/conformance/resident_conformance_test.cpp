@@ -80,6 +80,9 @@ std::vector<DenseCase> dense_cases() {
 std::vector<plan::BrowsePlan> plans_for(const DenseCase& c) {
   std::vector<plan::BrowsePlan> plans;
   plans.push_back({});
+  plan::BrowsePlan rows_only;  // whole scan rows, not from the first
+  rows_only.crop = plan::ScanRegion{1, c.scan_rows, 0, c.scan_cols};
+  plans.push_back(rows_only);
   plan::BrowsePlan p;
   p.crop = plan::ScanRegion{1, c.scan_rows, 0, c.scan_cols - 1};
   plans.push_back(p);
