@@ -245,22 +245,8 @@ RawFile::~RawFile() {
 }
 
 std::vector<std::uint8_t> RawFile::read(std::uint64_t relative_address, std::size_t bytes) const {
-  const std::uint64_t offset = addressing_.base_address + relative_address;
-  if (relative_address > size_ || offset > size_ || bytes > size_ - offset) {
-    throw Error(ErrorKind::corrupt_data, "HDF5 metadata at address " + std::to_string(relative_address) + " (" +
-                                             std::to_string(bytes) + " bytes) lies outside " + path_);
-  }
-  std::vector<std::uint8_t> buffer(bytes);
-  std::size_t done = 0;
-  while (done < bytes) {
-    const ssize_t n = ::pread(fd_, buffer.data() + done, bytes - done, static_cast<off_t>(offset + done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw IoError("cannot read " + path_ + ": " + std::strerror(errno));
-    }
-    if (n == 0) throw IoError("unexpected end of " + path_);
-    done += static_cast<std::size_t>(n);
-  }
+  std::vector<std::uint8_t> buffer;
+  read_into(relative_address, bytes, buffer);
   return buffer;
 }
 
