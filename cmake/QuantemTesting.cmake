@@ -20,10 +20,12 @@ endforeach()
 set(QUANTEM_REAL_DATA_DIR "${_quantem_real_data_default}" CACHE PATH "Real detector files (empty: real-data tests skip)")
 message(STATUS "quantem-gpu: real detector files: ${QUANTEM_REAL_DATA_DIR}")
 
-# quantem_add_test(NAME SOURCES ... LIBS ... [LABELS ...] [GPU])
+# quantem_add_test(NAME SOURCES ... LIBS ... [LABELS ...] [GPU] [GPU_CASES FILTER])
 # Tests that need a GPU carry the label "gpu" so CPU machines can run the rest.
+# GPU_CASES: a gtest filter (e.g. "ResidentConformance/1.*") naming the cases
+# of a mixed suite that need a GPU; only those get the "gpu" label.
 function(quantem_add_test name)
-  cmake_parse_arguments(ARG "GPU" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "GPU" "GPU_CASES" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} quantem_test_support GTest::gtest GTest::gtest_main quantem_warnings quantem_sanitizers)
   set(labels ${ARG_LABELS})
@@ -43,7 +45,16 @@ function(quantem_add_test name)
     "QUANTEM_PYTHON=${QUANTEM_PYTHON}" "QUANTEM_REAL_DATA_DIR=${QUANTEM_REAL_DATA_DIR}"
     "QUANTEM_SOURCE_DIR=${CMAKE_SOURCE_DIR}" "QUANTEM_BINARY=${CMAKE_BINARY_DIR}/src/cli/quantem-gpu"
     "HDF5_PLUGIN_PATH=/usr/lib/x86_64-linux-gnu/hdf5/serial/plugins")
-  gtest_discover_tests(${name}
-    PROPERTIES LABELS "${labels}"
-    DISCOVERY_TIMEOUT 60)
+  if(ARG_GPU_CASES)
+    gtest_discover_tests(${name} TEST_FILTER "-${ARG_GPU_CASES}"
+      PROPERTIES LABELS "${labels}"
+      DISCOVERY_TIMEOUT 60)
+    gtest_discover_tests(${name} TEST_FILTER "${ARG_GPU_CASES}"
+      PROPERTIES LABELS "gpu"  # one value: list-valued PROPERTIES are flattened (see above)
+      DISCOVERY_TIMEOUT 60)
+  else()
+    gtest_discover_tests(${name}
+      PROPERTIES LABELS "${labels}"
+      DISCOVERY_TIMEOUT 60)
+  endif()
 endfunction()

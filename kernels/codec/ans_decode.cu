@@ -11,7 +11,9 @@
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/ans.hpp"
 #include "../common/cuda_check.cuh"
+#include "../common/warp_collectives.cuh"
 #include "ans_device.cuh"
+#include "ans_resident.cuh"
 #include "tuning.cuh"
 
 namespace quantem::cuda {
@@ -20,58 +22,22 @@ namespace {
 using namespace quantem::ans;
 namespace dev = quantem::kernels::ans_device;
 
-struct ResidentParams {
-  const std::uint8_t* blobs;
-  const std::uint64_t* group_offsets;
-  std::uint32_t frames_per_group;
-  std::uint32_t rows;
-  std::uint32_t cols;
-  std::uint32_t quad_cols;
-};
-
-ResidentParams make_params(const AnsResidentView& resident) {
-  if (resident.d_blobs == nullptr || resident.d_group_offsets == nullptr)
-    throw bad_request("ANS decode: null resident pointers");
-  if (resident.frames_per_group == 0 || resident.frames_per_group > kAnsMaxFramesPerGroup)
-    throw bad_request("ANS decode: frames_per_group must be 1.." + std::to_string(kAnsMaxFramesPerGroup));
-  if (resident.detector_rows == 0 || resident.detector_cols == 0) throw bad_request("ANS decode: empty detector");
-  if (resident.group_count != ans_group_count(resident.total_frames, resident.frames_per_group))
-    throw bad_request("ANS decode: group_count does not match total_frames / frames_per_group");
-  const AnsGroupLayout layout = ans_group_layout(resident.detector_rows, resident.detector_cols);
-  return {resident.d_blobs, resident.d_group_offsets, resident.frames_per_group, resident.detector_rows,
-          resident.detector_cols, layout.quad_cols};
-}
-
-// Decode tables + per-warp cdf scratch, rounded up to 16 bytes.
-__host__ __device__ constexpr std::size_t table_shared_bytes(unsigned threads) {
-  return (dev::kDecodeTableEntries * sizeof(std::uint32_t) +
-          std::size_t{threads / 32} * dev::kCdfScratchEntries * sizeof(std::uint16_t) + 15) / 16 * 16;
-}
-
-__device__ bool header_matches(const AnsGroupHeader& header, const ResidentParams& p, std::uint32_t expected_frames) {
-  return header.magic == kAnsMagic && header.detector_rows == p.rows && header.detector_cols == p.cols &&
-         header.frame_count == expected_frames && (header.raw_words == 1 || header.raw_words == 2) &&
-         header.class_scale >= 1 && header.class_scale <= 4096;
-}
+using kernels::ans_resident::make_resident_params;
+using kernels::ans_resident::open_group_or_flag;
+using kernels::ans_resident::OpenedGroup;
+using kernels::ans_resident::ResidentParams;
+using kernels::ans_resident::table_shared_bytes;
 
 // grid: (stream blocks, groups). One thread per stream writes its quad of every frame.
 template <class Out>
 __global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
-    decode_frames_kernel(ResidentParams p, std::uint64_t total_frames, std::uint32_t first_group, Out* out,
-                         std::uint32_t* error) {
+    decode_frames_kernel(ResidentParams p, std::uint32_t first_group, Out* out, std::uint32_t* error) {
   extern __shared__ __align__(16) std::uint8_t shared[];
   auto* table = reinterpret_cast<std::uint32_t*>(shared);
   auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
-  const std::uint32_t group = first_group + blockIdx.y;
-  const std::uint8_t* blob = p.blobs + p.group_offsets[group];
-  const AnsGroupHeader header = dev::load_header(blob);
-  const std::uint64_t first_frame = std::uint64_t{group} * p.frames_per_group;
-  const std::uint64_t left = total_frames - first_frame;
-  const std::uint32_t frame_count = left < p.frames_per_group ? static_cast<std::uint32_t>(left) : p.frames_per_group;
-  if (!header_matches(header, p, frame_count)) {
-    if (threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
-    return;
-  }
+  const OpenedGroup opened = open_group_or_flag(p, first_group + blockIdx.y, error);
+  if (!opened.valid) return;
+  const auto& [blob, header, first_frame, frame_count, valid] = opened;
   dev::build_decode_tables(blob, header, table, cdf_scratch);
   const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
   if (stream >= header.stream_count) return;
@@ -111,23 +77,16 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
 // the global ones. Integer atomics: the result is exact and
 // independent of the launch shape.
 __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
-    masked_sum_kernel(ResidentParams p, std::uint64_t total_frames, const std::uint32_t* __restrict__ entries,
-                      std::uint32_t active_streams, unsigned long long* sums, std::uint32_t* error) {
+    masked_sum_kernel(ResidentParams p, const std::uint32_t* __restrict__ entries, std::uint32_t active_streams,
+                      unsigned long long* sums, std::uint32_t* error) {
   extern __shared__ __align__(16) std::uint8_t shared[];
   auto* table = reinterpret_cast<std::uint32_t*>(shared);
   auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
   auto* frame_sums = reinterpret_cast<unsigned long long*>(
       shared + table_shared_bytes(blockDim.x));
-  const std::uint32_t group = blockIdx.y;
-  const std::uint8_t* blob = p.blobs + p.group_offsets[group];
-  const AnsGroupHeader header = dev::load_header(blob);
-  const std::uint64_t first_frame = std::uint64_t{group} * p.frames_per_group;
-  const std::uint64_t left = total_frames - first_frame;
-  const std::uint32_t frame_count = left < p.frames_per_group ? static_cast<std::uint32_t>(left) : p.frames_per_group;
-  if (!header_matches(header, p, frame_count)) {
-    if (threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
-    return;
-  }
+  const OpenedGroup opened = open_group_or_flag(p, blockIdx.y, error);
+  if (!opened.valid) return;
+  const auto& [blob, header, first_frame, frame_count, valid] = opened;
   // 16-bit groups: a CTA's per-frame sum is < 1024 streams * 4 * 65535 < 2^32,
   // so 32-bit shared atomics (native, cheap) hold it; 32-bit groups use 64 bits.
   auto* frame_sums32 = reinterpret_cast<std::uint32_t*>(frame_sums);
@@ -205,7 +164,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
           unsigned long long lane_sum = 0;
 #pragma unroll
           for (int k = 0; k < 4; ++k) lane_sum += values[k] & keep[k];
-          for (int delta = 16; delta > 0; delta /= 2) lane_sum += __shfl_xor_sync(0xffffffffu, lane_sum, delta);
+          lane_sum = kernels::warp_sum_u64(lane_sum);
           if (lane == j) mine = lane_sum;
         }
         if (lane < frames_here && mine != 0) atomicAdd(frame_sums + first + lane, mine);
@@ -255,27 +214,26 @@ AnsMaskedStreams::AnsMaskedStreams(const std::vector<std::uint8_t>& detector_mas
 
 void ans_decode_frames(const AnsResidentView& resident, std::size_t first_group, std::size_t group_count,
                        DType out_dtype, void* d_out, std::uint32_t* d_error, StreamHandle stream) {
-  const ResidentParams p = make_params(resident);
+  const ResidentParams p = make_resident_params(resident, "ANS decode");
   if (group_count == 0) return;
   if (first_group + group_count > resident.group_count || group_count > 65535)
     throw bad_request("ANS decode: group range out of bounds");
   if (d_out == nullptr) throw bad_request("ANS decode: null output");
   const int threads = kernels::tuning::kAnsDecodeThreads;
   const std::size_t shared_bytes = table_shared_bytes(threads);
-  const AnsGroupLayout layout = ans_group_layout(resident.detector_rows, resident.detector_cols);
-  const dim3 grid((layout.stream_count + threads - 1) / threads, static_cast<unsigned>(group_count));
+  const dim3 grid((p.stream_count + threads - 1) / threads, static_cast<unsigned>(group_count));
   switch (out_dtype) {
     case DType::uint16:
       QUANTEM_CUDA_TRY(cudaFuncSetAttribute(decode_frames_kernel<std::uint16_t>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes)));
       decode_frames_kernel<std::uint16_t><<<grid, threads, shared_bytes, stream>>>(
-          p, resident.total_frames, static_cast<std::uint32_t>(first_group), static_cast<std::uint16_t*>(d_out), d_error);
+          p, static_cast<std::uint32_t>(first_group), static_cast<std::uint16_t*>(d_out), d_error);
       break;
     case DType::uint32:
       QUANTEM_CUDA_TRY(cudaFuncSetAttribute(decode_frames_kernel<std::uint32_t>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes)));
       decode_frames_kernel<std::uint32_t><<<grid, threads, shared_bytes, stream>>>(
-          p, resident.total_frames, static_cast<std::uint32_t>(first_group), static_cast<std::uint32_t*>(d_out), d_error);
+          p, static_cast<std::uint32_t>(first_group), static_cast<std::uint32_t*>(d_out), d_error);
       break;
     default: throw bad_request("ANS decode: output must be uint16 or uint32");
   }
@@ -284,7 +242,7 @@ void ans_decode_frames(const AnsResidentView& resident, std::size_t first_group,
 
 void ans_masked_sum(const AnsResidentView& resident, const std::uint32_t* d_entries, std::uint32_t entry_count,
                     std::uint64_t* d_sums, std::uint32_t* d_error, StreamHandle stream) {
-  const ResidentParams p = make_params(resident);
+  const ResidentParams p = make_resident_params(resident, "ANS decode");
   if (d_sums == nullptr) throw bad_request("masked sum: null output");
   if (entry_count != 0 && d_entries == nullptr) throw bad_request("masked sum: null mask entries");
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_sums, 0, resident.total_frames * sizeof(std::uint64_t), stream));
@@ -296,7 +254,7 @@ void ans_masked_sum(const AnsResidentView& resident, const std::uint32_t* d_entr
   QUANTEM_CUDA_TRY(cudaFuncSetAttribute(masked_sum_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(shared_bytes)));
   const dim3 grid((entry_count + threads - 1) / threads, static_cast<unsigned>(resident.group_count));
-  masked_sum_kernel<<<grid, threads, shared_bytes, stream>>>(p, resident.total_frames, d_entries, entry_count,
+  masked_sum_kernel<<<grid, threads, shared_bytes, stream>>>(p, d_entries, entry_count,
                                                              reinterpret_cast<unsigned long long*>(d_sums), d_error);
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "masked_sum_kernel");
 }

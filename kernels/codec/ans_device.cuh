@@ -8,6 +8,7 @@
 
 #include "quantem/ans/ans_format.hpp"
 #include "quantem/ans/ans_model.hpp"
+#include "../common/warp_collectives.cuh"
 #include "ans_stream_reader.cuh"
 
 namespace quantem::kernels::ans_device {
@@ -58,12 +59,7 @@ __device__ inline void build_decode_tables(const std::uint8_t* blob, const AnsGr
       local[k] = __ldg(frequencies + cls * kAnsAlphabetSize + lane * 8 + k);
       local_sum += local[k];
     }
-    std::uint32_t inclusive = local_sum;
-#pragma unroll
-    for (int delta = 1; delta < 32; delta *= 2) {
-      const std::uint32_t other = __shfl_up_sync(0xffffffffu, inclusive, delta);
-      if (lane >= static_cast<std::uint32_t>(delta)) inclusive += other;
-    }
+    const std::uint32_t inclusive = warp_inclusive_scan_u32(local_sum, lane);
     std::uint32_t running = inclusive - local_sum;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {

@@ -16,7 +16,9 @@
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/resident_products.hpp"
 #include "../codec/ans_device.cuh"
+#include "../codec/ans_resident.cuh"
 #include "../common/cuda_check.cuh"
+#include "../common/warp_collectives.cuh"
 #include "tuning.cuh"
 
 namespace quantem::cuda {
@@ -26,57 +28,13 @@ using namespace quantem::ans;
 namespace dev = quantem::kernels::ans_device;
 namespace tuning = quantem::kernels::tuning;
 
-struct ResidentParams {
-  const std::uint8_t* blobs;
-  const std::uint64_t* group_offsets;
-  std::uint64_t total_frames;
-  std::uint32_t frames_per_group;
-  std::uint32_t rows;
-  std::uint32_t cols;
-  std::uint32_t quad_cols;
-  std::uint32_t stream_count;
-};
+using kernels::ans_resident::open_group;
+using kernels::ans_resident::OpenedGroup;
+using kernels::ans_resident::ResidentParams;
+using kernels::ans_resident::table_shared_bytes;
 
 ResidentParams make_params(const AnsResidentView& resident, const char* who) {
-  if (resident.d_blobs == nullptr || resident.d_group_offsets == nullptr)
-    throw bad_request(std::string(who) + ": null resident pointers");
-  if (resident.frames_per_group == 0 || resident.frames_per_group > kAnsMaxFramesPerGroup)
-    throw bad_request(std::string(who) + ": frames_per_group must be 1.." + std::to_string(kAnsMaxFramesPerGroup));
-  if (resident.detector_rows == 0 || resident.detector_cols == 0) throw bad_request(std::string(who) + ": empty detector");
-  if (resident.group_count != ans_group_count(resident.total_frames, resident.frames_per_group))
-    throw bad_request(std::string(who) + ": group_count does not match total_frames / frames_per_group");
-  const AnsGroupLayout layout = ans_group_layout(resident.detector_rows, resident.detector_cols);
-  return {resident.d_blobs,        resident.d_group_offsets, resident.total_frames, resident.frames_per_group,
-          resident.detector_rows,  resident.detector_cols,   layout.quad_cols,      layout.stream_count};
-}
-
-// Decode tables + per-warp cdf scratch, rounded up to 16 bytes.
-__host__ __device__ constexpr std::size_t table_shared_bytes(unsigned threads) {
-  return (dev::kDecodeTableEntries * sizeof(std::uint32_t) +
-          std::size_t{threads / 32} * dev::kCdfScratchEntries * sizeof(std::uint16_t) + 15) / 16 * 16;
-}
-
-// The group a CTA works on: its blob, header and frames.
-struct GroupContext {
-  const std::uint8_t* blob;
-  AnsGroupHeader header;
-  std::uint64_t first_frame;
-  std::uint32_t frame_count;
-  bool valid;
-};
-
-__device__ GroupContext open_group(const ResidentParams& p, std::uint32_t group) {
-  GroupContext context;
-  context.blob = p.blobs + p.group_offsets[group];
-  context.header = dev::load_header(context.blob);
-  context.first_frame = std::uint64_t{group} * p.frames_per_group;
-  const std::uint64_t left = p.total_frames - context.first_frame;
-  context.frame_count = left < p.frames_per_group ? static_cast<std::uint32_t>(left) : p.frames_per_group;
-  const AnsGroupHeader& h = context.header;
-  context.valid = h.magic == kAnsMagic && h.detector_rows == p.rows && h.detector_cols == p.cols &&
-                  h.frame_count == context.frame_count && (h.raw_words == 1 || h.raw_words == 2) &&
-                  h.class_scale >= 1 && h.class_scale <= 4096 && h.stream_count == p.stream_count;
-  return context;
+  return kernels::ans_resident::make_resident_params(resident, who);
 }
 
 // One thread's stream: its quad's pixels, their class tables (offsets) and shifts, the reader.
@@ -95,7 +53,7 @@ struct QuadDecoder {
   }
 
   // An inactive decoder (stream past the end) has no pixels and a reader that never reads.
-  __device__ void open(const ResidentParams& p, const GroupContext& g, const std::uint32_t* tables,
+  __device__ void open(const ResidentParams& p, const OpenedGroup& opened, const std::uint32_t* tables,
                        std::uint32_t stream, bool active) {
     table = tables;
     present = active ? dev::quad_pixels(stream, p.quad_cols, p.rows, p.cols, pixels) : 0u;
@@ -105,10 +63,10 @@ struct QuadDecoder {
       dev::no_quad(class_offset, shift, reader);
       return;
     }
-    dev::quad_class_tables(g.blob, g.header, pixels, present, class_offset, shift);
-    reader.open(g.blob + g.header.stream_data_offset,
-                reinterpret_cast<const std::uint32_t*>(g.blob + g.header.stream_offsets_offset), stream,
-                g.header.stream_count, g.header.stream_data_bytes);
+    dev::quad_class_tables(opened.blob, opened.header, pixels, present, class_offset, shift);
+    reader.open(opened.blob + opened.header.stream_data_offset,
+                reinterpret_cast<const std::uint32_t*>(opened.blob + opened.header.stream_offsets_offset), stream,
+                opened.header.stream_count, opened.header.stream_data_bytes);
   }
 
   // After open(), by every thread of the warp still running.
@@ -131,21 +89,21 @@ __global__ void __launch_bounds__(tuning::kAccumulateThreads)
   auto* table = reinterpret_cast<std::uint32_t*>(shared);
   auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
   const FrameJob job = jobs[blockIdx.y];
-  const GroupContext g = open_group(p, job.group);
-  if (!g.valid || job.frame_end > g.frame_count) {
+  const OpenedGroup opened = open_group(p, job.group);
+  if (!opened.valid || job.frame_end > opened.frame_count) {
     if (threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
     return;
   }
-  dev::build_decode_tables(g.blob, g.header, table, cdf_scratch);  // ends with __syncthreads()
+  dev::build_decode_tables(opened.blob, opened.header, table, cdf_scratch);  // ends with __syncthreads()
   const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
   if (stream >= p.stream_count) return;
   QuadDecoder q;
-  q.open(p, g, table, stream, true);
+  q.open(p, opened, table, stream, true);
   q.agree_on_raw_bits();
   unsigned long long sum[4] = {0, 0, 0, 0};
   std::uint32_t largest[4] = {0, 0, 0, 0};
   for (std::uint32_t f = 0; f < job.frame_end; ++f) {
-    const bool selected = frame_selected(bitmap, g.first_frame + f);
+    const bool selected = frame_selected(bitmap, opened.first_frame + f);
     std::uint32_t values[4];
     q.decode_frame(values);
 #pragma unroll
@@ -159,7 +117,7 @@ __global__ void __launch_bounds__(tuning::kAccumulateThreads)
       }
     }
   }
-  const bool bad = q.reader.corrupt || (job.frame_end == g.frame_count && !q.reader.finished_cleanly());
+  const bool bad = q.reader.corrupt || (job.frame_end == opened.frame_count && !q.reader.finished_cleanly());
   if (bad && error != nullptr) atomicOr(error, 1u);
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -179,20 +137,20 @@ __global__ void __launch_bounds__(tuning::kAccumulateThreads)
   auto* table = reinterpret_cast<std::uint32_t*>(shared);
   auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
   const FrameJob job = jobs[blockIdx.y];
-  const GroupContext g = open_group(p, job.group);
-  if (!g.valid || job.frame_end > g.frame_count) {
+  const OpenedGroup opened = open_group(p, job.group);
+  if (!opened.valid || job.frame_end > opened.frame_count) {
     if (threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
     return;
   }
-  dev::build_decode_tables(g.blob, g.header, table, cdf_scratch);
+  dev::build_decode_tables(opened.blob, opened.header, table, cdf_scratch);
   const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
   if (stream >= p.stream_count) return;
   QuadDecoder q;
-  q.open(p, g, table, stream, true);
+  q.open(p, opened, table, stream, true);
   q.agree_on_raw_bits();
   const std::uint64_t pixels = std::uint64_t{p.rows} * p.cols;
   for (std::uint32_t f = 0; f < job.frame_end; ++f) {
-    const std::int32_t slot = __ldg(frame_slots + g.first_frame + f);
+    const std::int32_t slot = __ldg(frame_slots + opened.first_frame + f);
     std::uint32_t values[4];
     q.decode_frame(values);
 #pragma unroll
@@ -206,7 +164,7 @@ __global__ void __launch_bounds__(tuning::kAccumulateThreads)
       }
     }
   }
-  const bool bad = q.reader.corrupt || (job.frame_end == g.frame_count && !q.reader.finished_cleanly());
+  const bool bad = q.reader.corrupt || (job.frame_end == opened.frame_count && !q.reader.finished_cleanly());
   if (bad && error != nullptr) atomicOr(error, 1u);
 }
 
@@ -244,20 +202,20 @@ __global__ void __launch_bounds__(tuning::kMomentsThreads)
   auto* table = reinterpret_cast<std::uint32_t*>(shared);
   auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
   auto* frame_sums = reinterpret_cast<unsigned long long*>(shared + table_shared_bytes(blockDim.x));
-  const GroupContext g = open_group(p, blockIdx.y);
-  if (!g.valid) {
+  const OpenedGroup opened = open_group(p, blockIdx.y);
+  if (!opened.valid) {
     if (threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
     return;
   }
-  const std::uint32_t frames = g.frame_count;
+  const std::uint32_t frames = opened.frame_count;
   for (std::uint32_t i = threadIdx.x; i < 3 * frames; i += blockDim.x) frame_sums[i] = 0;
-  dev::build_decode_tables(g.blob, g.header, table, cdf_scratch);  // ends with __syncthreads()
+  dev::build_decode_tables(opened.blob, opened.header, table, cdf_scratch);  // ends with __syncthreads()
 
   const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
   const bool active = stream < p.stream_count;
   if (__any_sync(0xffffffffu, active)) {
     QuadDecoder q;
-    q.open(p, g, table, stream, active);
+    q.open(p, opened, table, stream, active);
     q.agree_on_raw_bits();
     std::uint32_t row_weight[4];
     std::uint32_t col_weight[4];
@@ -269,7 +227,7 @@ __global__ void __launch_bounds__(tuning::kMomentsThreads)
     }
     const std::uint32_t lane = threadIdx.x % 32;
     // 16-bit groups with weights below 512: every warp sum fits 32 bits (32 * 4 * 65535 * 511 < 2^32).
-    const bool narrow = narrow_weights && g.header.raw_words == 1;
+    const bool narrow = narrow_weights && opened.header.raw_words == 1;
     // Lane j keeps the warp sums of frame 32i + j in registers and adds them
     // to the CTA's sums every 32 frames (64-bit shared atomics are CAS loops:
     // once per frame and warp they dominated the kernel).
@@ -296,11 +254,9 @@ __global__ void __launch_bounds__(tuning::kMomentsThreads)
           lane_row = __reduce_add_sync(0xffffffffu, static_cast<std::uint32_t>(lane_row));
           lane_col = __reduce_add_sync(0xffffffffu, static_cast<std::uint32_t>(lane_col));
         } else {
-          for (int delta = 16; delta > 0; delta /= 2) {
-            lane_total += __shfl_xor_sync(0xffffffffu, lane_total, delta);
-            lane_row += __shfl_xor_sync(0xffffffffu, lane_row, delta);
-            lane_col += __shfl_xor_sync(0xffffffffu, lane_col, delta);
-          }
+          lane_total = kernels::warp_sum_u64(lane_total);
+          lane_row = kernels::warp_sum_u64(lane_row);
+          lane_col = kernels::warp_sum_u64(lane_col);
         }
         if (lane == j) {
           mine_total = lane_total;
@@ -320,9 +276,9 @@ __global__ void __launch_bounds__(tuning::kMomentsThreads)
   __syncthreads();
   for (std::uint32_t f = threadIdx.x; f < frames; f += blockDim.x) {
     if (frame_sums[f] == 0) continue;
-    atomicAdd(total + g.first_frame + f, frame_sums[f]);
-    if (frame_sums[frames + f] != 0) atomicAdd(row_moment + g.first_frame + f, frame_sums[frames + f]);
-    if (frame_sums[2 * frames + f] != 0) atomicAdd(col_moment + g.first_frame + f, frame_sums[2 * frames + f]);
+    atomicAdd(total + opened.first_frame + f, frame_sums[f]);
+    if (frame_sums[frames + f] != 0) atomicAdd(row_moment + opened.first_frame + f, frame_sums[frames + f]);
+    if (frame_sums[2 * frames + f] != 0) atomicAdd(col_moment + opened.first_frame + f, frame_sums[2 * frames + f]);
   }
 }
 
@@ -398,6 +354,22 @@ void prepare_frames(void* d_frames, DType dtype, std::uint64_t frame_count, std:
   }
 }
 
+namespace {
+// The launch both accumulate kernels share: one CTA per (stream block, job),
+// the decode tables in dynamic shared memory.
+template <class Kernel, class... Args>
+void launch_per_job(Kernel kernel, const char* name, const ResidentParams& p, std::size_t job_count,
+                    StreamHandle stream, Args... args) {
+  const int threads = tuning::kAccumulateThreads;
+  const std::size_t shared_bytes = table_shared_bytes(threads);
+  QUANTEM_CUDA_TRY(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes)));
+  const dim3 grid((p.stream_count + threads - 1) / threads, static_cast<unsigned>(job_count));
+  kernel<<<grid, threads, shared_bytes, stream>>>(p, args...);
+  QUANTEM_CUDA_CHECK_LAUNCH(stream, name);
+}
+}  // namespace
+
 void ans_accumulate_frames(const AnsResidentView& resident, const FrameJob* d_jobs, std::size_t job_count,
                            const std::uint32_t* d_frame_bitmap, std::uint64_t* d_sums, std::uint32_t* d_max,
                            std::uint32_t* d_error, StreamHandle stream) {
@@ -405,15 +377,8 @@ void ans_accumulate_frames(const AnsResidentView& resident, const FrameJob* d_jo
   check_jobs(d_jobs, job_count, "ans_accumulate_frames");
   if (job_count == 0) return;
   if (d_frame_bitmap == nullptr || d_sums == nullptr) throw bad_request("ans_accumulate_frames: null bitmap or sums");
-  const int threads = tuning::kAccumulateThreads;
-  const std::size_t shared_bytes = table_shared_bytes(threads);
-  QUANTEM_CUDA_TRY(cudaFuncSetAttribute(accumulate_frames_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(shared_bytes)));
-  const dim3 grid((p.stream_count + threads - 1) / threads, static_cast<unsigned>(job_count));
-  accumulate_frames_kernel<<<grid, threads, shared_bytes, stream>>>(
-      p, d_jobs, d_frame_bitmap, reinterpret_cast<unsigned long long*>(d_sums),
-      reinterpret_cast<unsigned int*>(d_max), d_error);
-  QUANTEM_CUDA_CHECK_LAUNCH(stream, "accumulate_frames_kernel");
+  launch_per_job(accumulate_frames_kernel, "accumulate_frames_kernel", p, job_count, stream, d_jobs, d_frame_bitmap,
+                 reinterpret_cast<unsigned long long*>(d_sums), reinterpret_cast<unsigned int*>(d_max), d_error);
 }
 
 void ans_accumulate_slots(const AnsResidentView& resident, const FrameJob* d_jobs, std::size_t job_count,
@@ -423,14 +388,8 @@ void ans_accumulate_slots(const AnsResidentView& resident, const FrameJob* d_job
   check_jobs(d_jobs, job_count, "ans_accumulate_slots");
   if (job_count == 0) return;
   if (d_frame_slots == nullptr || d_slot_sums == nullptr) throw bad_request("ans_accumulate_slots: null slots");
-  const int threads = tuning::kAccumulateThreads;
-  const std::size_t shared_bytes = table_shared_bytes(threads);
-  QUANTEM_CUDA_TRY(cudaFuncSetAttribute(accumulate_slots_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(shared_bytes)));
-  const dim3 grid((p.stream_count + threads - 1) / threads, static_cast<unsigned>(job_count));
-  accumulate_slots_kernel<<<grid, threads, shared_bytes, stream>>>(
-      p, d_jobs, d_frame_slots, reinterpret_cast<unsigned long long*>(d_slot_sums), d_error);
-  QUANTEM_CUDA_CHECK_LAUNCH(stream, "accumulate_slots_kernel");
+  launch_per_job(accumulate_slots_kernel, "accumulate_slots_kernel", p, job_count, stream, d_jobs, d_frame_slots,
+                 reinterpret_cast<unsigned long long*>(d_slot_sums), d_error);
 }
 
 void binned_slot_max(const std::uint64_t* d_slot_sums, std::uint32_t slot_count, std::uint32_t detector_rows,

@@ -146,27 +146,13 @@ std::vector<std::uint8_t> encode_group(const HostFrames& frames) {
   std::vector<std::uint32_t> stream_offsets(layout.stream_count);
   for (std::uint32_t s = 0; s < layout.stream_count; ++s) {
     stream_offsets[s] = static_cast<std::uint32_t>(data_bytes);
-    data_bytes += (kAnsStreamHeaderBytes + 2 * stream_words[s].size() + kAnsStreamAlignment - 1) /
-                  kAnsStreamAlignment * kAnsStreamAlignment;
+    data_bytes += ans_stream_bytes(stream_words[s].size());
   }
   const std::uint64_t total = layout.stream_data_offset + data_bytes;
   if (total > 0xffffffffu) throw bad_request("encode_group: group larger than 4 GiB; use fewer frames per group");
   std::vector<std::uint8_t> blob(static_cast<std::size_t>(total), 0);
-  AnsGroupHeader header{};
-  header.magic = kAnsMagic;
-  header.header_bytes = kAnsHeaderBytes;
-  header.frame_count = frame_count;
-  header.detector_rows = rows;
-  header.detector_cols = cols;
-  header.raw_words = raw_words;
-  header.class_scale = class_scale;
-  header.stream_count = layout.stream_count;
-  header.class_map_offset = layout.class_map_offset;
-  header.freq_table_offset = layout.freq_table_offset;
-  header.stream_offsets_offset = layout.stream_offsets_offset;
-  header.stream_data_offset = layout.stream_data_offset;
-  header.stream_data_bytes = data_bytes;
-  header.total_bytes = total;
+  const AnsGroupHeader header =
+      ans_group_header(layout, frame_count, rows, cols, raw_words, class_scale, data_bytes);
   std::memcpy(blob.data(), &header, sizeof header);
   std::memcpy(blob.data() + layout.class_map_offset, classes.data(), pixels);
   for (std::size_t i = 0; i < frequencies.size(); ++i)

@@ -1,4 +1,12 @@
+// What every backend shares: load stage names, the checking wrappers of the
+// Resident primitives, and the load rules (readiness, loadable shape, error
+// mapping) that the CPU and CUDA loads run through.
 #include "quantem/backend/backend.hpp"
+
+#include <new>
+#include <string>
+
+#include "quantem/core/error.hpp"
 
 namespace quantem::backend {
 
@@ -13,6 +21,128 @@ const char* load_stage_name(LoadStage stage) noexcept {
     case LoadStage::cancelled: return "cancelled";
   }
   return "unknown";
+}
+
+// --- Resident: checked primitives --------------------------------------------
+
+void Resident::check_geometry(const plan::PlanGeometry& geometry) const {
+  const catalog::Acquisition& acquisition = source();
+  plan::require_resolved_for(geometry, acquisition.scan_rows, acquisition.scan_cols, acquisition.detector_rows,
+                             acquisition.detector_cols, acquisition.name);
+}
+
+std::vector<std::uint64_t> Resident::pattern_sum(const plan::PlanGeometry& geometry) {
+  check_geometry(geometry);
+  return compute_pattern_sum(geometry);
+}
+
+std::vector<std::uint64_t> Resident::masked_sum(const plan::PlanGeometry& geometry,
+                                                const std::vector<std::uint8_t>& binned_detector_mask) {
+  check_geometry(geometry);
+  if (binned_detector_mask.size() != geometry.detector_pixels()) {
+    throw bad_request("detector mask has " + std::to_string(binned_detector_mask.size()) + " values; the plan's " +
+                      std::to_string(geometry.detector_rows) + " x " + std::to_string(geometry.detector_cols) +
+                      " detector needs " + std::to_string(geometry.detector_pixels()));
+  }
+  return compute_masked_sum(geometry, binned_detector_mask);
+}
+
+CenterOfMassSums Resident::center_of_mass_sums(const plan::PlanGeometry& geometry) {
+  check_geometry(geometry);
+  return compute_center_of_mass_sums(geometry);
+}
+
+std::vector<std::uint64_t> Resident::frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
+                                           std::uint64_t scan_col) {
+  check_geometry(geometry);
+  if (scan_row >= geometry.scan_rows || scan_col >= geometry.scan_cols) {
+    throw bad_request("scan position (" + std::to_string(scan_row) + ", " + std::to_string(scan_col) +
+                      ") is outside the plan's " + std::to_string(geometry.scan_rows) + " x " +
+                      std::to_string(geometry.scan_cols) + " scan");
+  }
+  return compute_frame(geometry, scan_row, scan_col);
+}
+
+std::vector<std::uint64_t> Resident::region_reduce(const plan::PlanGeometry& geometry,
+                                                   const std::vector<std::uint64_t>& positions,
+                                                   RegionReduce reduce) {
+  check_geometry(geometry);
+  return compute_region_reduce(geometry, plan::sorted_distinct_positions(geometry, positions), reduce);
+}
+
+// --- shared load rules ---------------------------------------------------------
+
+void check_loadable_shape(const catalog::Acquisition& acquisition, std::uint64_t max_detector_axis,
+                          const std::string& backend_name) {
+  if (!acquisition.scan_shape_known() || !acquisition.detector_shape_known()) {
+    throw unprocessable(acquisition.name + " has no usable 4-D shape (scan " + std::to_string(acquisition.scan_rows) +
+                        " x " + std::to_string(acquisition.scan_cols) + ", detector " +
+                        std::to_string(acquisition.detector_rows) + " x " + std::to_string(acquisition.detector_cols) +
+                        ")");
+  }
+  if (!acquisition.dtype) throw unprocessable(acquisition.name + " has no supported detector dtype");
+  if (acquisition.chunk_format.element_size != dtype_size(*acquisition.dtype)) {
+    throw unprocessable(acquisition.name + ": the chunk element size " +
+                        std::to_string(acquisition.chunk_format.element_size) + " does not match dtype " +
+                        dtype_name(*acquisition.dtype));
+  }
+  if (max_detector_axis != 0 &&
+      (acquisition.detector_rows > max_detector_axis || acquisition.detector_cols > max_detector_axis)) {
+    throw unprocessable(acquisition.name + ": detector axes above " + std::to_string(max_detector_axis) +
+                        " pixels are not supported by the " + backend_name + " backend");
+  }
+  if (!acquisition.pixel_mask.empty() && acquisition.pixel_mask.size() != acquisition.frame_pixels()) {
+    throw unprocessable(acquisition.name + ": the pixel mask has " + std::to_string(acquisition.pixel_mask.size()) +
+                        " values for a detector of " + std::to_string(acquisition.frame_pixels()) + " pixels");
+  }
+}
+
+void check_dense_counts(const catalog::Acquisition& acquisition, std::size_t count_bytes,
+                        std::uint64_t max_detector_axis) {
+  if (!acquisition.dtype) throw bad_request("the acquisition's dtype is unknown");
+  if (!acquisition.scan_shape_known() || !acquisition.detector_shape_known()) {
+    throw bad_request("the acquisition's scan and detector shapes must be known");
+  }
+  if (max_detector_axis != 0 &&
+      (acquisition.detector_rows > max_detector_axis || acquisition.detector_cols > max_detector_axis)) {
+    throw bad_request("detector axes above " + std::to_string(max_detector_axis) + " pixels are not supported");
+  }
+  if (!acquisition.pixel_mask.empty() && acquisition.pixel_mask.size() != acquisition.frame_pixels()) {
+    throw bad_request("the pixel mask has " + std::to_string(acquisition.pixel_mask.size()) +
+                      " values; the detector has " + std::to_string(acquisition.frame_pixels()));
+  }
+  const std::uint64_t needed = acquisition.frame_count() * acquisition.frame_pixels() * dtype_size(*acquisition.dtype);
+  if (count_bytes != needed) {
+    throw bad_request("dense counts hold " + std::to_string(count_bytes) + " bytes; the acquisition needs " +
+                      std::to_string(needed));
+  }
+}
+
+std::shared_ptr<Resident> run_load(const catalog::Acquisition& acquisition, LoadProgress& progress,
+                                   std::uint64_t max_detector_axis, const std::string& backend_name,
+                                   const std::string& host_memory_context,
+                                   const std::function<std::shared_ptr<Resident>()>& body) {
+  try {
+    if (!acquisition.status.loadable) {
+      throw conflict(acquisition.status.reason.empty() ? acquisition.name + " is not ready to load"
+                                                       : acquisition.status.reason);
+    }
+    check_loadable_shape(acquisition, max_detector_axis, backend_name);
+    if (progress.cancel_requested) throw LoadCancelled{};
+    progress.stage = LoadStage::reading;
+    auto resident = body();
+    progress.stage = LoadStage::done;
+    return resident;
+  } catch (const LoadCancelled&) {
+    progress.stage = LoadStage::cancelled;
+    throw unavailable("loading " + acquisition.name + " was cancelled");
+  } catch (const std::bad_alloc&) {
+    progress.stage = LoadStage::failed;
+    throw payload_too_large("not enough host memory to " + host_memory_context);
+  } catch (...) {
+    progress.stage = LoadStage::failed;
+    throw;
+  }
 }
 
 }  // namespace quantem::backend

@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "quantem/catalog/acquisition.hpp"
+#include "quantem/codec/chunk_codec.hpp"
 #include "quantem/core/error.hpp"
 
 namespace quantem::backend {
@@ -45,6 +47,28 @@ void read_exactly(int fd, std::uint8_t* out, std::uint64_t bytes, std::uint64_t 
                          std::to_string(offset) + ", " + std::to_string(bytes) + " stored bytes)");
     }
     done += static_cast<std::uint64_t>(got);
+  }
+}
+
+std::string describe_undecodable_frame(const catalog::Acquisition& acquisition, const catalog::FrameIndex& index,
+                                       std::uint64_t frame) {
+  const catalog::FrameLocation& location = index.frames[frame];
+  return "frame " + std::to_string(frame) + " (scan row " + std::to_string(frame / acquisition.scan_cols) +
+         ", column " + std::to_string(frame % acquisition.scan_cols) + ") of " + index.shard_paths[location.shard] +
+         " does not decode (chunk at byte " + std::to_string(location.file_offset) + ", " +
+         std::to_string(location.stored_bytes) + " stored bytes)";
+}
+
+void decode_stored_frame(const catalog::Acquisition& acquisition, const catalog::FrameIndex& index,
+                         std::uint64_t frame, const std::uint8_t* stored, std::uint8_t* out,
+                         std::uint64_t frame_bytes) {
+  const catalog::FrameLocation& location = index.frames[frame];
+  codec::ChunkFormat format = acquisition.chunk_format;
+  if ((location.filter_mask & 1u) != 0) format.filter = codec::ChunkFilter::none;
+  try {
+    codec::decode_chunk(format, stored, location.stored_bytes, out, frame_bytes);
+  } catch (const Error& error) {
+    throw CorruptChunk(describe_undecodable_frame(acquisition, index, frame) + ": " + error.what());
   }
 }
 

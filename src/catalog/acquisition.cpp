@@ -128,17 +128,26 @@ std::optional<double> as_finite_real(const hdf5::Value& value) {
   return std::nullopt;
 }
 
-using ScanShape = std::pair<std::uint64_t, std::uint64_t>;
+// A 2-D shape (scan or detector), ordered by rows then columns.
+struct Shape2D {
+  std::uint64_t rows = 0;
+  std::uint64_t cols = 0;
+  bool operator<(const Shape2D& other) const {
+    return rows != other.rows ? rows < other.rows : cols < other.cols;
+  }
+  bool operator==(const Shape2D& other) const { return rows == other.rows && cols == other.cols; }
+};
+using ScanShape = Shape2D;
 
 // A positive integral 2-vector, or nothing.
 std::optional<ScanShape> as_scan_shape(const hdf5::Value& value) {
   if (value.is_integer && value.integers.size() == 2 && value.integers[0] > 0 && value.integers[1] > 0) {
-    return ScanShape(static_cast<std::uint64_t>(value.integers[0]), static_cast<std::uint64_t>(value.integers[1]));
+    return ScanShape{static_cast<std::uint64_t>(value.integers[0]), static_cast<std::uint64_t>(value.integers[1])};
   }
   if (!value.is_integer && value.is_real && value.reals.size() == 2) {
     const double rows = value.reals[0], cols = value.reals[1];
     if (rows >= 1 && cols >= 1 && rows < 9e15 && cols < 9e15 && std::trunc(rows) == rows && std::trunc(cols) == cols) {
-      return ScanShape(static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols));
+      return ScanShape{static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols)};
     }
   }
   return std::nullopt;
@@ -166,7 +175,7 @@ std::optional<hdf5::Value> dataset_value(hid_t loc, const std::string& path) {
   }
 }
 
-std::string scan_shape_text(const ScanShape& shape) { return python_tuple({shape.first, shape.second}); }
+std::string scan_shape_text(const ScanShape& shape) { return python_tuple({shape.rows, shape.cols}); }
 
 // --- per-source facts gathered by the readiness pass ---
 
@@ -320,11 +329,11 @@ class Inspector {
     all_sources_read_ = true;
 
     // Rows 15-16.
-    std::set<std::pair<std::uint64_t, std::uint64_t>> detector_shapes;
+    std::set<Shape2D> detector_shapes;
     std::set<std::string> dtypes;
     std::uint64_t stored = 0;
     for (const auto& facts : sources_) {
-      detector_shapes.emplace(facts.dims[facts.dims.size() - 2], facts.dims.back());
+      detector_shapes.insert(Shape2D{facts.dims[facts.dims.size() - 2], facts.dims.back()});
       dtypes.insert(facts.numpy_dtype);
       stored += facts.frames;
     }
@@ -342,8 +351,8 @@ class Inspector {
       return not_ready("detector sources have inconsistent dtypes: " + list,
                        "Repair or reacquire the acquisition so every detector chunk uses the same stored dtype.");
     }
-    acq_.detector_rows = detector_shapes.begin()->first;
-    acq_.detector_cols = detector_shapes.begin()->second;
+    acq_.detector_rows = detector_shapes.begin()->rows;
+    acq_.detector_cols = detector_shapes.begin()->cols;
     acq_.dtype = sources_.front().dtype;
 
     // Row 17: every scan_shape attribute must agree.
@@ -373,7 +382,7 @@ class Inspector {
               ", nimages=" + std::to_string(*acq_.nimages);
     } else if (scan_shapes.size() == 1) {
       const ScanShape shape = *scan_shapes.begin();
-      acq_.expected_frames = shape.first * shape.second;
+      acq_.expected_frames = shape.rows * shape.cols;
       basis = "HDF5 scan_shape=" + scan_shape_text(shape);
     }
 
@@ -616,8 +625,8 @@ class Inspector {
   }
 
   void set_scan_shape(const ScanShape& shape, std::string basis) {
-    acq_.scan_rows = shape.first;
-    acq_.scan_cols = shape.second;
+    acq_.scan_rows = shape.rows;
+    acq_.scan_cols = shape.cols;
     acq_.scan_shape_basis = std::move(basis);
   }
 

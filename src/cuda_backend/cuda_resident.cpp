@@ -6,63 +6,14 @@
 
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/resident_products.hpp"
+#include "quantem/cuda/scratch_layout.hpp"
+#include "quantem/plan/plan.hpp"
 
 namespace quantem::backend::cuda_detail {
 namespace {
 
 // Largest slot buffer of a binned region max (whole native frames in uint64).
 constexpr std::uint64_t kSlotBufferBytes = std::uint64_t{64} << 20;
-
-std::uint64_t align256(std::uint64_t value) { return (value + 255) / 256 * 256; }
-
-// out[r / bin][c / bin] = Σ native[r][c]; out has ceil(rows/bin) x ceil(cols/bin) values.
-std::vector<std::uint64_t> bin_detector(const std::vector<std::uint64_t>& native, std::uint64_t rows,
-                                        std::uint64_t cols, std::uint64_t bin) {
-  if (bin == 1) return native;
-  const std::uint64_t out_cols = (cols + bin - 1) / bin;
-  const std::uint64_t out_rows = (rows + bin - 1) / bin;
-  std::vector<std::uint64_t> out(out_rows * out_cols, 0);
-  for (std::uint64_t r = 0; r < rows; ++r) {
-    for (std::uint64_t c = 0; c < cols; ++c) out[(r / bin) * out_cols + c / bin] += native[r * cols + c];
-  }
-  return out;
-}
-
-// Sums per-frame values of the region (row-major over the region) into plan positions.
-std::vector<std::uint64_t> bin_scan(const plan::PlanGeometry& g, std::vector<std::uint64_t> per_frame) {
-  if (g.scan_bin == 1) return per_frame;
-  const std::uint64_t region_cols = g.region.col_stop - g.region.col_start;
-  const std::uint64_t region_rows = g.region.row_stop - g.region.row_start;
-  std::vector<std::uint64_t> out(g.positions(), 0);
-  for (std::uint64_t r = 0; r < region_rows; ++r) {
-    for (std::uint64_t c = 0; c < region_cols; ++c) {
-      out[(r / g.scan_bin) * g.scan_cols + c / g.scan_bin] += per_frame[r * region_cols + c];
-    }
-  }
-  return out;
-}
-
-// Global frame indices (ascending) of the region.
-std::vector<std::uint64_t> region_frames(const plan::PlanGeometry& g) {
-  std::vector<std::uint64_t> frames;
-  frames.reserve((g.region.row_stop - g.region.row_start) * (g.region.col_stop - g.region.col_start));
-  for (std::uint64_t row = g.region.row_start; row < g.region.row_stop; ++row)
-    for (std::uint64_t col = g.region.col_start; col < g.region.col_stop; ++col)
-      frames.push_back(row * g.source_scan_cols + col);
-  return frames;
-}
-
-// The source frames (ascending) of one plan position: its scan_bin x scan_bin block, cut at the region's edge.
-std::vector<std::uint64_t> position_frames(const plan::PlanGeometry& g, std::uint64_t position) {
-  const std::uint64_t row_begin = g.region.row_start + position / g.scan_cols * g.scan_bin;
-  const std::uint64_t row_end = std::min(g.region.row_stop, row_begin + g.scan_bin);
-  const std::uint64_t col_begin = g.region.col_start + position % g.scan_cols * g.scan_bin;
-  const std::uint64_t col_end = std::min(g.region.col_stop, col_begin + g.scan_bin);
-  std::vector<std::uint64_t> frames;
-  for (std::uint64_t row = row_begin; row < row_end; ++row)
-    for (std::uint64_t col = col_begin; col < col_end; ++col) frames.push_back(row * g.source_scan_cols + col);
-  return frames;
-}
 
 // Jobs for ascending frames: each touched group, decoded up to its last needed frame.
 std::vector<cuda::FrameJob> jobs_for(const std::vector<std::uint64_t>& sorted_frames, std::uint32_t frames_per_group) {
@@ -99,6 +50,15 @@ CudaResident::CudaResident(catalog::Acquisition source, DType resident_dtype, st
 
 CudaResident::~CudaResident() { QUANTEM_CUDA_TRY_NOTHROW(cudaSetDevice(device_index_)); }
 
+CudaResident::RegionSpan CudaResident::region_span(const plan::PlanGeometry& g) const {
+  RegionSpan span;
+  span.first_frame = g.region.row_start * g.source_scan_cols + g.region.col_start;
+  span.last_frame = (g.region.row_stop - 1) * g.source_scan_cols + g.region.col_stop - 1;
+  span.first_group = span.first_frame / frames_per_group_;
+  span.end_group = span.last_frame / frames_per_group_ + 1;
+  return span;
+}
+
 cuda::AnsResidentView CudaResident::view() const { return view_of_groups(0, group_count_); }
 
 cuda::AnsResidentView CudaResident::view_of_groups(std::uint64_t first_group, std::uint64_t end_group) const {
@@ -114,11 +74,6 @@ cuda::AnsResidentView CudaResident::view_of_groups(std::uint64_t first_group, st
 }
 
 void CudaResident::bind_device() const { cuda::set_device(device_index_); }
-
-void CudaResident::check_geometry(const plan::PlanGeometry& geometry) const {
-  plan::require_resolved_for(geometry, source_.scan_rows, source_.scan_cols, source_.detector_rows,
-                             source_.detector_cols, source_.name);
-}
 
 namespace {
 void throw_if_malformed(std::uint32_t error_flag, const std::string& name, const char* what) {
@@ -141,21 +96,22 @@ std::vector<std::uint64_t> CudaResident::native_sum(const std::vector<std::uint6
 
   bind_device();
   const cudaStream_t stream = cudaStreamPerThread;
-  const std::uint64_t bitmap_bytes = align256(bitmap.size() * 4);
-  const std::uint64_t jobs_bytes = align256(jobs.size() * sizeof(cuda::FrameJob));
-  const std::uint64_t sums_bytes = align256(pixels * 8);
-  const std::uint64_t maxima_bytes = align256(pixels * 4);
-  ScratchBuffer scratch(bitmap_bytes + jobs_bytes + sums_bytes + maxima_bytes + 256, stream);
-  auto* bytes = scratch.as<std::uint8_t>();
-  auto* d_bitmap = reinterpret_cast<std::uint32_t*>(bytes);
-  auto* d_jobs = reinterpret_cast<cuda::FrameJob*>(bytes + bitmap_bytes);
-  auto* d_sums = reinterpret_cast<std::uint64_t*>(bytes + bitmap_bytes + jobs_bytes);
-  auto* d_maxima = reinterpret_cast<std::uint32_t*>(bytes + bitmap_bytes + jobs_bytes + sums_bytes);
-  auto* d_error = reinterpret_cast<std::uint32_t*>(bytes + bitmap_bytes + jobs_bytes + sums_bytes + maxima_bytes);
+  cuda::ScratchLayout layout;
+  const std::size_t bitmap_at = layout.add(bitmap.size() * 4);
+  const std::size_t jobs_at = layout.add(jobs.size() * sizeof(cuda::FrameJob));
+  const std::size_t sums_at = layout.add(pixels * 8);  // sums, maxima and the error flag: zeroed together
+  const std::size_t maxima_at = layout.add(pixels * 4);
+  const std::size_t error_at = layout.add(4);
+  ScratchBuffer scratch(layout.total(), stream);
+  auto* d_bitmap = cuda::scratch_part<std::uint32_t>(scratch.data(), bitmap_at);
+  auto* d_jobs = cuda::scratch_part<cuda::FrameJob>(scratch.data(), jobs_at);
+  auto* d_sums = cuda::scratch_part<std::uint64_t>(scratch.data(), sums_at);
+  auto* d_maxima = cuda::scratch_part<std::uint32_t>(scratch.data(), maxima_at);
+  auto* d_error = cuda::scratch_part<std::uint32_t>(scratch.data(), error_at);
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_bitmap, bitmap.data(), bitmap.size() * 4, cudaMemcpyHostToDevice, stream));
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_jobs, jobs.data(), jobs.size() * sizeof(cuda::FrameJob), cudaMemcpyHostToDevice,
                                    stream));
-  QUANTEM_CUDA_TRY(cudaMemsetAsync(d_sums, 0, sums_bytes + maxima_bytes + 256, stream));
+  QUANTEM_CUDA_TRY(cudaMemsetAsync(d_sums, 0, layout.total() - sums_at, stream));
   const cuda::AnsResidentView all = view();
   for (std::size_t first = 0; first < jobs.size(); first += cuda::kMaxFrameJobs) {
     const std::size_t count = std::min(cuda::kMaxFrameJobs, jobs.size() - first);
@@ -173,11 +129,10 @@ std::vector<std::uint64_t> CudaResident::native_sum(const std::vector<std::uint6
   return sums;
 }
 
-std::vector<std::uint64_t> CudaResident::pattern_sum(const plan::PlanGeometry& geometry) {
-  check_geometry(geometry);
+std::vector<std::uint64_t> CudaResident::compute_pattern_sum(const plan::PlanGeometry& geometry) {
   std::vector<std::uint64_t> native;
   if (geometry.cropped) {
-    native = native_sum(region_frames(geometry), nullptr);
+    native = native_sum(plan::region_frame_indices(geometry), nullptr);
   } else {
     // Every frame belongs to exactly one plan position: one sum serves every uncropped plan.
     std::lock_guard<std::mutex> lock(full_pattern_mutex_);
@@ -188,29 +143,20 @@ std::vector<std::uint64_t> CudaResident::pattern_sum(const plan::PlanGeometry& g
     }
     native = *full_pattern_;
   }
-  return bin_detector(native, source_.detector_rows, source_.detector_cols, geometry.detector_bin);
+  return plan::bin_detector_sums(native, source_.detector_rows, source_.detector_cols, geometry.detector_bin);
 }
 
-std::vector<std::uint64_t> CudaResident::masked_sum(const plan::PlanGeometry& g,
-                                                    const std::vector<std::uint8_t>& binned_mask) {
-  check_geometry(g);
-  if (binned_mask.size() != g.detector_pixels()) {
-    throw bad_request("detector mask has " + std::to_string(binned_mask.size()) + " values; the plan's " +
-                      std::to_string(g.detector_rows) + " x " + std::to_string(g.detector_cols) +
-                      " detector needs " + std::to_string(g.detector_pixels()));
-  }
+std::vector<std::uint64_t> CudaResident::compute_masked_sum(const plan::PlanGeometry& g,
+                                                            const std::vector<std::uint8_t>& binned_mask) {
   const std::uint64_t rows = source_.detector_rows;
   const std::uint64_t cols = source_.detector_cols;
-  std::vector<std::uint8_t> native(rows * cols);
-  for (std::uint64_t r = 0; r < rows; ++r)
-    for (std::uint64_t c = 0; c < cols; ++c)
-      native[r * cols + c] = binned_mask[(r / g.detector_bin) * g.detector_cols + c / g.detector_bin] != 0 ? 1 : 0;
+  const std::vector<std::uint8_t> native = plan::source_detector_mask(g, binned_mask);
 
-  const std::uint64_t first_frame = g.region.row_start * g.source_scan_cols + g.region.col_start;
-  const std::uint64_t last_frame = (g.region.row_stop - 1) * g.source_scan_cols + g.region.col_stop - 1;
-  const std::uint64_t first_group = first_frame / frames_per_group_;
-  const std::uint64_t end_group = last_frame / frames_per_group_ + 1;
-  const cuda::AnsResidentView groups = view_of_groups(first_group, end_group);
+  const RegionSpan span_of_region = region_span(g);
+  const std::uint64_t first_frame = span_of_region.first_frame;
+  const std::uint64_t last_frame = span_of_region.last_frame;
+  const std::uint64_t first_group = span_of_region.first_group;
+  const cuda::AnsResidentView groups = view_of_groups(first_group, span_of_region.end_group);
 
   bind_device();
   const cudaStream_t stream = cudaStreamPerThread;
@@ -218,12 +164,14 @@ std::vector<std::uint64_t> CudaResident::masked_sum(const plan::PlanGeometry& g,
   // cudaMalloc/cudaFree (which would synchronise the device) per request.
   const std::vector<std::uint32_t> entries =
       cuda::ans_mask_entries(native, static_cast<std::uint32_t>(rows), static_cast<std::uint32_t>(cols));
-  const std::uint64_t sums_bytes = align256(groups.total_frames * 8);
-  const std::uint64_t entries_bytes = align256(entries.size() * 4);
-  ScratchBuffer scratch(sums_bytes + entries_bytes + 256, stream);
-  auto* d_sums = scratch.as<std::uint64_t>();
-  auto* d_entries = reinterpret_cast<std::uint32_t*>(scratch.as<std::uint8_t>() + sums_bytes);
-  auto* d_error = reinterpret_cast<std::uint32_t*>(scratch.as<std::uint8_t>() + sums_bytes + entries_bytes);
+  cuda::ScratchLayout layout;
+  const std::size_t sums_at = layout.add(groups.total_frames * 8);
+  const std::size_t entries_at = layout.add(entries.size() * 4);
+  const std::size_t error_at = layout.add(4);
+  ScratchBuffer scratch(layout.total(), stream);
+  auto* d_sums = cuda::scratch_part<std::uint64_t>(scratch.data(), sums_at);
+  auto* d_entries = cuda::scratch_part<std::uint32_t>(scratch.data(), entries_at);
+  auto* d_error = cuda::scratch_part<std::uint32_t>(scratch.data(), error_at);
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_error, 0, 4, stream));
   if (!entries.empty())  // from pageable memory: staged before the call returns
     QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_entries, entries.data(), entries.size() * 4, cudaMemcpyHostToDevice, stream));
@@ -239,15 +187,18 @@ std::vector<std::uint64_t> CudaResident::masked_sum(const plan::PlanGeometry& g,
   QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));
   throw_if_malformed(error_flag, source_.name, "masked_sum_kernel");
 
-  if (g.region.col_start == 0 && g.region.col_stop == g.source_scan_cols) return bin_scan(g, std::move(span));
+  if (g.region.col_start == 0 && g.region.col_stop == g.source_scan_cols) {
+    return plan::bin_scan_sums(g, std::move(span));
+  }
   std::vector<std::uint64_t> per_frame;
-  per_frame.reserve((g.region.row_stop - g.region.row_start) * (g.region.col_stop - g.region.col_start));
-  for (const std::uint64_t frame : region_frames(g)) per_frame.push_back(span[frame - first_frame]);
-  return bin_scan(g, std::move(per_frame));
+  per_frame.reserve(plan::region_frame_count(g));
+  plan::for_each_region_row(g, [&](std::uint64_t first, std::uint64_t end) {
+    per_frame.insert(per_frame.end(), span.begin() + (first - first_frame), span.begin() + (end - first_frame));
+  });
+  return plan::bin_scan_sums(g, std::move(per_frame));
 }
 
-CenterOfMassSums CudaResident::center_of_mass_sums(const plan::PlanGeometry& g) {
-  check_geometry(g);
+CenterOfMassSums CudaResident::compute_center_of_mass_sums(const plan::PlanGeometry& g) {
   const std::uint64_t rows = source_.detector_rows;
   const std::uint64_t cols = source_.detector_cols;
   std::vector<std::uint32_t> row_weights(rows);
@@ -256,24 +207,26 @@ CenterOfMassSums CudaResident::center_of_mass_sums(const plan::PlanGeometry& g) 
   for (std::uint64_t c = 0; c < cols; ++c) col_weights[c] = static_cast<std::uint32_t>(c / g.detector_bin);
   const std::uint32_t max_weight = static_cast<std::uint32_t>(std::max(rows, cols) - 1) / static_cast<std::uint32_t>(g.detector_bin);
 
-  const std::uint64_t first_frame = g.region.row_start * g.source_scan_cols + g.region.col_start;
-  const std::uint64_t last_frame = (g.region.row_stop - 1) * g.source_scan_cols + g.region.col_stop - 1;
-  const std::uint64_t first_group = first_frame / frames_per_group_;
-  const std::uint64_t end_group = last_frame / frames_per_group_ + 1;
-  const cuda::AnsResidentView groups = view_of_groups(first_group, end_group);
+  const RegionSpan span_of_region = region_span(g);
+  const std::uint64_t first_group = span_of_region.first_group;
+  const cuda::AnsResidentView groups = view_of_groups(first_group, span_of_region.end_group);
 
   bind_device();
   const cudaStream_t stream = cudaStreamPerThread;
-  const std::uint64_t weights_bytes = align256(rows * 4) + align256(cols * 4);
-  const std::uint64_t sums_bytes = align256(groups.total_frames * 8);
-  ScratchBuffer scratch(weights_bytes + 3 * sums_bytes + 256, stream);
-  auto* bytes = scratch.as<std::uint8_t>();
-  auto* d_row_weights = reinterpret_cast<std::uint32_t*>(bytes);
-  auto* d_col_weights = reinterpret_cast<std::uint32_t*>(bytes + align256(rows * 4));
-  auto* d_total = reinterpret_cast<std::uint64_t*>(bytes + weights_bytes);
-  auto* d_row = reinterpret_cast<std::uint64_t*>(bytes + weights_bytes + sums_bytes);
-  auto* d_col = reinterpret_cast<std::uint64_t*>(bytes + weights_bytes + 2 * sums_bytes);
-  auto* d_error = reinterpret_cast<std::uint32_t*>(bytes + weights_bytes + 3 * sums_bytes);
+  cuda::ScratchLayout layout;
+  const std::size_t row_weights_at = layout.add(rows * 4);
+  const std::size_t col_weights_at = layout.add(cols * 4);
+  const std::size_t total_at = layout.add(groups.total_frames * 8);
+  const std::size_t row_at = layout.add(groups.total_frames * 8);
+  const std::size_t col_at = layout.add(groups.total_frames * 8);
+  const std::size_t error_at = layout.add(4);
+  ScratchBuffer scratch(layout.total(), stream);
+  auto* d_row_weights = cuda::scratch_part<std::uint32_t>(scratch.data(), row_weights_at);
+  auto* d_col_weights = cuda::scratch_part<std::uint32_t>(scratch.data(), col_weights_at);
+  auto* d_total = cuda::scratch_part<std::uint64_t>(scratch.data(), total_at);
+  auto* d_row = cuda::scratch_part<std::uint64_t>(scratch.data(), row_at);
+  auto* d_col = cuda::scratch_part<std::uint64_t>(scratch.data(), col_at);
+  auto* d_error = cuda::scratch_part<std::uint32_t>(scratch.data(), error_at);
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_row_weights, row_weights.data(), rows * 4, cudaMemcpyHostToDevice, stream));
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_col_weights, col_weights.data(), cols * 4, cudaMemcpyHostToDevice, stream));
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_error, 0, 4, stream));
@@ -291,28 +244,24 @@ CenterOfMassSums CudaResident::center_of_mass_sums(const plan::PlanGeometry& g) 
 
   const std::uint64_t base_frame = first_group * frames_per_group_;
   CenterOfMassSums sums;
-  for (const std::uint64_t frame : region_frames(g)) {
-    sums.total.push_back(total[frame - base_frame]);
-    sums.row_moment.push_back(row_moment[frame - base_frame]);
-    sums.col_moment.push_back(col_moment[frame - base_frame]);
-  }
-  sums.total = bin_scan(g, std::move(sums.total));
-  sums.row_moment = bin_scan(g, std::move(sums.row_moment));
-  sums.col_moment = bin_scan(g, std::move(sums.col_moment));
+  plan::for_each_region_row(g, [&](std::uint64_t first, std::uint64_t end) {
+    for (std::uint64_t frame = first; frame < end; ++frame) {
+      sums.total.push_back(total[frame - base_frame]);
+      sums.row_moment.push_back(row_moment[frame - base_frame]);
+      sums.col_moment.push_back(col_moment[frame - base_frame]);
+    }
+  });
+  sums.total = plan::bin_scan_sums(g, std::move(sums.total));
+  sums.row_moment = plan::bin_scan_sums(g, std::move(sums.row_moment));
+  sums.col_moment = plan::bin_scan_sums(g, std::move(sums.col_moment));
   return sums;
 }
 
-std::vector<std::uint64_t> CudaResident::frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
-                                               std::uint64_t scan_col) {
-  check_geometry(geometry);
-  if (scan_row >= geometry.scan_rows || scan_col >= geometry.scan_cols) {
-    throw bad_request("scan position (" + std::to_string(scan_row) + ", " + std::to_string(scan_col) +
-                      ") is outside the plan's " + std::to_string(geometry.scan_rows) + " x " +
-                      std::to_string(geometry.scan_cols) + " scan");
-  }
+std::vector<std::uint64_t> CudaResident::compute_frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
+                                                       std::uint64_t scan_col) {
   const std::vector<std::uint64_t> native =
-      native_sum(position_frames(geometry, scan_row * geometry.scan_cols + scan_col), nullptr);
-  return bin_detector(native, source_.detector_rows, source_.detector_cols, geometry.detector_bin);
+      native_sum(plan::position_frame_indices(geometry, scan_row * geometry.scan_cols + scan_col), nullptr);
+  return plan::bin_detector_sums(native, source_.detector_rows, source_.detector_cols, geometry.detector_bin);
 }
 
 std::vector<std::uint64_t> CudaResident::binned_position_max(const plan::PlanGeometry& g,
@@ -325,18 +274,19 @@ std::vector<std::uint64_t> CudaResident::binned_position_max(const plan::PlanGeo
 
   bind_device();
   const cudaStream_t stream = cudaStreamPerThread;
-  const std::uint64_t result_bytes = align256(binned_pixels * 8);
-  const std::uint64_t slots_bytes = align256(slots_per_pass * pixels * 8);
-  const std::uint64_t frame_slots_bytes = align256(total_frames * 4);
-  const std::uint64_t jobs_bytes = align256(group_count_ * sizeof(cuda::FrameJob));
-  ScratchBuffer scratch(result_bytes + slots_bytes + frame_slots_bytes + jobs_bytes + 256, stream);
-  auto* bytes = scratch.as<std::uint8_t>();
-  auto* d_result = reinterpret_cast<std::uint64_t*>(bytes);
-  auto* d_slots = reinterpret_cast<std::uint64_t*>(bytes + result_bytes);
-  auto* d_frame_slots = reinterpret_cast<std::int32_t*>(bytes + result_bytes + slots_bytes);
-  auto* d_jobs = reinterpret_cast<cuda::FrameJob*>(bytes + result_bytes + slots_bytes + frame_slots_bytes);
-  auto* d_error = reinterpret_cast<std::uint32_t*>(bytes + result_bytes + slots_bytes + frame_slots_bytes + jobs_bytes);
-  QUANTEM_CUDA_TRY(cudaMemsetAsync(d_result, 0, result_bytes, stream));
+  cuda::ScratchLayout layout;
+  const std::size_t result_at = layout.add(binned_pixels * 8);
+  const std::size_t slots_at = layout.add(slots_per_pass * pixels * 8);
+  const std::size_t frame_slots_at = layout.add(total_frames * 4);
+  const std::size_t jobs_at = layout.add(group_count_ * sizeof(cuda::FrameJob));
+  const std::size_t error_at = layout.add(4);
+  ScratchBuffer scratch(layout.total(), stream);
+  auto* d_result = cuda::scratch_part<std::uint64_t>(scratch.data(), result_at);
+  auto* d_slots = cuda::scratch_part<std::uint64_t>(scratch.data(), slots_at);
+  auto* d_frame_slots = cuda::scratch_part<std::int32_t>(scratch.data(), frame_slots_at);
+  auto* d_jobs = cuda::scratch_part<cuda::FrameJob>(scratch.data(), jobs_at);
+  auto* d_error = cuda::scratch_part<std::uint32_t>(scratch.data(), error_at);
+  QUANTEM_CUDA_TRY(cudaMemsetAsync(d_result, 0, binned_pixels * 8, stream));
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_error, 0, 4, stream));
   const cuda::AnsResidentView all = view();
   std::vector<std::int32_t> frame_slots;
@@ -345,7 +295,7 @@ std::vector<std::uint64_t> CudaResident::binned_position_max(const plan::PlanGeo
     frame_slots.assign(total_frames, -1);
     std::vector<std::uint64_t> frames;
     for (std::size_t k = 0; k < count; ++k) {
-      for (const std::uint64_t frame : position_frames(g, positions[first + k])) {
+      for (const std::uint64_t frame : plan::position_frame_indices(g, positions[first + k])) {
         frame_slots[frame] = static_cast<std::int32_t>(k);
         frames.push_back(frame);
       }
@@ -371,18 +321,16 @@ std::vector<std::uint64_t> CudaResident::binned_position_max(const plan::PlanGeo
   return result;
 }
 
-std::vector<std::uint64_t> CudaResident::region_reduce(const plan::PlanGeometry& geometry,
-                                                       const std::vector<std::uint64_t>& positions,
-                                                       RegionReduce reduce) {
-  check_geometry(geometry);
-  const std::vector<std::uint64_t> sorted = plan::sorted_distinct_positions(geometry, positions);
+std::vector<std::uint64_t> CudaResident::compute_region_reduce(const plan::PlanGeometry& geometry,
+                                                               const std::vector<std::uint64_t>& sorted,
+                                                               RegionReduce reduce) {
   if (reduce == RegionReduce::max && (geometry.scan_bin != 1 || geometry.detector_bin != 1)) {
     return binned_position_max(geometry, sorted);
   }
   // Distinct positions have disjoint frame blocks: their union, ascending.
   std::vector<std::uint64_t> frames;
   for (const std::uint64_t position : sorted) {
-    for (const std::uint64_t frame : position_frames(geometry, position)) frames.push_back(frame);
+    for (const std::uint64_t frame : plan::position_frame_indices(geometry, position)) frames.push_back(frame);
   }
   std::sort(frames.begin(), frames.end());
   if (reduce == RegionReduce::max) {  // one frame per position, native detector: a per-pixel max
@@ -390,7 +338,7 @@ std::vector<std::uint64_t> CudaResident::region_reduce(const plan::PlanGeometry&
     native_sum(frames, &maxima);
     return std::vector<std::uint64_t>(maxima.begin(), maxima.end());
   }
-  return bin_detector(native_sum(frames, nullptr), source_.detector_rows, source_.detector_cols,
+  return plan::bin_detector_sums(native_sum(frames, nullptr), source_.detector_rows, source_.detector_cols,
                       geometry.detector_bin);
 }
 

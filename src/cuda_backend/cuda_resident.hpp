@@ -37,21 +37,29 @@ class CudaResident final : public Resident {
   DType resident_dtype() const override { return resident_dtype_; }
   const catalog::Acquisition& source() const override { return source_; }
 
-  std::vector<std::uint64_t> pattern_sum(const plan::PlanGeometry& geometry) override;
-  std::vector<std::uint64_t> masked_sum(const plan::PlanGeometry& geometry,
-                                        const std::vector<std::uint8_t>& binned_detector_mask) override;
-  CenterOfMassSums center_of_mass_sums(const plan::PlanGeometry& geometry) override;
-  std::vector<std::uint64_t> frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
-                                   std::uint64_t scan_col) override;
-  std::vector<std::uint64_t> region_reduce(const plan::PlanGeometry& geometry,
-                                           const std::vector<std::uint64_t>& positions,
-                                           RegionReduce reduce) override;
+ protected:
+  std::vector<std::uint64_t> compute_pattern_sum(const plan::PlanGeometry& geometry) override;
+  std::vector<std::uint64_t> compute_masked_sum(const plan::PlanGeometry& geometry,
+                                                const std::vector<std::uint8_t>& binned_detector_mask) override;
+  CenterOfMassSums compute_center_of_mass_sums(const plan::PlanGeometry& geometry) override;
+  std::vector<std::uint64_t> compute_frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
+                                           std::uint64_t scan_col) override;
+  std::vector<std::uint64_t> compute_region_reduce(const plan::PlanGeometry& geometry,
+                                                   const std::vector<std::uint64_t>& sorted_positions,
+                                                   RegionReduce reduce) override;
 
  private:
+  // The frames from a region's first to its last (row-major source order) and the groups holding them.
+  struct RegionSpan {
+    std::uint64_t first_frame = 0;
+    std::uint64_t last_frame = 0;  // inclusive
+    std::uint64_t first_group = 0;
+    std::uint64_t end_group = 0;   // exclusive
+  };
+  RegionSpan region_span(const plan::PlanGeometry& geometry) const;
   cuda::AnsResidentView view() const;
   // The groups [first_group, end_group) as a view of their own (frame 0 = first_group's first frame).
   cuda::AnsResidentView view_of_groups(std::uint64_t first_group, std::uint64_t end_group) const;
-  void check_geometry(const plan::PlanGeometry& geometry) const;
   void bind_device() const;
   // Σ per native pixel over the given frames (sorted, distinct global indices); maxima too when wanted.
   std::vector<std::uint64_t> native_sum(const std::vector<std::uint64_t>& frames,

@@ -130,6 +130,7 @@ class ScratchBuffer {
   T* as() const noexcept {
     return static_cast<T*>(data_);
   }
+  void* data() const noexcept { return data_; }
 
  private:
   void* data_ = nullptr;

@@ -14,8 +14,9 @@ namespace quantem::backend::cuda_detail {
 
 // Largest coalesced read (a larger chunk gets a read of its own) and the
 // largest hole between two chunks read through. 1 MiB reads spread a
-// sub-batch (~40 MB of chunks) over every thread of the read pool; 4 MiB reads
-// left a third of 16 threads idle and read page-cache data at ~17 GB/s.
+// sub-batch (~40 MB of chunks) over every thread of the read pool; larger ones
+// left threads idle (docs/benchmarks.md, "Code decisions and their
+// measurements").
 inline constexpr std::uint64_t kReadBatchBytes = std::uint64_t{1} << 20;
 inline constexpr std::uint64_t kReadGapBytes = std::uint64_t{64} << 10;
 // Pinned host staging slots: reads of one sub-batch overlap the copies and

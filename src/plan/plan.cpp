@@ -119,4 +119,87 @@ std::vector<std::uint64_t> sorted_distinct_positions(const PlanGeometry& geometr
   return sorted;
 }
 
+std::vector<std::uint8_t> source_detector_mask(const PlanGeometry& g, const std::vector<std::uint8_t>& binned_mask) {
+  const std::uint64_t rows = g.source_detector_rows;
+  const std::uint64_t cols = g.source_detector_cols;
+  std::vector<std::uint8_t> source(rows * cols);
+  for (std::uint64_t r = 0; r < rows; ++r) {
+    const std::uint8_t* mask_row = binned_mask.data() + (r / g.detector_bin) * g.detector_cols;
+    std::uint8_t* out_row = source.data() + r * cols;
+    for (std::uint64_t c = 0; c < cols; ++c) out_row[c] = mask_row[c / g.detector_bin] != 0 ? 1 : 0;
+  }
+  return source;
+}
+
+void bin_detector_sums(const std::uint64_t* source, std::uint64_t rows, std::uint64_t cols, std::uint64_t bin,
+                       std::uint64_t* out) {
+  if (bin == 1) {
+    std::copy(source, source + rows * cols, out);
+    return;
+  }
+  const std::uint64_t out_cols = (cols + bin - 1) / bin;
+  const std::uint64_t out_rows = (rows + bin - 1) / bin;
+  std::fill(out, out + out_rows * out_cols, 0);
+  for (std::uint64_t r = 0; r < rows; ++r) {
+    std::uint64_t* out_row = out + (r / bin) * out_cols;
+    const std::uint64_t* in_row = source + r * cols;
+    for (std::uint64_t c = 0; c < cols; ++c) out_row[c / bin] += in_row[c];
+  }
+}
+
+std::vector<std::uint64_t> bin_detector_sums(const std::vector<std::uint64_t>& source, std::uint64_t rows,
+                                             std::uint64_t cols, std::uint64_t bin) {
+  if (bin == 1) return source;
+  std::vector<std::uint64_t> out(((rows + bin - 1) / bin) * ((cols + bin - 1) / bin));
+  bin_detector_sums(source.data(), rows, cols, bin, out.data());
+  return out;
+}
+
+std::vector<std::uint64_t> bin_scan_sums(const PlanGeometry& g, std::vector<std::uint64_t> per_region_frame) {
+  if (g.scan_bin == 1) return per_region_frame;
+  const std::uint64_t region_cols = g.region.col_stop - g.region.col_start;
+  const std::uint64_t region_rows = g.region.row_stop - g.region.row_start;
+  std::vector<std::uint64_t> out(g.positions(), 0);
+  for (std::uint64_t r = 0; r < region_rows; ++r) {
+    std::uint64_t* out_row = out.data() + (r / g.scan_bin) * g.scan_cols;
+    const std::uint64_t* in_row = per_region_frame.data() + r * region_cols;
+    for (std::uint64_t c = 0; c < region_cols; ++c) out_row[c / g.scan_bin] += in_row[c];
+  }
+  return out;
+}
+
+void for_each_region_row(const PlanGeometry& g, const std::function<void(std::uint64_t, std::uint64_t)>& visit) {
+  for (std::uint64_t row = g.region.row_start; row < g.region.row_stop; ++row) {
+    visit(row * g.source_scan_cols + g.region.col_start, row * g.source_scan_cols + g.region.col_stop);
+  }
+}
+
+void for_each_position_row(const PlanGeometry& g, std::uint64_t position,
+                           const std::function<void(std::uint64_t, std::uint64_t)>& visit) {
+  const std::uint64_t row_begin = g.region.row_start + position / g.scan_cols * g.scan_bin;
+  const std::uint64_t row_end = std::min(g.region.row_stop, row_begin + g.scan_bin);
+  const std::uint64_t col_begin = g.region.col_start + position % g.scan_cols * g.scan_bin;
+  const std::uint64_t col_end = std::min(g.region.col_stop, col_begin + g.scan_bin);
+  for (std::uint64_t row = row_begin; row < row_end; ++row) {
+    visit(row * g.source_scan_cols + col_begin, row * g.source_scan_cols + col_end);
+  }
+}
+
+std::vector<std::uint64_t> region_frame_indices(const PlanGeometry& g) {
+  std::vector<std::uint64_t> frames;
+  frames.reserve(region_frame_count(g));
+  for_each_region_row(g, [&](std::uint64_t first, std::uint64_t end) {
+    for (std::uint64_t frame = first; frame < end; ++frame) frames.push_back(frame);
+  });
+  return frames;
+}
+
+std::vector<std::uint64_t> position_frame_indices(const PlanGeometry& g, std::uint64_t position) {
+  std::vector<std::uint64_t> frames;
+  for_each_position_row(g, position, [&](std::uint64_t first, std::uint64_t end) {
+    for (std::uint64_t frame = first; frame < end; ++frame) frames.push_back(frame);
+  });
+  return frames;
+}
+
 }  // namespace quantem::plan

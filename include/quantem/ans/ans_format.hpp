@@ -44,6 +44,14 @@
 //   (nearly uniform bits, since then the spread sqrt(m) >> 2^b).
 #include <cstdint>
 
+// Functions of the format used by both the CPU reference and the CUDA kernels:
+// __host__ __device__ under nvcc, plain functions elsewhere.
+#if defined(__CUDACC__)
+#define QUANTEM_ANS_HD __host__ __device__
+#else
+#define QUANTEM_ANS_HD
+#endif
+
 namespace quantem::ans {
 
 inline constexpr std::uint32_t kAnsProbabilityBits = 10;
@@ -91,7 +99,7 @@ struct AnsGroupLayout {
   std::uint32_t stream_data_offset;
 };
 
-constexpr AnsGroupLayout ans_group_layout(std::uint32_t detector_rows, std::uint32_t detector_cols) {
+QUANTEM_ANS_HD constexpr AnsGroupLayout ans_group_layout(std::uint32_t detector_rows, std::uint32_t detector_cols) {
   AnsGroupLayout layout{};
   layout.quad_rows = (detector_rows + 1) / 2;
   layout.quad_cols = (detector_cols + 1) / 2;
@@ -101,6 +109,37 @@ constexpr AnsGroupLayout ans_group_layout(std::uint32_t detector_rows, std::uint
   layout.stream_offsets_offset = layout.freq_table_offset + kAnsClassCount * kAnsAlphabetSize * 2u;
   layout.stream_data_offset = layout.stream_offsets_offset + ((layout.stream_count * 4u + 15u) & ~15u);
   return layout;
+}
+
+// Bytes one stream takes in a group's stream data: its states, its 16-bit
+// words, padded to kAnsStreamAlignment.
+QUANTEM_ANS_HD constexpr std::uint64_t ans_stream_bytes(std::uint64_t word_count) {
+  return (kAnsStreamHeaderBytes + 2 * word_count + kAnsStreamAlignment - 1) / kAnsStreamAlignment *
+         kAnsStreamAlignment;
+}
+
+// The header of a group with this layout, shape, encoder choices and stream
+// data size.
+QUANTEM_ANS_HD inline AnsGroupHeader ans_group_header(const AnsGroupLayout& layout, std::uint32_t frame_count,
+                                                      std::uint32_t detector_rows, std::uint32_t detector_cols,
+                                                      std::uint32_t raw_words, std::uint32_t class_scale,
+                                                      std::uint64_t stream_data_bytes) {
+  AnsGroupHeader header{};
+  header.magic = kAnsMagic;
+  header.header_bytes = kAnsHeaderBytes;
+  header.frame_count = frame_count;
+  header.detector_rows = detector_rows;
+  header.detector_cols = detector_cols;
+  header.raw_words = raw_words;
+  header.class_scale = class_scale;
+  header.stream_count = layout.stream_count;
+  header.class_map_offset = layout.class_map_offset;
+  header.freq_table_offset = layout.freq_table_offset;
+  header.stream_offsets_offset = layout.stream_offsets_offset;
+  header.stream_data_offset = layout.stream_data_offset;
+  header.stream_data_bytes = stream_data_bytes;
+  header.total_bytes = layout.stream_data_offset + stream_data_bytes;
+  return header;
 }
 
 }  // namespace quantem::ans

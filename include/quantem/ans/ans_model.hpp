@@ -2,17 +2,11 @@
 // The integer model of the ANS resident (ans_format.hpp), written once for the
 // CPU reference and the CUDA encoder so both produce byte-identical groups:
 // integer square root, class selection, frequency normalisation, one rANS
-// encode step. CUDA-free: QUANTEM_ANS_HD expands to __host__ __device__ only
-// under nvcc.
+// encode step. CUDA-free: QUANTEM_ANS_HD (ans_format.hpp) expands to
+// __host__ __device__ only under nvcc.
 #include <cstdint>
 
-#include "quantem/ans/ans_format.hpp"
-
-#if defined(__CUDACC__)
-#define QUANTEM_ANS_HD __host__ __device__
-#else
-#define QUANTEM_ANS_HD
-#endif
+#include "quantem/ans/ans_format.hpp"  // QUANTEM_ANS_HD
 
 namespace quantem::ans {
 

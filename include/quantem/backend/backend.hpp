@@ -13,6 +13,7 @@
 // position or mask size out of range.
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -66,28 +67,46 @@ class Resident {
   virtual DType resident_dtype() const = 0;          // type of the held codes (u32 narrowed to u16 when lossless)
   virtual const catalog::Acquisition& source() const = 0;
 
+  // The primitives. Each checks what every backend requires (the geometry was
+  // resolved for this resident's source shape: else Error(internal); mask
+  // size, scan position and position lists: else Error(bad_request)) and then
+  // calls the backend's implementation below.
+
   // Σ over every plan position of the binned frame: one uint64 per binned
   // detector pixel (row-major, geometry.detector_pixels() values).
-  virtual std::vector<std::uint64_t> pattern_sum(const plan::PlanGeometry& geometry) = 0;
+  std::vector<std::uint64_t> pattern_sum(const plan::PlanGeometry& geometry);
   // Per plan position (row-major, geometry.positions() values): Σ over binned
   // detector pixels whose mask byte is non-zero. mask has detector_pixels() bytes.
-  virtual std::vector<std::uint64_t> masked_sum(const plan::PlanGeometry& geometry,
-                                                const std::vector<std::uint8_t>& binned_detector_mask) = 0;
-  virtual CenterOfMassSums center_of_mass_sums(const plan::PlanGeometry& geometry) = 0;
+  std::vector<std::uint64_t> masked_sum(const plan::PlanGeometry& geometry,
+                                        const std::vector<std::uint8_t>& binned_detector_mask);
+  CenterOfMassSums center_of_mass_sums(const plan::PlanGeometry& geometry);
   // The binned frame at a plan position (scan bin sums up to bin² frames).
-  virtual std::vector<std::uint64_t> frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
-                                           std::uint64_t scan_col) = 0;
+  std::vector<std::uint64_t> frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
+                                   std::uint64_t scan_col);
   // Sum or max over the binned frames at the given plan positions (distinct
   // row-major flat indices; a repeated index is a bad_request).
-  virtual std::vector<std::uint64_t> region_reduce(const plan::PlanGeometry& geometry,
-                                                   const std::vector<std::uint64_t>& positions,
-                                                   RegionReduce reduce) = 0;
+  std::vector<std::uint64_t> region_reduce(const plan::PlanGeometry& geometry,
+                                           const std::vector<std::uint64_t>& positions, RegionReduce reduce);
 
   // Values derived from this resident by higher layers (per-plan BF fit, CoM
   // maps); they are dropped with the resident. Thread-safe.
   DerivedCache& derived_cache() const { return derived_cache_; }
 
+ protected:
+  // The backend's implementations, called with checked arguments only.
+  virtual std::vector<std::uint64_t> compute_pattern_sum(const plan::PlanGeometry& geometry) = 0;
+  virtual std::vector<std::uint64_t> compute_masked_sum(const plan::PlanGeometry& geometry,
+                                                        const std::vector<std::uint8_t>& binned_detector_mask) = 0;
+  virtual CenterOfMassSums compute_center_of_mass_sums(const plan::PlanGeometry& geometry) = 0;
+  virtual std::vector<std::uint64_t> compute_frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
+                                                   std::uint64_t scan_col) = 0;
+  // sorted_positions: ascending, distinct, inside the plan.
+  virtual std::vector<std::uint64_t> compute_region_reduce(const plan::PlanGeometry& geometry,
+                                                           const std::vector<std::uint64_t>& sorted_positions,
+                                                           RegionReduce reduce) = 0;
+
  private:
+  void check_geometry(const plan::PlanGeometry& geometry) const;
   mutable DerivedCache derived_cache_;
 };
 
@@ -99,13 +118,51 @@ class Backend {
   // Live free memory of a device, nullopt when unknown.
   virtual std::optional<std::uint64_t> free_bytes(int device_index) const = 0;
   virtual LoadEstimate estimate_load(const catalog::Acquisition& acquisition) const = 0;
-  // Loads a loadable acquisition onto one device. Throws quantem::Error:
-  // corrupt_data for a bad chunk (the message names frame and file),
-  // io for read failures, payload_too_large when the device is out of memory,
-  // unavailable when progress.cancel_requested was set. Never leaves anything allocated on failure.
+  // Loads a loadable acquisition onto one device. Never leaves anything
+  // allocated on failure; progress.stage ends as done, failed or cancelled.
+  // Throws quantem::Error:
+  //   bad_request        the device index is not one of this backend's;
+  //   conflict           the acquisition is not ready to load (its readiness reason);
+  //   unprocessable      no usable 4-D shape or dtype, a chunk element size that does
+  //                      not match the dtype, a pixel mask of the wrong size, or a
+  //                      shape this backend cannot hold (check_loadable_shape);
+  //   corrupt_data       a bad chunk (the message names frame, scan position and file);
+  //   io                 a read failure, a shard shorter than its index says;
+  //   conflict           the files changed while loading (signature mismatch);
+  //   payload_too_large  the device or the host ran out of memory;
+  //   unavailable        progress.cancel_requested was set (the load was cancelled).
   virtual std::shared_ptr<Resident> load(const catalog::Acquisition& acquisition, int device_index,
                                          LoadProgress& progress) = 0;
 };
+
+// --- Rules every backend's load shares (src/backend/backend.cpp) -------------
+
+// Thrown inside a load (on any of its threads) when progress.cancel_requested
+// is seen; run_load turns it into Error(unavailable).
+struct LoadCancelled {};
+
+// Error(unprocessable) unless the acquisition has a usable 4-D shape, a
+// supported dtype whose size matches the chunks' element size, and a pixel
+// mask of the detector's size (or none); `max_detector_axis` (0: no limit) is
+// the longest detector axis the backend can hold.
+void check_loadable_shape(const catalog::Acquisition& acquisition, std::uint64_t max_detector_axis,
+                          const std::string& backend_name);
+
+// Error(bad_request) unless `count_bytes` dense counts of the acquisition's
+// dtype hold exactly its 4-D shape (the dense resident factories' input).
+void check_dense_counts(const catalog::Acquisition& acquisition, std::size_t count_bytes,
+                        std::uint64_t max_detector_axis);
+
+// Runs a backend's load body with the shared rules: refuses an acquisition
+// that is not ready (conflict) or not loadable, honours a cancel requested
+// before it starts, sets progress.stage to done / failed / cancelled, and maps
+// LoadCancelled to Error(unavailable) and std::bad_alloc to
+// Error(payload_too_large) naming the host memory (`host_memory_context`
+// completes "not enough host memory to ...").
+std::shared_ptr<Resident> run_load(const catalog::Acquisition& acquisition, LoadProgress& progress,
+                                   std::uint64_t max_detector_axis, const std::string& backend_name,
+                                   const std::string& host_memory_context,
+                                   const std::function<std::shared_ptr<Resident>()>& body);
 
 struct CpuBackendOptions {
   int virtual_devices = 1;

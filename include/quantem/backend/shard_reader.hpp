@@ -5,6 +5,11 @@
 #include <string>
 #include <vector>
 
+namespace quantem::catalog {
+struct Acquisition;
+struct FrameIndex;
+}  // namespace quantem::catalog
+
 namespace quantem::backend {
 
 // Open read-only file descriptors of an acquisition's shards, closed on every
@@ -27,5 +32,17 @@ class ShardFiles {
 // the file ends inside the read (`first_frame` names the first frame it holds).
 void read_exactly(int fd, std::uint8_t* out, std::uint64_t bytes, std::uint64_t offset, const std::string& path,
                   std::uint64_t first_frame);
+
+// "frame F (scan row R, column C) of SHARD does not decode (chunk at byte O,
+// N stored bytes)": how every backend names a chunk that fails to decode.
+std::string describe_undecodable_frame(const catalog::Acquisition& acquisition, const catalog::FrameIndex& index,
+                                       std::uint64_t frame);
+
+// Decodes one frame's stored chunk on the host (a chunk whose filter-mask bit
+// 0 is set was stored unfiltered). Throws CorruptChunk naming the frame, its
+// scan position and its file.
+void decode_stored_frame(const catalog::Acquisition& acquisition, const catalog::FrameIndex& index,
+                         std::uint64_t frame, const std::uint8_t* stored, std::uint8_t* out,
+                         std::uint64_t frame_bytes);
 
 }  // namespace quantem::backend

@@ -3,6 +3,7 @@
 // a scan bin and a detector bin. Plans never touch devices; every plan of an
 // acquisition is served from its one resident (PROTOCOL.md §2).
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -72,5 +73,50 @@ void require_resolved_for(const PlanGeometry& geometry, std::uint64_t source_sca
 // quantem::Error(bad_request) for an index outside the plan or listed twice.
 std::vector<std::uint64_t> sorted_distinct_positions(const PlanGeometry& geometry,
                                                      const std::vector<std::uint64_t>& positions);
+
+// --- Geometry shared by every backend's resident ------------------------------
+
+// The binned detector mask at source resolution: one 0/1 byte per source
+// detector pixel, 1 where the pixel's detector bin is selected (non-zero).
+// binned_mask has geometry.detector_pixels() bytes.
+std::vector<std::uint8_t> source_detector_mask(const PlanGeometry& geometry,
+                                               const std::vector<std::uint8_t>& binned_mask);
+
+// out[r / bin][c / bin] = Σ source[r][c]; out has ceil(rows/bin) x ceil(cols/bin) values.
+void bin_detector_sums(const std::uint64_t* source, std::uint64_t rows, std::uint64_t cols, std::uint64_t bin,
+                       std::uint64_t* out);
+std::vector<std::uint64_t> bin_detector_sums(const std::vector<std::uint64_t>& source, std::uint64_t rows,
+                                             std::uint64_t cols, std::uint64_t bin);
+
+// Sums per-frame values of the region (row-major over the region) into plan
+// positions (geometry.positions() values; partial edge bins kept).
+std::vector<std::uint64_t> bin_scan_sums(const PlanGeometry& geometry, std::vector<std::uint64_t> per_region_frame);
+
+// Calls visit(first_frame, end_frame) with the half-open global frame range
+// (row-major source scan order) of each source scan row of the region,
+// ascending.
+void for_each_region_row(const PlanGeometry& geometry,
+                         const std::function<void(std::uint64_t, std::uint64_t)>& visit);
+// The same for the source frames of one plan position: its scan_bin x
+// scan_bin block, cut at the region's edge.
+void for_each_position_row(const PlanGeometry& geometry, std::uint64_t position,
+                           const std::function<void(std::uint64_t, std::uint64_t)>& visit);
+
+// Global frame indices (ascending) of the region, and of one plan position.
+std::vector<std::uint64_t> region_frame_indices(const PlanGeometry& geometry);
+std::vector<std::uint64_t> position_frame_indices(const PlanGeometry& geometry, std::uint64_t position);
+
+// Index of a global frame of the region in the region's row-major per-frame arrays.
+inline std::uint64_t region_index(const PlanGeometry& geometry, std::uint64_t frame) {
+  return (frame / geometry.source_scan_cols - geometry.region.row_start) *
+             (geometry.region.col_stop - geometry.region.col_start) +
+         frame % geometry.source_scan_cols - geometry.region.col_start;
+}
+
+// Number of source frames in the region.
+inline std::uint64_t region_frame_count(const PlanGeometry& geometry) {
+  return (geometry.region.row_stop - geometry.region.row_start) *
+         (geometry.region.col_stop - geometry.region.col_start);
+}
 
 }  // namespace quantem::plan

@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,7 +17,6 @@
 #include "cpu/thread_pool.hpp"
 #include "quantem/backend/backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
-#include "quantem/codec/chunk_codec.hpp"
 #include "quantem/backend/shard_reader.hpp"
 #include "quantem/core/error.hpp"
 
@@ -42,9 +40,6 @@ std::optional<std::uint64_t> available_memory_bytes() {
   }
   return std::nullopt;
 }
-
-struct LoadCancelled {};
-
 
 class CpuBackend final : public Backend {
  public:
@@ -70,7 +65,7 @@ class CpuBackend final : public Backend {
   }
 
   LoadEstimate estimate_load(const catalog::Acquisition& acquisition) const override {
-    check_loadable_shape(acquisition);
+    check_loadable_shape(acquisition, cpu::kMaxDetectorAxis, name());
     const cpu::LoadPlan plan = cpu::plan_load(acquisition, pool_->size());
     return {plan.resident_bytes, plan.transition_peak_bytes};
   }
@@ -78,21 +73,9 @@ class CpuBackend final : public Backend {
   std::shared_ptr<Resident> load(const catalog::Acquisition& acquisition, int device_index,
                                  LoadProgress& progress) override {
     check_device(device_index);
-    try {
-      auto resident = load_checked(acquisition, device_index, progress);
-      progress.stage = LoadStage::done;
-      return resident;
-    } catch (const LoadCancelled&) {
-      progress.stage = LoadStage::cancelled;
-      throw unavailable("loading " + acquisition.name + " was cancelled");
-    } catch (const std::bad_alloc&) {
-      progress.stage = LoadStage::failed;
-      throw payload_too_large("not enough host memory to load " + acquisition.name + " on CPU virtual device " +
-                              std::to_string(device_index));
-    } catch (...) {
-      progress.stage = LoadStage::failed;
-      throw;
-    }
+    return run_load(acquisition, progress, cpu::kMaxDetectorAxis, name(),
+                    "load " + acquisition.name + " on CPU virtual device " + std::to_string(device_index),
+                    [&] { return load_checked(acquisition, device_index, progress); });
   }
 
  private:
@@ -103,38 +86,8 @@ class CpuBackend final : public Backend {
     }
   }
 
-  static void check_loadable_shape(const catalog::Acquisition& acquisition) {
-    if (!acquisition.scan_shape_known() || !acquisition.detector_shape_known()) {
-      throw unprocessable(acquisition.name + " has no usable 4-D shape (scan " + std::to_string(acquisition.scan_rows) +
-                          " x " + std::to_string(acquisition.scan_cols) + ", detector " +
-                          std::to_string(acquisition.detector_rows) + " x " +
-                          std::to_string(acquisition.detector_cols) + ")");
-    }
-    if (!acquisition.dtype) throw unprocessable(acquisition.name + " has no supported detector dtype");
-    if (acquisition.chunk_format.element_size != dtype_size(*acquisition.dtype)) {
-      throw unprocessable(acquisition.name + ": the chunk element size " +
-                          std::to_string(acquisition.chunk_format.element_size) + " does not match dtype " +
-                          dtype_name(*acquisition.dtype));
-    }
-    if (acquisition.detector_rows > cpu::kMaxDetectorAxis || acquisition.detector_cols > cpu::kMaxDetectorAxis) {
-      throw unprocessable(acquisition.name + ": detector axes above " + std::to_string(cpu::kMaxDetectorAxis) +
-                          " pixels are not supported by the CPU backend");
-    }
-    if (!acquisition.pixel_mask.empty() && acquisition.pixel_mask.size() != acquisition.frame_pixels()) {
-      throw unprocessable(acquisition.name + ": the pixel mask has " + std::to_string(acquisition.pixel_mask.size()) +
-                          " values for a detector of " + std::to_string(acquisition.frame_pixels()) + " pixels");
-    }
-  }
-
   std::shared_ptr<Resident> load_checked(const catalog::Acquisition& acquisition, int device_index,
                                          LoadProgress& progress) {
-    if (!acquisition.status.loadable) {
-      throw conflict(acquisition.status.reason.empty() ? acquisition.name + " is not ready to load"
-                                                       : acquisition.status.reason);
-    }
-    check_loadable_shape(acquisition);
-    if (progress.cancel_requested) throw LoadCancelled{};
-    progress.stage = LoadStage::reading;
     const cpu::LoadPlan plan = cpu::plan_load(acquisition, pool_->size());
     const catalog::FrameIndex index = catalog::build_frame_index(acquisition);
     const std::vector<cpu::ReadBatch> batches = cpu::plan_reads(acquisition, index, plan);
@@ -167,23 +120,13 @@ class CpuBackend final : public Backend {
             std::uint64_t group_stored_bytes = 0;
             for (std::size_t b = first_batch[group]; b < first_batch[group + 1]; ++b) {
               const cpu::ReadBatch& batch = batches[b];
-              const std::string& path = index.shard_paths[batch.shard];
-              read_exactly(files.fd(batch.shard), buffer.data(), batch.bytes, batch.file_offset, path,
-                           batch.first_frame);
+              read_exactly(files.fd(batch.shard), buffer.data(), batch.bytes, batch.file_offset,
+                           index.shard_paths[batch.shard], batch.first_frame);
               for (std::uint64_t frame = batch.first_frame; frame < batch.first_frame + batch.frame_count; ++frame) {
                 const catalog::FrameLocation& location = index.frames[frame];
-                codec::ChunkFormat format = acquisition.chunk_format;
-                if ((location.filter_mask & 1u) != 0) format.filter = codec::ChunkFilter::none;
-                try {
-                  codec::decode_chunk(format, buffer.data() + (location.file_offset - batch.file_offset),
-                                      location.stored_bytes, builder.decode_target(frame, who), pixels * element);
-                } catch (const Error& error) {
-                  throw CorruptChunk("frame " + std::to_string(frame) + " (scan row " +
-                                     std::to_string(frame / acquisition.scan_cols) + ", column " +
-                                     std::to_string(frame % acquisition.scan_cols) + ") of " + path +
-                                     " does not decode (chunk at byte " + std::to_string(location.file_offset) +
-                                     ", " + std::to_string(location.stored_bytes) + " stored bytes): " + error.what());
-                }
+                decode_stored_frame(acquisition, index, frame,
+                                    buffer.data() + (location.file_offset - batch.file_offset),
+                                    builder.decode_target(frame, who), pixels * element);
                 builder.finish_frame(frame, who);
               }
               group_stored_bytes += batch.stored_bytes;

@@ -47,37 +47,6 @@ std::vector<PixelRun> pixel_runs(const std::vector<std::uint8_t>& selected, std:
   return runs;
 }
 
-// out[r / bin][c / bin] = Σ native[r][c]; out has ceil(rows/bin) x ceil(cols/bin) values.
-void bin_detector(const std::uint64_t* native, std::uint64_t rows, std::uint64_t cols, std::uint64_t bin,
-                  std::uint64_t* out) {
-  if (bin == 1) {
-    std::copy(native, native + rows * cols, out);
-    return;
-  }
-  const std::uint64_t out_cols = (cols + bin - 1) / bin;
-  const std::uint64_t out_rows = (rows + bin - 1) / bin;
-  std::fill(out, out + out_rows * out_cols, 0);
-  for (std::uint64_t r = 0; r < rows; ++r) {
-    std::uint64_t* out_row = out + (r / bin) * out_cols;
-    const std::uint64_t* in_row = native + r * cols;
-    for (std::uint64_t c = 0; c < cols; ++c) out_row[c / bin] += in_row[c];
-  }
-}
-
-// Sums per-frame values of the region (row-major over the region) into plan positions.
-std::vector<std::uint64_t> bin_scan(const plan::PlanGeometry& g, std::vector<std::uint64_t> per_frame) {
-  if (g.scan_bin == 1) return per_frame;
-  const std::uint64_t region_cols = g.region.col_stop - g.region.col_start;
-  const std::uint64_t region_rows = g.region.row_stop - g.region.row_start;
-  std::vector<std::uint64_t> out(g.positions(), 0);
-  for (std::uint64_t r = 0; r < region_rows; ++r) {
-    std::uint64_t* out_row = out.data() + (r / g.scan_bin) * g.scan_cols;
-    const std::uint64_t* in_row = per_frame.data() + r * region_cols;
-    for (std::uint64_t c = 0; c < region_cols; ++c) out_row[c / g.scan_bin] += in_row[c];
-  }
-  return out;
-}
-
 // Adds frames [first, last) (global indices) to a grouped frame set.
 void add_frame_range(GroupLanes& lanes, std::uint64_t first, std::uint64_t last) {
   for (std::uint64_t frame = first; frame < last; ++frame) {
@@ -93,29 +62,16 @@ void add_frame_range(GroupLanes& lanes, std::uint64_t first, std::uint64_t last)
 
 GroupLanes region_frames(const plan::PlanGeometry& g) {
   GroupLanes lanes;
-  for (std::uint64_t row = g.region.row_start; row < g.region.row_stop; ++row) {
-    add_frame_range(lanes, row * g.source_scan_cols + g.region.col_start, row * g.source_scan_cols + g.region.col_stop);
-  }
+  plan::for_each_region_row(g, [&](std::uint64_t first, std::uint64_t end) { add_frame_range(lanes, first, end); });
   return lanes;
 }
 
-// The source frames of one plan position: its scan_bin x scan_bin block, cut at the region's edge.
+// The source frames of one plan position.
 GroupLanes position_frames(const plan::PlanGeometry& g, std::uint64_t position) {
-  const std::uint64_t row_begin = g.region.row_start + position / g.scan_cols * g.scan_bin;
-  const std::uint64_t row_end = std::min(g.region.row_stop, row_begin + g.scan_bin);
-  const std::uint64_t col_begin = g.region.col_start + position % g.scan_cols * g.scan_bin;
-  const std::uint64_t col_end = std::min(g.region.col_stop, col_begin + g.scan_bin);
   GroupLanes lanes;
-  for (std::uint64_t row = row_begin; row < row_end; ++row) {
-    add_frame_range(lanes, row * g.source_scan_cols + col_begin, row * g.source_scan_cols + col_end);
-  }
+  plan::for_each_position_row(g, position,
+                              [&](std::uint64_t first, std::uint64_t end) { add_frame_range(lanes, first, end); });
   return lanes;
-}
-
-// Index of a global frame in the region's row-major per-frame arrays.
-std::uint64_t region_index(const plan::PlanGeometry& g, std::uint64_t frame) {
-  return (frame / g.source_scan_cols - g.region.row_start) * (g.region.col_stop - g.region.col_start) +
-         frame % g.source_scan_cols - g.region.col_start;
 }
 
 template <class Visit>
@@ -166,7 +122,7 @@ void group_add_frames(const Code* group, LaneMask lanes, std::uint64_t pixels, s
 // Writes `lanes` frames of `pixels` 16-bit values (frame-major, one after the
 // other) into a group's pixel-major lines: out[p * kGroupFrames + lane].
 void transpose_u16(const std::uint16_t* frames, std::uint64_t lanes, std::uint64_t pixels, std::uint16_t* out) {
-  // Memory-bound (an AVX2 version measured no faster on the CI machine).
+  // Memory-bound (an AVX2 version was no faster: docs/benchmarks.md, "Code decisions and their measurements").
   std::uint64_t p = 0;
 #if defined(__SSE2__)
   const std::uint64_t full_lane_blocks = lanes / 8;
@@ -255,11 +211,6 @@ decltype(auto) CpuResident::with_code_type(Visit&& visit) const {
   return visit(std::uint32_t{});
 }
 
-void CpuResident::check_geometry(const plan::PlanGeometry& geometry) const {
-  plan::require_resolved_for(geometry, source_.scan_rows, source_.scan_cols, source_.detector_rows,
-                             source_.detector_cols, source_.name);
-}
-
 // --- masked sums -----------------------------------------------------------
 
 template <class Code>
@@ -267,23 +218,15 @@ std::vector<std::uint64_t> CpuResident::masked_frame_sums(const plan::PlanGeomet
                                                           const std::vector<std::uint8_t>& binned_mask) {
   const std::uint64_t rows = source_.detector_rows;
   const std::uint64_t cols = source_.detector_cols;
-  // The mask at native resolution: a source pixel belongs to its detector bin.
-  std::vector<std::uint8_t> native(frame_pixels_);
-  std::uint64_t selected = 0;
-  for (std::uint64_t r = 0; r < rows; ++r) {
-    const std::uint8_t* mask_row = binned_mask.data() + (r / g.detector_bin) * g.detector_cols;
-    for (std::uint64_t c = 0; c < cols; ++c) {
-      const std::uint8_t in = mask_row[c / g.detector_bin] != 0 ? 1 : 0;
-      native[r * cols + c] = in;
-      selected += in;
-    }
-  }
+  // The mask at source resolution: a source pixel belongs to its detector bin.
+  const std::vector<std::uint8_t> native = plan::source_detector_mask(g, binned_mask);
+  const std::uint64_t selected = static_cast<std::uint64_t>(std::count(native.begin(), native.end(), 1));
   // A mask covering most of the detector is summed as total − complement (exact).
   const bool complement = selected * 2 > frame_pixels_;
   const std::vector<PixelRun> runs = pixel_runs(native, complement ? 0 : 1);
 
   const GroupLanes groups = region_frames(g);
-  std::vector<std::uint64_t> sums((g.region.row_stop - g.region.row_start) * (g.region.col_stop - g.region.col_start));
+  std::vector<std::uint64_t> sums(plan::region_frame_count(g));
   pool_->parallel_for(groups.size(), 4, [&](std::size_t begin, std::size_t end, unsigned) {
     std::uint64_t lane_sums[kGroupFrames];
     for (std::size_t i = begin; i < end; ++i) {
@@ -291,7 +234,7 @@ std::vector<std::uint64_t> CpuResident::masked_frame_sums(const plan::PlanGeomet
       group_masked_sums(group_codes<Code>(group), runs, lane_sums);
       for_each_lane(lanes, [&](unsigned lane) {
         const std::uint64_t frame = group * kGroupFrames + lane;
-        sums[region_index(g, frame)] =
+        sums[plan::region_index(g, frame)] =
             complement ? summaries_.frame_totals[frame] - lane_sums[lane] : lane_sums[lane];
       });
     }
@@ -299,18 +242,12 @@ std::vector<std::uint64_t> CpuResident::masked_frame_sums(const plan::PlanGeomet
   return sums;
 }
 
-std::vector<std::uint64_t> CpuResident::masked_sum(const plan::PlanGeometry& geometry,
-                                                   const std::vector<std::uint8_t>& binned_detector_mask) {
-  check_geometry(geometry);
-  if (binned_detector_mask.size() != geometry.detector_pixels()) {
-    throw bad_request("detector mask has " + std::to_string(binned_detector_mask.size()) + " values; the plan's " +
-                      std::to_string(geometry.detector_rows) + " x " + std::to_string(geometry.detector_cols) +
-                      " detector needs " + std::to_string(geometry.detector_pixels()));
-  }
+std::vector<std::uint64_t> CpuResident::compute_masked_sum(const plan::PlanGeometry& geometry,
+                                                           const std::vector<std::uint8_t>& binned_detector_mask) {
   auto per_frame = with_code_type([&](auto code) {
     return masked_frame_sums<decltype(code)>(geometry, binned_detector_mask);
   });
-  return bin_scan(geometry, std::move(per_frame));
+  return plan::bin_scan_sums(geometry, std::move(per_frame));
 }
 
 // --- frame sums ----------------------------------------------------------------
@@ -332,8 +269,7 @@ void CpuResident::add_frames(const GroupLanes& frames, std::uint64_t* native_sum
   });
 }
 
-std::vector<std::uint64_t> CpuResident::pattern_sum(const plan::PlanGeometry& geometry) {
-  check_geometry(geometry);
+std::vector<std::uint64_t> CpuResident::compute_pattern_sum(const plan::PlanGeometry& geometry) {
   // Every frame belongs to exactly one plan position, so an uncropped plan's
   // pattern sum is the build-time sum whatever the scan bin.
   std::vector<std::uint64_t> native;
@@ -344,24 +280,18 @@ std::vector<std::uint64_t> CpuResident::pattern_sum(const plan::PlanGeometry& ge
     native = summaries_.pattern_sum;
   }
   std::vector<std::uint64_t> out(geometry.detector_pixels());
-  bin_detector(native.data(), source_.detector_rows, source_.detector_cols, geometry.detector_bin, out.data());
+  plan::bin_detector_sums(native.data(), source_.detector_rows, source_.detector_cols, geometry.detector_bin, out.data());
   return out;
 }
 
-std::vector<std::uint64_t> CpuResident::frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
-                                              std::uint64_t scan_col) {
-  check_geometry(geometry);
-  if (scan_row >= geometry.scan_rows || scan_col >= geometry.scan_cols) {
-    throw bad_request("scan position (" + std::to_string(scan_row) + ", " + std::to_string(scan_col) +
-                      ") is outside the plan's " + std::to_string(geometry.scan_rows) + " x " +
-                      std::to_string(geometry.scan_cols) + " scan");
-  }
+std::vector<std::uint64_t> CpuResident::compute_frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
+                                                      std::uint64_t scan_col) {
   std::vector<std::uint64_t> native(frame_pixels_, 0);
   const GroupLanes frames = position_frames(geometry, scan_row * geometry.scan_cols + scan_col);
   // A large scan bin sums many groups: spread them over the pool.
   with_code_type([&](auto code) { add_frames<decltype(code)>(frames, native.data(), frames.size() > 4); });
   std::vector<std::uint64_t> out(geometry.detector_pixels());
-  bin_detector(native.data(), source_.detector_rows, source_.detector_cols, geometry.detector_bin, out.data());
+  plan::bin_detector_sums(native.data(), source_.detector_rows, source_.detector_cols, geometry.detector_bin, out.data());
   return out;
 }
 
@@ -377,7 +307,7 @@ void CpuResident::center_of_mass_frames(const plan::PlanGeometry& g, std::vector
   const std::uint64_t cols = source_.detector_cols;
   const std::uint64_t bin = g.detector_bin;
   const std::uint64_t region_cols = g.region.col_stop - g.region.col_start;
-  const std::uint64_t region_frame_count = (g.region.row_stop - g.region.row_start) * region_cols;
+  const std::uint64_t region_frame_count = plan::region_frame_count(g);
   total.assign(region_frame_count, 0);
   row_moment.assign(region_frame_count, 0);
   col_moment.assign(region_frame_count, 0);
@@ -408,17 +338,16 @@ void CpuResident::center_of_mass_frames(const plan::PlanGeometry& g, std::vector
   });
 }
 
-CenterOfMassSums CpuResident::center_of_mass_sums(const plan::PlanGeometry& geometry) {
-  check_geometry(geometry);
+CenterOfMassSums CpuResident::compute_center_of_mass_sums(const plan::PlanGeometry& geometry) {
   CenterOfMassSums sums;
   if (summaries_.wide_projections) {
     center_of_mass_frames<std::uint64_t>(geometry, sums.total, sums.row_moment, sums.col_moment);
   } else {
     center_of_mass_frames<std::uint32_t>(geometry, sums.total, sums.row_moment, sums.col_moment);
   }
-  sums.total = bin_scan(geometry, std::move(sums.total));
-  sums.row_moment = bin_scan(geometry, std::move(sums.row_moment));
-  sums.col_moment = bin_scan(geometry, std::move(sums.col_moment));
+  sums.total = plan::bin_scan_sums(geometry, std::move(sums.total));
+  sums.row_moment = plan::bin_scan_sums(geometry, std::move(sums.row_moment));
+  sums.col_moment = plan::bin_scan_sums(geometry, std::move(sums.col_moment));
   return sums;
 }
 
@@ -437,7 +366,7 @@ std::vector<std::uint64_t> CpuResident::region_max(const plan::PlanGeometry& g,
     for (std::size_t k = begin; k < end; ++k) {
       std::fill(native.begin(), native.end(), 0);
       add_frames<Code>(position_frames(g, positions[k]), native.data(), false);
-      bin_detector(native.data(), source_.detector_rows, source_.detector_cols, g.detector_bin, binned.data());
+      plan::bin_detector_sums(native.data(), source_.detector_rows, source_.detector_cols, g.detector_bin, binned.data());
       for (std::uint64_t p = 0; p < binned_pixels; ++p) best[p] = std::max(best[p], binned[p]);
     }
     std::lock_guard<std::mutex> lock(merge_mutex);
@@ -446,11 +375,9 @@ std::vector<std::uint64_t> CpuResident::region_max(const plan::PlanGeometry& g,
   return result;
 }
 
-std::vector<std::uint64_t> CpuResident::region_reduce(const plan::PlanGeometry& geometry,
-                                                      const std::vector<std::uint64_t>& positions,
-                                                      RegionReduce reduce) {
-  check_geometry(geometry);
-  const std::vector<std::uint64_t> sorted = plan::sorted_distinct_positions(geometry, positions);
+std::vector<std::uint64_t> CpuResident::compute_region_reduce(const plan::PlanGeometry& geometry,
+                                                              const std::vector<std::uint64_t>& sorted,
+                                                              RegionReduce reduce) {
   if (reduce == RegionReduce::max) {
     return with_code_type([&](auto code) { return region_max<decltype(code)>(geometry, sorted); });
   }
@@ -477,7 +404,7 @@ std::vector<std::uint64_t> CpuResident::region_reduce(const plan::PlanGeometry& 
   std::vector<std::uint64_t> native(frame_pixels_, 0);
   with_code_type([&](auto code) { add_frames<decltype(code)>(merged, native.data(), true); });
   std::vector<std::uint64_t> out(geometry.detector_pixels());
-  bin_detector(native.data(), source_.detector_rows, source_.detector_cols, geometry.detector_bin, out.data());
+  plan::bin_detector_sums(native.data(), source_.detector_rows, source_.detector_cols, geometry.detector_bin, out.data());
   return out;
 }
 
@@ -675,23 +602,9 @@ std::uint64_t cpu_code_bytes_in_use() noexcept { return cpu::HostBuffer::bytes_i
 
 std::shared_ptr<Resident> make_cpu_resident(const catalog::Acquisition& acquisition, const void* counts,
                                             std::size_t count_bytes, const CpuResidentOptions& options) {
-  if (!acquisition.dtype) throw bad_request("the acquisition's dtype is unknown");
-  if (!acquisition.scan_shape_known() || !acquisition.detector_shape_known()) {
-    throw bad_request("the acquisition's scan and detector shapes must be known");
-  }
-  if (acquisition.detector_rows > cpu::kMaxDetectorAxis || acquisition.detector_cols > cpu::kMaxDetectorAxis) {
-    throw bad_request("detector axes above " + std::to_string(cpu::kMaxDetectorAxis) + " pixels are not supported");
-  }
-  if (!acquisition.pixel_mask.empty() && acquisition.pixel_mask.size() != acquisition.frame_pixels()) {
-    throw bad_request("the pixel mask has " + std::to_string(acquisition.pixel_mask.size()) +
-                      " values; the detector has " + std::to_string(acquisition.frame_pixels()));
-  }
+  check_dense_counts(acquisition, count_bytes, cpu::kMaxDetectorAxis);
   const DType source_dtype = *acquisition.dtype;
   const std::size_t frame_bytes = acquisition.frame_pixels() * dtype_size(source_dtype);
-  if (count_bytes != acquisition.frame_count() * frame_bytes) {
-    throw bad_request("dense counts hold " + std::to_string(count_bytes) + " bytes; the acquisition needs " +
-                      std::to_string(acquisition.frame_count() * frame_bytes));
-  }
   auto pool = std::make_shared<cpu::ThreadPool>(options.threads);
   const auto* bytes = static_cast<const std::uint8_t*>(counts);
   const std::uint64_t frames = acquisition.frame_count();

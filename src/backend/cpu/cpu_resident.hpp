@@ -53,15 +53,16 @@ class CpuResident final : public Resident {
   DType resident_dtype() const override { return code_dtype_; }
   const catalog::Acquisition& source() const override { return source_; }
 
-  std::vector<std::uint64_t> pattern_sum(const plan::PlanGeometry& geometry) override;
-  std::vector<std::uint64_t> masked_sum(const plan::PlanGeometry& geometry,
-                                        const std::vector<std::uint8_t>& binned_detector_mask) override;
-  CenterOfMassSums center_of_mass_sums(const plan::PlanGeometry& geometry) override;
-  std::vector<std::uint64_t> frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
-                                   std::uint64_t scan_col) override;
-  std::vector<std::uint64_t> region_reduce(const plan::PlanGeometry& geometry,
-                                           const std::vector<std::uint64_t>& positions,
-                                           RegionReduce reduce) override;
+ protected:
+  std::vector<std::uint64_t> compute_pattern_sum(const plan::PlanGeometry& geometry) override;
+  std::vector<std::uint64_t> compute_masked_sum(const plan::PlanGeometry& geometry,
+                                                const std::vector<std::uint8_t>& binned_detector_mask) override;
+  CenterOfMassSums compute_center_of_mass_sums(const plan::PlanGeometry& geometry) override;
+  std::vector<std::uint64_t> compute_frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
+                                           std::uint64_t scan_col) override;
+  std::vector<std::uint64_t> compute_region_reduce(const plan::PlanGeometry& geometry,
+                                                   const std::vector<std::uint64_t>& sorted_positions,
+                                                   RegionReduce reduce) override;
 
  private:
   template <class Code>
@@ -70,7 +71,6 @@ class CpuResident final : public Resident {
   }
   template <class Visit>
   decltype(auto) with_code_type(Visit&& visit) const;
-  void check_geometry(const plan::PlanGeometry& geometry) const;
 
   // Per-frame values over the plan's region, row-major over the region.
   template <class Code>

@@ -1,8 +1,9 @@
 #pragma once
 // Page-aligned, zero-filled host memory for a resident's codes, from anonymous
 // mmap and returned to the system on destruction. Huge pages are not requested:
-// on the 2-core Firecracker CI machine first touch of 2 MiB pages measured 3-4x
-// slower than of 4 KiB pages (kernel THP policy still applies where it is "always").
+// their first touch was slower than that of 4 KiB pages on the CI machine
+// (docs/benchmarks.md, "Code decisions and their measurements"); the kernel's
+// THP policy still applies where it is "always".
 #include <cstddef>
 #include <cstdint>
 

@@ -60,12 +60,17 @@ class FakeResident : public backend::Resident {
   std::string encoding() const override { return "fake"; }
   DType resident_dtype() const override { return DType::uint16; }
   const catalog::Acquisition& source() const override { return source_; }
-  std::vector<std::uint64_t> pattern_sum(const plan::PlanGeometry&) override { return {}; }
-  std::vector<std::uint64_t> masked_sum(const plan::PlanGeometry&, const std::vector<std::uint8_t>&) override { return {}; }
-  backend::CenterOfMassSums center_of_mass_sums(const plan::PlanGeometry&) override { return {}; }
-  std::vector<std::uint64_t> frame(const plan::PlanGeometry&, std::uint64_t, std::uint64_t) override { return {}; }
-  std::vector<std::uint64_t> region_reduce(const plan::PlanGeometry&, const std::vector<std::uint64_t>&,
-                                           backend::RegionReduce) override {
+ protected:
+  std::vector<std::uint64_t> compute_pattern_sum(const plan::PlanGeometry&) override { return {}; }
+  std::vector<std::uint64_t> compute_masked_sum(const plan::PlanGeometry&, const std::vector<std::uint8_t>&) override {
+    return {};
+  }
+  backend::CenterOfMassSums compute_center_of_mass_sums(const plan::PlanGeometry&) override { return {}; }
+  std::vector<std::uint64_t> compute_frame(const plan::PlanGeometry&, std::uint64_t, std::uint64_t) override {
+    return {};
+  }
+  std::vector<std::uint64_t> compute_region_reduce(const plan::PlanGeometry&, const std::vector<std::uint64_t>&,
+                                                   backend::RegionReduce) override {
     return {};
   }
 

@@ -1,0 +1,87 @@
+#pragma once
+// The ANS resident as kernels see it, written once for the codec's decoders
+// (ans_decode.cu) and the product kernels (kernels/products): the launch
+// parameters checked on the host, the shared-memory size of the decode
+// tables, and the prologue that opens one group (blob, header, frames) and
+// checks its header against the resident's shape.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "quantem/ans/ans_format.hpp"
+#include "quantem/core/error.hpp"
+#include "quantem/cuda/ans.hpp"
+#include "ans_device.cuh"
+
+namespace quantem::kernels::ans_resident {
+
+namespace dev = quantem::kernels::ans_device;
+
+// What every kernel over the resident needs, passed by value.
+struct ResidentParams {
+  const std::uint8_t* d_blobs;
+  const std::uint64_t* d_group_offsets;
+  std::uint64_t total_frames;
+  std::uint32_t frames_per_group;
+  std::uint32_t rows;
+  std::uint32_t cols;
+  std::uint32_t quad_cols;
+  std::uint32_t stream_count;
+};
+
+// Checks a resident view (Error(bad_request) prefixed with `who`) and returns its parameters.
+inline ResidentParams make_resident_params(const cuda::AnsResidentView& resident, const char* who) {
+  using namespace quantem::ans;
+  if (resident.d_blobs == nullptr || resident.d_group_offsets == nullptr)
+    throw bad_request(std::string(who) + ": null resident pointers");
+  if (resident.frames_per_group == 0 || resident.frames_per_group > cuda::kAnsMaxFramesPerGroup)
+    throw bad_request(std::string(who) + ": frames_per_group must be 1.." + std::to_string(cuda::kAnsMaxFramesPerGroup));
+  if (resident.detector_rows == 0 || resident.detector_cols == 0) throw bad_request(std::string(who) + ": empty detector");
+  if (resident.group_count != cuda::ans_group_count(resident.total_frames, resident.frames_per_group))
+    throw bad_request(std::string(who) + ": group_count does not match total_frames / frames_per_group");
+  const AnsGroupLayout layout = ans_group_layout(resident.detector_rows, resident.detector_cols);
+  return {resident.d_blobs,       resident.d_group_offsets, resident.total_frames, resident.frames_per_group,
+          resident.detector_rows, resident.detector_cols,   layout.quad_cols,      layout.stream_count};
+}
+
+// Decode tables + per-warp cdf scratch, rounded up to 16 bytes.
+__host__ __device__ constexpr std::size_t table_shared_bytes(unsigned threads) {
+  return (dev::kDecodeTableEntries * sizeof(std::uint32_t) +
+          std::size_t{threads / 32} * dev::kCdfScratchEntries * sizeof(std::uint16_t) + 15) / 16 * 16;
+}
+
+// One group as a CTA works on it: its blob, header and frames.
+struct OpenedGroup {
+  const std::uint8_t* blob;
+  quantem::ans::AnsGroupHeader header;
+  std::uint64_t first_frame;
+  std::uint32_t frame_count;
+  bool valid;  // the header matches the resident (magic, shape, frame count, stream count, ranges)
+};
+
+__device__ inline OpenedGroup open_group(const ResidentParams& p, std::uint32_t group) {
+  using namespace quantem::ans;
+  OpenedGroup opened;
+  opened.blob = p.d_blobs + p.d_group_offsets[group];
+  opened.header = dev::load_header(opened.blob);
+  opened.first_frame = std::uint64_t{group} * p.frames_per_group;
+  const std::uint64_t left = p.total_frames - opened.first_frame;
+  opened.frame_count = left < p.frames_per_group ? static_cast<std::uint32_t>(left) : p.frames_per_group;
+  const AnsGroupHeader& h = opened.header;
+  opened.valid = h.magic == kAnsMagic && h.detector_rows == p.rows && h.detector_cols == p.cols &&
+                 h.frame_count == opened.frame_count && (h.raw_words == 1 || h.raw_words == 2) &&
+                 h.class_scale >= 1 && h.class_scale <= 4096 && h.stream_count == p.stream_count;
+  return opened;
+}
+
+// open_group, and when the group does not match the resident, the error flag
+// set once per CTA (thread 0); the caller returns when !valid.
+__device__ inline OpenedGroup open_group_or_flag(const ResidentParams& p, std::uint32_t group, std::uint32_t* error) {
+  const OpenedGroup opened = open_group(p, group);
+  if (!opened.valid && threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
+  return opened;
+}
+
+}  // namespace quantem::kernels::ans_resident
