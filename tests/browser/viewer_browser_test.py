@@ -348,7 +348,7 @@ class ViewerWithoutToken(BrowserCase):
             const context = canvas.getContext('2d');
             const image = context.createImageData(512, 512);
             let best = Infinity;
-            for (let round = 0; round < 5; round++) {
+            for (let round = 0; round < 10; round++) {
               const t0 = performance.now();
               const [low, high] = v.percentiles(values, [0.5, 99.5]);
               v.renderInto(image, values, low, high, v.lookupTable('viridis'));
