@@ -334,6 +334,23 @@ class ViewerWithoutToken(BrowserCase):
         self.assertEqual(divisor, (10 - 5 + 1) * (13 - 4 + 1))
         self.screenshot("05-rectangle-region")
 
+        # Scan bin, detector bin and crop: a new plan, its own image, mask and mean pattern.
+        self.driver.execute_script("""
+            document.getElementById('scan-bin').value = 2;
+            document.getElementById('det-bin').value = 2;
+            document.getElementById('crop-row-start').value = 4;
+            document.getElementById('crop-row-stop').value = 36;
+            document.getElementById('plan-form').requestSubmit();""")
+        shapes = self.wait_for("""(() => {
+            const s = window.quantemViewer.state;
+            if (!s.realspace || !s.diffraction || !s.mask) return null;
+            return [s.realspace.image.height, s.realspace.image.width, s.diffraction.image.height,
+                    s.diffraction.image.width, s.realspace.params.row_start, s.diffraction.image.divisor];
+        })()""", "the binned and cropped plan's images")
+        self.assertEqual(shapes, [16, SCAN[1] // 2, DETECTOR[0] // 2, DETECTOR[1] // 2, 4, 16 * SCAN[1] // 2])
+        self.assertGreater(self.canvas_variance("realspace-canvas"), 0)
+        self.screenshot("06-binned-cropped")
+
     def test_3_a_512_image_draws_within_a_frame(self):
         # The drawing path of a real-space answer (percentiles, colour map,
         # putImageData) on a 512x512 image; one frame is 16.7 ms, the bound is generous.
@@ -370,7 +387,7 @@ class ViewerWithToken(BrowserCase):
         self.assertGreater(self.canvas_variance("realspace-canvas"), 0)
         self.assertNotIn(TOKEN, self.driver.current_url, "the token stays in the address bar")
         self.assertNotIn(TOKEN, self.daemon.output(), "the token reached the daemon's log")
-        self.screenshot("06-token-accepted")
+        self.screenshot("07-token-accepted")
 
     def test_2_wrong_token_is_explained(self):
         self.open_page("#token=not-the-token")
@@ -378,7 +395,7 @@ class ViewerWithToken(BrowserCase):
                              " return !b.hidden && b.dataset.kind === 'token-rejected' ? b.textContent : null; })()",
                              "the wrong-token message")
         self.assertIn("refused the token", text)
-        self.screenshot("07-token-rejected")
+        self.screenshot("08-token-rejected")
 
     def test_3_missing_token_is_explained(self):
         self.open_page()
