@@ -37,7 +37,10 @@ export function formatServerTiming(header) {
   const metrics = parseServerTiming(header);
   if (!metrics.length) return "\u2014";
   return metrics
-    .map((m) => (m.dur === null || Number.isNaN(m.dur) ? m.name : `${m.name} ${m.dur.toFixed(m.dur < 10 ? 2 : 1)} ms`))
+    .map((m) => {
+      if (m.dur !== null && !Number.isNaN(m.dur)) return `${m.name} ${m.dur.toFixed(m.dur < 10 ? 2 : 1)} ms`;
+      return m.desc ? `${m.name} ${m.desc}` : m.name;
+    })
     .join(", ");
 }
 
@@ -96,8 +99,9 @@ export class Api {
     return text ? `${path}?${text}` : path;
   }
 
-  // kind: "json" | "array" | "blob". Throws ApiError for non-2xx answers.
-  async request(path, params, { method = "GET", kind = "json", signal } = {}) {
+  // kind: "json" | "array" | "blob"; quiet: a background poll (recorded, not
+  // shown in the request table). Throws ApiError for non-2xx answers.
+  async request(path, params, { method = "GET", kind = "json", signal, quiet = false } = {}) {
     const url = this.url(path, params);
     const headers = {};
     if (this.token) headers.Authorization = `Bearer ${this.token}`;
@@ -107,7 +111,7 @@ export class Api {
       response = await fetch(url, { method, headers, signal, cache: "no-store", credentials: "omit" });
     } catch (error) {
       if (error.name === "AbortError") throw error;
-      this.onRequest({ method, path, query: url, status: 0, clientMs: performance.now() - started, serverTiming: null, bytes: 0 });
+      this.onRequest({ method, path, query: url, status: 0, clientMs: performance.now() - started, serverTiming: null, bytes: 0, quiet });
       throw new ApiError(0, `the daemon did not answer (${error.message}); is it still running?`, path);
     }
     const serverTiming = response.headers.get("server-timing");
@@ -136,7 +140,7 @@ export class Api {
         bytes = body.size;
       }
     } finally {
-      this.onRequest({ method, path, query: url, status: response.status, clientMs: performance.now() - started, serverTiming, bytes });
+      this.onRequest({ method, path, query: url, status: response.status, clientMs: performance.now() - started, serverTiming, bytes, quiet });
     }
     return { body, status: response.status, headers: response.headers, serverTiming, url };
   }

@@ -131,6 +131,7 @@ function setStatus(element, text) {
 function logRequest(record) {
   state.requests.push(record);
   if (state.requests.length > 500) state.requests.splice(0, state.requests.length - 500);
+  if (record.quiet && record.status && record.status < 400) return;  // polls stay out of the table unless they fail
   const body = $("request-log");
   const row = document.createElement("tr");
   const route = record.path.replace(/^\/api\/browse\//, "").replace(/^\/api\//, "");
@@ -202,7 +203,7 @@ async function loadSessions(refresh) {
 async function pollAcquisitions() {
   if (state.stopped) return;
   try {
-    const { body } = await api.request("/api/browse/acquisitions");
+    const { body } = await api.request("/api/browse/acquisitions", {}, { quiet: true });
     if (state.readyToken !== null && body.ready_token !== state.readyToken) await loadSessions(true);
     state.readyToken = body.ready_token;
   } catch (error) {
@@ -300,7 +301,7 @@ function updateResidencyBadge(session, file) {
 }
 
 async function fetchResidency(session, file) {
-  const { body } = await api.request("/api/browse/residency", { session, file });
+  const { body } = await api.request("/api/browse/residency", { session, file }, { quiet: true });
   state.residency.set(residencyKey(session, file), body);
   updateResidencyBadge(session, file);
   return body;

@@ -306,6 +306,23 @@ class ViewerWithoutToken(BrowserCase):
         self.assertNotIn("outer=1&", last_request + "&")
         self.screenshot("04-mask-dragged")
 
+        # Each request's server-timing is shown, or "—" when the daemon sends none.
+        row = self.driver.execute_script("""
+            const record = window.quantemViewer.state.requests.filter(r => r.path === '/api/browse/realspace').pop();
+            const row = Array.from(document.querySelectorAll('#request-log tr')).find(r => r.dataset.url === record.query);
+            return {header: record.serverTiming, cell: row ? row.lastChild.textContent : null};""")
+        self.assertIsNotNone(row["cell"], "the realspace request is missing from the request table")
+        if row["header"] is None:
+            self.assertEqual(row["cell"], "\u2014")
+        else:
+            self.assertIn(" ms", row["cell"])
+        formatted = self.driver.execute_async_script("""
+            const done = arguments[arguments.length - 1];
+            import('/viewer/api.js').then(api => done([
+              api.formatServerTiming('decode;dur=0.0123, total;dur=12.5, cache;desc=hit'),
+              api.formatServerTiming(null)]));""")
+        self.assertEqual(formatted, ["decode 0.01 ms, total 12.5 ms, cache hit", "\u2014"])
+
         # Hovering across many positions: the pattern shown at the end is the
         # last position's (no queue of stale answers drawn after it).
         self.driver.execute_script("document.getElementById('follow-pointer').checked = true;")
