@@ -249,6 +249,29 @@ class ViewerWithoutToken(BrowserCase):
                       "the residency badge to say resident")
         self.screenshot("02-bright-field")
 
+        # Saving: the PNG at the image's resolution, the .npy exactly the daemon's values.
+        downloads = os.path.join(self.work, "downloads")
+        os.makedirs(downloads, exist_ok=True)
+        self.driver.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": downloads})
+        self.driver.execute_script("document.getElementById('save-npy').click();"
+                                   "document.getElementById('save-png').click();")
+        npy_path = os.path.join(downloads, "demo_BF_s1d1.npy")
+        png_path = os.path.join(downloads, "demo_BF_s1d1.png")
+        deadline = time.time() + 30
+        while not (os.path.exists(npy_path) and os.path.exists(png_path)) and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertTrue(os.path.exists(npy_path), os.listdir(downloads))
+        self.assertTrue(os.path.exists(png_path), os.listdir(downloads))
+        with open(npy_path, "rb") as npy:
+            saved = npy.read()
+        _, _, direct_npy = self.daemon.get(
+            f"/api/browse/realspace?session={SESSION}&file={MASTER}&mode=BF&inner=0&outer=1&format=npy")
+        self.assertEqual(saved, direct_npy)
+        with open(png_path, "rb") as png:
+            header = png.read(24)
+        self.assertEqual(header[:8], b"\x89PNG\r\n\x1a\n")
+        self.assertEqual(struct.unpack(">II", header[16:24]), (SCAN[1], SCAN[0]))
+
         # A click on the real-space image fetches and draws that position's pattern.
         self.driver.execute_script("document.getElementById('follow-pointer').checked = false;")
         rect = self.driver.execute_script(
