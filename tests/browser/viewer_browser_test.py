@@ -391,6 +391,10 @@ class ViewerWithoutToken(BrowserCase):
         self.assertGreater(self.canvas_variance("realspace-canvas"), 0)
         self.screenshot("06-binned-cropped")
 
+        # No script error, content-security-policy violation or failed load on the way.
+        severe = [entry["message"] for entry in self.driver.get_log("browser") if entry["level"] == "SEVERE"]
+        self.assertEqual(severe, [])
+
     def test_3_a_512_image_draws_within_a_frame(self):
         # The drawing path of a real-space answer (percentiles, colour map,
         # putImageData) on a 512x512 image; one frame is 16.7 ms, the bound is generous.
