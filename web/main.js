@@ -99,7 +99,9 @@ function explainError(error) {
         "token-required",
       );
     }
-    $("auth-info").textContent = "token: refused";
+    $("auth-info").textContent = state.token ? "token: refused" : "token: none";
+    $("daemon-info").textContent = "not connected";
+    $("acquisition-list").textContent = "Nothing to show without a valid token.";
     return null;
   }
   if (error.status === 403) {

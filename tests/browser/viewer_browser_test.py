@@ -468,6 +468,7 @@ def main():
     if not os.path.exists(ARGS.binary):
         print(f"viewer browser test: {ARGS.binary} is not built", file=sys.stderr)
         return 1
+    shutil.rmtree(ARGS.artifacts, ignore_errors=True)  # this run's screenshots only
     program = unittest.main(argv=[sys.argv[0], *rest], exit=False, verbosity=2)
     return 0 if program.result.wasSuccessful() else 1
 
