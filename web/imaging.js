@@ -16,9 +16,15 @@ export function displayValues(data, divisor = 1, logScale = false) {
   return out;
 }
 
-// The finite values, copied (the selection below reorders them).
+// The finite values, copied (the selection below reorders them) in the
+// input's own element type: integer images are copied whole (memcpy speed),
+// float images without their NaNs and infinities.
 function finiteCopy(values) {
-  const copy = new Float64Array(values.length);
+  if (values instanceof Uint32Array || values instanceof Uint16Array || values instanceof Uint8Array ||
+      values instanceof Int32Array) {
+    return values.slice();
+  }
+  const copy = new (values instanceof Float32Array ? Float32Array : Float64Array)(values.length);
   let count = 0;
   for (let i = 0; i < values.length; i++) {
     const v = values[i];
@@ -62,18 +68,26 @@ export function percentiles(values, percents) {
   const a = finiteCopy(values);
   const n = a.length;
   if (n === 0) return percents.map(() => NaN);
-  return percents.map((percent) => {
-    const rank = (Math.min(100, Math.max(0, percent)) / 100) * (n - 1);
+  // Ascending ranks, so each selection only searches right of the previous one.
+  const order = percents.map((percent, index) => ({ index, rank: (Math.min(100, Math.max(0, percent)) / 100) * (n - 1) }))
+    .sort((x, y) => x.rank - y.rank);
+  const results = new Array(percents.length);
+  let left = 0;
+  for (const { index, rank } of order) {
     const lower = Math.floor(rank);
     const fraction = rank - lower;
-    select(a, lower);
+    select(a, lower, left);
+    left = lower;
     const low = a[lower];
-    if (fraction === 0 || lower + 1 >= n) return low;
-    // The next order statistic is the smallest value right of `lower`.
-    let high = Infinity;
-    for (let i = lower + 1; i < n; i++) if (a[i] < high) high = a[i];
-    return low + (high - low) * fraction;
-  });
+    if (fraction === 0 || lower + 1 >= n) {
+      results[index] = low;
+      continue;
+    }
+    // The next order statistic: everything right of `lower` is >= a[lower].
+    select(a, lower + 1, lower + 1);
+    results[index] = low + (a[lower + 1] - low) * fraction;
+  }
+  return results;
 }
 
 export function finiteRange(values) {

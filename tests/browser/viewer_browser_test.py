@@ -244,6 +244,24 @@ class ViewerWithoutToken(BrowserCase):
         direct = struct.unpack(f"<{len(raw) // 4}I", raw)
         shown = self.driver.execute_script("return Array.from(window.quantemViewer.state.realspace.image.data);")
         self.assertEqual(list(direct), shown)
+        # Contrast limits are numpy.percentile's (linear interpolation), for integer
+        # images and for float images with NaNs.
+        import numpy
+        percents = [0, 0.5, 12.3, 50, 99.5, 100]
+        shown_limits = self.driver.execute_script(
+            "return window.quantemViewer.percentiles(window.quantemViewer.state.realspace.image.data, arguments[0]);",
+            percents)
+        for got, expected in zip(shown_limits, numpy.percentile(numpy.array(direct, dtype=numpy.float64), percents)):
+            self.assertAlmostEqual(got, expected, delta=1e-9 * max(1.0, abs(expected)))
+        floats = numpy.sin(numpy.arange(1001) * 0.37).astype(numpy.float32) * 1e3
+        nan_at = [3, 500, 1000]
+        shown_limits = self.driver.execute_script("""
+            const values = Float32Array.from(arguments[0]);
+            for (const i of arguments[1]) values[i] = NaN;
+            return window.quantemViewer.percentiles(values, arguments[2]);""", floats.tolist(), nan_at, percents)
+        finite = numpy.delete(floats, nan_at).astype(numpy.float64)
+        for got, expected in zip(shown_limits, numpy.percentile(finite, percents)):
+            self.assertAlmostEqual(got, expected, delta=1e-6 * max(1.0, abs(expected)))
         # Residency: the acquisition is resident after the viewer opened it.
         self.wait_for("document.getElementById('residency-state').textContent.startsWith('resident')",
                       "the residency badge to say resident")
