@@ -21,7 +21,10 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && gre
   backend=(--gpus auto)
 fi
 cat >&2 <<MSG
-Serving $demo on http://127.0.0.1:$port (${backend[*]}); press Ctrl-C to stop. Try:
+Serving $demo on http://127.0.0.1:$port (${backend[*]}); press Ctrl-C to stop.
+Open the viewer: http://127.0.0.1:$port/
+  (from another machine: ssh -L $port:localhost:$port THIS_HOST, then the same URL; docs/viewer.md)
+Or try:
   curl -s http://127.0.0.1:$port/api/browse/sessions
   curl -s -D - -o bf.u4 'http://127.0.0.1:$port/api/browse/realspace?session=demo/20261202_session&file=demo_master.h5&mode=BF'
   curl -s 'http://127.0.0.1:$port/api/browse/realspace?session=demo/20261202_session&file=demo_master.h5&mode=CoMx&format=npy' \\

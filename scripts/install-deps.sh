@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the build and test dependencies from Debian 12 packages (run as root).
-# Usage: scripts/install-deps.sh [--test]   (--test adds the Python reference tools)
+# Usage: scripts/install-deps.sh [--test]   (--test adds the Python reference tools and Chromium)
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config git
   libhdf5-dev hdf5-tools liblz4-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
@@ -11,6 +11,8 @@ if [[ "${1:-}" == "--test" ]]; then
   # hdf5-filter-plugin: the HDF5 LZ4 filter (32004) that hdf5plugin.LZ4() fixtures need
   # (only recommended by python3-hdf5plugin, and recommends are not installed here).
   packages+=(python3 python3-h5py python3-hdf5plugin bitshuffle hdf5-filter-plugin python3-numpy)
+  # The viewer's browser test (tests/browser/): headless Chromium driven through WebDriver.
+  packages+=(chromium chromium-driver python3-selenium)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -10,6 +10,9 @@ jobs="${QUANTEM_JOBS:-$(nproc)}"
 
 cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build-test -j "$jobs"
+# install-deps --test installed Chromium: the viewer's browser test must run, not skip
+# (screenshots in build-test/tests/browser/artifacts/).
+export QUANTEM_BROWSER_TEST_REQUIRED=1
 ctest --test-dir build-test -j "$jobs" --output-on-failure --timeout 600
 
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DQUANTEM_SANITIZE=ON -DQUANTEM_CUDA=OFF

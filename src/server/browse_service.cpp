@@ -10,6 +10,7 @@
 #include "quantem/plan/plan.hpp"
 #include "quantem/protocol/wire_image.hpp"
 #include "quantem/server/error_mapping.hpp"
+#include "quantem/viewer/assets.hpp"
 
 namespace quantem::server {
 
@@ -109,6 +110,8 @@ BrowseService::BrowseService(BrowseConfig config, backend::Backend& backend, res
   routes_["/api/health/live"] = {"GET", &BrowseService::health_live, true};
   routes_["/api/health/ready"] = {"GET", &BrowseService::health_ready, true};
   routes_["/metrics"] = {"GET", &BrowseService::metrics};
+  // The browser viewer: the page holds no data, so no token (the Host rule applies).
+  for (const auto& asset : viewer::assets()) routes_[std::string(asset.path)] = {"GET", &BrowseService::viewer_asset, true};
 }
 
 HttpResponse BrowseService::handle(const HttpRequest& request) noexcept {
@@ -434,6 +437,23 @@ HttpResponse BrowseService::evict(const HttpRequest&, const QueryParams& params)
   json doc = residency_document(source, acquisition, residency_.status(acquisition));
   doc["evicted"] = evicted;
   return HttpResponse::json(200, doc);
+}
+
+// ---- viewer -------------------------------------------------------------------
+
+HttpResponse BrowseService::viewer_asset(const HttpRequest& request, const QueryParams&) {
+  const viewer::Asset* asset = viewer::find_asset(request.path);
+  if (!asset) return HttpResponse::detail(404, "Not Found");
+  const auto if_none_match = request.header("if-none-match");
+  const bool not_modified = if_none_match && viewer::etag_matches(*if_none_match, asset->etag);
+  HttpResponse response;
+  response.status = not_modified ? 304 : 200;
+  response.headers = viewer::asset_headers(*asset, not_modified);
+  if (!not_modified) {
+    response.content_type = std::string(asset->content_type);
+    response.body = std::string(asset->body);
+  }
+  return response;
 }
 
 // ---- health and metrics ---------------------------------------------------------

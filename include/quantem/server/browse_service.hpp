@@ -8,6 +8,7 @@
 //   GET    /api/browse/realspace | realspace-shape | cbed | cbed-region
 //   GET    /api/browse/residency     POST /api/browse/load     DELETE /api/browse/resident
 //   GET    /api/health/live | /api/health/ready                 GET /metrics
+//   GET    /  and  /viewer/<file>   the browser viewer (docs/viewer.md; no token needed)
 // Order of checks for every request: Host header (403), token (403, token
 // mode, health routes exempt), route (404, or 307 to the path without a
 // trailing slash), method (405), query coercion (422), parameter validation
@@ -94,6 +95,7 @@ class BrowseService {
   HttpResponse health_live(const HttpRequest&, const protocol::QueryParams&);
   HttpResponse health_ready(const HttpRequest&, const protocol::QueryParams&);
   HttpResponse metrics(const HttpRequest&, const protocol::QueryParams&);
+  HttpResponse viewer_asset(const HttpRequest&, const protocol::QueryParams&);
 
   Resolved resolve_product(const protocol::ProductQuery& query);
   protocol::Provenance provenance(const protocol::ProductQuery& query, const Resolved& resolved,

@@ -1,0 +1,1207 @@
+// The quantem-gpu browser viewer (docs/viewer.md): the catalog with readiness
+// and residency, one acquisition's real-space image and diffraction patterns,
+// the detector mask, regions, plan controls and each request's server-timing.
+// Plain ES modules, canvas ImageData rendering, no framework.
+import { Api, ApiError, LatestOnly, formatServerTiming } from "./api.js";
+import { colormapNames, cssColor, lookupTable } from "./colormaps.js";
+import { displayValues, finiteRange, histogram, percentiles, renderInto } from "./imaging.js";
+
+const $ = (id) => document.getElementById(id);
+
+// Detector radii of each real-space mode, as fractions of the fitted
+// bright-field radius R (the daemon's `inner`/`outer`); "annulus" is sent
+// in absolute binned pixels (realspace-shape), starting from these multiples of R.
+const modePresets = {
+  BF: { inner: 0, outer: 1 },
+  ABF: { inner: 0.5, outer: 1 },
+  ADF: { inner: 1, outer: 3 },
+  annulus: { inner: 1, outer: 2 },
+};
+const comModes = new Set(["CoMx", "CoMy", "CoMmag", "iCoM"]);
+const signedModes = new Set(["CoMx", "CoMy", "iCoM"]);
+
+// ---- the token: from the URL fragment only -------------------------------------
+
+function takeToken() {
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  const token = fragment.get("token");
+  if (token) {
+    // Off the address bar (screen sharing, history); kept for reloads of this tab only.
+    sessionStorage.setItem("quantem-gpu-token", token);
+    history.replaceState(null, "", location.pathname + location.search);
+    return token;
+  }
+  return sessionStorage.getItem("quantem-gpu-token");
+}
+
+// ---- state ---------------------------------------------------------------------
+
+const state = {
+  token: takeToken(),
+  capabilities: null,
+  sessions: [],
+  readyToken: null,
+  residency: new Map(),  // "session\nfile" -> residency document
+  current: null,  // {session, file, entry}
+  generation: 0,  // bumped when the acquisition or the plan changes: older answers are dropped
+  plan: { scan_bin: 1, det_bin: 1, crop: null },
+  mode: "BF",
+  fit: null,  // bright-field fit of the current plan {row, col, radius}, binned detector pixels
+  mask: null,  // {row, col, inner, outer}: binned detector pixels
+  maskCustom: false,  // the user moved the mask: requests carry it explicitly
+  realspace: null,  // {image, route, params, drawnAt}
+  diffraction: null,  // {image, route, params, source}
+  pinned: { kind: "mean" },  // what the diffraction panel shows when the pointer is elsewhere
+  hover: null,
+  drag: null,
+  regionPreview: null,
+  stopped: false,
+  requests: [],  // every request's record, for the log (and tests)
+  frames: { realspace: 0, diffraction: 0 },
+  drawMs: { realspace: null, diffraction: null },
+};
+
+const api = new Api(state.token, logRequest);
+
+// ---- messages --------------------------------------------------------------------
+
+function showBanner(text, kind = "error") {
+  const banner = $("banner");
+  banner.textContent = text;
+  banner.dataset.kind = kind;
+  banner.className = `banner ${kind === "info" ? "info" : "error"}`;
+  banner.hidden = false;
+}
+
+function clearBanner(kind) {
+  const banner = $("banner");
+  if (!kind || banner.dataset.kind === kind) banner.hidden = true;
+}
+
+// A 403 is either the Host rule or the token; both are explained in full.
+function explainError(error) {
+  if (!(error instanceof ApiError)) return String(error && error.message ? error.message : error);
+  const detail = typeof error.detail === "string" ? error.detail : JSON.stringify(error.detail);
+  if (error.status === 403 && /token/i.test(detail)) {
+    state.stopped = true;
+    if (state.token) {
+      showBanner(
+        "The daemon refused the token in this page's address (403). Open the viewer again as " +
+          `${location.origin}/#token=<token>, with the token from the daemon's runtime file ` +
+          "(server-<pid>.json in $QUANTEM_GPU_RUNTIME_DIR or $XDG_RUNTIME_DIR/quantem-gpu).",
+        "token-rejected",
+      );
+    } else {
+      showBanner(
+        "This daemon runs with --auth token: open the viewer as " +
+          `${location.origin}/#token=<token>, with the token from the daemon's runtime file ` +
+          "(server-<pid>.json in $QUANTEM_GPU_RUNTIME_DIR or $XDG_RUNTIME_DIR/quantem-gpu).",
+        "token-required",
+      );
+    }
+    $("auth-info").textContent = state.token ? "token: refused" : "token: none";
+    $("daemon-info").textContent = "not connected";
+    $("acquisition-list").textContent = "Nothing to show without a valid token.";
+    return null;
+  }
+  if (error.status === 403) {
+    showBanner(`The daemon refused this page: ${detail}`, "forbidden");
+    return null;
+  }
+  return error.status ? `${error.status}: ${detail}` : detail;
+}
+
+function reportError(error, where) {
+  if (error && error.name === "AbortError") return;
+  const text = explainError(error);
+  if (text === null) return;
+  if (where) {
+    where.textContent = text;
+    where.classList.add("error-text");
+  } else {
+    showBanner(text);
+  }
+}
+
+function setStatus(element, text) {
+  element.textContent = text;
+  element.classList.remove("error-text");
+}
+
+// ---- the request log ---------------------------------------------------------------
+
+function logRequest(record) {
+  state.requests.push(record);
+  if (state.requests.length > 500) state.requests.splice(0, state.requests.length - 500);
+  if (record.quiet && record.status && record.status < 400) return;  // polls stay out of the table unless they fail
+  const body = $("request-log");
+  const row = document.createElement("tr");
+  const route = record.path.replace(/^\/api\/browse\//, "").replace(/^\/api\//, "");
+  const cells = [
+    `${record.method === "GET" ? "" : record.method + " "}${route}`,
+    record.status || "failed",
+    record.bytes ? formatBytes(record.bytes) : "",
+    `${record.clientMs.toFixed(1)} ms`,
+    formatServerTiming(record.serverTiming),
+  ];
+  for (const text of cells) {
+    const cell = document.createElement("td");
+    cell.textContent = String(text);
+    row.appendChild(cell);
+  }
+  row.title = record.query;
+  row.dataset.url = record.query;
+  if (record.status >= 400 || !record.status) row.className = "failed";
+  body.insertBefore(row, body.firstChild);
+  while (body.childElementCount > 16) body.removeChild(body.lastChild);
+}
+
+function formatBytes(bytes) {
+  if (bytes < 1024) return `${bytes} B`;
+  if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KiB`;
+  if (bytes < 1024 ** 3) return `${(bytes / 1024 ** 2).toFixed(1)} MiB`;
+  return `${(bytes / 1024 ** 3).toFixed(2)} GiB`;
+}
+
+function formatValue(value) {
+  if (!Number.isFinite(value)) return String(value);
+  if (Number.isInteger(value)) return String(value);
+  const magnitude = Math.abs(value);
+  return magnitude !== 0 && (magnitude < 1e-3 || magnitude >= 1e5) ? value.toExponential(3) : value.toPrecision(4);
+}
+
+// ---- the catalog -------------------------------------------------------------------
+
+const residencyKey = (session, file) => `${session}\n${file}`;
+
+async function loadCapabilities() {
+  try {
+    const { body } = await api.request("/api/browse/capabilities");
+    state.capabilities = body;
+    const devices = (body.devices || []).map((d) => d.name || `device ${d.index}`).join(", ");
+    const revision = body.implementation_revision ? ` · ${String(body.implementation_revision).slice(0, 12)}` : "";
+    $("daemon-info").textContent = `${body.backend || "?"} backend · ${devices}${revision} · ${body.data_folder || ""}`;
+    $("auth-info").textContent = state.token ? "token: accepted" : "";
+    clearBanner("connection");
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 0) showBanner(explainError(error), "connection");
+    else reportError(error);
+  }
+}
+
+async function loadSessions(refresh) {
+  try {
+    const { body } = await api.request("/api/browse/sessions", refresh ? { refresh: "true" } : {});
+    state.sessions = body.sessions || [];
+    renderCatalog();
+    pollResidency();
+  } catch (error) {
+    const text = explainError(error);
+    if (text !== null) $("acquisition-list").textContent = `The catalog could not be read: ${text}`;
+  }
+}
+
+// The cheap poll: a changed ready_token (a new or finished acquisition) rebuilds the catalog.
+async function pollAcquisitions() {
+  if (state.stopped) return;
+  try {
+    const { body } = await api.request("/api/browse/acquisitions", {}, { quiet: true });
+    if (state.readyToken !== null && body.ready_token !== state.readyToken) await loadSessions(true);
+    state.readyToken = body.ready_token;
+  } catch (error) {
+    if (!(error instanceof ApiError) || error.status !== 0) reportError(error);
+  }
+}
+
+function renderCatalog() {
+  const list = $("acquisition-list");
+  list.textContent = "";
+  if (!state.sessions.length) {
+    const note = document.createElement("p");
+    note.className = "muted";
+    note.textContent = "No acquisitions (*_master.h5) in the data folder yet.";
+    list.appendChild(note);
+    return;
+  }
+  for (const session of state.sessions) {
+    const group = document.createElement("section");
+    group.className = "session";
+    const title = document.createElement("h3");
+    title.textContent = session.path;
+    group.appendChild(title);
+    for (const file of session.files || []) {
+      const item = document.createElement("button");
+      item.type = "button";
+      item.className = "acquisition";
+      item.dataset.session = session.path;
+      item.dataset.file = file.name;
+      if (state.current && state.current.session === session.path && state.current.file === file.name) {
+        item.classList.add("selected");
+      }
+      const name = document.createElement("span");
+      name.className = "name";
+      name.textContent = file.name.replace(/_master\.h5$/, "");
+      const meta = document.createElement("span");
+      meta.className = "meta";
+      const [sr, sc, dr, dc] = file.shape || [0, 0, 0, 0];
+      meta.textContent = `${sr}×${sc} scan · ${dr}×${dc} ${file.dtype || "?"} · ${file.size || ""}`;
+      const badges = document.createElement("span");
+      badges.className = "badges";
+      const ready = document.createElement("span");
+      ready.className = `badge ${file.loadable ? "ok" : "warn"}`;
+      ready.textContent = file.loadable ? "ready" : "not ready";
+      ready.title = (file.load_status && file.load_status.reason) || "";
+      const residency = document.createElement("span");
+      residency.className = "badge residency-badge";
+      badges.append(ready, residency);
+      item.append(name, meta, badges);
+      item.title = ready.title;
+      item.addEventListener("click", () => openAcquisition(session.path, file.name, file));
+      group.appendChild(item);
+      updateResidencyBadge(session.path, file.name);
+    }
+    list.appendChild(group);
+  }
+}
+
+function residencyText(doc) {
+  if (!doc) return { text: "", kind: "" };
+  switch (doc.state) {
+    case "resident":
+      return { text: doc.device === null ? "resident" : `resident · device ${doc.device}`, kind: "ok" };
+    case "loading": {
+      const fraction = doc.bytes_total ? doc.bytes_done / doc.bytes_total : 0;
+      return { text: `loading ${Math.round(fraction * 100)}%${doc.stage ? ` · ${doc.stage}` : ""}`, kind: "busy" };
+    }
+    case "failed":
+      return { text: "load failed", kind: "warn" };
+    default:
+      return { text: "on disk", kind: "" };
+  }
+}
+
+function updateResidencyBadge(session, file) {
+  const doc = state.residency.get(residencyKey(session, file));
+  const { text, kind } = residencyText(doc);
+  for (const item of document.querySelectorAll(".acquisition")) {
+    if (item.dataset.session !== session || item.dataset.file !== file) continue;
+    const badge = item.querySelector(".residency-badge");
+    badge.textContent = text;
+    badge.className = `badge residency-badge ${kind}`;
+    badge.title = doc && doc.failure_reason ? doc.failure_reason : "";
+    badge.hidden = !text;
+  }
+  if (state.current && state.current.session === session && state.current.file === file) {
+    const element = $("residency-state");
+    element.textContent = text || "on disk";
+    element.className = `badge ${kind}`;
+    element.title = doc && doc.failure_reason ? doc.failure_reason : "";
+    const progress = $("residency-progress");
+    progress.hidden = !doc || doc.state !== "loading";
+    if (doc && doc.bytes_total) progress.value = doc.bytes_done / doc.bytes_total;
+  }
+}
+
+async function fetchResidency(session, file) {
+  const { body } = await api.request("/api/browse/residency", { session, file }, { quiet: true });
+  state.residency.set(residencyKey(session, file), body);
+  updateResidencyBadge(session, file);
+  return body;
+}
+
+// Residency of every listed acquisition (the first 64), every few seconds.
+let residencyPollRunning = false;
+async function pollResidency() {
+  if (residencyPollRunning || state.stopped) return;
+  residencyPollRunning = true;
+  try {
+    let count = 0;
+    for (const session of state.sessions) {
+      for (const file of session.files || []) {
+        if (count++ >= 64) return;
+        await fetchResidency(session.path, file.name);
+      }
+    }
+  } catch (error) {
+    reportError(error);
+  } finally {
+    residencyPollRunning = false;
+  }
+}
+
+// ---- one acquisition ------------------------------------------------------------------
+
+function planParams(overrides = {}) {
+  const { session, file } = state.current;
+  const params = { session, file, scan_bin: state.plan.scan_bin, det_bin: state.plan.det_bin };
+  const crop = overrides.crop !== undefined ? overrides.crop : state.plan.crop;
+  if (crop) {
+    params.row_start = crop.row_start;
+    params.row_stop = crop.row_stop;
+    params.column_start = crop.column_start;
+    params.column_stop = crop.column_stop;
+  }
+  return params;
+}
+
+async function openAcquisition(session, file, entry) {
+  state.current = { session, file, entry };
+  state.generation++;
+  state.plan = { scan_bin: 1, det_bin: 1, crop: null };
+  readPlanIntoForm();
+  resetPlanDependentState();
+  for (const item of document.querySelectorAll(".acquisition")) {
+    item.classList.toggle("selected", item.dataset.session === session && item.dataset.file === file);
+  }
+  $("empty-workspace").hidden = true;
+  $("acquisition-view").hidden = false;
+  $("acquisition-title").textContent = file;
+  const [sr, sc, dr, dc] = (entry && entry.shape) || [0, 0, 0, 0];
+  $("acquisition-meta").textContent =
+    `${session} · scan ${sr}×${sc} · detector ${dr}×${dc} ${(entry && entry.dtype) || ""} · ${(entry && entry.size) || ""}`;
+  clearCanvas("realspace");
+  clearCanvas("diffraction");
+  updateResidencyBadge(session, file);
+  if (entry && !entry.loadable) {
+    const reason = (entry.load_status && entry.load_status.reason) || "not ready";
+    setStatus($("realspace-status"), `Not ready: ${reason}`);
+    return;
+  }
+  await loadAndShow();
+}
+
+function resetPlanDependentState() {
+  state.fit = null;
+  state.mask = null;
+  state.maskCustom = false;
+  state.realspace = null;
+  state.diffraction = null;
+  state.pinned = { kind: "mean" };
+  state.hover = null;
+  state.regionPreview = null;
+}
+
+// Starts the load (POST /load), follows its progress, then asks for the images.
+async function loadAndShow() {
+  const { session, file } = state.current;
+  const generation = state.generation;
+  setStatus($("realspace-status"), "Loading…");
+  try {
+    const { body } = await api.request("/api/browse/load", { session, file }, { method: "POST" });
+    state.residency.set(residencyKey(session, file), body);
+    updateResidencyBadge(session, file);
+    let doc = body;
+    while (doc.state === "loading" && generation === state.generation) {
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      doc = await fetchResidency(session, file);
+    }
+    if (generation !== state.generation) return;
+    if (doc.state === "failed") {
+      $("realspace-status").textContent = `The load failed: ${doc.failure_reason || "no reason given"}`;
+      $("realspace-status").classList.add("error-text");
+      return;
+    }
+  } catch (error) {
+    if (generation === state.generation) reportError(error, $("realspace-status"));
+    return;
+  }
+  requestRealspace();
+}
+
+// ---- real space ---------------------------------------------------------------------
+
+function realspaceRequest() {
+  const mode = state.mode;
+  if (mode === "annulus") {
+    const mask = state.mask || defaultMask();
+    return {
+      route: "/api/browse/realspace-shape",
+      params: { ...planParams(), shape: "annulus", cx: round(mask.col, 3), cy: round(mask.row, 3),
+                inner: round(mask.inner, 3), outer: round(mask.outer, 3) },
+    };
+  }
+  const params = { ...planParams(), mode, ensure_resident: "true" };
+  const preset = modePresets[mode];
+  if (preset) {
+    if (state.maskCustom && state.mask && state.fit) {
+      params.cx = round(state.mask.col, 3);
+      params.cy = round(state.mask.row, 3);
+      params.inner = round(state.mask.inner / state.fit.radius, 5);
+      params.outer = round(state.mask.outer / state.fit.radius, 5);
+    } else {
+      params.inner = preset.inner;
+      params.outer = preset.outer;
+    }
+  }
+  return { route: "/api/browse/realspace", params };
+}
+
+function round(value, digits) {
+  return Number(value.toFixed(digits));
+}
+
+// Binned detector shape of the current plan.
+function detectorShape() {
+  const shape = (state.current.entry && state.current.entry.shape) || [0, 0, 0, 0];
+  const b = state.plan.det_bin;
+  return [Math.ceil(shape[2] / b), Math.ceil(shape[3] / b)];
+}
+
+function defaultMask() {
+  const [rows, cols] = detectorShape();
+  const radius = state.fit ? state.fit.radius : Math.min(rows, cols) / 4;
+  const preset = modePresets[state.mode] || modePresets.BF;
+  return {
+    row: state.fit ? state.fit.row : rows / 2,
+    col: state.fit ? state.fit.col : cols / 2,
+    inner: preset.inner * radius,
+    outer: preset.outer * radius,
+  };
+}
+
+const realspaceChannel = new LatestOnly(
+  async ({ route, params, generation }) => {
+    const result = await api.request(route, params, { kind: "array" });
+    return { ...result, route, params, generation };
+  },
+  (result, error, args) => {
+    if (args.generation !== state.generation) return;
+    if (error) {
+      reportError(error, $("realspace-status"));
+      return;
+    }
+    acceptRealspace(result);
+  },
+);
+
+function requestRealspace() {
+  if (!state.current) return;
+  const { route, params } = realspaceRequest();
+  setStatus($("realspace-status"), state.realspace ? "" : "Computing…");
+  realspaceChannel.request({ route, params, generation: state.generation });
+}
+
+function acceptRealspace(result) {
+  const image = result.body;
+  const geometry = image.provenance && image.provenance.geometry;
+  if (geometry && geometry.bright_field) {
+    const bf = geometry.bright_field;
+    state.fit = { row: bf.center_row, col: bf.center_col, radius: bf.radius };
+  }
+  if (!state.maskCustom && geometry && modePresets[state.mode] && geometry.center_row !== null &&
+      geometry.center_row !== undefined && geometry.outer_radius_px !== null) {
+    state.mask = {
+      row: geometry.center_row,
+      col: geometry.center_col,
+      inner: geometry.inner_radius_px || 0,
+      outer: geometry.outer_radius_px,
+    };
+  } else if (!state.mask && state.fit) {
+    state.mask = defaultMask();
+  }
+  const firstForPlan = !state.realspace;
+  state.realspace = { image, route: result.route, params: result.params, serverTiming: result.serverTiming };
+  drawRealspace();
+  drawDiffractionOverlay();
+  updateMaskReadout();
+  if (firstForPlan) requestDiffraction(state.pinned);
+}
+
+function drawRealspace() {
+  const started = performance.now();
+  const realspace = state.realspace;
+  if (!realspace) return;
+  const { image } = realspace;
+  const low = Number($("realspace-low").value);
+  const high = Number($("realspace-high").value);
+  const values = image.divisor === 1 ? image.data : displayValues(image.data, image.divisor);
+  let [lowValue, highValue] = percentiles(values, [low, high]);
+  if (!(highValue > lowValue)) [lowValue, highValue] = finiteRange(values);
+  realspace.limits = [lowValue, highValue];
+  realspace.values = values;
+  const canvas = $("realspace-canvas");
+  const colormap = $("realspace-colormap").value;
+  paint(canvas, values, image.width, image.height, lowValue, highValue, lookupTable(colormap));
+  layoutStack("realspace", image.width, image.height);
+  drawRealspaceOverlay();
+  drawHistogram($("realspace-histogram"), values, lowValue, highValue, colormap);
+  state.drawMs.realspace = performance.now() - started;
+  state.frames.realspace++;
+  canvas.dataset.frame = String(state.frames.realspace);
+  const mode = realspace.route.endsWith("realspace-shape") ? "annulus" : realspace.params.mode;
+  $("realspace-status").textContent = "";
+  $("realspace-readout").textContent =
+    `${mode} · ${image.height}×${image.width} ${image.dtype} · limits ${formatValue(lowValue)} – ${formatValue(highValue)}` +
+    ` · server-timing ${formatServerTiming(realspace.serverTiming)} · drawn in ${state.drawMs.realspace.toFixed(1)} ms`;
+}
+
+const imageDataCache = new WeakMap();
+
+function paint(canvas, values, width, height, low, high, table) {
+  if (canvas.width !== width || canvas.height !== height) {
+    canvas.width = width;
+    canvas.height = height;
+  }
+  const context = canvas.getContext("2d");
+  let imageData = imageDataCache.get(canvas);
+  if (!imageData || imageData.width !== width || imageData.height !== height) {
+    imageData = context.createImageData(width, height);
+    imageDataCache.set(canvas, imageData);
+  }
+  renderInto(imageData, values, low, high, table);
+  context.putImageData(imageData, 0, 0);
+}
+
+function clearCanvas(which) {
+  const canvas = $(`${which}-canvas`);
+  canvas.width = 1;
+  canvas.height = 1;
+  const overlay = $(`${which}-overlay`);
+  overlay.getContext("2d").clearRect(0, 0, overlay.width, overlay.height);
+  $(`${which}-histogram`).getContext("2d").clearRect(0, 0, 10000, 10000);
+  $(which === "realspace" ? "realspace-readout" : "mask-readout").textContent = "";
+  if (which === "diffraction") $("diffraction-source").textContent = "";
+}
+
+// Fits the image into its box keeping square pixels; the overlay gets the
+// displayed size in device pixels so lines stay sharp.
+function layoutStack(which, width, height) {
+  const stack = $(`${which}-stack`);
+  const box = stack.parentElement;
+  const available = Math.max(64, Math.min(box.clientWidth, box.clientHeight || box.clientWidth));
+  const scale = available / Math.max(width, height);
+  const cssWidth = Math.max(1, Math.round(width * scale));
+  const cssHeight = Math.max(1, Math.round(height * scale));
+  stack.style.width = `${cssWidth}px`;
+  stack.style.height = `${cssHeight}px`;
+  const overlay = $(`${which}-overlay`);
+  const ratio = window.devicePixelRatio || 1;
+  const overlayWidth = Math.round(cssWidth * ratio);
+  const overlayHeight = Math.round(cssHeight * ratio);
+  if (overlay.width !== overlayWidth || overlay.height !== overlayHeight) {
+    overlay.width = overlayWidth;
+    overlay.height = overlayHeight;
+  }
+}
+
+function drawHistogram(canvas, values, low, high, colormap) {
+  const ratio = window.devicePixelRatio || 1;
+  const cssWidth = canvas.clientWidth || 480;
+  const cssHeight = canvas.clientHeight || 70;
+  canvas.width = Math.round(cssWidth * ratio);
+  canvas.height = Math.round(cssHeight * ratio);
+  const context = canvas.getContext("2d");
+  context.setTransform(ratio, 0, 0, ratio, 0, 0);
+  context.clearRect(0, 0, cssWidth, cssHeight);
+  const [min, max] = finiteRange(values);
+  if (!Number.isFinite(min)) return;
+  const bins = Math.min(160, Math.max(16, Math.floor(cssWidth / 3)));
+  const counts = histogram(values, bins, min, max);
+  let peak = 0;
+  for (const count of counts) peak = Math.max(peak, count);
+  const barWidth = cssWidth / bins;
+  const plotHeight = cssHeight - 14;
+  for (let bin = 0; bin < bins; bin++) {
+    if (!counts[bin]) continue;
+    // Square-root counts: the tails stay visible next to a dominant peak.
+    const height = Math.max(1, (Math.sqrt(counts[bin]) / Math.sqrt(peak)) * plotHeight);
+    const centre = min + ((bin + 0.5) / bins) * (max - min);
+    const level = high > low ? (centre - low) / (high - low) : 0.5;
+    context.fillStyle = cssColor(colormap, Math.max(0.08, Math.min(1, level)));
+    context.fillRect(bin * barWidth, plotHeight - height, Math.max(1, barWidth - 0.5), height);
+  }
+  const toX = (value) => (max > min ? ((value - min) / (max - min)) * cssWidth : 0);
+  context.strokeStyle = "#f2b33d";
+  context.lineWidth = 1.5;
+  for (const value of [low, high]) {
+    const x = Math.min(cssWidth - 1, Math.max(1, toX(value)));
+    context.beginPath();
+    context.moveTo(x, 0);
+    context.lineTo(x, plotHeight);
+    context.stroke();
+  }
+  context.fillStyle = "#9aa4b2";
+  context.font = "10px system-ui, sans-serif";
+  context.textBaseline = "bottom";
+  context.fillText(formatValue(min), 2, cssHeight);
+  const maxText = formatValue(max);
+  context.fillText(maxText, cssWidth - context.measureText(maxText).width - 2, cssHeight);
+}
+
+// Pointer position in image pixel coordinates (x right, y down, pixel (0,0)
+// spans [0,1)); pixel centres are at integer + 0.5.
+function pointerToImage(event, which, width, height) {
+  const rect = $(`${which}-overlay`).getBoundingClientRect();
+  return {
+    x: ((event.clientX - rect.left) / rect.width) * width,
+    y: ((event.clientY - rect.top) / rect.height) * height,
+    pixelsPerUnit: rect.width / width,
+  };
+}
+
+function scanPosition(point, image) {
+  const col = Math.floor(point.x);
+  const row = Math.floor(point.y);
+  if (row < 0 || col < 0 || row >= image.height || col >= image.width) return null;
+  return { row, col };
+}
+
+function drawRealspaceOverlay() {
+  const overlay = $("realspace-overlay");
+  const context = overlay.getContext("2d");
+  context.clearRect(0, 0, overlay.width, overlay.height);
+  if (!state.realspace) return;
+  const { width, height } = state.realspace.image;
+  const sx = overlay.width / width;
+  const sy = overlay.height / height;
+  const ratio = window.devicePixelRatio || 1;
+  context.lineWidth = 1.5 * ratio;
+  const drawSource = (source, color, dashed) => {
+    if (!source) return;
+    context.strokeStyle = color;
+    context.setLineDash(dashed ? [4 * ratio, 3 * ratio] : []);
+    if (source.kind === "position") {
+      const size = Math.max(sx, 6 * ratio);
+      const cx = (source.col + 0.5) * sx;
+      const cy = (source.row + 0.5) * sy;
+      context.strokeRect(cx - size / 2, cy - size / 2, size, size);
+    } else if (source.kind === "rectangle") {
+      context.strokeRect(source.colStart * sx, source.rowStart * sy,
+        (source.colStop - source.colStart) * sx, (source.rowStop - source.rowStart) * sy);
+    } else if (source.kind === "circle") {
+      context.beginPath();
+      context.ellipse((source.col + 0.5) * sx, (source.row + 0.5) * sy, source.radius * sx, source.radius * sy, 0, 0, 2 * Math.PI);
+      context.stroke();
+    }
+  };
+  drawSource(state.pinned, "#ff5d5d", false);
+  if (state.hover) drawSource(state.hover, "rgba(255,255,255,0.8)", true);
+  if (state.regionPreview) drawSource(state.regionPreview, "#f2b33d", true);
+}
+
+// Realspace pointer: hover (latest-only diffraction), click, region drags.
+function realspacePointerDown(event) {
+  if (!state.realspace || event.button !== 0) return;
+  const image = state.realspace.image;
+  const point = pointerToImage(event, "realspace", image.width, image.height);
+  const tool = $("tool-select").value;
+  $("realspace-overlay").setPointerCapture(event.pointerId);
+  state.drag = { tool, start: point, current: point };
+  if (tool === "point") {
+    const position = scanPosition(point, image);
+    if (position) pinDiffraction({ kind: "position", ...position });
+  }
+}
+
+function regionFromDrag(drag, image) {
+  const { start, current } = drag;
+  if (drag.tool === "circle") {
+    const radius = Math.hypot(current.x - start.x, current.y - start.y);
+    return { kind: "circle", row: start.y - 0.5, col: start.x - 0.5, radius: Math.max(0.5, radius) };
+  }
+  const clampRow = (v) => Math.max(0, Math.min(image.height - 1, Math.floor(v)));
+  const clampCol = (v) => Math.max(0, Math.min(image.width - 1, Math.floor(v)));
+  const r0 = clampRow(Math.min(start.y, current.y));
+  const r1 = clampRow(Math.max(start.y, current.y));
+  const c0 = clampCol(Math.min(start.x, current.x));
+  const c1 = clampCol(Math.max(start.x, current.x));
+  return { kind: "rectangle", rowStart: r0, rowStop: r1 + 1, colStart: c0, colStop: c1 + 1 };
+}
+
+function realspacePointerMove(event) {
+  if (!state.realspace) return;
+  const image = state.realspace.image;
+  const point = pointerToImage(event, "realspace", image.width, image.height);
+  const position = scanPosition(point, image);
+  if (position) {
+    const index = position.row * image.width + position.col;
+    const value = image.data[index] / image.divisor;
+    $("realspace-readout").dataset.hover = `${position.row},${position.col}`;
+    $("realspace-readout").textContent = `row ${position.row}, column ${position.col}: ${formatValue(value)}` +
+      ` · server-timing ${formatServerTiming(state.realspace.serverTiming)}`;
+  }
+  if (state.drag && state.drag.tool !== "point") {
+    state.drag.current = point;
+    state.regionPreview = regionFromDrag(state.drag, image);
+    drawRealspaceOverlay();
+    return;
+  }
+  if (!state.drag && $("follow-pointer").checked && position) {
+    if (state.hover && state.hover.row === position.row && state.hover.col === position.col) return;
+    state.hover = { kind: "position", ...position };
+    drawRealspaceOverlay();
+    requestDiffraction(state.hover);
+  }
+}
+
+function realspacePointerUp(event) {
+  const drag = state.drag;
+  state.drag = null;
+  if (!drag || !state.realspace) return;
+  const image = state.realspace.image;
+  if (drag.tool === "point") return;
+  drag.current = pointerToImage(event, "realspace", image.width, image.height);
+  state.regionPreview = null;
+  const moved = Math.hypot(drag.current.x - drag.start.x, drag.current.y - drag.start.y) * drag.start.pixelsPerUnit;
+  if (moved < 3) {
+    // A click with a region tool picks one position.
+    const position = scanPosition(drag.current, image);
+    if (position) pinDiffraction({ kind: "position", ...position });
+    return;
+  }
+  pinDiffraction({ ...regionFromDrag(drag, image), reduce: $("reduce-select").value });
+}
+
+function realspacePointerLeave() {
+  if (state.drag) return;
+  state.hover = null;
+  drawRealspaceOverlay();
+  // Back to the pinned pattern when the pointer showed another one.
+  if (state.diffraction && !sameSource(state.diffraction.source, state.pinned)) requestDiffraction(state.pinned);
+}
+
+function sameSource(a, b) {
+  return JSON.stringify(a) === JSON.stringify(b);
+}
+
+// ---- diffraction ------------------------------------------------------------------------
+
+function diffractionRequest(source) {
+  const image = state.realspace && state.realspace.image;
+  if (source.kind === "position") {
+    return { route: "/api/browse/cbed", params: { ...planParams(), sx: source.row, sy: source.col, ensure_resident: "true" } };
+  }
+  if (source.kind === "circle") {
+    return {
+      route: "/api/browse/cbed-region",
+      params: { ...planParams(), shape: "circle", cx: round(source.col, 3), cy: round(source.row, 3),
+                radius: round(source.radius, 3), reduce: source.reduce || "mean", ensure_resident: "true" },
+    };
+  }
+  if (source.kind === "rectangle") {
+    // The daemon's ROIs are circles and squares around a centre; a rectangle
+    // of the displayed grid is sent as a crop of the source scan (aligned
+    // with the scan bins, so the same binned positions) and a square that
+    // covers all of it.
+    const b = state.plan.scan_bin;
+    const shape = state.current.entry.shape;
+    const crop = state.plan.crop || { row_start: 0, row_stop: shape[0], column_start: 0, column_stop: shape[1] };
+    const rect = {
+      row_start: crop.row_start + source.rowStart * b,
+      row_stop: Math.min(crop.row_start + source.rowStop * b, crop.row_stop),
+      column_start: crop.column_start + source.colStart * b,
+      column_stop: Math.min(crop.column_start + source.colStop * b, crop.column_stop),
+    };
+    const rows = source.rowStop - source.rowStart;
+    const cols = source.colStop - source.colStart;
+    return {
+      route: "/api/browse/cbed-region",
+      params: { ...planParams({ crop: rect }), shape: "square", cx: (cols - 1) / 2, cy: (rows - 1) / 2,
+                radius: Math.max(rows, cols), reduce: source.reduce || "mean", ensure_resident: "true" },
+    };
+  }
+  // The mean of every position: a square covering the whole grid.
+  const rows = image ? image.height : 1;
+  const cols = image ? image.width : 1;
+  return {
+    route: "/api/browse/cbed-region",
+    params: { ...planParams(), shape: "square", cx: (cols - 1) / 2, cy: (rows - 1) / 2, radius: Math.max(rows, cols),
+              reduce: "mean", ensure_resident: "true" },
+  };
+}
+
+const diffractionChannel = new LatestOnly(
+  async ({ source, generation }) => {
+    const { route, params } = diffractionRequest(source);
+    const result = await api.request(route, params, { kind: "array" });
+    return { ...result, route, params, source, generation };
+  },
+  (result, error, args) => {
+    if (args.generation !== state.generation) return;
+    if (error) {
+      reportError(error, $("diffraction-status"));
+      return;
+    }
+    state.diffraction = { image: result.body, route: result.route, params: result.params, source: result.source,
+                          serverTiming: result.serverTiming };
+    drawDiffraction();
+  },
+);
+
+function requestDiffraction(source) {
+  if (!state.current || !state.realspace) return;
+  diffractionChannel.request({ source, generation: state.generation });
+}
+
+function pinDiffraction(source) {
+  state.pinned = source;
+  state.hover = null;
+  drawRealspaceOverlay();
+  requestDiffraction(source);
+}
+
+function describeSource(source, image) {
+  const positions = image.provenance && image.provenance.geometry && image.provenance.geometry.positions;
+  switch (source.kind) {
+    case "position":
+      return `scan row ${source.row}, column ${source.col}`;
+    case "circle":
+      return `${source.reduce} of ${positions} positions within ${source.radius.toFixed(1)} of (${source.row.toFixed(1)}, ${source.col.toFixed(1)})`;
+    case "rectangle":
+      return `${source.reduce} of rows ${source.rowStart}–${source.rowStop - 1}, columns ${source.colStart}–${source.colStop - 1} (${positions} positions)`;
+    default:
+      return `mean of all ${positions} positions`;
+  }
+}
+
+function drawDiffraction() {
+  const started = performance.now();
+  const diffraction = state.diffraction;
+  if (!diffraction) return;
+  const { image, source } = diffraction;
+  const logScale = $("diffraction-log").checked;
+  const values = displayValues(image.data, image.divisor, logScale);
+  const high = Number($("diffraction-high").value);
+  let [low] = finiteRange(values);
+  let [highValue] = percentiles(values, [high]);
+  if (!(highValue > low)) [low, highValue] = finiteRange(values);
+  const canvas = $("diffraction-canvas");
+  const colormap = $("diffraction-colormap").value;
+  paint(canvas, values, image.width, image.height, low, highValue, lookupTable(colormap));
+  layoutStack("diffraction", image.width, image.height);
+  drawDiffractionOverlay();
+  drawHistogram($("diffraction-histogram"), values, low, highValue, colormap);
+  state.drawMs.diffraction = performance.now() - started;
+  state.frames.diffraction++;
+  canvas.dataset.frame = String(state.frames.diffraction);
+  canvas.dataset.source = JSON.stringify(source);
+  $("diffraction-source").textContent = describeSource(source, image);
+  $("diffraction-status").textContent = "";
+  updateMaskReadout();
+}
+
+function maskEditable() {
+  return Boolean(modePresets[state.mode]) && Boolean(state.mask);
+}
+
+function drawDiffractionOverlay() {
+  const overlay = $("diffraction-overlay");
+  const context = overlay.getContext("2d");
+  context.clearRect(0, 0, overlay.width, overlay.height);
+  if (!state.diffraction || !state.mask) return;
+  const { width, height } = state.diffraction.image;
+  const sx = overlay.width / width;
+  const sy = overlay.height / height;
+  const ratio = window.devicePixelRatio || 1;
+  const mask = state.mask;
+  const cx = (mask.col + 0.5) * sx;
+  const cy = (mask.row + 0.5) * sy;
+  const active = maskEditable();
+  context.setLineDash(active ? [] : [5 * ratio, 4 * ratio]);
+  context.lineWidth = 2 * ratio;
+  const ring = (radius, color) => {
+    context.strokeStyle = color;
+    context.beginPath();
+    context.ellipse(cx, cy, radius * sx, radius * sy, 0, 0, 2 * Math.PI);
+    context.stroke();
+  };
+  ring(mask.outer, active ? "#4fd1c5" : "rgba(79,209,197,0.45)");
+  if (state.mode !== "BF" && mask.inner > 0) ring(mask.inner, active ? "#f2b33d" : "rgba(242,179,61,0.45)");
+  context.setLineDash([]);
+  context.strokeStyle = active ? "#ffffff" : "rgba(255,255,255,0.5)";
+  context.lineWidth = 1.5 * ratio;
+  const arm = 6 * ratio;
+  context.beginPath();
+  context.moveTo(cx - arm, cy);
+  context.lineTo(cx + arm, cy);
+  context.moveTo(cx, cy - arm);
+  context.lineTo(cx, cy + arm);
+  context.stroke();
+}
+
+function updateMaskReadout() {
+  const readout = $("mask-readout");
+  const timing = state.diffraction ? formatServerTiming(state.diffraction.serverTiming) : "\u2014";
+  if (!state.mask) {
+    readout.textContent = `server-timing ${timing}`;
+    return;
+  }
+  const m = state.mask;
+  const r = state.fit ? ` (R = ${state.fit.radius.toFixed(2)} px)` : "";
+  const usage = comModes.has(state.mode) ? " · not used by centre-of-mass images" : "";
+  const inner = state.mode === "BF" ? "" : ` · inner ${m.inner.toFixed(2)} px`;
+  readout.textContent = `mask centre row ${m.row.toFixed(2)}, column ${m.col.toFixed(2)}${inner} · outer ${m.outer.toFixed(2)} px${r}` +
+    `${usage} · server-timing ${timing}`;
+}
+
+// Mask drag: near the outer ring resizes it, near the inner ring resizes that,
+// anywhere else inside moves the centre. The real-space image follows while
+// dragging (latest-only requests).
+function diffractionPointerDown(event) {
+  if (!state.diffraction || !maskEditable() || event.button !== 0) return;
+  const { width, height } = state.diffraction.image;
+  const point = pointerToImage(event, "diffraction", width, height);
+  const row = point.y - 0.5;
+  const col = point.x - 0.5;
+  const mask = state.mask;
+  const distance = Math.hypot(row - mask.row, col - mask.col);
+  const tolerance = 8 / point.pixelsPerUnit;
+  let handle = "centre";
+  if (Math.abs(distance - mask.outer) <= tolerance) handle = "outer";
+  else if (state.mode !== "BF" && mask.inner > 0 && Math.abs(distance - mask.inner) <= tolerance) handle = "inner";
+  else if (distance > mask.outer + tolerance) return;
+  $("diffraction-overlay").setPointerCapture(event.pointerId);
+  state.maskDrag = { handle, startRow: row, startCol: col, mask: { ...mask } };
+  event.preventDefault();
+}
+
+function diffractionPointerMove(event) {
+  if (!state.diffraction) return;
+  const { width, height } = state.diffraction.image;
+  const point = pointerToImage(event, "diffraction", width, height);
+  const drag = state.maskDrag;
+  if (!drag) {
+    const overlay = $("diffraction-overlay");
+    if (!maskEditable()) {
+      overlay.style.cursor = "default";
+      return;
+    }
+    const distance = Math.hypot(point.y - 0.5 - state.mask.row, point.x - 0.5 - state.mask.col);
+    const tolerance = 8 / point.pixelsPerUnit;
+    const nearRing = Math.abs(distance - state.mask.outer) <= tolerance ||
+      (state.mode !== "BF" && state.mask.inner > 0 && Math.abs(distance - state.mask.inner) <= tolerance);
+    overlay.style.cursor = nearRing ? "ew-resize" : distance < state.mask.outer ? "move" : "default";
+    return;
+  }
+  const row = point.y - 0.5;
+  const col = point.x - 0.5;
+  const mask = { ...drag.mask };
+  if (drag.handle === "centre") {
+    mask.row = drag.mask.row + (row - drag.startRow);
+    mask.col = drag.mask.col + (col - drag.startCol);
+  } else {
+    const radius = Math.hypot(row - mask.row, col - mask.col);
+    if (drag.handle === "outer") mask.outer = Math.max(radius, mask.inner + 0.5, 0.5);
+    else mask.inner = Math.max(0, Math.min(radius, mask.outer - 0.5));
+  }
+  state.mask = mask;
+  state.maskCustom = true;
+  drawDiffractionOverlay();
+  updateMaskReadout();
+  requestRealspace();
+}
+
+function diffractionPointerUp() {
+  if (!state.maskDrag) return;
+  state.maskDrag = null;
+  requestRealspace();
+}
+
+// ---- plan controls ------------------------------------------------------------------------
+
+function readPlanIntoForm() {
+  $("scan-bin").value = state.plan.scan_bin;
+  $("det-bin").value = state.plan.det_bin;
+  const crop = state.plan.crop;
+  $("crop-row-start").value = crop ? crop.row_start : "";
+  $("crop-row-stop").value = crop ? crop.row_stop : "";
+  $("crop-col-start").value = crop ? crop.column_start : "";
+  $("crop-col-stop").value = crop ? crop.column_stop : "";
+}
+
+function applyPlan(event) {
+  event.preventDefault();
+  if (!state.current) return;
+  const integer = (id, fallback) => {
+    const text = $(id).value.trim();
+    return text === "" ? fallback : Number(text);
+  };
+  const shape = state.current.entry.shape;
+  const fields = ["crop-row-start", "crop-row-stop", "crop-col-start", "crop-col-stop"];
+  const anyCrop = fields.some((id) => $(id).value.trim() !== "");
+  // The daemon validates (400 with its reason); the form only fills the blanks.
+  state.plan = {
+    scan_bin: integer("scan-bin", 1),
+    det_bin: integer("det-bin", 1),
+    crop: anyCrop
+      ? {
+          row_start: integer("crop-row-start", 0),
+          row_stop: integer("crop-row-stop", shape[0]),
+          column_start: integer("crop-col-start", 0),
+          column_stop: integer("crop-col-stop", shape[1]),
+        }
+      : null,
+  };
+  state.generation++;
+  resetPlanDependentState();
+  clearCanvas("diffraction");
+  requestRealspace();
+}
+
+// ---- saving -------------------------------------------------------------------------------
+
+function download(blob, name) {
+  const link = document.createElement("a");
+  link.href = URL.createObjectURL(blob);
+  link.download = name;
+  document.body.appendChild(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(link.href), 10000);
+}
+
+function baseName(kind) {
+  const stem = state.current.file.replace(/_master\.h5$/, "");
+  const plan = `s${state.plan.scan_bin}d${state.plan.det_bin}${state.plan.crop ? "-crop" : ""}`;
+  return `${stem}_${kind}_${plan}`;
+}
+
+function savePng(which) {
+  const target = which === "realspace" ? state.realspace : state.diffraction;
+  if (!target) return;
+  const kind = which === "realspace" ? realspaceKind() : diffractionKind();
+  $(`${which}-canvas`).toBlob((blob) => download(blob, `${baseName(kind)}.png`), "image/png");
+}
+
+// The .npy comes from the daemon (format=npy): the exact values, byte-identical to numpy.save.
+async function saveNpy(which) {
+  const target = which === "realspace" ? state.realspace : state.diffraction;
+  if (!target) return;
+  const kind = which === "realspace" ? realspaceKind() : diffractionKind();
+  try {
+    const { body } = await api.request(target.route, { ...target.params, format: "npy" }, { kind: "blob" });
+    const divisor = target.image.divisor;
+    download(body, `${baseName(kind)}${divisor > 1 ? `_sum-of-${divisor}` : ""}.npy`);
+  } catch (error) {
+    reportError(error);
+  }
+}
+
+function realspaceKind() {
+  return state.realspace.route.endsWith("realspace-shape") ? "annulus" : state.realspace.params.mode;
+}
+
+function diffractionKind() {
+  const source = state.diffraction.source;
+  if (source.kind === "position") return `cbed-r${source.row}c${source.col}`;
+  return `${source.kind}-${source.reduce || "mean"}`;
+}
+
+// ---- wiring ---------------------------------------------------------------------------------
+
+function fillColormaps() {
+  for (const [id, initial] of [["realspace-colormap", "gray"], ["diffraction-colormap", "inferno"]]) {
+    const select = $(id);
+    for (const name of colormapNames) {
+      const option = document.createElement("option");
+      option.value = name;
+      option.textContent = name;
+      select.appendChild(option);
+    }
+    select.value = initial;
+  }
+}
+
+function modeChanged() {
+  const mode = $("mode-select").value;
+  state.mode = mode;
+  // A new mode starts from its own radii around the current centre.
+  if (modePresets[mode] && state.fit) {
+    const preset = modePresets[mode];
+    const centre = state.mask || { row: state.fit.row, col: state.fit.col };
+    state.mask = { row: centre.row, col: centre.col, inner: preset.inner * state.fit.radius,
+                   outer: preset.outer * state.fit.radius };
+  }
+  if (signedModes.has(mode)) $("realspace-colormap").value = "coolwarm";
+  else if ($("realspace-colormap").value === "coolwarm") $("realspace-colormap").value = "gray";
+  drawDiffractionOverlay();
+  updateMaskReadout();
+  requestRealspace();
+}
+
+function wire() {
+  fillColormaps();
+  $("refresh-button").addEventListener("click", () => loadSessions(true));
+  $("mode-select").addEventListener("change", modeChanged);
+  $("plan-form").addEventListener("submit", applyPlan);
+  $("plan-reset").addEventListener("click", (event) => {
+    state.plan = { scan_bin: 1, det_bin: 1, crop: null };
+    readPlanIntoForm();
+    applyPlan(event);
+  });
+  for (const id of ["realspace-low", "realspace-high", "realspace-colormap"]) {
+    $(id).addEventListener("input", drawRealspace);
+  }
+  for (const id of ["diffraction-log", "diffraction-high", "diffraction-colormap"]) {
+    $(id).addEventListener("input", drawDiffraction);
+  }
+  $("save-png").addEventListener("click", () => savePng("realspace"));
+  $("save-npy").addEventListener("click", () => saveNpy("realspace"));
+  $("save-diffraction-png").addEventListener("click", () => savePng("diffraction"));
+  $("save-diffraction-npy").addEventListener("click", () => saveNpy("diffraction"));
+  $("show-mean").addEventListener("click", () => pinDiffraction({ kind: "mean" }));
+  $("load-button").addEventListener("click", () => state.current && loadAndShow());
+  $("evict-button").addEventListener("click", async () => {
+    if (!state.current) return;
+    try {
+      await api.request("/api/browse/resident", { session: state.current.session, file: state.current.file },
+        { method: "DELETE" });
+      await fetchResidency(state.current.session, state.current.file);
+    } catch (error) {
+      reportError(error);
+    }
+  });
+  const realspaceOverlay = $("realspace-overlay");
+  realspaceOverlay.addEventListener("pointerdown", realspacePointerDown);
+  realspaceOverlay.addEventListener("pointermove", realspacePointerMove);
+  realspaceOverlay.addEventListener("pointerup", realspacePointerUp);
+  realspaceOverlay.addEventListener("pointerleave", realspacePointerLeave);
+  const diffractionOverlay = $("diffraction-overlay");
+  diffractionOverlay.addEventListener("pointerdown", diffractionPointerDown);
+  diffractionOverlay.addEventListener("pointermove", diffractionPointerMove);
+  diffractionOverlay.addEventListener("pointerup", diffractionPointerUp);
+  diffractionOverlay.addEventListener("pointercancel", diffractionPointerUp);
+  window.addEventListener("resize", () => {
+    if (state.realspace) layoutStack("realspace", state.realspace.image.width, state.realspace.image.height);
+    if (state.diffraction) layoutStack("diffraction", state.diffraction.image.width, state.diffraction.image.height);
+    drawRealspaceOverlay();
+    drawDiffractionOverlay();
+  });
+}
+
+// Runs the drawing path once on small images of both element types, so the
+// first real answer is drawn by already-optimised code.
+function warmUp() {
+  const canvas = document.createElement("canvas");
+  canvas.width = 64;
+  canvas.height = 64;
+  const image = canvas.getContext("2d").createImageData(64, 64);
+  for (const values of [new Uint32Array(4096), new Float32Array(4096)]) {
+    for (let i = 0; i < values.length; i++) values[i] = (i * 7919) % 1000;
+    for (let round = 0; round < 20; round++) {
+      const [low, high] = percentiles(values, [0.5, 99.5]);
+      renderInto(image, values, low, high, lookupTable("gray"));
+      histogram(values, 64, low, high);
+      finiteRange(values);
+    }
+  }
+}
+
+async function start() {
+  wire();
+  warmUp();
+  if (state.token) $("auth-info").textContent = "token: from the page address";
+  await loadCapabilities();
+  if (state.stopped) return;
+  await loadSessions(false);
+  await pollAcquisitions();
+  setInterval(pollAcquisitions, 5000);
+  setInterval(() => {
+    if (!document.hidden) pollResidency();
+  }, 3000);
+}
+
+// For the browser test and for curious users in the console.
+window.quantemViewer = { state, realspaceChannel, diffractionChannel, percentiles, renderInto, lookupTable };
+
+start();
