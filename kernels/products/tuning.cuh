@@ -10,5 +10,7 @@ inline constexpr int kMomentsThreads = 512;
 inline constexpr int kPrepareThreads = 256;
 inline constexpr int kBinnedMaxThreads = 256;
 inline constexpr unsigned kElementwiseMaxCtas = 132 * 16;
+// Ring sums of dense frames: one CTA per frame.
+inline constexpr int kRingSumThreads = 256;
 
 }  // namespace quantem::kernels::tuning

@@ -40,6 +40,7 @@ QUANTEM_DEBUG_SYNC=1 run_test "resident_conformance_test(cuda,QUANTEM_DEBUG_SYNC
   "$bundle/resident_conformance_test" --gtest_filter='ResidentConformance/1.*'
 run_test ans_conformance_tests 60 "$bundle/ans_conformance_tests"
 run_test bitshuffle_lz4_gpu_tests 60 "$bundle/bitshuffle_lz4_gpu_tests"
+run_test ring_sums_gpu_tests 60 "$bundle/ring_sums_gpu_tests"
 grep -E "^\[  FAILED|Failure|Expected|Which is|peak:" "$out/tests.log" | head -40 | tee -a "$summary"
 
 if [ "${1:-}" != "large" ]; then

@@ -32,9 +32,18 @@ std::vector<cuda::FrameJob> jobs_for(const std::vector<std::uint64_t>& sorted_fr
 
 }  // namespace
 
+std::uint32_t ring_sum_bytes_for(const RingPartition& partition, DType dtype) {
+  std::uint64_t widest = 0;
+  for (std::uint32_t ring = 0; ring < partition.ring_count(); ++ring) {
+    widest = std::max<std::uint64_t>(widest, partition.ring_pixels(ring));
+  }
+  const std::uint64_t largest_value = dtype == DType::uint8 ? 0xffu : dtype == DType::uint16 ? 0xffffu : 0xffffffffu;
+  return widest * largest_value < (std::uint64_t{1} << 32) ? 4 : 8;
+}
+
 CudaResident::CudaResident(catalog::Acquisition source, DType resident_dtype, std::string encoding, int device_index,
                            std::uint32_t frames_per_group, std::vector<TrackedBuffer> pieces,
-                           TrackedBuffer group_offsets, const std::uint8_t* base)
+                           TrackedBuffer group_offsets, const std::uint8_t* base, CudaRingTable rings)
     : source_(std::move(source)),
       resident_dtype_(resident_dtype),
       encoding_(std::move(encoding)),
@@ -44,7 +53,8 @@ CudaResident::CudaResident(catalog::Acquisition source, DType resident_dtype, st
       pieces_(std::move(pieces)),
       group_offsets_(std::move(group_offsets)),
       base_(base),
-      resident_bytes_(group_offsets_.size()) {
+      rings_(std::move(rings)),
+      resident_bytes_(group_offsets_.size() + rings_.d_ring_sums.size()) {
   for (const TrackedBuffer& piece : pieces_) resident_bytes_ += piece.size();
 }
 
@@ -151,6 +161,9 @@ std::vector<std::uint64_t> CudaResident::compute_masked_sum(const plan::PlanGeom
   const std::uint64_t rows = source_.detector_rows;
   const std::uint64_t cols = source_.detector_cols;
   const std::vector<std::uint8_t> native = plan::source_detector_mask(g, binned_mask);
+  // Rings the mask holds whole come from the ring table; only the other pixels are decoded.
+  const RingMaskSplit split = split_mask_by_rings(rings_.partition, native);
+  const std::vector<std::uint8_t>& decoded_mask = split.whole_rings.empty() ? native : split.residual_mask;
 
   const RegionSpan span_of_region = region_span(g);
   const std::uint64_t first_frame = span_of_region.first_frame;
@@ -163,19 +176,29 @@ std::vector<std::uint64_t> CudaResident::compute_masked_sum(const plan::PlanGeom
   // The mask's entries go into this request's stream-ordered scratch: no
   // cudaMalloc/cudaFree (which would synchronise the device) per request.
   const std::vector<std::uint32_t> entries =
-      cuda::ans_mask_entries(native, static_cast<std::uint32_t>(rows), static_cast<std::uint32_t>(cols));
+      cuda::ans_mask_entries(decoded_mask, static_cast<std::uint32_t>(rows), static_cast<std::uint32_t>(cols));
+  const std::vector<std::uint32_t>& whole_rings = split.whole_rings;
   cuda::ScratchLayout layout;
   const std::size_t sums_at = layout.add(groups.total_frames * 8);
   const std::size_t entries_at = layout.add(entries.size() * 4);
+  const std::size_t rings_at = layout.add(whole_rings.size() * 4);
   const std::size_t error_at = layout.add(4);
   ScratchBuffer scratch(layout.total(), stream);
   auto* d_sums = cuda::scratch_part<std::uint64_t>(scratch.data(), sums_at);
   auto* d_entries = cuda::scratch_part<std::uint32_t>(scratch.data(), entries_at);
+  auto* d_rings = cuda::scratch_part<std::uint32_t>(scratch.data(), rings_at);
   auto* d_error = cuda::scratch_part<std::uint32_t>(scratch.data(), error_at);
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_error, 0, 4, stream));
-  if (!entries.empty())  // from pageable memory: staged before the call returns
+  // From pageable memory: staged before the calls return.
+  if (!entries.empty())
     QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_entries, entries.data(), entries.size() * 4, cudaMemcpyHostToDevice, stream));
+  if (!whole_rings.empty())
+    QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_rings, whole_rings.data(), whole_rings.size() * 4, cudaMemcpyHostToDevice,
+                                     stream));
   cuda::ans_masked_sum(groups, d_entries, static_cast<std::uint32_t>(entries.size()), d_sums, d_error, stream);
+  cuda::add_ring_sums(rings_.d_ring_sums.data(), rings_.sum_bytes, source_.frame_count(), d_rings,
+                      static_cast<std::uint32_t>(whole_rings.size()), first_group * frames_per_group_,
+                      groups.total_frames, d_sums, stream);
   // Only the frames from the region's first to its last come back; a region of
   // whole scan rows is exactly that span, in order.
   const std::uint64_t base_frame = first_group * frames_per_group_;

@@ -6,7 +6,8 @@
 // whole scan. Every primitive binds the resident's device on the calling
 // thread, works on that thread's per-thread stream with stream-ordered
 // scratch, and decodes only what it needs:
-//   masked_sum           the streams the mask touches, of the groups the region touches;
+//   masked_sum           the ring sums of the rings the mask holds whole, plus
+//                        the streams its other pixels touch, of the groups the region touches;
 //   center_of_mass_sums  every stream of those groups, three weighted sums per frame;
 //   frame, region sums, cropped pattern sums
 //                        the groups holding the frames, each up to its last needed frame;
@@ -19,15 +20,27 @@
 
 #include "cuda_support.hpp"
 #include "quantem/backend/backend.hpp"
+#include "quantem/backend/ring_partition.hpp"
 #include "quantem/cuda/ans.hpp"
 
 namespace quantem::backend::cuda_detail {
+
+// The resident's exact per-frame ring sums (ring_partition.hpp), filled
+// during the load: d_ring_sums[ring * frames + frame], sum_bytes each.
+struct CudaRingTable {
+  RingPartition partition;
+  std::uint32_t sum_bytes = 4;
+  TrackedBuffer d_ring_sums;
+};
+
+// 4 (uint32) when no ring sum of `dtype` values can reach 2^32, else 8.
+std::uint32_t ring_sum_bytes_for(const RingPartition& partition, DType dtype);
 
 class CudaResident final : public Resident {
  public:
   CudaResident(catalog::Acquisition source, DType resident_dtype, std::string encoding, int device_index,
                std::uint32_t frames_per_group, std::vector<TrackedBuffer> pieces, TrackedBuffer group_offsets,
-               const std::uint8_t* base);
+               const std::uint8_t* base, CudaRingTable rings);
   // Binds the resident's device so its pieces are freed there (on whichever thread drops it).
   ~CudaResident() override;
 
@@ -76,6 +89,7 @@ class CudaResident final : public Resident {
   std::vector<TrackedBuffer> pieces_;
   TrackedBuffer group_offsets_;
   const std::uint8_t* base_;
+  CudaRingTable rings_;
   std::uint64_t resident_bytes_;
 
   std::mutex full_pattern_mutex_;

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "quantem/ans/ans_format.hpp"
+#include "quantem/backend/ring_partition.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/ans.hpp"
 #include "quantem/cuda/bitshuffle_lz4.hpp"
@@ -111,6 +112,13 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
   const std::uint64_t full_groups = plan.frames / frames_per_group;
   const std::uint64_t last_frames = plan.frames % frames_per_group;
   plan.resident_bound_bytes = full_groups * group_bound(frames_per_group) + group_bound(last_frames) * (last_frames != 0);
+  // ring_sum_bytes_for, at most: no ring holds more than every pixel.
+  const std::uint64_t largest_value = plan.source_dtype == DType::uint8 ? 0xffu : 0xffffu;
+  const std::uint64_t widest_sum =
+      plan.source_dtype == DType::uint32 || plan.frame_pixels * largest_value >= (std::uint64_t{1} << 32) ? 8 : 4;
+  plan.ring_table_bound_bytes = std::uint64_t{max_ring_count(encode.detector_rows, encode.detector_cols)} *
+                                plan.frames * widest_sum;
+  plan.ring_setup_bytes = plan.frame_pixels * (8 + 4 + 2);
   return plan;
 }
 
@@ -123,7 +131,8 @@ std::uint64_t CudaLoadPlan::transition_peak_bytes(bool with_staging) const {
                        static_cast<std::uint64_t>(dense_slots(with_staging)) * dense_slot_bytes +
                        round_to_granularity(batch_misc_bytes) + round_to_granularity(encode_scratch_bytes) +
                        resident_bound_bytes + batches * kAllocationGranularity +
-                       round_to_granularity(group_offsets_bytes);
+                       round_to_granularity(group_offsets_bytes) + round_to_granularity(ring_table_bound_bytes) +
+                       3 * round_to_granularity(ring_setup_bytes);
   if (with_staging && gpu_decoder) {
     peak += kDeviceSlots * round_to_granularity(device_slot_bytes) + round_to_granularity(bslz4_scratch_bytes);
   }

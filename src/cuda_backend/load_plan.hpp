@@ -58,8 +58,12 @@ struct CudaLoadPlan {
   std::uint64_t encode_scratch_bytes = 0;
   std::uint64_t group_offsets_bytes = 0;     // the finished resident's group table
   std::uint64_t resident_bound_bytes = 0;    // encoded groups, at most (enforced by the load)
+  std::uint64_t ring_table_bound_bytes = 0;  // per-frame ring sums, at most (any centre: ring_partition.hpp)
+  std::uint64_t ring_setup_bytes = 0;        // the first batch's pattern sum and the partition's device tables
 
-  std::uint64_t resident_bytes_bound() const { return resident_bound_bytes + group_offsets_bytes; }
+  std::uint64_t resident_bytes_bound() const {
+    return resident_bound_bytes + group_offsets_bytes + ring_table_bound_bytes;
+  }
   // Dense slots of a load from files (with_staging) or from dense host counts.
   static int dense_slots(bool with_staging) { return with_staging ? kDenseSlots : 1; }
   // Every device byte alive at the worst moment, allocations rounded up: a

@@ -60,6 +60,10 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
   const bool track_max = plan_.source_dtype == DType::uint32;
   cuda::prepare_frames(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
                        masked_.as<std::uint32_t>(), masked_count_, track_max ? d_max : nullptr, stream_);
+  if (!rings_) set_up_rings(d_frames, frame_count);
+  cuda::dense_ring_sums(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
+                        d_pixels_by_ring_.as<std::uint32_t>(), d_ring_of_sorted_.as<std::uint16_t>(),
+                        rings_->ring_count(), d_ring_sums_.data(), ring_sum_bytes_, plan_.frames, first_frame, stream_);
 
   cuda::AnsEncodeBatch batch;
   batch.d_frames = d_frames;
@@ -94,6 +98,31 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
   pieces_.push_back(std::move(piece));
 }
 
+void ResidentEncoder::set_up_rings(const void* d_frames, std::uint64_t frame_count) {
+  const auto rows = static_cast<std::uint32_t>(source_.detector_rows);
+  const auto cols = static_cast<std::uint32_t>(source_.detector_cols);
+  const std::uint64_t pixels = plan_.frame_pixels;
+  std::vector<std::uint64_t> pattern(pixels);
+  {
+    TrackedBuffer d_pattern(pixels * 8, ledger_);
+    QUANTEM_CUDA_TRY(cudaMemsetAsync(d_pattern.data(), 0, pixels * 8, stream_));
+    cuda::dense_pattern_sum(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(pixels),
+                            d_pattern.as<std::uint64_t>(), stream_);
+    QUANTEM_CUDA_TRY(cudaMemcpyAsync(pattern.data(), d_pattern.data(), pixels * 8, cudaMemcpyDeviceToHost, stream_));
+    QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream_));
+  }
+  rings_ = make_ring_partition(rows, cols, bright_centroid(pattern, rows, cols));
+  ring_sum_bytes_ = ring_sum_bytes_for(*rings_, plan_.source_dtype);
+  d_pixels_by_ring_ = TrackedBuffer(pixels * 4, ledger_);
+  d_ring_of_sorted_ = TrackedBuffer(pixels * 2, ledger_);
+  d_ring_sums_ = TrackedBuffer(std::uint64_t{rings_->ring_count()} * plan_.frames * ring_sum_bytes_, ledger_);
+  // From pageable memory: staged before the calls return, so the host vectors may change afterwards.
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_pixels_by_ring_.data(), rings_->pixels_by_ring.data(), pixels * 4,
+                                   cudaMemcpyHostToDevice, stream_));
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_ring_of_sorted_.data(), rings_->ring_of_sorted.data(), pixels * 2,
+                                   cudaMemcpyHostToDevice, stream_));
+}
+
 std::shared_ptr<CudaResident> ResidentEncoder::finish(int device_index, const std::string& note) {
   if (encoded_frames_ != plan_.frames) {
     throw internal_error("CUDA resident encoder: " + std::to_string(encoded_frames_) + " of " +
@@ -106,6 +135,8 @@ std::shared_ptr<CudaResident> ResidentEncoder::finish(int device_index, const st
   slots_.clear();
   misc_.release();
   scratch_.release();
+  d_pixels_by_ring_.release();
+  d_ring_of_sorted_.release();
 
   const std::uint8_t* base = *std::min_element(group_addresses_.begin(), group_addresses_.end());
   std::vector<std::uint64_t> table(group_addresses_.size());
@@ -121,8 +152,9 @@ std::shared_ptr<CudaResident> ResidentEncoder::finish(int device_index, const st
   const DType held = plan_.source_dtype == DType::uint32 && max_value <= 0xffffu ? DType::uint16 : plan_.source_dtype;
   std::string encoding = std::string("ans-") + dtype_tag(held);
   if (!note.empty()) encoding += " (" + note + ")";
+  CudaRingTable ring_table{std::move(*rings_), ring_sum_bytes_, std::move(d_ring_sums_)};
   return std::make_shared<CudaResident>(source_, held, encoding, device_index, plan_.frames_per_group,
-                                        std::move(pieces_), std::move(group_offsets), base);
+                                        std::move(pieces_), std::move(group_offsets), base, std::move(ring_table));
 }
 
 }  // namespace quantem::backend::cuda_detail

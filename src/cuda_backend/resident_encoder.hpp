@@ -3,18 +3,22 @@
 // A batch is groups_per_batch ANS groups of consecutive frames, held in one of
 // the encoder's dense slots (two during a load from files, so that one is
 // decoded into while the other is encoded); for each one
-// the encoder zeroes masked pixels (and tracks the largest count), measures
-// every group's encoded size, checks the running total against the plan's
-// bound, allocates one exactly sized piece and writes the groups into it.
+// the encoder zeroes masked pixels (and tracks the largest count), adds the
+// batch's exact per-frame ring sums to the resident's ring table (rings
+// around the bright-field centre of the first batch: ring_partition.hpp),
+// measures every group's encoded size, checks the running total against the
+// plan's bound, allocates one exactly sized piece and writes the groups into it.
 // Used by the file loader and by make_cuda_resident (dense host counts).
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cuda_resident.hpp"
 #include "cuda_support.hpp"
 #include "load_plan.hpp"
+#include "quantem/backend/ring_partition.hpp"
 #include "quantem/catalog/acquisition.hpp"
 
 namespace quantem::backend::cuda_detail {
@@ -58,6 +62,10 @@ class ResidentEncoder {
   std::uint64_t encoded_bytes() const { return encoded_bytes_; }
 
  private:
+  // On the first batch: the ring partition around the batch's bright-field
+  // centre, its device tables and the resident's ring table (blocks on the stream).
+  void set_up_rings(const void* d_frames, std::uint64_t frame_count);
+
   struct DenseSlot {
     TrackedBuffer frames;
     TrackedBuffer statuses;
@@ -77,6 +85,12 @@ class ResidentEncoder {
   std::vector<const std::uint8_t*> group_addresses_;
   std::uint64_t encoded_bytes_ = 0;
   std::uint64_t encoded_frames_ = 0;
+
+  std::optional<RingPartition> rings_;
+  std::uint32_t ring_sum_bytes_ = 0;
+  TrackedBuffer d_pixels_by_ring_;  // load only
+  TrackedBuffer d_ring_of_sorted_;  // load only
+  TrackedBuffer d_ring_sums_;       // [ring][frame], kept by the resident
 };
 
 }  // namespace quantem::backend::cuda_detail

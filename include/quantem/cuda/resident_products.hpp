@@ -71,4 +71,25 @@ void ans_frame_moments(const AnsResidentView& resident, const std::uint32_t* d_r
                        std::uint64_t* d_row_moment, std::uint64_t* d_col_moment, std::uint32_t* d_error,
                        StreamHandle stream);
 
+// --- Ring sums (include/quantem/backend/ring_partition.hpp) ------------------
+
+// d_pattern[p] += Σ over the batch's frames of pixel p (uint64, exact).
+void dense_pattern_sum(const void* d_frames, DType dtype, std::uint64_t frame_count, std::uint32_t frame_pixels,
+                       std::uint64_t* d_pattern, StreamHandle stream);
+
+// Exact per-frame ring sums of a dense batch: for frame f of the batch and
+// ring r, d_ring_sums[r * ring_stride + first_frame + f] = Σ of the frame's
+// pixels in ring r. The partition comes as its pixels sorted by ring
+// (d_pixels_by_ring) and each sorted pixel's ring (d_ring_of_sorted).
+// sum_bytes: 4 (uint32 sums; callers guarantee no ring sum reaches 2^32) or 8.
+void dense_ring_sums(const void* d_frames, DType dtype, std::uint64_t frame_count, std::uint32_t frame_pixels,
+                     const std::uint32_t* d_pixels_by_ring, const std::uint16_t* d_ring_of_sorted,
+                     std::uint32_t ring_count, void* d_ring_sums, std::uint32_t sum_bytes, std::uint64_t ring_stride,
+                     std::uint64_t first_frame, StreamHandle stream);
+
+// d_sums[f] += Σ_{r in d_rings} ring_sums[r * ring_stride + first_frame + f] for f < frame_count.
+void add_ring_sums(const void* d_ring_sums, std::uint32_t sum_bytes, std::uint64_t ring_stride,
+                   const std::uint32_t* d_rings, std::uint32_t ring_list_count, std::uint64_t first_frame,
+                   std::uint64_t frame_count, std::uint64_t* d_sums, StreamHandle stream);
+
 }  // namespace quantem::cuda

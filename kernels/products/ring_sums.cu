@@ -1,0 +1,189 @@
+// Ring sums of dense frames at load time, and their use in masked sums
+// (declared in include/quantem/cuda/resident_products.hpp; the partition and
+// the mask split are host code: include/quantem/backend/ring_partition.hpp).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "quantem/core/error.hpp"
+#include "quantem/cuda/resident_products.hpp"
+#include "../common/cuda_check.cuh"
+#include "tuning.cuh"
+
+namespace quantem::cuda {
+namespace {
+
+namespace tuning = quantem::kernels::tuning;
+
+template <class T>
+__global__ void dense_pattern_sum_kernel(const T* __restrict__ frames, std::uint64_t frame_count,
+                                         std::uint32_t frame_pixels, unsigned long long* pattern) {
+  // blockIdx.y: a slice of frames; x: pixels. Each thread sums its pixel over the slice.
+  const std::uint32_t pixel = blockIdx.x * blockDim.x + threadIdx.x;
+  if (pixel >= frame_pixels) return;
+  const std::uint64_t per_slice = (frame_count + gridDim.y - 1) / gridDim.y;
+  const std::uint64_t begin = std::uint64_t{blockIdx.y} * per_slice;
+  const std::uint64_t end = begin + per_slice < frame_count ? begin + per_slice : frame_count;
+  unsigned long long sum = 0;
+  for (std::uint64_t f = begin; f < end; ++f) sum += frames[f * frame_pixels + pixel];
+  if (sum != 0) atomicAdd(pattern + pixel, sum);
+}
+
+// One CTA per frame. Thread t walks its contiguous share of the pixels sorted
+// by ring, adds values while the ring stays the same and flushes each ring's
+// partial sum once to the CTA's bins in shared memory (a few shared atomics
+// per thread instead of one per pixel).
+template <class T, class Sum>
+__global__ void __launch_bounds__(tuning::kRingSumThreads)
+    dense_ring_sums_kernel(const T* __restrict__ frames, std::uint32_t frame_pixels,
+                           const std::uint32_t* __restrict__ pixels_by_ring,
+                           const std::uint16_t* __restrict__ ring_of_sorted, std::uint32_t ring_count, Sum* ring_sums,
+                           std::uint64_t ring_stride, std::uint64_t first_frame) {
+  extern __shared__ unsigned long long bins[];
+  for (std::uint32_t r = threadIdx.x; r < ring_count; r += blockDim.x) bins[r] = 0;
+  __syncthreads();
+  const T* frame = frames + std::uint64_t{blockIdx.x} * frame_pixels;
+  const std::uint32_t share = (frame_pixels + blockDim.x - 1) / blockDim.x;
+  const std::uint32_t begin = threadIdx.x * share;
+  const std::uint32_t end = begin + share < frame_pixels ? begin + share : frame_pixels;
+  if (begin < end) {
+    std::uint32_t ring = __ldg(ring_of_sorted + begin);
+    unsigned long long partial = 0;
+    for (std::uint32_t i = begin; i < end; ++i) {
+      const std::uint32_t here = __ldg(ring_of_sorted + i);
+      if (here != ring) {
+        if (partial != 0) atomicAdd(bins + ring, partial);
+        partial = 0;
+        ring = here;
+      }
+      partial += frame[__ldg(pixels_by_ring + i)];
+    }
+    if (partial != 0) atomicAdd(bins + ring, partial);
+  }
+  __syncthreads();
+  for (std::uint32_t r = threadIdx.x; r < ring_count; r += blockDim.x) {
+    ring_sums[std::uint64_t{r} * ring_stride + first_frame + blockIdx.x] = static_cast<Sum>(bins[r]);
+  }
+}
+
+template <class Sum>
+__global__ void add_ring_sums_kernel(const Sum* __restrict__ ring_sums, std::uint64_t ring_stride,
+                                     const std::uint32_t* __restrict__ rings, std::uint32_t ring_list_count,
+                                     std::uint64_t first_frame, std::uint64_t frame_count, unsigned long long* sums) {
+  for (std::uint64_t f = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; f < frame_count;
+       f += std::uint64_t{gridDim.x} * blockDim.x) {
+    unsigned long long total = 0;
+    for (std::uint32_t k = 0; k < ring_list_count; ++k) {
+      total += ring_sums[std::uint64_t{__ldg(rings + k)} * ring_stride + first_frame + f];
+    }
+    sums[f] += total;
+  }
+}
+
+template <class T, class Sum>
+void launch_ring_sums(const T* frames, std::uint64_t frame_count, std::uint32_t frame_pixels,
+                      const std::uint32_t* pixels_by_ring, const std::uint16_t* ring_of_sorted, std::uint32_t ring_count,
+                      Sum* ring_sums, std::uint64_t ring_stride, std::uint64_t first_frame, cudaStream_t stream) {
+  const std::size_t shared_bytes = std::size_t{ring_count} * sizeof(unsigned long long);
+  QUANTEM_CUDA_TRY(cudaFuncSetAttribute(dense_ring_sums_kernel<T, Sum>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(shared_bytes)));
+  dense_ring_sums_kernel<T, Sum><<<static_cast<unsigned>(frame_count), tuning::kRingSumThreads, shared_bytes, stream>>>(
+      frames, frame_pixels, pixels_by_ring, ring_of_sorted, ring_count, ring_sums, ring_stride, first_frame);
+  QUANTEM_CUDA_CHECK_LAUNCH(stream, "dense_ring_sums_kernel");
+}
+
+template <class Sum>
+void launch_for_dtype(const void* d_frames, DType dtype, std::uint64_t frame_count, std::uint32_t frame_pixels,
+                      const std::uint32_t* d_pixels_by_ring, const std::uint16_t* d_ring_of_sorted,
+                      std::uint32_t ring_count, Sum* d_ring_sums, std::uint64_t ring_stride, std::uint64_t first_frame,
+                      cudaStream_t stream) {
+  switch (dtype) {
+    case DType::uint8:
+      launch_ring_sums(static_cast<const std::uint8_t*>(d_frames), frame_count, frame_pixels, d_pixels_by_ring,
+                       d_ring_of_sorted, ring_count, d_ring_sums, ring_stride, first_frame, stream);
+      break;
+    case DType::uint16:
+      launch_ring_sums(static_cast<const std::uint16_t*>(d_frames), frame_count, frame_pixels, d_pixels_by_ring,
+                       d_ring_of_sorted, ring_count, d_ring_sums, ring_stride, first_frame, stream);
+      break;
+    case DType::uint32:
+      launch_ring_sums(static_cast<const std::uint32_t*>(d_frames), frame_count, frame_pixels, d_pixels_by_ring,
+                       d_ring_of_sorted, ring_count, d_ring_sums, ring_stride, first_frame, stream);
+      break;
+  }
+}
+
+}  // namespace
+
+void dense_pattern_sum(const void* d_frames, DType dtype, std::uint64_t frame_count, std::uint32_t frame_pixels,
+                       std::uint64_t* d_pattern, StreamHandle stream) {
+  if (frame_count == 0 || frame_pixels == 0) return;
+  if (d_frames == nullptr || d_pattern == nullptr) throw bad_request("dense_pattern_sum: null pointer");
+  const int threads = 256;
+  const std::uint64_t slices = frame_count < 64 ? frame_count : 64;
+  const dim3 grid((frame_pixels + threads - 1) / threads, static_cast<unsigned>(slices));
+  auto* out = reinterpret_cast<unsigned long long*>(d_pattern);
+  switch (dtype) {
+    case DType::uint8:
+      dense_pattern_sum_kernel<<<grid, threads, 0, stream>>>(static_cast<const std::uint8_t*>(d_frames), frame_count,
+                                                             frame_pixels, out);
+      break;
+    case DType::uint16:
+      dense_pattern_sum_kernel<<<grid, threads, 0, stream>>>(static_cast<const std::uint16_t*>(d_frames), frame_count,
+                                                             frame_pixels, out);
+      break;
+    case DType::uint32:
+      dense_pattern_sum_kernel<<<grid, threads, 0, stream>>>(static_cast<const std::uint32_t*>(d_frames), frame_count,
+                                                             frame_pixels, out);
+      break;
+  }
+  QUANTEM_CUDA_CHECK_LAUNCH(stream, "dense_pattern_sum_kernel");
+}
+
+void dense_ring_sums(const void* d_frames, DType dtype, std::uint64_t frame_count, std::uint32_t frame_pixels,
+                     const std::uint32_t* d_pixels_by_ring, const std::uint16_t* d_ring_of_sorted,
+                     std::uint32_t ring_count, void* d_ring_sums, std::uint32_t sum_bytes, std::uint64_t ring_stride,
+                     std::uint64_t first_frame, StreamHandle stream) {
+  if (frame_count == 0) return;
+  if (d_frames == nullptr || d_pixels_by_ring == nullptr || d_ring_of_sorted == nullptr || d_ring_sums == nullptr)
+    throw bad_request("dense_ring_sums: null pointer");
+  if (ring_count == 0 || frame_count > 0x7fffffffu) throw bad_request("dense_ring_sums: bad ring or frame count");
+  if (std::uint64_t{ring_count} * 8 > 96 * 1024) throw bad_request("dense_ring_sums: more than 12288 rings");
+  if (first_frame + frame_count > ring_stride) throw bad_request("dense_ring_sums: frames outside the ring table");
+  if (sum_bytes == 4) {
+    launch_for_dtype(d_frames, dtype, frame_count, frame_pixels, d_pixels_by_ring, d_ring_of_sorted, ring_count,
+                     static_cast<std::uint32_t*>(d_ring_sums), ring_stride, first_frame, stream);
+  } else if (sum_bytes == 8) {
+    launch_for_dtype(d_frames, dtype, frame_count, frame_pixels, d_pixels_by_ring, d_ring_of_sorted, ring_count,
+                     static_cast<unsigned long long*>(d_ring_sums), ring_stride, first_frame, stream);
+  } else {
+    throw bad_request("dense_ring_sums: sums are 4 or 8 bytes");
+  }
+}
+
+void add_ring_sums(const void* d_ring_sums, std::uint32_t sum_bytes, std::uint64_t ring_stride,
+                   const std::uint32_t* d_rings, std::uint32_t ring_list_count, std::uint64_t first_frame,
+                   std::uint64_t frame_count, std::uint64_t* d_sums, StreamHandle stream) {
+  if (frame_count == 0 || ring_list_count == 0) return;
+  if (d_ring_sums == nullptr || d_rings == nullptr || d_sums == nullptr) throw bad_request("add_ring_sums: null pointer");
+  if (first_frame + frame_count > ring_stride) throw bad_request("add_ring_sums: frames outside the ring table");
+  const int threads = 256;
+  const unsigned ctas = static_cast<unsigned>(
+      (frame_count + threads - 1) / threads < tuning::kElementwiseMaxCtas ? (frame_count + threads - 1) / threads
+                                                                          : tuning::kElementwiseMaxCtas);
+  auto* sums = reinterpret_cast<unsigned long long*>(d_sums);
+  if (sum_bytes == 4) {
+    add_ring_sums_kernel<<<ctas, threads, 0, stream>>>(static_cast<const std::uint32_t*>(d_ring_sums), ring_stride,
+                                                       d_rings, ring_list_count, first_frame, frame_count, sums);
+  } else if (sum_bytes == 8) {
+    add_ring_sums_kernel<<<ctas, threads, 0, stream>>>(static_cast<const unsigned long long*>(d_ring_sums),
+                                                       ring_stride, d_rings, ring_list_count, first_frame, frame_count,
+                                                       sums);
+  } else {
+    throw bad_request("add_ring_sums: sums are 4 or 8 bytes");
+  }
+  QUANTEM_CUDA_CHECK_LAUNCH(stream, "add_ring_sums_kernel");
+}
+
+}  // namespace quantem::cuda

@@ -1,0 +1,107 @@
+// The ring-sum kernels against their CPU reference (frame_ring_sums in
+// include/quantem/backend/ring_partition.hpp): per-frame ring sums of dense
+// u8/u16/u32 frames, 4- and 8-byte sums, written at an offset of the ring
+// table, and their per-frame addition for a list of rings.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "gpu_test_support.hpp"
+#include "quantem/backend/ring_partition.hpp"
+#include "quantem/cuda/device.hpp"
+#include "quantem/cuda/resident_products.hpp"
+
+namespace quantem::cuda {
+namespace {
+
+template <class T>
+void check_ring_sums(DType dtype, std::uint32_t sum_bytes, std::uint64_t largest) {
+  const std::uint32_t rows = 37, cols = 45;
+  const std::uint64_t pixels = std::uint64_t{rows} * cols;
+  const std::uint64_t frames = 150, table_frames = 400, first_frame = 123;
+  const backend::RingPartition partition = backend::make_ring_partition(rows, cols, {14.6, 29.1});
+  std::mt19937_64 random(11 + sum_bytes);
+  std::vector<T> host(frames * pixels);
+  for (auto& v : host) v = static_cast<T>(random() % (largest + 1));
+  for (std::uint64_t p = 0; p < pixels; p += 7) host[p] = static_cast<T>(largest);  // extremes
+
+  DeviceBuffer d_frames(host.size() * sizeof(T));
+  copy_to_device(d_frames.data(), host.data(), host.size() * sizeof(T));
+  DeviceBuffer d_pixels(pixels * 4), d_rings_sorted(pixels * 2);
+  copy_to_device(d_pixels.data(), partition.pixels_by_ring.data(), pixels * 4);
+  copy_to_device(d_rings_sorted.data(), partition.ring_of_sorted.data(), pixels * 2);
+  const std::uint64_t table_bytes = std::uint64_t{partition.ring_count()} * table_frames * sum_bytes;
+  DeviceBuffer d_table(table_bytes);
+  std::vector<std::uint8_t> poison(table_bytes, 0xab);
+  copy_to_device(d_table.data(), poison.data(), table_bytes);
+  dense_ring_sums(d_frames.data(), dtype, frames, static_cast<std::uint32_t>(pixels),
+                  static_cast<const std::uint32_t*>(d_pixels.data()), static_cast<const std::uint16_t*>(d_rings_sorted.data()),
+                  partition.ring_count(), d_table.data(), sum_bytes, table_frames, first_frame, nullptr);
+  std::vector<std::uint8_t> table(table_bytes);
+  copy_to_host(table.data(), d_table.data(), table_bytes);
+  const auto at = [&](std::uint64_t ring, std::uint64_t frame) -> std::uint64_t {
+    const std::uint64_t index = ring * table_frames + frame;
+    if (sum_bytes == 4) return reinterpret_cast<const std::uint32_t*>(table.data())[index];
+    return reinterpret_cast<const std::uint64_t*>(table.data())[index];
+  };
+  for (std::uint64_t f = 0; f < frames; ++f) {
+    const std::vector<std::uint64_t> expected = backend::frame_ring_sums(partition, host.data() + f * pixels);
+    for (std::uint32_t r = 0; r < partition.ring_count(); ++r) {
+      ASSERT_EQ(at(r, first_frame + f), expected[r]) << "frame " << f << " ring " << r;
+    }
+  }
+  // Outside [first_frame, first_frame + frames) nothing was written.
+  EXPECT_EQ(reinterpret_cast<const std::uint32_t*>(table.data())[0], 0xababababu);
+
+  // add_ring_sums: every third ring, added to non-zero sums.
+  std::vector<std::uint32_t> rings;
+  for (std::uint32_t r = 0; r < partition.ring_count(); r += 3) rings.push_back(r);
+  DeviceBuffer d_list(rings.size() * 4), d_sums(frames * 8);
+  copy_to_device(d_list.data(), rings.data(), rings.size() * 4);
+  std::vector<std::uint64_t> sums(frames);
+  for (std::uint64_t f = 0; f < frames; ++f) sums[f] = f * 1000003;
+  copy_to_device(d_sums.data(), sums.data(), frames * 8);
+  add_ring_sums(d_table.data(), sum_bytes, table_frames, static_cast<const std::uint32_t*>(d_list.data()),
+                static_cast<std::uint32_t>(rings.size()), first_frame, frames, static_cast<std::uint64_t*>(d_sums.data()),
+                nullptr);
+  std::vector<std::uint64_t> got(frames);
+  copy_to_host(got.data(), d_sums.data(), frames * 8);
+  for (std::uint64_t f = 0; f < frames; ++f) {
+    const std::vector<std::uint64_t> expected = backend::frame_ring_sums(partition, host.data() + f * pixels);
+    std::uint64_t want = f * 1000003;
+    for (const std::uint32_t r : rings) want += expected[r];
+    ASSERT_EQ(got[f], want) << "frame " << f;
+  }
+}
+
+TEST(RingSumsGpu, MatchTheCpuReferenceForEveryDtypeAndWidth) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  check_ring_sums<std::uint8_t>(DType::uint8, 4, 0xff);
+  check_ring_sums<std::uint16_t>(DType::uint16, 4, 0xffff);
+  check_ring_sums<std::uint32_t>(DType::uint32, 8, 0xffffffffu);
+}
+
+TEST(RingSumsGpu, DensePatternSumMatchesTheHost) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  const std::uint64_t frames = 300, pixels = 1000;
+  std::vector<std::uint16_t> host(frames * pixels);
+  std::mt19937 random(5);
+  for (auto& v : host) v = static_cast<std::uint16_t>(random());
+  DeviceBuffer d_frames(host.size() * 2), d_pattern(pixels * 8);
+  copy_to_device(d_frames.data(), host.data(), host.size() * 2);
+  std::vector<std::uint64_t> zero(pixels, 0), got(pixels);
+  copy_to_device(d_pattern.data(), zero.data(), pixels * 8);
+  dense_pattern_sum(d_frames.data(), DType::uint16, frames, static_cast<std::uint32_t>(pixels),
+                    static_cast<std::uint64_t*>(d_pattern.data()), nullptr);
+  copy_to_host(got.data(), d_pattern.data(), pixels * 8);
+  for (std::uint64_t p = 0; p < pixels; ++p) {
+    std::uint64_t want = 0;
+    for (std::uint64_t f = 0; f < frames; ++f) want += host[f * pixels + p];
+    ASSERT_EQ(got[p], want) << "pixel " << p;
+  }
+}
+
+}  // namespace
+}  // namespace quantem::cuda
