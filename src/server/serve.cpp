@@ -208,150 +208,224 @@ std::unique_ptr<backend::Backend> make_backend(const ServeSettings& settings, co
   return backend::make_cpu_backend(cpu);
 }
 
-}  // namespace
+// ---- The steps of run_serve, in the order it takes them ----------------------
 
-int run_serve(const ServeOptions& options) {
-  // Block the stop signals before any thread exists; they are taken with sigwait below.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+// Step 1. The signals the daemon handles are blocked before any thread exists
+// (threads inherit the mask); the signal loop takes them with sigtimedwait.
+sigset_t block_handled_signals() {
+  sigset_t handled;
+  sigemptyset(&handled);
+  sigaddset(&handled, SIGINT);
+  sigaddset(&handled, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &handled, nullptr);
+  return handled;
+}
 
-  ServeSettings settings;
-  try {
-    settings = validate_serve_options(options);
-  } catch (const ServeUsageError& error) {
-    std::cerr << error.what() << "\n";
-    return 1;
-  }
+// Step 2. What must exist before anything listens: the backend (devices
+// initialised) and, in token mode, the token. Throws on refusal.
+struct StartupResources {
+  std::unique_ptr<backend::Backend> backend;
+  std::optional<TokenSource> token;
+};
+
+StartupResources acquire_startup_resources(const ServeSettings& settings, const ServeOptions& options) {
   if (settings.non_loopback) {
     spdlog::warn("binding the non-loopback address {}: every host that can reach it can read your data{}", settings.host,
                  settings.token_auth ? " with the token" : " (no token: consider --auth token)");
   }
+  StartupResources resources;
+  resources.backend = make_backend(settings, options);
+  if (settings.token_auth) resources.token = obtain_token();
+  for (const auto& device : resources.backend->devices()) {
+    spdlog::info("{} device {}: {} (budget {} B)", resources.backend->name(), device.index, device.name,
+                 device.budget_bytes);
+  }
+  return resources;
+}
+
+// Step 3. The daemon's long-lived objects, wired in dependency order (and so
+// destroyed in reverse): backend -> residency -> catalog -> service -> HTTP.
+struct DaemonWiring {
+  DaemonWiring(const ServeSettings& settings, StartupResources resources)
+      : backend(std::move(resources.backend)),
+        token(std::move(resources.token)),
+        residency(*backend, residency_options(settings)),
+        catalog(settings.data_folder, watching_catalog_options()),
+        service(browse_config(settings, token), *backend, residency, catalog, metrics),
+        http([this](const HttpRequest& request) { return service.handle(request); }, http_options(settings)) {
+    // Changed files invalidate the residents and cached images built from them
+    // (stop_watching() in the shutdown ends the calls before `service` goes away).
+    catalog.on_sources_changed([this](const SourceChange& change) {
+      residency.drop_changed_sources(change.overflow ? std::vector<std::string>{} : change.files);
+      service.drop_cached_images(change.masters, change.overflow);
+    });
+  }
+
+  static residency::ResidencyOptions residency_options(const ServeSettings& settings) {
+    residency::ResidencyOptions options;
+    options.max_entries_per_device = settings.cache_entries;
+    return options;
+  }
+  static BrowseConfig browse_config(const ServeSettings& settings, const std::optional<TokenSource>& token) {
+    BrowseConfig config;
+    config.implementation_revision = settings.implementation_revision;
+    if (token) {
+      config.access.mode = AuthMode::token;
+      config.access.token = token->token;
+    }
+    return config;
+  }
+  static HttpServerOptions http_options(const ServeSettings& settings) {
+    HttpServerOptions options;
+    options.threads = settings.http_threads;
+    return options;
+  }
 
   std::unique_ptr<backend::Backend> backend;
   std::optional<TokenSource> token;
-  try {
-    backend = make_backend(settings, options);
-    if (settings.token_auth) token = obtain_token();
-  } catch (const ServeUsageError& error) {
-    std::cerr << error.what() << "\n";
-    return 1;
-  } catch (const std::exception& error) {
-    std::cerr << error.what() << "\n";
-    return 1;
-  }
-  for (const auto& device : backend->devices()) {
-    spdlog::info("{} device {}: {} (budget {} B)", backend->name(), device.index, device.name, device.budget_bytes);
-  }
-
-  residency::ResidencyOptions residency_options;
-  residency_options.max_entries_per_device = settings.cache_entries;
-  residency::ResidencyManager residency(*backend, residency_options);
-  CatalogService catalog(settings.data_folder, watching_catalog_options());
+  residency::ResidencyManager residency;
+  CatalogService catalog;
   Metrics metrics;
-  BrowseConfig config;
-  config.implementation_revision = settings.implementation_revision;
-  if (token) {
-    config.access.mode = AuthMode::token;
-    config.access.token = token->token;
-  }
-  BrowseService service(config, *backend, residency, catalog, metrics);
+  BrowseService service;
+  HttpServer http;
+};
 
-  HttpServerOptions http_options;
-  http_options.threads = settings.http_threads;
-  HttpServer http([&service](const HttpRequest& request) { return service.handle(request); }, http_options);
-  int port = 0;
-  try {
-    port = http.bind(settings.host, settings.port);
-  } catch (const std::exception& error) {
-    std::cerr << error.what() << "\n";
-    return 1;
-  }
-
-  const std::string host_for_url = settings.host.find(':') != std::string::npos ? "[" + settings.host + "]" : settings.host;
-  const std::string url = "http://" + host_for_url + ":" + std::to_string(port);
-  const std::string runtime_file = runtime_directory() + "/server-" + std::to_string(getpid()) + ".json";
-  {
+// Step 4. The runtime file `server-<pid>.json` (0600 in a 0700 directory)
+// that tells clients where the daemon listens (and, in token mode, the
+// token). Removed by remove() in the shutdown.
+class RuntimeFile {
+ public:
+  // Returns an error text when the file is required (token mode) and could
+  // not be written; otherwise a failure is only a warning.
+  std::string write(const ServeSettings& settings, const DaemonWiring& daemon, int port) {
+    const std::string host_for_url =
+        settings.host.find(':') != std::string::npos ? "[" + settings.host + "]" : settings.host;
+    url_ = "http://" + host_for_url + ":" + std::to_string(port);
+    path_ = runtime_directory() + "/server-" + std::to_string(getpid()) + ".json";
     nlohmann::ordered_json runtime;
-    runtime["url"] = url;
+    runtime["url"] = url_;
     runtime["host"] = settings.host;
     runtime["port"] = port;
     runtime["pid"] = getpid();
     runtime["version"] = version_string();
     runtime["implementation_revision"] = settings.implementation_revision;
-    runtime["backend"] = backend->name();
+    runtime["backend"] = daemon.backend->name();
     runtime["data_folder"] = settings.data_folder;
     runtime["started_at"] = utc_now();
-    runtime["token"] = token ? nlohmann::ordered_json(token->token) : nlohmann::ordered_json(nullptr);
-    const std::string error = write_private_file(runtime_file, runtime.dump(2) + "\n");
+    runtime["token"] = daemon.token ? nlohmann::ordered_json(daemon.token->token) : nlohmann::ordered_json(nullptr);
+    const std::string error = write_private_file(path_, runtime.dump(2) + "\n");
     if (!error.empty()) {
-      if (token) {
-        std::cerr << "cannot write the runtime file that holds the token: " << error << "\n";
-        return 1;
-      }
+      path_.clear();
+      if (daemon.token) return "cannot write the runtime file that holds the token: " + error;
       spdlog::warn("runtime file not written: {}", error);
-    } else if (token) {
-      spdlog::info("token ({}) written to {}", token->origin, runtime_file);
+    } else if (daemon.token) {
+      spdlog::info("token ({}) written to {}", daemon.token->origin, path_);
     }
+    return {};
   }
-  if (!settings.port_file.empty() && !write_port_file(settings.port_file, port)) {
-    std::cerr << "cannot write the port file " << settings.port_file << "\n";
-    ::unlink(runtime_file.c_str());
-    return 1;
+  const std::string& url() const { return url_; }
+  void remove() {
+    if (!path_.empty()) ::unlink(path_.c_str());
+    path_.clear();
   }
-  spdlog::info("quantem-gpu {} ({}) serving {} on {} with the {} backend", version_string(),
-               settings.implementation_revision, settings.data_folder, url, backend->name());
 
-  // Changed files invalidate the residents and cached images built from them (stop_watching()
-  // below ends the calls before `service` goes away).
-  catalog.on_sources_changed([&residency, &service](const SourceChange& change) {
-    residency.drop_changed_sources(change.overflow ? std::vector<std::string>{} : change.files);
-    service.drop_cached_images(change.masters, change.overflow);
-  });
+ private:
+  std::string url_;
+  std::string path_;
+};
+
+// Step 5. The background threads: the HTTP server, and the first catalog
+// build after which the daemon is ready.
+struct BackgroundThreads {
   std::atomic<bool> server_finished{false};
-  std::thread server_thread([&] {
+  std::thread server;
+  std::thread first_catalog;
+};
+
+void start_background_threads(DaemonWiring& daemon, BackgroundThreads& threads) {
+  threads.server = std::thread([&daemon, &threads] {
     try {
-      http.run();
+      daemon.http.run();
     } catch (const std::exception& error) {
       spdlog::error("HTTP server stopped: {}", error.what());
     }
-    server_finished = true;
+    threads.server_finished = true;
   });
-  std::thread catalog_thread([&] {
+  threads.first_catalog = std::thread([&daemon] {
     try {
-      catalog.catalog(false);
-      service.set_ready(true);
+      daemon.catalog.catalog(false);
+      daemon.service.set_ready(true);
       spdlog::info("ready");
     } catch (const std::exception& error) {
       spdlog::error("the catalog could not be built: {}", error.what());
     }
   });
+}
 
-  int exit_code = 0;
+// Step 6. The signal loop: returns the exit code once a stop signal arrives
+// (0) or the HTTP server has stopped on its own (1).
+int wait_for_stop(const sigset_t& handled_signals, const BackgroundThreads& threads) {
   while (true) {
     timespec timeout{0, 200'000'000};
-    const int signal_number = sigtimedwait(&stop_signals, nullptr, &timeout);
+    const int signal_number = sigtimedwait(&handled_signals, nullptr, &timeout);
     if (signal_number == SIGINT || signal_number == SIGTERM) {
       spdlog::info("signal {} received: stopping", signal_number);
-      break;
+      return 0;
     }
-    if (server_finished) {
+    if (threads.server_finished) {
       spdlog::error("the HTTP server stopped unexpectedly");
-      exit_code = 1;
-      break;
+      return 1;
     }
   }
-  service.set_ready(false);
-  http.stop();
-  // Cancel loads and wake requests waiting for them before joining the HTTP
-  // workers, so no worker waits out a long load.
-  catalog.stop_watching();
-  residency.shutdown();
-  server_thread.join();
-  catalog_thread.join();
-  ::unlink(runtime_file.c_str());
+}
+
+// Step 7. The shutdown order: not ready, no new requests, loads cancelled and
+// requests waiting for them woken (before the HTTP workers are joined, so no
+// worker waits out a long load), threads joined, runtime file removed.
+void shut_down_in_order(DaemonWiring& daemon, BackgroundThreads& threads, RuntimeFile& runtime_file) {
+  daemon.service.set_ready(false);
+  daemon.http.stop();
+  daemon.catalog.stop_watching();
+  daemon.residency.shutdown();
+  threads.server.join();
+  threads.first_catalog.join();
+  runtime_file.remove();
+}
+
+}  // namespace
+
+int run_serve(const ServeOptions& options) {
+  const sigset_t handled_signals = block_handled_signals();
+
+  ServeSettings settings;
+  std::unique_ptr<DaemonWiring> daemon;
+  int port = 0;
+  try {
+    settings = validate_serve_options(options);
+    daemon = std::make_unique<DaemonWiring>(settings, acquire_startup_resources(settings, options));
+    port = daemon->http.bind(settings.host, settings.port);
+  } catch (const std::exception& error) {
+    std::cerr << error.what() << "\n";
+    return 1;
+  }
+
+  RuntimeFile runtime_file;
+  if (const std::string error = runtime_file.write(settings, *daemon, port); !error.empty()) {
+    std::cerr << error << "\n";
+    return 1;
+  }
+  if (!settings.port_file.empty() && !write_port_file(settings.port_file, port)) {
+    std::cerr << "cannot write the port file " << settings.port_file << "\n";
+    runtime_file.remove();
+    return 1;
+  }
+  spdlog::info("quantem-gpu {} ({}) serving {} on {} with the {} backend", version_string(),
+               settings.implementation_revision, settings.data_folder, runtime_file.url(), daemon->backend->name());
+
+  BackgroundThreads threads;
+  start_background_threads(*daemon, threads);
+  const int exit_code = wait_for_stop(handled_signals, threads);
+  shut_down_in_order(*daemon, threads, runtime_file);
   spdlog::info("stopped");
   return exit_code;
 }
