@@ -18,7 +18,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -28,12 +27,16 @@
 #include "quantem/backend/backend.hpp"
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/core/error.hpp"
+#include "quantem/catalog/catalog.hpp"
 #include "quantem/core/version.hpp"
 #include "quantem/residency/residency_manager.hpp"
 #include "quantem/server/browse_service.hpp"
 #include "quantem/server/catalog_service.hpp"
 #include "quantem/server/http_server.hpp"
 #include "quantem/server/metrics.hpp"
+#include "quantem/server/runtime_files.hpp"
+#include "quantem/server/security.hpp"
+#include "quantem/server/service_manager.hpp"
 
 namespace quantem::server {
 
@@ -125,24 +128,50 @@ struct TokenSource {
   std::string origin;  // "environment", "file <path>", "generated"
 };
 
-TokenSource obtain_token() {
-  if (const char* env = std::getenv("QUANTEM_GPU_TOKEN"); env && *env) return {env, "$QUANTEM_GPU_TOKEN"};
-  if (const char* path = std::getenv("QUANTEM_GPU_TOKEN_FILE"); path && *path) {
-    std::ifstream in(path);
-    std::stringstream content;
-    content << in.rdbuf();
-    const std::string token = trim(content.str());
-    if (!in || token.empty()) throw ServeUsageError(std::string("cannot read a token from $QUANTEM_GPU_TOKEN_FILE (") + path + ")");
-    return {token, std::string("file ") + path};
+// Reads the token file like ssh reads a private key: refused when another user
+// owns it or when group or others may access it.
+std::string read_token_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw ServeUsageError("cannot read a token from $QUANTEM_GPU_TOKEN_FILE (" + path + "): " + std::strerror(errno));
   }
-  return {hex_random_token(), "generated"};
+  struct stat status {};
+  if (::fstat(fd, &status) != 0) {
+    const std::string error = std::strerror(errno);
+    ::close(fd);
+    throw ServeUsageError("cannot read a token from $QUANTEM_GPU_TOKEN_FILE (" + path + "): " + error);
+  }
+  if (const std::string refusal = token_file_refusal(path, status.st_uid, status.st_mode, ::getuid()); !refusal.empty()) {
+    ::close(fd);
+    throw ServeUsageError(refusal);
+  }
+  std::string content;
+  char buffer[4096];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    content.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  const std::string token = trim(content);
+  if (token.empty()) throw ServeUsageError("cannot read a token from $QUANTEM_GPU_TOKEN_FILE (" + path + "): it is empty");
+  return token;
 }
 
-std::string runtime_directory() {
-  if (const char* dir = std::getenv("QUANTEM_GPU_RUNTIME_DIR"); dir && *dir) return dir;
-  if (const char* dir = std::getenv("XDG_RUNTIME_DIR"); dir && *dir) return std::string(dir) + "/quantem-gpu";
-  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.local/share/quantem-gpu/runtime";
-  return "/tmp/quantem-gpu-" + std::to_string(getuid());
+TokenSource obtain_token() {
+  TokenSource source;
+  if (const char* env = std::getenv("QUANTEM_GPU_TOKEN"); env && *env) {
+    source = {env, "$QUANTEM_GPU_TOKEN"};
+  } else if (const char* path = std::getenv("QUANTEM_GPU_TOKEN_FILE"); path && *path) {
+    source = {read_token_file(path), std::string("file ") + path};
+  } else {
+    return {hex_random_token(), "generated"};
+  }
+  if (const std::string refusal = token_refusal(source.token); !refusal.empty()) {
+    throw ServeUsageError("--auth token: " + refusal + " (token from " + source.origin + ")");
+  }
+  return source;
 }
 
 // Writes `content` to `path` with mode 0600 (replacing an older file), in a
@@ -181,6 +210,16 @@ bool write_port_file(const std::string& path, int port) {
   return std::rename(temporary.c_str(), path.c_str()) == 0;
 }
 
+const char* sigabbrev(int signal_number) {
+  switch (signal_number) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "signal";
+  }
+}
+
 std::string utc_now() {
   const std::time_t now = std::time(nullptr);
   std::tm utc{};
@@ -212,11 +251,15 @@ std::unique_ptr<backend::Backend> make_backend(const ServeSettings& settings, co
 
 // Step 1. The signals the daemon handles are blocked before any thread exists
 // (threads inherit the mask); the signal loop takes them with sigtimedwait.
+// SIGTERM, SIGINT and SIGHUP (the terminal or SSH session that started the
+// daemon went away) stop it cleanly; SIGUSR1 logs the status line.
 sigset_t block_handled_signals() {
   sigset_t handled;
   sigemptyset(&handled);
   sigaddset(&handled, SIGINT);
   sigaddset(&handled, SIGTERM);
+  sigaddset(&handled, SIGHUP);
+  sigaddset(&handled, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &handled, nullptr);
   return handled;
 }
@@ -247,7 +290,8 @@ StartupResources acquire_startup_resources(const ServeSettings& settings, const 
 // destroyed in reverse): backend -> residency -> catalog -> service -> HTTP.
 struct DaemonWiring {
   DaemonWiring(const ServeSettings& settings, StartupResources resources)
-      : backend(std::move(resources.backend)),
+      : notifier(),
+        backend(std::move(resources.backend)),
         token(std::move(resources.token)),
         residency(*backend, residency_options(settings)),
         catalog(settings.data_folder, watching_catalog_options()),
@@ -281,6 +325,7 @@ struct DaemonWiring {
     return options;
   }
 
+  ServiceManagerNotifier notifier;
   std::unique_ptr<backend::Backend> backend;
   std::optional<TokenSource> token;
   residency::ResidencyManager residency;
@@ -290,9 +335,33 @@ struct DaemonWiring {
   HttpServer http;
 };
 
+// One line for the service manager's STATUS= and SIGUSR1: state, residents
+// and each device's use of its budget.
+std::string status_line(const DaemonWiring& daemon) {
+  std::string line;
+  if (auto stale = daemon.catalog.stale_reason()) {
+    line = "catalog stale (" + *stale + ")";
+  } else {
+    line = daemon.service.ready() ? "ready" : "starting";
+  }
+  std::uint64_t residents = 0, resident_bytes = 0;
+  std::string devices;
+  for (const auto& usage : daemon.residency.device_usage()) {
+    residents += usage.resident_entries;
+    resident_bytes += usage.resident_bytes;
+    devices += "; " + daemon.backend->name() + " device " + std::to_string(usage.info.index) + ": " +
+               catalog::format_size(usage.resident_bytes) + " of " + catalog::format_size(usage.info.budget_bytes) +
+               " budget";
+  }
+  line += "; " + std::to_string(residents) + (residents == 1 ? " resident, " : " residents, ") +
+          catalog::format_size(resident_bytes) + devices;
+  return line;
+}
+
 // Step 4. The runtime file `server-<pid>.json` (0600 in a 0700 directory)
 // that tells clients where the daemon listens (and, in token mode, the
-// token). Removed by remove() in the shutdown.
+// token); the files of daemons that died without removing theirs are removed
+// first. Removed by remove() in the shutdown.
 class RuntimeFile {
  public:
   // Returns an error text when the file is required (token mode) and could
@@ -301,7 +370,9 @@ class RuntimeFile {
     const std::string host_for_url =
         settings.host.find(':') != std::string::npos ? "[" + settings.host + "]" : settings.host;
     url_ = "http://" + host_for_url + ":" + std::to_string(port);
-    path_ = runtime_directory() + "/server-" + std::to_string(getpid()) + ".json";
+    const std::string directory = runtime_directory();
+    remove_stale_runtime_files(directory, getpid());
+    path_ = directory + "/server-" + std::to_string(getpid()) + ".json";
     nlohmann::ordered_json runtime;
     runtime["url"] = url_;
     runtime["host"] = settings.host;
@@ -356,6 +427,7 @@ void start_background_threads(DaemonWiring& daemon, BackgroundThreads& threads) 
       daemon.catalog.catalog(false);
       daemon.service.set_ready(true);
       spdlog::info("ready");
+      daemon.notifier.ready(status_line(daemon));
     } catch (const std::exception& error) {
       spdlog::error("the catalog could not be built: {}", error.what());
     }
@@ -363,26 +435,52 @@ void start_background_threads(DaemonWiring& daemon, BackgroundThreads& threads) 
 }
 
 // Step 6. The signal loop: returns the exit code once a stop signal arrives
-// (0) or the HTTP server has stopped on its own (1).
-int wait_for_stop(const sigset_t& handled_signals, const BackgroundThreads& threads) {
+// (0) or the HTTP server has stopped on its own (1). Meanwhile it keeps the
+// service manager's STATUS= current, sends WATCHDOG=1 when asked for, and
+// notices a data folder that went away (logged once by the catalog service).
+int wait_for_stop(const sigset_t& handled_signals, const BackgroundThreads& threads, DaemonWiring& daemon) {
+  using clock = std::chrono::steady_clock;
+  const auto watchdog_period = daemon.notifier.watchdog_period();
+  auto tick = std::chrono::microseconds(200'000);
+  if (watchdog_period.count() > 0) tick = std::min(tick, watchdog_period / 2);
+  auto next_watchdog = clock::now();
+  auto next_status = clock::now();
+  std::string last_status;
   while (true) {
-    timespec timeout{0, 200'000'000};
+    timespec timeout{static_cast<time_t>(tick.count() / 1'000'000), static_cast<long>(tick.count() % 1'000'000) * 1000};
     const int signal_number = sigtimedwait(&handled_signals, nullptr, &timeout);
-    if (signal_number == SIGINT || signal_number == SIGTERM) {
-      spdlog::info("signal {} received: stopping", signal_number);
+    if (signal_number == SIGINT || signal_number == SIGTERM || signal_number == SIGHUP) {
+      spdlog::info("signal {} ({}) received: stopping", signal_number, sigabbrev(signal_number));
       return 0;
     }
+    if (signal_number == SIGUSR1) spdlog::info("status: {}", status_line(daemon));
     if (threads.server_finished) {
       spdlog::error("the HTTP server stopped unexpectedly");
       return 1;
     }
+    const auto now = clock::now();
+    if (watchdog_period.count() > 0 && now >= next_watchdog) {
+      daemon.notifier.watchdog();
+      next_watchdog = now + watchdog_period;
+    }
+    if (now >= next_status) {
+      daemon.catalog.check_data_folder();
+      if (daemon.notifier.active()) {
+        std::string status = status_line(daemon);
+        if (status != last_status) daemon.notifier.status(status);
+        last_status = std::move(status);
+      }
+      next_status = now + std::chrono::seconds(1);
+    }
   }
 }
 
-// Step 7. The shutdown order: not ready, no new requests, loads cancelled and
-// requests waiting for them woken (before the HTTP workers are joined, so no
-// worker waits out a long load), threads joined, runtime file removed.
+// Step 7. The shutdown order: the service manager told, not ready, no new
+// requests, loads cancelled and requests waiting for them woken (before the
+// HTTP workers are joined, so no worker waits out a long load), threads
+// joined, runtime file removed.
 void shut_down_in_order(DaemonWiring& daemon, BackgroundThreads& threads, RuntimeFile& runtime_file) {
+  daemon.notifier.stopping();
   daemon.service.set_ready(false);
   daemon.http.stop();
   daemon.catalog.stop_watching();
@@ -424,7 +522,7 @@ int run_serve(const ServeOptions& options) {
 
   BackgroundThreads threads;
   start_background_threads(*daemon, threads);
-  const int exit_code = wait_for_stop(handled_signals, threads);
+  const int exit_code = wait_for_stop(handled_signals, threads, *daemon);
   shut_down_in_order(*daemon, threads, runtime_file);
   spdlog::info("stopped");
   return exit_code;
