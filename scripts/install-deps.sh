@@ -5,12 +5,15 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config git
   libhdf5-dev hdf5-tools liblz4-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
   libcpp-httplib-dev libfftw3-dev googletest libgtest-dev curl ca-certificates
+  libsystemd-dev  # sd_notify for the Type=notify user unit (docs/deploy.md)
   python3 python3-numpy)  # numpy: the README's format=npy example
 if [[ "${1:-}" == "--test" ]]; then
   # Independent references: h5py + the official bitshuffle filter + numpy.
   # hdf5-filter-plugin: the HDF5 LZ4 filter (32004) that hdf5plugin.LZ4() fixtures need
   # (only recommended by python3-hdf5plugin, and recommends are not installed here).
   packages+=(python3 python3-h5py python3-hdf5plugin bitshuffle hdf5-filter-plugin python3-numpy)
+  # systemd: systemd-analyze verifies the installed user unit (scripts/test-install.sh)
+  packages+=(systemd)
 fi
 missing=()
 for p in "${packages[@]}"; do
