@@ -84,6 +84,9 @@ port="$(cat "$work/port")"
 curl -fsS "http://127.0.0.1:$port/api/health/ready" | grep -q '"ready":true' || fail "ready"
 curl -fsS "http://127.0.0.1:$port/api/browse/sessions" | grep -q '"session1"' || fail "sessions"
 "$bin" info | grep -q "daemon: running, pid $daemon_pid, http://127.0.0.1:$port" || fail "info does not list the daemon"
+# connect.md "Same host"
+url=$("$bin" info --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["daemons"][0]["url"])')
+[[ "$url" == "http://127.0.0.1:$port" ]] || fail "info --json gives $url"
 [[ -f "$XDG_RUNTIME_DIR/quantem-gpu/server-$daemon_pid.json" ]] || fail "no runtime file"
 stopped_pid="$daemon_pid"
 kill -TERM "$daemon_pid"
@@ -93,4 +96,26 @@ wait "$receiver_pid" || true
 receiver_pid=""
 grep -q 'STOPPING=1' "$work/notify.log" || fail "no STOPPING=1"
 [[ ! -e "$XDG_RUNTIME_DIR/quantem-gpu/server-$stopped_pid.json" ]] || fail "the runtime file outlived the daemon"
+unset NOTIFY_SOCKET
+
+# --- token mode (deploy.md section 6, connect.md "Token mode") --------------------------
+python3 -c 'import secrets; print(secrets.token_hex(32))' > ~/.config/quantem-gpu/token
+chmod 600 ~/.config/quantem-gpu/token
+QUANTEM_GPU_TOKEN_FILE="$HOME/.config/quantem-gpu/token" \
+  "$bin" serve "$work/data" --backend cpu --auth token --port 0 --port-file "$work/token-port" 2>"$work/token.log" &
+daemon_pid=$!
+for _ in $(seq 300); do
+  [[ -s "$work/token-port" ]] && curl -fsS "http://127.0.0.1:$(cat "$work/token-port")/api/health/ready" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+port="$(cat "$work/token-port")"
+TOKEN=$(cat ~/.config/quantem-gpu/token)
+curl -fsS -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$port/api/browse/sessions" | grep -q '"session1"' ||
+  fail "token mode: the token was not accepted: $(cat "$work/token.log")"
+status="$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/api/browse/sessions")"
+[[ "$status" == 403 ]] || fail "token mode: no token gave $status"
+kill -TERM "$daemon_pid"
+wait "$daemon_pid" || fail "the token-mode daemon exited with $? on SIGTERM"
+daemon_pid=""
+
 echo "test-install: the installed binary, unit and notify protocol work ($prefix)"

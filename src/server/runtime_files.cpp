@@ -57,9 +57,15 @@ bool is_live_daemon(pid_t pid) {
   if (pid <= 0) return false;
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
   // The pid may have been reused by another program since the daemon died.
-  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+  // The executable's name (" (deleted)" appended once a reinstall replaced
+  // it), else the command name (a symlink's name), else trust kill().
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::error_code error;
+  const auto executable = std::filesystem::read_symlink(proc + "/exe", error);
+  if (!error) return executable.filename().string().rfind("quantem-gpu", 0) == 0;
+  std::ifstream comm(proc + "/comm");
   std::string name;
-  if (!std::getline(comm, name)) return true;  // no /proc: trust kill()
+  if (!std::getline(comm, name)) return true;
   return name == "quantem-gpu";
 }
 

@@ -250,3 +250,22 @@ TEST_F(ServeOps, InfoSaysWhatCudaThisHostHas) {
   // Tokens never appear in the report.
   EXPECT_EQ(as_json.stdout_text.find("\"token\""), std::string::npos);
 }
+
+TEST_F(ServeOps, LogsCarryJournalPrioritiesUnderSystemdAndNoColourCodesElsewhere) {
+  auto env = runtime_env();
+  env["JOURNAL_STREAM"] = "8:12345";  // systemd sets it when stderr is the journal
+  auto journal = Daemon::start(data_folder(), {}, env);
+  ASSERT_NE(journal, nullptr);
+  EXPECT_EQ(journal->stop(SIGTERM), 0);
+  const std::string journal_log = journal->stderr_text();
+  EXPECT_EQ(journal_log.rfind("<6>", 0), 0u) << journal_log;
+  EXPECT_NE(journal_log.find("\n<6>ready\n"), std::string::npos) << journal_log;
+  EXPECT_EQ(journal_log.find('\x1b'), std::string::npos);
+
+  env["JOURNAL_STREAM"] = "";
+  auto plain = Daemon::start(data_folder(), {}, env);  // stderr is a file, not a terminal
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(plain->stop(SIGTERM), 0);
+  EXPECT_NE(plain->stderr_text().find("[info] ready"), std::string::npos) << plain->stderr_text();
+  EXPECT_EQ(plain->stderr_text().find('\x1b'), std::string::npos);
+}
