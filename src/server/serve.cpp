@@ -264,8 +264,8 @@ sigset_t block_handled_signals() {
   return handled;
 }
 
-// Step 2. What must exist before anything listens: the backend (devices
-// initialised) and, in token mode, the token. Throws on refusal.
+// Step 2. What must exist before anything listens: in token mode the token,
+// and the backend (devices initialised). Throws on refusal.
 struct StartupResources {
   std::unique_ptr<backend::Backend> backend;
   std::optional<TokenSource> token;
@@ -277,8 +277,8 @@ StartupResources acquire_startup_resources(const ServeSettings& settings, const 
                  settings.token_auth ? " with the token" : " (no token: consider --auth token)");
   }
   StartupResources resources;
+  if (settings.token_auth) resources.token = obtain_token();  // first: a refused token costs no device start-up
   resources.backend = make_backend(settings, options);
-  if (settings.token_auth) resources.token = obtain_token();
   for (const auto& device : resources.backend->devices()) {
     spdlog::info("{} device {}: {} (budget {} B)", resources.backend->name(), device.index, device.name,
                  device.budget_bytes);
