@@ -8,6 +8,8 @@
 # ExecStart= executable) and the notify protocol with our own socket.
 # Usage: scripts/test-install.sh [BUILD_DIR]   (default build-test)
 set -euo pipefail
+# Outputs are checked with grep <<<"$(command)", not command | grep -q, so that
+# grep leaving early never fails a pipeline through SIGPIPE.
 cd "$(dirname "$0")/.."
 build="${1:-build-test}"
 work="$(mktemp -d)"
@@ -30,14 +32,15 @@ example="$prefix/share/quantem-gpu/quantem-gpu.env.example"
 for f in "$bin" "$unit" "$example" "$prefix/share/doc/quantem-gpu/deploy.md" "$prefix/share/doc/quantem-gpu/connect.md"; do
   [[ -e "$f" ]] || fail "$f was not installed"
 done
-"$bin" version | grep -q '^quantem-gpu ' || fail "version"
-"$bin" serve --help | grep -q -- '--port' || fail "serve --help"
-"$bin" info | grep -Eq '^CUDA: (not available in this build|driver)' || fail "info"
+grep -q '^quantem-gpu ' <<<"$("$bin" version)" || fail "version"
+grep -q -- '--port' <<<"$("$bin" serve --help)" || fail "serve --help"
+grep -Eq '^CUDA: (not available in this build|driver)' <<<"$("$bin" info)" || fail "info"
 grep -qx "ExecStart=$bin serve \${QUANTEM_GPU_DATA_FOLDER} --port \${QUANTEM_GPU_PORT} \$QUANTEM_GPU_OPTIONS" "$unit" ||
   fail "the unit's ExecStart does not name the installed binary"
 
 # --- the unit (deploy.md "The user service") ----------------------------------------
 export HOME="$work/home"
+unset QUANTEM_GPU_RUNTIME_DIR QUANTEM_GPU_TOKEN QUANTEM_GPU_TOKEN_FILE JOURNAL_STREAM
 mkdir -p "$HOME/.config/systemd/user" "$HOME/.config/quantem-gpu" "$work/xdg"
 chmod 700 "$work/xdg"
 cp "$unit" "$HOME/.config/systemd/user/"
@@ -81,9 +84,9 @@ for _ in $(seq 600); do grep -q 'READY=1' "$work/notify.log" && break; sleep 0.1
 grep -q 'READY=1' "$work/notify.log" || fail "no READY=1: $(cat "$work/daemon.log")"
 port="$(cat "$work/port")"
 # deploy.md "Verify"
-curl -fsS "http://127.0.0.1:$port/api/health/ready" | grep -q '"ready":true' || fail "ready"
-curl -fsS "http://127.0.0.1:$port/api/browse/sessions" | grep -q '"session1"' || fail "sessions"
-"$bin" info | grep -q "daemon: running, pid $daemon_pid, http://127.0.0.1:$port" || fail "info does not list the daemon"
+grep -q '"ready":true' <<<"$(curl -fsS "http://127.0.0.1:$port/api/health/ready")" || fail "ready"
+grep -q '"session1"' <<<"$(curl -fsS "http://127.0.0.1:$port/api/browse/sessions")" || fail "sessions"
+grep -q "daemon: running, pid $daemon_pid, http://127.0.0.1:$port" <<<"$("$bin" info)" || fail "info does not list the daemon"
 # connect.md "Same host"
 url=$("$bin" info --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["daemons"][0]["url"])')
 [[ "$url" == "http://127.0.0.1:$port" ]] || fail "info --json gives $url"
@@ -110,7 +113,7 @@ for _ in $(seq 300); do
 done
 port="$(cat "$work/token-port")"
 TOKEN=$(cat ~/.config/quantem-gpu/token)
-curl -fsS -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$port/api/browse/sessions" | grep -q '"session1"' ||
+grep -q '"session1"' <<<"$(curl -fsS -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$port/api/browse/sessions")" ||
   fail "token mode: the token was not accepted: $(cat "$work/token.log")"
 status="$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/api/browse/sessions")"
 [[ "$status" == 403 ]] || fail "token mode: no token gave $status"
