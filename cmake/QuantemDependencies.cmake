@@ -26,3 +26,17 @@ target_include_directories(quantem_hdf5 SYSTEM INTERFACE ${HDF5_INCLUDE_DIRS})
 target_link_libraries(quantem_hdf5 INTERFACE ${HDF5_C_LIBRARIES})
 target_compile_definitions(quantem_hdf5 INTERFACE ${HDF5_DEFINITIONS} H5_USE_110_API)
 pkg_check_modules(FFTW3 REQUIRED IMPORTED_TARGET fftw3)
+
+# libsystemd (Debian libsystemd-dev): sd_notify for the Type=notify user unit
+# (READY=1, STATUS=, STOPPING=1, WATCHDOG=1). Optional: without it the daemon
+# sends no notifications (use Type=simple) and the build says so here.
+pkg_check_modules(LIBSYSTEMD QUIET IMPORTED_TARGET libsystemd)
+add_library(quantem_systemd INTERFACE)
+if(LIBSYSTEMD_FOUND)
+  target_link_libraries(quantem_systemd INTERFACE PkgConfig::LIBSYSTEMD)
+  target_compile_definitions(quantem_systemd INTERFACE QUANTEM_HAVE_SYSTEMD=1)
+  message(STATUS "libsystemd ${LIBSYSTEMD_VERSION}: serve notifies systemd (Type=notify)")
+else()
+  message(WARNING "libsystemd not found (Debian: libsystemd-dev): quantem-gpu serve will send no systemd "
+                  "notifications, so the user unit must use Type=simple instead of Type=notify")
+endif()

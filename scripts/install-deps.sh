@@ -5,6 +5,7 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config git
   libhdf5-dev hdf5-tools liblz4-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
   libcpp-httplib-dev libfftw3-dev googletest libgtest-dev curl ca-certificates
+  libsystemd-dev  # sd_notify for the Type=notify user unit (docs/deploy.md)
   python3 python3-numpy)  # numpy: the README's format=npy example
 if [[ "${1:-}" == "--test" ]]; then
   # Independent references: h5py + the official bitshuffle filter + numpy.
@@ -13,6 +14,8 @@ if [[ "${1:-}" == "--test" ]]; then
   packages+=(python3 python3-h5py python3-hdf5plugin bitshuffle hdf5-filter-plugin python3-numpy)
   # The viewer's browser test (tests/browser/): headless Chromium driven through WebDriver.
   packages+=(chromium chromium-driver python3-selenium)
+  # systemd: systemd-analyze verifies the installed user unit (scripts/test-install.sh)
+  packages+=(systemd)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -2,7 +2,8 @@
 # Quick start 2 (and CI): install, build and run every test.
 #   1. the full suite (Release with debug info; CUDA kernels compiled when nvcc exists,
 #      GPU tests skip with a message on machines without a GPU);
-#   2. the decoders' tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+#   2. the install layout, the systemd unit and the daemon started as the unit starts it;
+#   3. the decoders' tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test
@@ -14,6 +15,8 @@ cmake --build build-test -j "$jobs"
 # (screenshots in build-test/tests/browser/artifacts/).
 export QUANTEM_BROWSER_TEST_REQUIRED=1
 ctest --test-dir build-test -j "$jobs" --output-on-failure --timeout 600
+# 2. the deployment of docs/deploy.md: install into a temporary prefix, verify the unit, start as it does
+scripts/test-install.sh build-test
 
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DQUANTEM_SANITIZE=ON -DQUANTEM_CUDA=OFF
 # Only the suites labelled "sanitize" (decoders of untrusted bytes) are built here.

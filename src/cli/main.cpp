@@ -1,27 +1,63 @@
 // quantem-gpu: the executable is only CLI wiring; every behaviour lives in a
 // component library.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "quantem/catalog/catalog.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/core/version.hpp"
+#include "quantem/server/host_info.hpp"
 #include "quantem/server/serve.hpp"
+#include "quantem/server/serve_options.hpp"
 #include "quantem/synth/synth.hpp"
 
 namespace {
 
+// "<N>": the syslog priority prefix journald reads from a service's stderr
+// (sd-daemon(3): <3> error ... <7> debug).
+class JournalPriorityFlag final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& message, const std::tm&, spdlog::memory_buf_t& destination) override {
+    static const char* const prefixes[] = {"<7>", "<7>", "<6>", "<4>", "<3>", "<2>", "<6>"};
+    const auto level = static_cast<std::size_t>(message.level);
+    const char* prefix = prefixes[level < 7 ? level : 6];
+    destination.append(prefix, prefix + 3);
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<JournalPriorityFlag>(); }
+};
+
 void configure_logging() {
-  // stdout stays quiet: logs go to stderr.
-  auto logger = spdlog::stderr_color_mt("quantem");
-  spdlog::set_default_logger(logger);
+  // stdout stays quiet: logs go to stderr. On a terminal with colours; under
+  // systemd (stderr connected to the journal: $JOURNAL_STREAM) each line
+  // starts with its priority and carries no time (the journal adds it);
+  // otherwise plain lines without colour codes.
+  const bool journal = std::getenv("JOURNAL_STREAM") != nullptr;
+  if (journal) {
+    auto logger = spdlog::stderr_logger_mt("quantem");
+    auto formatter = std::make_unique<spdlog::pattern_formatter>();
+    formatter->add_flag<JournalPriorityFlag>('*').set_pattern("%*%v");
+    logger->set_formatter(std::move(formatter));
+    spdlog::set_default_logger(logger);
+  } else if (::isatty(STDERR_FILENO)) {
+    spdlog::set_default_logger(spdlog::stderr_color_mt("quantem"));
+  } else {
+    auto logger = spdlog::stderr_logger_mt("quantem");
+    logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
+    spdlog::set_default_logger(logger);
+  }
   spdlog::set_level(spdlog::level::info);
 }
 
@@ -51,6 +87,13 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   auto* version_cmd = app.add_subcommand("version", "Print the version and git revision");
+
+  bool info_json = false;
+  std::string info_device_budget;
+  auto* info_cmd = app.add_subcommand("info", "Check this host: version, CUDA driver/runtime, GPUs with memory and "
+                                              "admission budget, running daemons of this user and where they listen");
+  info_cmd->add_flag("--json", info_json, "Print the report as JSON");
+  info_cmd->add_option("--device-budget", info_device_budget, "The budget serve would be given (default: 80% of each GPU)");
 
   quantem::server::ServeOptions serve_options;
   auto* serve_cmd = app.add_subcommand("serve", "Serve the browse protocol (quantem-gpu-browse v1) on loopback HTTP");
@@ -103,6 +146,20 @@ int main(int argc, char** argv) {
     if (serve_cmd->parsed()) return quantem::server::run_serve(serve_options);
     if (version_cmd->parsed()) {
       std::printf("quantem-gpu %s (%s)\n", quantem::version_string(), quantem::build_git_revision());
+      return 0;
+    }
+    if (info_cmd->parsed()) {
+      quantem::server::HostInfoOptions info_options;
+      if (!info_device_budget.empty()) {
+        const auto bytes = quantem::server::parse_byte_size(info_device_budget);
+        if (!bytes || *bytes == 0) {
+          std::cerr << "--device-budget must be a positive byte count such as 64MiB or 2GB, got '" << info_device_budget << "'\n";
+          return 2;
+        }
+        info_options.device_budget_bytes = *bytes;
+      }
+      const auto document = quantem::server::host_info_document(info_options);
+      std::cout << (info_json ? document.dump(2) + "\n" : quantem::server::host_info_text(document));
       return 0;
     }
     if (catalog_cmd->parsed()) {

@@ -137,6 +137,43 @@ std::unique_ptr<CudaBackend> make_cuda_backend(const CudaBackendOptions& options
 
 int cuda_device_count() noexcept { return cuda::device_count(); }
 
+CudaSystemReport cuda_system_report(const CudaBackendOptions& options) {
+  CudaSystemReport report;
+  report.built_with_cuda = true;
+  if (cudaDriverGetVersion(&report.driver_version) != cudaSuccess) report.driver_version = 0;
+  if (cudaRuntimeGetVersion(&report.runtime_version) != cudaSuccess) report.runtime_version = 0;
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    report.error = std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status);
+    (void)cudaGetLastError();
+    return report;
+  }
+  for (int index = 0; index < count; ++index) {
+    CudaDeviceReport device;
+    device.index = index;
+    cudaDeviceProp properties{};
+    if (cudaGetDeviceProperties(&properties, index) != cudaSuccess || cudaSetDevice(index) != cudaSuccess) {
+      (void)cudaGetLastError();
+      report.error = "device " + std::to_string(index) + " could not be queried";
+      continue;
+    }
+    device.name = properties.name;
+    std::size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      total_bytes = properties.totalGlobalMem;
+    }
+    device.total_bytes = total_bytes;
+    device.free_bytes = free_bytes;
+    device.budget_bytes = options.budget_bytes != 0
+                              ? options.budget_bytes
+                              : static_cast<std::uint64_t>(static_cast<double>(total_bytes) * options.budget_fraction);
+    report.devices.push_back(std::move(device));
+  }
+  return report;
+}
+
 std::uint64_t cuda_resident_bytes_in_use() noexcept { return process_bytes_in_use().load(); }
 
 std::shared_ptr<Resident> make_cuda_resident(const catalog::Acquisition& acquisition, const void* counts,

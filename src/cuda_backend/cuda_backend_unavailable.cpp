@@ -14,6 +14,8 @@ std::unique_ptr<CudaBackend> make_cuda_backend(const CudaBackendOptions&) { thro
 
 int cuda_device_count() noexcept { return 0; }
 
+CudaSystemReport cuda_system_report(const CudaBackendOptions&) { return {}; }
+
 std::uint64_t cuda_resident_bytes_in_use() noexcept { return 0; }
 
 std::shared_ptr<Resident> make_cuda_resident(const catalog::Acquisition&, const void*, std::size_t,

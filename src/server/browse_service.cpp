@@ -467,10 +467,15 @@ HttpResponse BrowseService::health_live(const HttpRequest&, const QueryParams&) 
 HttpResponse BrowseService::health_ready(const HttpRequest&, const QueryParams&) {
   json doc;
   doc["live"] = true;
-  doc["ready"] = ready_.load();
-  if (ready_) return HttpResponse::json(200, doc);
-  doc["reason"] = catalog_.built() ? "devices are not initialised or the daemon is stopping"
-                                   : "the catalog is being built";
+  const auto stale = catalog_.check_data_folder();
+  doc["ready"] = ready_.load() && !stale;
+  if (doc["ready"] == true) return HttpResponse::json(200, doc);
+  if (stale) {
+    doc["reason"] = *stale + "; the last good catalog is served, marked stale";
+  } else {
+    doc["reason"] = catalog_.built() ? "devices are not initialised or the daemon is stopping"
+                                     : "the catalog is being built";
+  }
   HttpResponse response = HttpResponse::json(503, doc);
   response.set_header("retry-after", "1");
   return response;

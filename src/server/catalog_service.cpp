@@ -1,10 +1,14 @@
 #include "quantem/server/catalog_service.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -250,7 +254,44 @@ void CatalogService::set_masters_locked(std::vector<std::string> masters) {
   }
 }
 
+std::optional<std::string> CatalogService::check_data_folder() {
+  std::optional<std::string> problem;
+  if (DIR* directory = ::opendir(data_folder_.c_str())) {
+    ::closedir(directory);
+  } else {
+    problem = "the data folder " + data_folder_ + " cannot be read: " + std::strerror(errno);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (problem && !stale_reason_) {
+    const std::size_t sessions = catalog_ ? catalog_->sessions.size() : 0;
+    spdlog::error("{}; serving the last good catalog ({} sessions), marked stale, until it can be read again", *problem,
+                  sessions);
+    const std::time_t now = std::time(nullptr);
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    char buffer[32];
+    std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &utc);
+    stale_since_ = buffer;
+  } else if (!problem && stale_reason_) {
+    spdlog::info("the data folder {} can be read again", data_folder_);
+  }
+  stale_reason_ = problem;
+  return problem;
+}
+
+std::optional<std::string> CatalogService::stale_reason() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stale_reason_;
+}
+
 std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
+  if (refresh || !built()) {
+    // A folder that went away would rebuild as empty: keep the last good catalog.
+    if (check_data_folder()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (catalog_) return catalog_;
+    }
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   if (!refresh && catalog_) return catalog_;
   if (building_) {
@@ -309,7 +350,14 @@ std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
 }
 
 nlohmann::ordered_json CatalogService::sessions_document(bool refresh) {
-  return catalog::sessions_document(*catalog(refresh));
+  auto document = catalog::sessions_document(*catalog(refresh));
+  if (const auto reason = check_data_folder()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    document["stale"] = true;
+    document["stale_reason"] = *reason;
+    document["stale_since"] = stale_since_;
+  }
+  return document;
 }
 
 std::shared_ptr<const catalog::Catalog> CatalogService::rebuild_for_unknown_name() {

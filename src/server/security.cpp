@@ -4,6 +4,8 @@
 #include <netinet/in.h>
 
 #include <cctype>
+#include <cstdio>
+#include <string>
 #include <cstring>
 
 #include "quantem/core/error.hpp"
@@ -86,6 +88,31 @@ std::optional<std::string> authorization_token(std::string_view header_value) {
   while (!credentials.empty() && (credentials.back() == ' ' || credentials.back() == '\t')) credentials.remove_suffix(1);
   if (credentials.empty()) return std::nullopt;
   return std::string(credentials);
+}
+
+std::string token_refusal(std::string_view token) {
+  if (token.size() < kMinimumTokenLength) {
+    return "the token is too short (" + std::to_string(token.size()) + " characters; at least " +
+           std::to_string(kMinimumTokenLength) + " are required): use a long random token, e.g. `openssl rand -hex 32`";
+  }
+  for (const char c : token) {
+    if (c <= ' ' || c > '~') return "the token must be printable ASCII without spaces";
+  }
+  return {};
+}
+
+std::string token_file_refusal(const std::string& path, unsigned owner, unsigned mode, unsigned current_user) {
+  if (owner != current_user) {
+    return "the token file " + path + " belongs to another user (uid " + std::to_string(owner) +
+           "); it must be yours and private (chmod 600)";
+  }
+  if ((mode & 077U) != 0) {
+    char octal[8];
+    std::snprintf(octal, sizeof octal, "%04o", mode & 07777U);
+    return std::string("permissions ") + octal + " for the token file " + path +
+           " are too open: it must not be accessible by others. Run: chmod 600 " + path;
+  }
+  return {};
 }
 
 void AccessPolicy::check(const HttpRequest& request, const protocol::QueryParams& query, bool token_exempt) const {

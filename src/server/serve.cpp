@@ -18,7 +18,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -28,12 +27,16 @@
 #include "quantem/backend/backend.hpp"
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/core/error.hpp"
+#include "quantem/catalog/catalog.hpp"
 #include "quantem/core/version.hpp"
 #include "quantem/residency/residency_manager.hpp"
 #include "quantem/server/browse_service.hpp"
 #include "quantem/server/catalog_service.hpp"
 #include "quantem/server/http_server.hpp"
 #include "quantem/server/metrics.hpp"
+#include "quantem/server/runtime_files.hpp"
+#include "quantem/server/security.hpp"
+#include "quantem/server/service_manager.hpp"
 
 namespace quantem::server {
 
@@ -125,24 +128,50 @@ struct TokenSource {
   std::string origin;  // "environment", "file <path>", "generated"
 };
 
-TokenSource obtain_token() {
-  if (const char* env = std::getenv("QUANTEM_GPU_TOKEN"); env && *env) return {env, "$QUANTEM_GPU_TOKEN"};
-  if (const char* path = std::getenv("QUANTEM_GPU_TOKEN_FILE"); path && *path) {
-    std::ifstream in(path);
-    std::stringstream content;
-    content << in.rdbuf();
-    const std::string token = trim(content.str());
-    if (!in || token.empty()) throw ServeUsageError(std::string("cannot read a token from $QUANTEM_GPU_TOKEN_FILE (") + path + ")");
-    return {token, std::string("file ") + path};
+// Reads the token file like ssh reads a private key: refused when another user
+// owns it or when group or others may access it.
+std::string read_token_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw ServeUsageError("cannot read a token from $QUANTEM_GPU_TOKEN_FILE (" + path + "): " + std::strerror(errno));
   }
-  return {hex_random_token(), "generated"};
+  struct stat status {};
+  if (::fstat(fd, &status) != 0) {
+    const std::string error = std::strerror(errno);
+    ::close(fd);
+    throw ServeUsageError("cannot read a token from $QUANTEM_GPU_TOKEN_FILE (" + path + "): " + error);
+  }
+  if (const std::string refusal = token_file_refusal(path, status.st_uid, status.st_mode, ::getuid()); !refusal.empty()) {
+    ::close(fd);
+    throw ServeUsageError(refusal);
+  }
+  std::string content;
+  char buffer[4096];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    content.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  const std::string token = trim(content);
+  if (token.empty()) throw ServeUsageError("cannot read a token from $QUANTEM_GPU_TOKEN_FILE (" + path + "): it is empty");
+  return token;
 }
 
-std::string runtime_directory() {
-  if (const char* dir = std::getenv("QUANTEM_GPU_RUNTIME_DIR"); dir && *dir) return dir;
-  if (const char* dir = std::getenv("XDG_RUNTIME_DIR"); dir && *dir) return std::string(dir) + "/quantem-gpu";
-  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.local/share/quantem-gpu/runtime";
-  return "/tmp/quantem-gpu-" + std::to_string(getuid());
+TokenSource obtain_token() {
+  TokenSource source;
+  if (const char* env = std::getenv("QUANTEM_GPU_TOKEN"); env && *env) {
+    source = {env, "$QUANTEM_GPU_TOKEN"};
+  } else if (const char* path = std::getenv("QUANTEM_GPU_TOKEN_FILE"); path && *path) {
+    source = {read_token_file(path), std::string("file ") + path};
+  } else {
+    return {hex_random_token(), "generated"};
+  }
+  if (const std::string refusal = token_refusal(source.token); !refusal.empty()) {
+    throw ServeUsageError("--auth token: " + refusal + " (token from " + source.origin + ")");
+  }
+  return source;
 }
 
 // Writes `content` to `path` with mode 0600 (replacing an older file), in a
@@ -181,6 +210,16 @@ bool write_port_file(const std::string& path, int port) {
   return std::rename(temporary.c_str(), path.c_str()) == 0;
 }
 
+const char* sigabbrev(int signal_number) {
+  switch (signal_number) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "signal";
+  }
+}
+
 std::string utc_now() {
   const std::time_t now = std::time(nullptr);
   std::tm utc{};
@@ -208,150 +247,283 @@ std::unique_ptr<backend::Backend> make_backend(const ServeSettings& settings, co
   return backend::make_cpu_backend(cpu);
 }
 
-}  // namespace
+// ---- The steps of run_serve, in the order it takes them ----------------------
 
-int run_serve(const ServeOptions& options) {
-  // Block the stop signals before any thread exists; they are taken with sigwait below.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+// Step 1. The signals the daemon handles are blocked before any thread exists
+// (threads inherit the mask); the signal loop takes them with sigtimedwait.
+// SIGTERM, SIGINT and SIGHUP (the terminal or SSH session that started the
+// daemon went away) stop it cleanly; SIGUSR1 logs the status line.
+sigset_t block_handled_signals() {
+  sigset_t handled;
+  sigemptyset(&handled);
+  sigaddset(&handled, SIGINT);
+  sigaddset(&handled, SIGTERM);
+  sigaddset(&handled, SIGHUP);
+  sigaddset(&handled, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &handled, nullptr);
+  return handled;
+}
 
-  ServeSettings settings;
-  try {
-    settings = validate_serve_options(options);
-  } catch (const ServeUsageError& error) {
-    std::cerr << error.what() << "\n";
-    return 1;
-  }
+// Step 2. What must exist before anything listens: in token mode the token,
+// and the backend (devices initialised). Throws on refusal.
+struct StartupResources {
+  std::unique_ptr<backend::Backend> backend;
+  std::optional<TokenSource> token;
+};
+
+StartupResources acquire_startup_resources(const ServeSettings& settings, const ServeOptions& options) {
   if (settings.non_loopback) {
     spdlog::warn("binding the non-loopback address {}: every host that can reach it can read your data{}", settings.host,
                  settings.token_auth ? " with the token" : " (no token: consider --auth token)");
   }
+  StartupResources resources;
+  if (settings.token_auth) resources.token = obtain_token();  // first: a refused token costs no device start-up
+  resources.backend = make_backend(settings, options);
+  for (const auto& device : resources.backend->devices()) {
+    spdlog::info("{} device {}: {} (budget {} B)", resources.backend->name(), device.index, device.name,
+                 device.budget_bytes);
+  }
+  return resources;
+}
 
+// Step 3. The daemon's long-lived objects, wired in dependency order (and so
+// destroyed in reverse): backend -> residency -> catalog -> service -> HTTP.
+struct DaemonWiring {
+  DaemonWiring(const ServeSettings& settings, StartupResources resources)
+      : notifier(),
+        backend(std::move(resources.backend)),
+        token(std::move(resources.token)),
+        residency(*backend, residency_options(settings)),
+        catalog(settings.data_folder, watching_catalog_options()),
+        service(browse_config(settings, token), *backend, residency, catalog, metrics),
+        http([this](const HttpRequest& request) { return service.handle(request); }, http_options(settings)) {
+    // Changed files invalidate the residents and cached images built from them
+    // (stop_watching() in the shutdown ends the calls before `service` goes away).
+    catalog.on_sources_changed([this](const SourceChange& change) {
+      residency.drop_changed_sources(change.overflow ? std::vector<std::string>{} : change.files);
+      service.drop_cached_images(change.masters, change.overflow);
+    });
+  }
+
+  static residency::ResidencyOptions residency_options(const ServeSettings& settings) {
+    residency::ResidencyOptions options;
+    options.max_entries_per_device = settings.cache_entries;
+    return options;
+  }
+  static BrowseConfig browse_config(const ServeSettings& settings, const std::optional<TokenSource>& token) {
+    BrowseConfig config;
+    config.implementation_revision = settings.implementation_revision;
+    if (token) {
+      config.access.mode = AuthMode::token;
+      config.access.token = token->token;
+    }
+    return config;
+  }
+  static HttpServerOptions http_options(const ServeSettings& settings) {
+    HttpServerOptions options;
+    options.threads = settings.http_threads;
+    return options;
+  }
+
+  ServiceManagerNotifier notifier;
   std::unique_ptr<backend::Backend> backend;
   std::optional<TokenSource> token;
-  try {
-    backend = make_backend(settings, options);
-    if (settings.token_auth) token = obtain_token();
-  } catch (const ServeUsageError& error) {
-    std::cerr << error.what() << "\n";
-    return 1;
-  } catch (const std::exception& error) {
-    std::cerr << error.what() << "\n";
-    return 1;
-  }
-  for (const auto& device : backend->devices()) {
-    spdlog::info("{} device {}: {} (budget {} B)", backend->name(), device.index, device.name, device.budget_bytes);
-  }
-
-  residency::ResidencyOptions residency_options;
-  residency_options.max_entries_per_device = settings.cache_entries;
-  residency::ResidencyManager residency(*backend, residency_options);
-  CatalogService catalog(settings.data_folder, watching_catalog_options());
+  residency::ResidencyManager residency;
+  CatalogService catalog;
   Metrics metrics;
-  BrowseConfig config;
-  config.implementation_revision = settings.implementation_revision;
-  if (token) {
-    config.access.mode = AuthMode::token;
-    config.access.token = token->token;
-  }
-  BrowseService service(config, *backend, residency, catalog, metrics);
+  BrowseService service;
+  HttpServer http;
+};
 
-  HttpServerOptions http_options;
-  http_options.threads = settings.http_threads;
-  HttpServer http([&service](const HttpRequest& request) { return service.handle(request); }, http_options);
-  int port = 0;
-  try {
-    port = http.bind(settings.host, settings.port);
-  } catch (const std::exception& error) {
-    std::cerr << error.what() << "\n";
-    return 1;
+// One line for the service manager's STATUS= and SIGUSR1: state, residents
+// and each device's use of its budget.
+std::string status_line(const DaemonWiring& daemon) {
+  std::string line;
+  if (auto stale = daemon.catalog.stale_reason()) {
+    line = "catalog stale (" + *stale + ")";
+  } else {
+    line = daemon.service.ready() ? "ready" : "starting";
   }
+  std::uint64_t residents = 0, resident_bytes = 0;
+  std::string devices;
+  for (const auto& usage : daemon.residency.device_usage()) {
+    residents += usage.resident_entries;
+    resident_bytes += usage.resident_bytes;
+    devices += "; " + daemon.backend->name() + " device " + std::to_string(usage.info.index) + ": " +
+               catalog::format_size(usage.resident_bytes) + " of " + catalog::format_size(usage.info.budget_bytes) +
+               " budget";
+  }
+  line += "; " + std::to_string(residents) + (residents == 1 ? " resident, " : " residents, ") +
+          catalog::format_size(resident_bytes) + devices;
+  return line;
+}
 
-  const std::string host_for_url = settings.host.find(':') != std::string::npos ? "[" + settings.host + "]" : settings.host;
-  const std::string url = "http://" + host_for_url + ":" + std::to_string(port);
-  const std::string runtime_file = runtime_directory() + "/server-" + std::to_string(getpid()) + ".json";
-  {
+// Step 4. The runtime file `server-<pid>.json` (0600 in a 0700 directory)
+// that tells clients where the daemon listens (and, in token mode, the
+// token); the files of daemons that died without removing theirs are removed
+// first. Removed by remove() in the shutdown.
+class RuntimeFile {
+ public:
+  // Returns an error text when the file is required (token mode) and could
+  // not be written; otherwise a failure is only a warning.
+  std::string write(const ServeSettings& settings, const DaemonWiring& daemon, int port) {
+    const std::string host_for_url =
+        settings.host.find(':') != std::string::npos ? "[" + settings.host + "]" : settings.host;
+    url_ = "http://" + host_for_url + ":" + std::to_string(port);
+    const std::string directory = runtime_directory();
+    remove_stale_runtime_files(directory, getpid());
+    path_ = directory + "/server-" + std::to_string(getpid()) + ".json";
     nlohmann::ordered_json runtime;
-    runtime["url"] = url;
+    runtime["url"] = url_;
     runtime["host"] = settings.host;
     runtime["port"] = port;
     runtime["pid"] = getpid();
     runtime["version"] = version_string();
     runtime["implementation_revision"] = settings.implementation_revision;
-    runtime["backend"] = backend->name();
+    runtime["backend"] = daemon.backend->name();
     runtime["data_folder"] = settings.data_folder;
     runtime["started_at"] = utc_now();
-    runtime["token"] = token ? nlohmann::ordered_json(token->token) : nlohmann::ordered_json(nullptr);
-    const std::string error = write_private_file(runtime_file, runtime.dump(2) + "\n");
+    runtime["token"] = daemon.token ? nlohmann::ordered_json(daemon.token->token) : nlohmann::ordered_json(nullptr);
+    const std::string error = write_private_file(path_, runtime.dump(2) + "\n");
     if (!error.empty()) {
-      if (token) {
-        std::cerr << "cannot write the runtime file that holds the token: " << error << "\n";
-        return 1;
-      }
+      path_.clear();
+      if (daemon.token) return "cannot write the runtime file that holds the token: " + error;
       spdlog::warn("runtime file not written: {}", error);
-    } else if (token) {
-      spdlog::info("token ({}) written to {}", token->origin, runtime_file);
+    } else if (daemon.token) {
+      spdlog::info("token ({}) written to {}", daemon.token->origin, path_);
     }
+    return {};
   }
-  if (!settings.port_file.empty() && !write_port_file(settings.port_file, port)) {
-    std::cerr << "cannot write the port file " << settings.port_file << "\n";
-    ::unlink(runtime_file.c_str());
-    return 1;
+  const std::string& url() const { return url_; }
+  void remove() {
+    if (!path_.empty()) ::unlink(path_.c_str());
+    path_.clear();
   }
-  spdlog::info("quantem-gpu {} ({}) serving {} on {} with the {} backend", version_string(),
-               settings.implementation_revision, settings.data_folder, url, backend->name());
 
-  // Changed files invalidate the residents and cached images built from them (stop_watching()
-  // below ends the calls before `service` goes away).
-  catalog.on_sources_changed([&residency, &service](const SourceChange& change) {
-    residency.drop_changed_sources(change.overflow ? std::vector<std::string>{} : change.files);
-    service.drop_cached_images(change.masters, change.overflow);
-  });
+ private:
+  std::string url_;
+  std::string path_;
+};
+
+// Step 5. The background threads: the HTTP server, and the first catalog
+// build after which the daemon is ready.
+struct BackgroundThreads {
   std::atomic<bool> server_finished{false};
-  std::thread server_thread([&] {
+  std::thread server;
+  std::thread first_catalog;
+};
+
+void start_background_threads(DaemonWiring& daemon, BackgroundThreads& threads) {
+  threads.server = std::thread([&daemon, &threads] {
     try {
-      http.run();
+      daemon.http.run();
     } catch (const std::exception& error) {
       spdlog::error("HTTP server stopped: {}", error.what());
     }
-    server_finished = true;
+    threads.server_finished = true;
   });
-  std::thread catalog_thread([&] {
+  threads.first_catalog = std::thread([&daemon] {
     try {
-      catalog.catalog(false);
-      service.set_ready(true);
+      daemon.catalog.catalog(false);
+      daemon.service.set_ready(true);
       spdlog::info("ready");
+      daemon.notifier.ready(status_line(daemon));
     } catch (const std::exception& error) {
       spdlog::error("the catalog could not be built: {}", error.what());
     }
   });
+}
 
-  int exit_code = 0;
+// Step 6. The signal loop: returns the exit code once a stop signal arrives
+// (0) or the HTTP server has stopped on its own (1). Meanwhile it keeps the
+// service manager's STATUS= current, sends WATCHDOG=1 when asked for, and
+// notices a data folder that went away (logged once by the catalog service).
+int wait_for_stop(const sigset_t& handled_signals, const BackgroundThreads& threads, DaemonWiring& daemon) {
+  using clock = std::chrono::steady_clock;
+  const auto watchdog_period = daemon.notifier.watchdog_period();
+  auto tick = std::chrono::microseconds(200'000);
+  if (watchdog_period.count() > 0) tick = std::min(tick, watchdog_period / 2);
+  auto next_watchdog = clock::now();
+  auto next_status = clock::now();
+  std::string last_status;
   while (true) {
-    timespec timeout{0, 200'000'000};
-    const int signal_number = sigtimedwait(&stop_signals, nullptr, &timeout);
-    if (signal_number == SIGINT || signal_number == SIGTERM) {
-      spdlog::info("signal {} received: stopping", signal_number);
-      break;
+    timespec timeout{static_cast<time_t>(tick.count() / 1'000'000), static_cast<long>(tick.count() % 1'000'000) * 1000};
+    const int signal_number = sigtimedwait(&handled_signals, nullptr, &timeout);
+    if (signal_number == SIGINT || signal_number == SIGTERM || signal_number == SIGHUP) {
+      spdlog::info("signal {} ({}) received: stopping", signal_number, sigabbrev(signal_number));
+      return 0;
     }
-    if (server_finished) {
+    if (signal_number == SIGUSR1) spdlog::info("status: {}", status_line(daemon));
+    if (threads.server_finished) {
       spdlog::error("the HTTP server stopped unexpectedly");
-      exit_code = 1;
-      break;
+      return 1;
+    }
+    const auto now = clock::now();
+    if (watchdog_period.count() > 0 && now >= next_watchdog) {
+      daemon.notifier.watchdog();
+      next_watchdog = now + watchdog_period;
+    }
+    if (now >= next_status) {
+      daemon.catalog.check_data_folder();
+      if (daemon.notifier.active()) {
+        std::string status = status_line(daemon);
+        if (status != last_status) daemon.notifier.status(status);
+        last_status = std::move(status);
+      }
+      next_status = now + std::chrono::seconds(1);
     }
   }
-  service.set_ready(false);
-  http.stop();
-  // Cancel loads and wake requests waiting for them before joining the HTTP
-  // workers, so no worker waits out a long load.
-  catalog.stop_watching();
-  residency.shutdown();
-  server_thread.join();
-  catalog_thread.join();
-  ::unlink(runtime_file.c_str());
+}
+
+// Step 7. The shutdown order: the service manager told, not ready, no new
+// requests, loads cancelled and requests waiting for them woken (before the
+// HTTP workers are joined, so no worker waits out a long load), threads
+// joined, runtime file removed.
+void shut_down_in_order(DaemonWiring& daemon, BackgroundThreads& threads, RuntimeFile& runtime_file) {
+  daemon.notifier.stopping();
+  daemon.service.set_ready(false);
+  daemon.http.stop();
+  daemon.catalog.stop_watching();
+  daemon.residency.shutdown();
+  threads.server.join();
+  threads.first_catalog.join();
+  runtime_file.remove();
+}
+
+}  // namespace
+
+int run_serve(const ServeOptions& options) {
+  const sigset_t handled_signals = block_handled_signals();
+
+  ServeSettings settings;
+  std::unique_ptr<DaemonWiring> daemon;
+  int port = 0;
+  try {
+    settings = validate_serve_options(options);
+    daemon = std::make_unique<DaemonWiring>(settings, acquire_startup_resources(settings, options));
+    port = daemon->http.bind(settings.host, settings.port);
+  } catch (const std::exception& error) {
+    std::cerr << error.what() << "\n";
+    return 1;
+  }
+
+  RuntimeFile runtime_file;
+  if (const std::string error = runtime_file.write(settings, *daemon, port); !error.empty()) {
+    std::cerr << error << "\n";
+    return 1;
+  }
+  if (!settings.port_file.empty() && !write_port_file(settings.port_file, port)) {
+    std::cerr << "cannot write the port file " << settings.port_file << "\n";
+    runtime_file.remove();
+    return 1;
+  }
+  spdlog::info("quantem-gpu {} ({}) serving {} on {} with the {} backend", version_string(),
+               settings.implementation_revision, settings.data_folder, runtime_file.url(), daemon->backend->name());
+
+  BackgroundThreads threads;
+  start_background_threads(*daemon, threads);
+  const int exit_code = wait_for_stop(handled_signals, threads, *daemon);
+  shut_down_in_order(*daemon, threads, runtime_file);
   spdlog::info("stopped");
   return exit_code;
 }

@@ -261,9 +261,9 @@ TEST_F(ServeCli, TokenModeWritesAPrivateRuntimeFileAndChecksEveryRequest) {
 }
 
 TEST_F(ServeCli, TokenComesFromTheEnvironmentWhenGiven) {
-  auto daemon = Daemon::start(data.path(), {"--auth", "token"}, {{"QUANTEM_GPU_TOKEN", "env-token-123"}});
+  auto daemon = Daemon::start(data.path(), {"--auth", "token"}, {{"QUANTEM_GPU_TOKEN", "env-token-0123456789"}});
   ASSERT_NE(daemon, nullptr);
-  auto accepted = daemon->get("/api/browse/capabilities", {{"Authorization", "Bearer env-token-123"}});
+  auto accepted = daemon->get("/api/browse/capabilities", {{"Authorization", "Bearer env-token-0123456789"}});
   ASSERT_TRUE(accepted);
   EXPECT_EQ(accepted->status, 200);
   EXPECT_EQ(daemon->get("/api/browse/capabilities")->status, 403);

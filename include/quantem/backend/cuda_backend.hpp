@@ -27,6 +27,7 @@
 // piece and fails with Error(payload_too_large) rather than exceed it.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "quantem/backend/backend.hpp"
@@ -81,6 +82,23 @@ std::unique_ptr<CudaBackend> make_cuda_backend(const CudaBackendOptions& options
 
 // Visible CUDA devices; 0 without CUDA support or device. Never throws.
 int cuda_device_count() noexcept;
+
+// What `quantem-gpu info` reports about CUDA on this machine. Never throws.
+struct CudaDeviceReport {
+  int index = 0;
+  std::string name;
+  std::uint64_t total_bytes = 0;
+  std::uint64_t free_bytes = 0;   // cudaMemGetInfo (creates a context on the device)
+  std::uint64_t budget_bytes = 0;  // the admission budget serve would use: budget_bytes, else budget_fraction x total
+};
+struct CudaSystemReport {
+  bool built_with_cuda = false;
+  int driver_version = 0;   // cudaDriverGetVersion, e.g. 12040; 0 without a driver
+  int runtime_version = 0;  // cudaRuntimeGetVersion of the runtime linked in
+  std::string error;        // why devices could not be listed, empty otherwise
+  std::vector<CudaDeviceReport> devices;
+};
+CudaSystemReport cuda_system_report(const CudaBackendOptions& options);
 
 // Device bytes held by CUDA residents and loads in progress in this process
 // (a failed or cancelled load returns to the value it started from).

@@ -21,6 +21,15 @@
 //    because a file is being written, the service makes sure the watcher has
 //    caught up with a cookie file (a created-and-deleted ".quantem-cookie-*"
 //    in the data folder, bounded wait).
+//  - the data folder's availability: when the folder cannot be opened
+//    (renamed away, removed, EACCES), the catalog is stale: the last good
+//    catalog keeps being served (a rebuild would only see an empty folder),
+//    the sessions document carries "stale": true, "stale_reason" and
+//    "stale_since" (added fields; absent while the folder is fine, so the
+//    reference's document is unchanged), /api/health/ready answers 503 with
+//    the reason, and the problem is logged once (and once when it ends).
+//    A folder that never existed still gives the reference's empty catalog,
+//    marked stale the same way.
 // Thread-safe. Waits for a running rebuild are bounded.
 #include <atomic>
 #include <chrono>
@@ -86,6 +95,12 @@ class CatalogService {
   std::uint64_t inspections_made() const { return inspections_made_; }  // re-inspections outside builds (tests)
 
   nlohmann::ordered_json sessions_document(bool refresh);
+
+  // Opens the data folder; returns why it cannot be read (and marks the
+  // catalog stale, logging the change), nullopt when it can.
+  std::optional<std::string> check_data_folder();
+  // The reason of the last check_data_folder(), nullopt when not stale.
+  std::optional<std::string> stale_reason() const;
   nlohmann::ordered_json acquisitions_document();
 
   // (session, file) -> the master's current inspection. Throws quantem::Error:
@@ -127,6 +142,8 @@ class CatalogService {
   std::optional<std::string> build_error_;
   std::chrono::steady_clock::time_point last_build_{};
   std::map<std::string, catalog::Acquisition> fresh_;  // re-inspections since the last build
+  std::optional<std::string> stale_reason_;  // the data folder cannot be read
+  std::string stale_since_;                  // UTC, ISO 8601
 
   // Acquisitions poll.
   std::vector<std::string> masters_;

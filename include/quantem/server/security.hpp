@@ -1,6 +1,7 @@
 #pragma once
 // Request guards (PROTOCOL.md §4): DNS-rebinding protection through the Host
 // header, the opt-in token, and the loopback rule for bind addresses.
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,6 +26,17 @@ bool constant_time_equals(std::string_view a, std::string_view b) noexcept;
 // The credentials of `Authorization: Bearer <t>` or `Authorization: token <t>`
 // (scheme case-insensitive), else nullopt.
 std::optional<std::string> authorization_token(std::string_view header_value);
+
+// Token rules (--auth token), checked at start; each returns the refusal text
+// (the daemon prints it and exits 1), empty when acceptable.
+//  - a token has at least kMinimumTokenLength characters, all printable ASCII
+//    without spaces (it travels in a header and a query parameter);
+//  - a token file, like an ssh private key, belongs to the user running the
+//    daemon and is not readable or writable by group or others ("chmod 600").
+constexpr std::size_t kMinimumTokenLength = 16;
+std::string token_refusal(std::string_view token);
+// `path` is only used in the message; `owner` and `mode` come from fstat of the open file.
+std::string token_file_refusal(const std::string& path, unsigned owner, unsigned mode, unsigned current_user);
 
 enum class AuthMode { none, token };
 

@@ -6,11 +6,15 @@
 // the backend created (--backend cuda without a CUDA backend exits 1 with
 // "CUDA unavailable: ..."; the CPU backend only when asked for), the port
 // bound (a second daemon on the same port fails here, exit 1), the runtime
-// file written (0600, with the token in token mode), then the catalog is
-// built in the background and /api/health/ready turns 200.
+// files of dead daemons removed and this one's written (0600, with the token
+// in token mode; runtime_files.hpp), then the catalog is built in the
+// background, /api/health/ready turns 200 and systemd gets READY=1
+// (service_manager.hpp). Token mode refuses short tokens and token files
+// that others can read (security.hpp).
 // Healthy operation prints nothing on stdout; logs go to stderr.
-// SIGTERM/SIGINT: ready -> false, the HTTP server stops, loads are cancelled,
-// residents released, the runtime file removed, exit 0.
+// SIGTERM/SIGINT/SIGHUP: STOPPING=1, ready -> false, the HTTP server stops,
+// loads are cancelled, residents released, the runtime file removed, exit 0.
+// SIGUSR1: the status line (state, residents, budgets) is logged.
 #include <string>
 #include <vector>
 
@@ -40,7 +44,7 @@ struct ExpandedArguments {
 };
 ExpandedArguments expand_option_prefixes(const CLI::App& command, const std::vector<std::string>& arguments);
 
-// Runs the daemon until SIGTERM/SIGINT. Returns the process exit code.
+// Runs the daemon until SIGTERM/SIGINT/SIGHUP. Returns the process exit code.
 int run_serve(const ServeOptions& options);
 
 }  // namespace quantem::server

@@ -159,3 +159,27 @@ TEST(CatalogService, PendingMasterBecomesReadyWhenItsShardArrives) {
   // Unchanged files: the same token.
   EXPECT_EQ(service.acquisitions_document()["ready_token"], doc["ready_token"]);
 }
+
+TEST(CatalogService, AFolderThatGoesAwayKeepsTheLastGoodCatalogMarkedStale) {
+  test::TempDir dir;
+  test::write_synth(dir.file("root/sess"), "alpha");
+  CatalogService service(dir.file("root"));
+  ASSERT_EQ(service.sessions_document(false)["sessions"].size(), 1u);
+  EXPECT_FALSE(service.stale_reason());
+  EXPECT_FALSE(service.sessions_document(false).contains("stale"));
+
+  fs::rename(dir.file("root"), dir.file("away"));
+  const auto stale = service.sessions_document(true);
+  EXPECT_EQ(stale["sessions"].size(), 1u);
+  EXPECT_EQ(stale["stale"], true);
+  ASSERT_TRUE(service.stale_reason());
+  EXPECT_NE(service.stale_reason()->find("No such file or directory"), std::string::npos);
+  EXPECT_EQ(service.builds(), 1u);  // no rebuild of an empty folder
+
+  fs::rename(dir.file("away"), dir.file("root"));
+  EXPECT_FALSE(service.check_data_folder());
+  const auto back = service.sessions_document(true);
+  EXPECT_FALSE(back.contains("stale"));
+  EXPECT_EQ(back["sessions"].size(), 1u);
+  EXPECT_EQ(service.builds(), 2u);
+}

@@ -89,3 +89,20 @@ TEST(AccessPolicy, TokenModeAcceptsHeaderOrQueryAndExemptsHealth) {
   // The Host check applies even to exempt routes and valid tokens.
   EXPECT_EQ(refusal(policy, request_with("evil.com", "Bearer s3cret"), "", true), quantem::ErrorKind::forbidden);
 }
+
+TEST(TokenRules, ShortOrUnprintableTokensAreRefused) {
+  EXPECT_NE(token_refusal("x").find("too short (1 characters; at least 16"), std::string::npos);
+  EXPECT_NE(token_refusal("0123456789abcde").find("too short"), std::string::npos);
+  EXPECT_EQ(token_refusal("0123456789abcdef"), "");
+  EXPECT_NE(token_refusal("0123456789 abcdef").find("printable ASCII without spaces"), std::string::npos);
+  EXPECT_NE(token_refusal("0123456789abcdef\n").find("printable"), std::string::npos);
+}
+
+TEST(TokenRules, TokenFilesArePrivateLikeSshKeys) {
+  EXPECT_EQ(token_file_refusal("/t", 1000, 0100600, 1000), "");
+  EXPECT_EQ(token_file_refusal("/t", 1000, 0100400, 1000), "");
+  EXPECT_NE(token_file_refusal("/t", 1000, 0100644, 1000).find("permissions 0644 for the token file /t are too open"),
+            std::string::npos);
+  EXPECT_NE(token_file_refusal("/t", 1000, 0100620, 1000).find("too open"), std::string::npos);
+  EXPECT_NE(token_file_refusal("/t", 0, 0100600, 1000).find("belongs to another user"), std::string::npos);
+}
