@@ -42,27 +42,34 @@ WireImage encode_wire_image(const products::Image& image, PayloadFormat format) 
   wire.height = image.height;
   wire.value_divisor = std::max<std::uint64_t>(1, image.value_divisor);
 
-  // Written in place: one allocation of the final size, no per-value appends.
+  // Staged through a small stack buffer: one allocation of the final size,
+  // no zero-fill of the body and no per-value appends.
   std::string data;
+  data.reserve(count * 4);
+  char staging[16384];
+  constexpr std::uint64_t kPerStage = sizeof staging / 4;
+  auto encode = [&](auto&& bits_of) {
+    for (std::uint64_t first = 0; first < count; first += kPerStage) {
+      const std::uint64_t n = std::min(kPerStage, count - first);
+      for (std::uint64_t i = 0; i < n; ++i) store_u32_le(staging + 4 * i, bits_of(first + i));
+      data.append(staging, n * 4);
+    }
+  };
   if (image.is_float) {
     if (image.values.size() != count) throw internal_error("Remote compute produced an image whose size does not match its shape.");
     wire.dtype = "<f4";
-    data.resize(count * 4);
-    char* out = data.data();
     static_assert(sizeof(std::uint32_t) == sizeof(float), "float32 expected");
-    for (std::uint64_t i = 0; i < count; ++i) {
+    encode([&](std::uint64_t i) {
       std::uint32_t bits = 0;
       std::memcpy(&bits, &image.values[i], sizeof(bits));
-      store_u32_le(out + 4 * i, bits);
-    }
+      return bits;
+    });
   } else {
     if (image.counts.size() != count) throw internal_error("Remote compute produced an image whose size does not match its shape.");
     wire.dtype = "<u4";
     const std::uint64_t largest = count == 0 ? 0 : *std::max_element(image.counts.begin(), image.counts.end());
     if (largest > std::numeric_limits<std::uint32_t>::max()) throw conflict(kCountOverflowMessage);
-    data.resize(count * 4);
-    char* out = data.data();
-    for (std::uint64_t i = 0; i < count; ++i) store_u32_le(out + 4 * i, static_cast<std::uint32_t>(image.counts[i]));
+    encode([&](std::uint64_t i) { return static_cast<std::uint32_t>(image.counts[i]); });
   }
 
   if (format == PayloadFormat::npy) {

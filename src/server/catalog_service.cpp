@@ -346,7 +346,7 @@ std::shared_ptr<const catalog::Catalog> CatalogService::rebuild_for_unknown_name
 }
 
 std::shared_ptr<const catalog::Acquisition> CatalogService::watched_unchanged(const std::string& master) {
-  if (!watcher_ || !options_.watch_thread) return nullptr;
+  if (!watcher_) return nullptr;
   // Order matters (catalog/watcher.hpp): nothing queued, then nothing read but
   // unapplied, then the verified inspection (dropped by the turn that applied
   // a change to it).
@@ -403,7 +403,7 @@ std::shared_ptr<const catalog::Acquisition> CatalogService::resolve_shared(const
   // Changes applied by the watcher so far; a later one forbids vouching for
   // this stat() below (it may have come after it).
   std::optional<std::uint64_t> reads_before;
-  if (watcher_ && options_.watch_thread && !watcher_->has_unread_changes()) {
+  if (watcher_ && !watcher_->has_unread_changes()) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (watcher_->reads_begun() == reads_applied_) reads_before = reads_applied_;
   }
