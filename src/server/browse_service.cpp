@@ -204,8 +204,28 @@ BrowseService::Resolved BrowseService::resolve_product(const protocol::ProductQu
   const auto& a = *resolved.acquisition;
   require_servable(a);
   resolved.geometry = plan::resolve_plan(query.plan, a.scan_rows, a.scan_cols, a.detector_rows, a.detector_cols);
-  resolved.signature_digest = protocol::signature_digest(a.signature);
+  resolved.signature_digest = signature_digest(resolved.acquisition);
   return resolved;
+}
+
+std::string BrowseService::signature_digest(const std::shared_ptr<const catalog::Acquisition>& acquisition) {
+  {
+    std::lock_guard<std::mutex> lock(digest_mutex_);
+    auto it = signature_digests_.find(acquisition.get());
+    // The weak pointer tells a live entry from one whose inspection died and
+    // whose address was reused.
+    if (it != signature_digests_.end() && it->second.first.lock() == acquisition) return it->second.second;
+  }
+  std::string digest = protocol::signature_digest(acquisition->signature);
+  std::lock_guard<std::mutex> lock(digest_mutex_);
+  if (signature_digests_.size() >= 256) {
+    for (auto it = signature_digests_.begin(); it != signature_digests_.end();) {
+      it = it->second.first.expired() ? signature_digests_.erase(it) : std::next(it);
+    }
+    if (signature_digests_.size() >= 256) signature_digests_.clear();
+  }
+  signature_digests_[acquisition.get()] = {acquisition, digest};
+  return digest;
 }
 
 protocol::Provenance BrowseService::provenance(const protocol::ProductQuery& query, const Resolved& resolved,

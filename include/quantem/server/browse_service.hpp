@@ -123,6 +123,9 @@ class BrowseService {
   nlohmann::ordered_json residency_document(const protocol::SourceRef& source, const catalog::Acquisition& acquisition,
                                             const residency::ResidencyStatus& status) const;
 
+  // signature_digest() of a resolved acquisition, remembered while the
+  // catalog keeps handing out the same inspection (a shared pointer).
+  std::string signature_digest(const std::shared_ptr<const catalog::Acquisition>& acquisition);
   std::shared_ptr<const CachedImage> cached_image(const std::string& key);
   void store_image(const std::string& key, std::shared_ptr<const CachedImage> image);
 
@@ -133,6 +136,10 @@ class BrowseService {
   Metrics& metrics_;
   std::map<std::string, Route> routes_;  // by path
   std::atomic<bool> ready_{false};
+
+  std::mutex digest_mutex_;
+  std::unordered_map<const catalog::Acquisition*,
+                     std::pair<std::weak_ptr<const catalog::Acquisition>, std::string>> signature_digests_;
 
   std::mutex image_mutex_;
   std::list<std::pair<std::string, std::shared_ptr<const CachedImage>>> image_lru_;  // most recent first
