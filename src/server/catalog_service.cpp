@@ -95,11 +95,23 @@ void CatalogService::on_sources_changed(std::function<void(const SourceChange&)>
 std::size_t CatalogService::watch_turn(std::chrono::milliseconds timeout) {
   if (!watcher_) return 0;
   std::lock_guard<std::mutex> turn(turn_mutex_);
+  // A turn that fails after the watcher began reading may have lost changes:
+  // every verified inspection is forgotten (resolves stat() again).
+  struct ForgetUnlessApplied {
+    CatalogService& service;
+    bool applied = false;
+    ~ForgetUnlessApplied() {
+      if (applied) return;
+      std::lock_guard<std::mutex> lock(service.mutex_);
+      service.unchanged_since_stat_.clear();
+    }
+  } guard{*this};
   const catalog::FileChanges seen = watcher_->wait(timeout);
   const std::uint64_t reads = watcher_->reads_begun();  // every read of this wait() has begun
   if (seen.empty()) {
     std::lock_guard<std::mutex> lock(mutex_);
     reads_applied_ = reads;
+    guard.applied = true;
     return 0;
   }
   SourceChange change;
@@ -166,6 +178,7 @@ std::size_t CatalogService::watch_turn(std::chrono::milliseconds timeout) {
       it = named ? unchanged_since_stat_.erase(it) : std::next(it);
     }
     reads_applied_ = reads;
+    guard.applied = true;
   }
   cookie_seen_.notify_all();
   if (walk) {

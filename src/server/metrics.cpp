@@ -24,7 +24,7 @@ void add(Histogram& histogram, const Buckets& bounds, double seconds) {
 
 }  // namespace
 
-RequestTiming::RequestTiming() : started_(std::chrono::steady_clock::now()), last_(started_) {}
+RequestTiming::RequestTiming() : started_(std::chrono::steady_clock::now()), last_(started_) { stages_.reserve(8); }
 
 void RequestTiming::lap(const char* stage) {
   const auto now = std::chrono::steady_clock::now();
