@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
+#include <sys/statfs.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -59,6 +60,32 @@ std::vector<std::pair<std::string, unsigned char>> list_directory(const std::str
   return entries;
 }
 
+// Filesystems whose files other hosts (or a userspace server) may change
+// without the local kernel generating inotify events.
+bool is_network_filesystem(const std::string& directory) {
+  struct statfs info {};
+  if (::statfs(directory.c_str(), &info) != 0) return true;  // unsure: not trusted
+  switch (static_cast<std::uint64_t>(info.f_type)) {
+    case 0x6969:      // NFS
+    case 0x517B:      // SMB
+    case 0xFF534D42:  // CIFS
+    case 0xFE534D42:  // SMB2
+    case 0x65735546:  // FUSE (sshfs, ...)
+    case 0x00C36400:  // Ceph
+    case 0x0BD00BD0:  // Lustre
+    case 0x47504653:  // GPFS
+    case 0x013111A8:  // IBRIX
+    case 0x6B414653:  // AFS
+    case 0x5346414F:  // OpenAFS
+    case 0x73757245:  // Coda
+    case 0x19830326:  // FhGFS / BeeGFS
+    case 0x01021997:  // v9fs (9p)
+      return true;
+    default:
+      return false;
+  }
+}
+
 // ---- inotify -------------------------------------------------------------------
 
 class InotifyWatcher final : public Watcher {
@@ -93,6 +120,20 @@ class InotifyWatcher final : public Watcher {
     [[maybe_unused]] const ssize_t written = ::write(wake_, &one, sizeof one);
   }
 
+  bool reports_changes_in(const std::string& directory) const override {
+    std::lock_guard<std::mutex> lock(directories_mutex_);
+    for (const auto& [wd, watched] : directories_) {
+      if (watched.path == directory) return watched.local;
+    }
+    return false;
+  }
+
+  bool has_unread_changes() const override {
+    pollfd fds[1] = {{fd_, POLLIN, 0}};
+    const int ready = ::poll(fds, 1, 0);
+    return ready != 0;  // readable, or an error: unsure
+  }
+
   FileChanges wait(std::chrono::milliseconds timeout) override {
     FileChanges out;
     pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_, POLLIN, 0}};
@@ -104,6 +145,7 @@ class InotifyWatcher final : public Watcher {
       return out;
     }
     alignas(inotify_event) char buffer[64 * 1024];
+    begin_read();  // before the queue empties (see Watcher::reads_begun)
     while (true) {
       const ssize_t length = ::read(fd_, buffer, sizeof buffer);
       if (length <= 0) break;  // EAGAIN: drained
@@ -134,7 +176,11 @@ class InotifyWatcher final : public Watcher {
       spdlog::debug("not watching {}: {}", directory, std::strerror(error));
       return;
     }
-    directories_[wd] = directory;
+    const bool local = !is_network_filesystem(directory);
+    {
+      std::lock_guard<std::mutex> lock(directories_mutex_);
+      directories_[wd] = WatchedDirectory{directory, local};
+    }
     for (const auto& [name, type] : list_directory(directory)) {
       const std::string path = join_path(directory, name);
       const bool is_directory = is_real_directory(path, type);
@@ -144,8 +190,9 @@ class InotifyWatcher final : public Watcher {
   }
 
   void forget_tree(const std::string& directory) {
+    std::lock_guard<std::mutex> lock(directories_mutex_);
     for (auto it = directories_.begin(); it != directories_.end();) {
-      const std::string& path = it->second;
+      const std::string& path = it->second.path;
       const bool inside = path == directory || (path.size() > directory.size() &&
                                                 path.compare(0, directory.size(), directory) == 0 &&
                                                 path[directory.size()] == '/');
@@ -163,13 +210,17 @@ class InotifyWatcher final : public Watcher {
       out.overflow = true;
       return;
     }
-    auto it = directories_.find(event.wd);
-    if (it == directories_.end()) return;
-    if (event.mask & IN_IGNORED) {
-      directories_.erase(it);
-      return;
+    std::string directory;
+    {
+      std::lock_guard<std::mutex> lock(directories_mutex_);
+      auto it = directories_.find(event.wd);
+      if (it == directories_.end()) return;
+      if (event.mask & IN_IGNORED) {
+        directories_.erase(it);
+        return;
+      }
+      directory = it->second.path;
     }
-    const std::string directory = it->second;
     if (event.mask & (IN_DELETE_SELF | IN_MOVE_SELF)) {
       if (directory == folder_) out.overflow = true;  // the root itself went away
       return;
@@ -199,7 +250,12 @@ class InotifyWatcher final : public Watcher {
   std::string folder_;
   int fd_ = -1;
   int wake_ = -1;
-  std::map<int, std::string> directories_;  // watch descriptor -> absolute path
+  struct WatchedDirectory {
+    std::string path;  // absolute
+    bool local = false;  // not on a network filesystem
+  };
+  mutable std::mutex directories_mutex_;  // reports_changes_in() reads from other threads
+  std::map<int, WatchedDirectory> directories_;  // by watch descriptor
 };
 
 // ---- polling -------------------------------------------------------------------
@@ -334,6 +390,7 @@ FileChanges FakeWatcher::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait_for(lock, timeout, [&] { return !pending_.empty() || interrupted_; });
   interrupted_ = false;
+  if (!pending_.empty()) begin_read();
   FileChanges out = std::move(pending_);
   pending_ = FileChanges{};
   ++waits_;
@@ -362,6 +419,21 @@ void FakeWatcher::push_overflow() {
     pending_.overflow = true;
   }
   changed_.notify_all();
+}
+
+bool FakeWatcher::reports_changes_in(const std::string&) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return reports_every_change_;
+}
+
+bool FakeWatcher::has_unread_changes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !pending_.empty();
+}
+
+void FakeWatcher::set_reports_every_change(bool value) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  reports_every_change_ = value;
 }
 
 std::size_t FakeWatcher::waits() const {

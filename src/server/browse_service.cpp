@@ -8,6 +8,7 @@
 
 #include "quantem/core/error.hpp"
 #include "quantem/plan/plan.hpp"
+#include "quantem/protocol/npy.hpp"
 #include "quantem/protocol/wire_image.hpp"
 #include "quantem/server/error_mapping.hpp"
 #include "quantem/viewer/assets.hpp"
@@ -115,25 +116,26 @@ BrowseService::BrowseService(BrowseConfig config, backend::Backend& backend, res
 }
 
 HttpResponse BrowseService::handle(const HttpRequest& request) noexcept {
-  const auto started = std::chrono::steady_clock::now();
+  RequestTiming timing;
   std::string route_label = "other";
   bool is_product = false;
   HttpResponse response;
   try {
-    response = dispatch(request, route_label, is_product);
+    response = dispatch(request, route_label, is_product, timing);
   } catch (...) {
     response = error_response(std::current_exception());
   }
   try {
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    metrics_.observe_request(route_label, response.status, seconds, is_product);
+    metrics_.observe_request(route_label, response.status, timing.total_seconds(), is_product, &timing);
+    response.set_header("server-timing", timing.header());
   } catch (...) {
     // Metrics never fail a request.
   }
   return response;
 }
 
-HttpResponse BrowseService::dispatch(const HttpRequest& request, std::string& route_label, bool& is_product) {
+HttpResponse BrowseService::dispatch(const HttpRequest& request, std::string& route_label, bool& is_product,
+                                     RequestTiming& timing) {
   const QueryParams query = protocol::parse_query_string(request.query);
   auto route = routes_.find(request.path);
   const bool exempt = route != routes_.end() && route->second.token_exempt;
@@ -160,12 +162,12 @@ HttpResponse BrowseService::dispatch(const HttpRequest& request, std::string& ro
     response.set_header("allow", route->second.method);
     return response;
   }
-  return (this->*(route->second.handler))(request, query);
+  return (this->*(route->second.handler))(request, query, timing);
 }
 
 // ---- documents ----------------------------------------------------------------
 
-HttpResponse BrowseService::capabilities(const HttpRequest&, const QueryParams&) {
+HttpResponse BrowseService::capabilities(const HttpRequest&, const QueryParams&, RequestTiming&) {
   protocol::CapabilitiesInput input;
   input.backend = backend_.name();
   input.implementation_revision = config_.implementation_revision;
@@ -188,12 +190,12 @@ HttpResponse BrowseService::capabilities(const HttpRequest&, const QueryParams&)
   return HttpResponse::json(200, protocol::capabilities_document(input));
 }
 
-HttpResponse BrowseService::sessions(const HttpRequest&, const QueryParams& query) {
+HttpResponse BrowseService::sessions(const HttpRequest&, const QueryParams& query, RequestTiming&) {
   const bool refresh = protocol::parse_sessions_refresh(query);
   return HttpResponse::json(200, catalog_.sessions_document(refresh));
 }
 
-HttpResponse BrowseService::acquisitions(const HttpRequest&, const QueryParams&) {
+HttpResponse BrowseService::acquisitions(const HttpRequest&, const QueryParams&, RequestTiming&) {
   return HttpResponse::json(200, catalog_.acquisitions_document());
 }
 
@@ -201,21 +203,42 @@ HttpResponse BrowseService::acquisitions(const HttpRequest&, const QueryParams&)
 
 BrowseService::Resolved BrowseService::resolve_product(const protocol::ProductQuery& query) {
   Resolved resolved;
-  resolved.acquisition = catalog_.resolve(query.source.session, query.source.file);
-  require_servable(resolved.acquisition);
-  const auto& a = resolved.acquisition;
+  resolved.acquisition = catalog_.resolve_shared(query.source.session, query.source.file);
+  const auto& a = *resolved.acquisition;
+  require_servable(a);
   resolved.geometry = plan::resolve_plan(query.plan, a.scan_rows, a.scan_cols, a.detector_rows, a.detector_cols);
+  resolved.signature_digest = signature_digest(resolved.acquisition);
   return resolved;
+}
+
+std::string BrowseService::signature_digest(const std::shared_ptr<const catalog::Acquisition>& acquisition) {
+  {
+    std::lock_guard<std::mutex> lock(digest_mutex_);
+    auto it = signature_digests_.find(acquisition.get());
+    // The weak pointer tells a live entry from one whose inspection died and
+    // whose address was reused.
+    if (it != signature_digests_.end() && it->second.first.lock() == acquisition) return it->second.second;
+  }
+  std::string digest = protocol::signature_digest(acquisition->signature);
+  std::lock_guard<std::mutex> lock(digest_mutex_);
+  if (signature_digests_.size() >= 256) {
+    for (auto it = signature_digests_.begin(); it != signature_digests_.end();) {
+      it = it->second.first.expired() ? signature_digests_.erase(it) : std::next(it);
+    }
+    if (signature_digests_.size() >= 256) signature_digests_.clear();
+  }
+  signature_digests_[acquisition.get()] = {acquisition, digest};
+  return digest;
 }
 
 protocol::Provenance BrowseService::provenance(const protocol::ProductQuery& query, const Resolved& resolved,
                                                const backend::Resident& resident, const products::Image& image,
                                                json geometry) const {
-  const auto& a = resolved.acquisition;
+  const auto& a = *resolved.acquisition;
   protocol::Provenance p;
   p.session = query.source.session;
   p.file = query.source.file;
-  p.signature = protocol::signature_digest(a.signature);
+  p.signature = resolved.signature_digest;
   p.source_scan_rows = a.scan_rows;
   p.source_scan_cols = a.scan_cols;
   p.source_detector_rows = a.detector_rows;
@@ -236,19 +259,89 @@ protocol::Provenance BrowseService::provenance(const protocol::ProductQuery& que
   return p;
 }
 
-HttpResponse BrowseService::image_response(const products::Image& image, const protocol::Provenance& provenance,
-                                           protocol::PayloadFormat format, const std::string& cache_control) const {
-  protocol::WireImage wire = protocol::encode_wire_image(image, format);
+bool if_none_match_names(const std::string& header_value, const std::string& etag) {
+  std::size_t position = 0;
+  while (position < header_value.size()) {
+    std::size_t comma = header_value.find(',', position);
+    if (comma == std::string::npos) comma = header_value.size();
+    std::size_t first = position, last = comma;
+    while (first < last && (header_value[first] == ' ' || header_value[first] == '\t')) ++first;
+    while (last > first && (header_value[last - 1] == ' ' || header_value[last - 1] == '\t')) --last;
+    std::string_view tag(header_value.data() + first, last - first);
+    if (tag == "*") return true;
+    if (tag.size() >= 2 && tag.substr(0, 2) == "W/") tag.remove_prefix(2);  // weak comparison
+    if (tag == etag) return true;
+    position = comma + 1;
+  }
+  return false;
+}
+
+std::string BrowseService::entity_tag(const std::string& product_key, const protocol::ProductQuery& query) const {
+  std::string bytes = product_key;
+  bytes += query.format == protocol::PayloadFormat::npy ? "\nnpy\n" : "\nraw\n";
+  bytes += query.source.session;
+  bytes += '\n';
+  bytes += query.source.file;
+  bytes += '\n';
+  bytes += backend_.name();
+  bytes += '\n';
+  bytes += config_.implementation_revision;
+  return "\"" + protocol::digest_hex24(bytes) + "\"";
+}
+
+std::optional<HttpResponse> BrowseService::not_modified(const HttpRequest& request, const std::string& etag,
+                                                        const char* cache_control, RequestTiming& timing) const {
+  const auto condition = request.header("if-none-match");
+  if (!condition || !if_none_match_names(*condition, etag)) return std::nullopt;
+  HttpResponse response;
+  response.status = 304;
+  response.set_header("etag", etag);
+  response.set_header("cache-control", cache_control);
+  timing.set_cache("not-modified");
+  return response;
+}
+
+HttpResponse BrowseService::image_response(const protocol::WireImage& wire, const std::string& provenance_header,
+                                           protocol::PayloadFormat format, const char* cache_control,
+                                           const std::string& etag) const {
   HttpResponse response;
   response.status = 200;
-  response.content_type = wire.content_type;
+  response.headers.reserve(8);
   response.set_header("x-width", std::to_string(wire.width));
   response.set_header("x-height", std::to_string(wire.height));
   response.set_header("x-dtype", wire.dtype);
   response.set_header("x-value-divisor", std::to_string(wire.value_divisor));
   response.set_header("cache-control", cache_control);
+  response.set_header("etag", etag);
+  response.set_header("x-quantem-provenance", provenance_header);
+  if (format == protocol::PayloadFormat::npy) {
+    response.content_type = "application/x-npy";
+    response.body = protocol::encode_npy(wire.dtype, 4, {wire.height, wire.width}, wire.body);
+  } else {
+    response.content_type = wire.content_type;
+    response.body = wire.body;
+  }
+  return response;
+}
+
+HttpResponse BrowseService::image_response(const products::Image& image, const protocol::Provenance& provenance,
+                                           protocol::PayloadFormat format, const char* cache_control,
+                                           const std::string& etag, RequestTiming& timing) const {
+  timing.lap("compute");
+  protocol::WireImage wire = protocol::encode_wire_image(image, format);
+  HttpResponse response;
+  response.status = 200;
+  response.content_type = wire.content_type;
+  response.headers.reserve(8);
+  response.set_header("x-width", std::to_string(wire.width));
+  response.set_header("x-height", std::to_string(wire.height));
+  response.set_header("x-dtype", wire.dtype);
+  response.set_header("x-value-divisor", std::to_string(wire.value_divisor));
+  response.set_header("cache-control", cache_control);
+  response.set_header("etag", etag);
   response.set_header("x-quantem-provenance", protocol::provenance_header(provenance));
   response.body = std::move(wire.body);
+  timing.lap("encode");
   return response;
 }
 
@@ -261,26 +354,24 @@ std::shared_ptr<const BrowseService::CachedImage> BrowseService::cached_image(co
 }
 
 namespace {
-std::uint64_t image_bytes(const products::Image& image) {
-  return image.counts.size() * sizeof(std::uint64_t) + image.values.size() * sizeof(float);
-}
+std::uint64_t image_bytes(const protocol::WireImage& wire) { return wire.body.size(); }
 }  // namespace
 
 void BrowseService::store_image(const std::string& key, std::shared_ptr<const CachedImage> image) {
   std::lock_guard<std::mutex> lock(image_mutex_);
   auto it = image_index_.find(key);
   if (it != image_index_.end()) {
-    image_bytes_ -= image_bytes(it->second->second->image);
+    image_bytes_ -= image_bytes(it->second->second->wire);
     image_lru_.erase(it->second);
     image_index_.erase(it);
   }
-  image_bytes_ += image_bytes(image->image);
+  image_bytes_ += image_bytes(image->wire);
   image_lru_.emplace_front(key, std::move(image));
   image_index_[key] = image_lru_.begin();
   // Least recently used first; the newest image always stays.
   while (image_lru_.size() > 1 &&
          (image_lru_.size() > config_.image_cache_entries || image_bytes_ > config_.image_cache_bytes)) {
-    image_bytes_ -= image_bytes(image_lru_.back().second->image);
+    image_bytes_ -= image_bytes(image_lru_.back().second->wire);
     image_index_.erase(image_lru_.back().first);
     image_lru_.pop_back();
   }
@@ -296,7 +387,7 @@ std::size_t BrowseService::drop_cached_images(const std::vector<std::string>& ma
     const auto second = first == std::string::npos ? std::string::npos : key.find('\n', first + 1);
     const std::string master = second == std::string::npos ? std::string() : key.substr(first + 1, second - first - 1);
     if (all || std::find(master_paths.begin(), master_paths.end(), master) != master_paths.end()) {
-      image_bytes_ -= image_bytes(it->second->image);
+      image_bytes_ -= image_bytes(it->second->wire);
       image_index_.erase(key);
       it = image_lru_.erase(it);
       ++dropped;
@@ -307,89 +398,165 @@ std::size_t BrowseService::drop_cached_images(const std::vector<std::string>& ma
   return dropped;
 }
 
-HttpResponse BrowseService::realspace(const HttpRequest&, const QueryParams& params) {
+namespace {
+
+// "<route>\n<master path>\n<signature digest>\n<plan geometry>" : the start of
+// every product key (the image cache's and the entity tag's).
+std::string product_key_prefix(const char* route, const std::string& master_path, const std::string& signature_digest,
+                               const plan::PlanGeometry& geometry) {
+  std::string key = route;
+  key += '\n';
+  key += master_path;
+  key += '\n';
+  key += signature_digest;
+  key += '\n';
+  key += geometry_key(geometry);
+  return key;
+}
+
+}  // namespace
+
+HttpResponse BrowseService::realspace(const HttpRequest& request, const QueryParams& params, RequestTiming& timing) {
   const auto query = protocol::parse_realspace_query(params);
+  timing.lap("parse");
   const Resolved resolved = resolve_product(query);
+  const auto& acquisition = *resolved.acquisition;
   const auto& r = query.request;
   // Exact values and the source signature: a rewritten file or a different
   // centre never reuses an image (reference §8.8 tightened).
-  const std::string key = "realspace\n" + resolved.acquisition.master_path + "\n" +
-                          protocol::signature_digest(resolved.acquisition.signature) + "\n" +
-                          geometry_key(resolved.geometry) + "\n" + query.mode_name + "\n" + double_bits(r.inner) + "\n" +
-                          double_bits(r.outer) + "\n" + (r.center_row ? double_bits(*r.center_row) : "none") + "\n" +
+  const std::string key = product_key_prefix("realspace", acquisition.master_path, resolved.signature_digest,
+                                             resolved.geometry) +
+                          "\n" + query.mode_name + "\n" + double_bits(r.inner) + "\n" + double_bits(r.outer) + "\n" +
+                          (r.center_row ? double_bits(*r.center_row) : "none") + "\n" +
                           (r.center_col ? double_bits(*r.center_col) : "none");
+  const std::string etag = entity_tag(key, query);
+  timing.lap("resolve");
+  if (auto unchanged = not_modified(request, etag, "max-age=300", timing)) return std::move(*unchanged);
+
   if (auto cached = cached_image(key)) {
-    if (query.ensure_resident) residency_.acquire(resolved.acquisition);
-    protocol::Provenance provenance = cached->provenance;  // the names this request used (an alias may differ)
-    provenance.session = query.source.session;
-    provenance.file = query.source.file;
-    return image_response(cached->image, provenance, query.format, "max-age=300");
+    timing.set_cache("hit");
+    if (query.ensure_resident) {
+      // As the reference: the hit makes the acquisition resident and the one
+      // on the user's screen (resident_result, then mark_active).
+      const auto resident = residency_.acquire(acquisition);
+      residency_.mark_active(acquisition.master_path);
+      timing.lap("acquire");
+    }
+    const bool same_names =
+        cached->provenance.session == query.source.session && cached->provenance.file == query.source.file;
+    std::string header;
+    if (!same_names) {
+      protocol::Provenance provenance = cached->provenance;  // the names this request used (an alias may differ)
+      provenance.session = query.source.session;
+      provenance.file = query.source.file;
+      header = protocol::provenance_header(provenance);
+    }
+    HttpResponse response =
+        image_response(cached->wire, same_names ? cached->provenance_header : header, query.format, "max-age=300", etag);
+    timing.lap("encode");
+    return response;
   }
-  const auto resident = residency_.acquire(resolved.acquisition);
+  timing.set_cache("miss");
+  const auto resident = residency_.acquire(acquisition);
   const auto compute = resident.lock_compute();
+  timing.lap("acquire");
   products::UsedGeometry used;
-  auto entry = std::make_shared<CachedImage>();
-  entry->image = products::realspace(*resident, resolved.geometry, r, used);
+  products::Image image = products::realspace(*resident, resolved.geometry, r, used);
   json geometry = used_geometry_json(used);
   geometry["mode"] = query.mode_name;
-  entry->provenance = provenance(query, resolved, *resident, entry->image, std::move(geometry));
-  store_image(key, entry);
-  residency_.mark_active(resolved.acquisition.master_path);
-  return image_response(entry->image, entry->provenance, query.format, "max-age=300");
+  residency_.mark_active(acquisition.master_path);
+  timing.lap("compute");
+  auto entry = std::make_shared<CachedImage>();
+  entry->provenance = provenance(query, resolved, *resident, image, std::move(geometry));
+  entry->provenance_header = protocol::provenance_header(entry->provenance);
+  entry->wire = protocol::encode_wire_image(image, protocol::PayloadFormat::raw);
+  HttpResponse response = image_response(entry->wire, entry->provenance_header, query.format, "max-age=300", etag);
+  store_image(key, std::move(entry));
+  timing.lap("encode");
+  return response;
 }
 
-HttpResponse BrowseService::realspace_shape(const HttpRequest&, const QueryParams& params) {
+HttpResponse BrowseService::realspace_shape(const HttpRequest& request, const QueryParams& params,
+                                            RequestTiming& timing) {
   const auto query = protocol::parse_shape_query(params);
+  timing.lap("parse");
   const Resolved resolved = resolve_product(query);
-  const auto resident = residency_.acquire(resolved.acquisition);
+  const auto& acquisition = *resolved.acquisition;
+  const auto& r = query.request;
+  const std::string key = product_key_prefix("realspace-shape", acquisition.master_path, resolved.signature_digest,
+                                             resolved.geometry) +
+                          "\n" + query.shape_name + "\n" + double_bits(r.center_row) + "\n" +
+                          double_bits(r.center_col) + "\n" + double_bits(r.inner) + "\n" + double_bits(r.outer);
+  const std::string etag = entity_tag(key, query);
+  timing.lap("resolve");
+  if (auto unchanged = not_modified(request, etag, "max-age=300", timing)) return std::move(*unchanged);
+  const auto resident = residency_.acquire(acquisition);
   const auto compute = resident.lock_compute();
+  timing.lap("acquire");
   products::UsedGeometry used;
-  CachedImage result;
-  result.image = products::realspace_shape(*resident, resolved.geometry, query.request, used);
+  products::Image image = products::realspace_shape(*resident, resolved.geometry, r, used);
   json geometry = used_geometry_json(used);
   geometry["shape"] = query.shape_name;
-  result.provenance = provenance(query, resolved, *resident, result.image, std::move(geometry));
-  residency_.mark_active(resolved.acquisition.master_path);
-  return image_response(result.image, result.provenance, query.format, "max-age=300");
+  const auto p = provenance(query, resolved, *resident, image, std::move(geometry));
+  residency_.mark_active(acquisition.master_path);
+  return image_response(image, p, query.format, "max-age=300", etag, timing);
 }
 
-HttpResponse BrowseService::cbed(const HttpRequest&, const QueryParams& params) {
+HttpResponse BrowseService::cbed(const HttpRequest& request, const QueryParams& params, RequestTiming& timing) {
   const auto query = protocol::parse_cbed_query(params);
+  timing.lap("parse");
   const Resolved resolved = resolve_product(query);
-  const auto resident =
-      query.ensure_resident ? residency_.acquire(resolved.acquisition) : residency_.find(resolved.acquisition);
+  const auto& acquisition = *resolved.acquisition;
+  const std::uint64_t scan_row = clamp_index(query.scan_row, resolved.geometry.scan_rows);
+  const std::uint64_t scan_col = clamp_index(query.scan_col, resolved.geometry.scan_cols);
+  const std::string key =
+      product_key_prefix("cbed", acquisition.master_path, resolved.signature_digest, resolved.geometry) + "\n" +
+      std::to_string(scan_row) + "\n" + std::to_string(scan_col);
+  const std::string etag = entity_tag(key, query);
+  timing.lap("resolve");
+  if (auto unchanged = not_modified(request, etag, "max-age=60", timing)) return std::move(*unchanged);
+  const auto resident = query.ensure_resident ? residency_.acquire(acquisition) : residency_.find(acquisition);
   if (!resident) throw conflict(kNotResidentMessage);
   const auto compute = resident.lock_compute();
-  CachedImage result;
-  result.image = products::selected_diffraction(*resident, resolved.geometry, query.scan_row, query.scan_col);
+  timing.lap("acquire");
+  products::Image image = products::selected_diffraction(*resident, resolved.geometry, query.scan_row, query.scan_col);
   json geometry;
-  geometry["scan_row"] = clamp_index(query.scan_row, resolved.geometry.scan_rows);
-  geometry["scan_col"] = clamp_index(query.scan_col, resolved.geometry.scan_cols);
-  result.provenance = provenance(query, resolved, *resident, result.image, std::move(geometry));
-  return image_response(result.image, result.provenance, query.format, "max-age=60");
+  geometry["scan_row"] = scan_row;
+  geometry["scan_col"] = scan_col;
+  const auto p = provenance(query, resolved, *resident, image, std::move(geometry));
+  return image_response(image, p, query.format, "max-age=60", etag, timing);
 }
 
-HttpResponse BrowseService::cbed_region(const HttpRequest&, const QueryParams& params) {
+HttpResponse BrowseService::cbed_region(const HttpRequest& request, const QueryParams& params, RequestTiming& timing) {
   const auto query = protocol::parse_region_query(params);
+  timing.lap("parse");
   const Resolved resolved = resolve_product(query);
+  const auto& acquisition = *resolved.acquisition;
   // An empty ROI is a bad request, found before any residency work.
   const auto positions =
       products::scan_roi_positions(query.request, resolved.geometry.scan_rows, resolved.geometry.scan_cols);
-  const auto resident =
-      query.ensure_resident ? residency_.acquire(resolved.acquisition) : residency_.find(resolved.acquisition);
+  const auto& r = query.request;
+  const std::string key = product_key_prefix("cbed-region", acquisition.master_path, resolved.signature_digest,
+                                             resolved.geometry) +
+                          "\n" + query.shape_name + "\n" + query.reduce_name + "\n" + double_bits(r.center_row) +
+                          "\n" + double_bits(r.center_col) + "\n" + double_bits(r.radius);
+  const std::string etag = entity_tag(key, query);
+  timing.lap("resolve");
+  if (auto unchanged = not_modified(request, etag, "no-store", timing)) return std::move(*unchanged);
+  const auto resident = query.ensure_resident ? residency_.acquire(acquisition) : residency_.find(acquisition);
   if (!resident) throw conflict(kNotResidentMessage);
   const auto compute = resident.lock_compute();
-  CachedImage result;
-  result.image = products::region_diffraction(*resident, resolved.geometry, query.request);
+  timing.lap("acquire");
+  products::Image image = products::region_diffraction(*resident, resolved.geometry, r);
   json geometry;
   geometry["shape"] = query.shape_name;
-  geometry["center_row"] = query.request.center_row;
-  geometry["center_col"] = query.request.center_col;
-  geometry["radius"] = query.request.radius;
+  geometry["center_row"] = r.center_row;
+  geometry["center_col"] = r.center_col;
+  geometry["radius"] = r.radius;
   geometry["reduce"] = query.reduce_name;
   geometry["positions"] = positions.size();
-  result.provenance = provenance(query, resolved, *resident, result.image, std::move(geometry));
-  return image_response(result.image, result.provenance, query.format, "no-store");
+  const auto p = provenance(query, resolved, *resident, image, std::move(geometry));
+  return image_response(image, p, query.format, "no-store", etag, timing);
 }
 
 // ---- residency ----------------------------------------------------------------
@@ -413,13 +580,13 @@ json BrowseService::residency_document(const protocol::SourceRef& source, const 
   return doc;
 }
 
-HttpResponse BrowseService::residency_status(const HttpRequest&, const QueryParams& params) {
+HttpResponse BrowseService::residency_status(const HttpRequest&, const QueryParams& params, RequestTiming&) {
   const auto source = protocol::parse_source_query(params);
   const auto acquisition = catalog_.resolve(source.session, source.file);
   return HttpResponse::json(200, residency_document(source, acquisition, residency_.status(acquisition)));
 }
 
-HttpResponse BrowseService::load(const HttpRequest&, const QueryParams& params) {
+HttpResponse BrowseService::load(const HttpRequest&, const QueryParams& params, RequestTiming&) {
   const auto source = protocol::parse_source_query(params);
   const auto acquisition = catalog_.resolve(source.session, source.file);
   require_servable(acquisition);
@@ -430,7 +597,7 @@ HttpResponse BrowseService::load(const HttpRequest&, const QueryParams& params) 
   return response;
 }
 
-HttpResponse BrowseService::evict(const HttpRequest&, const QueryParams& params) {
+HttpResponse BrowseService::evict(const HttpRequest&, const QueryParams& params, RequestTiming&) {
   const auto source = protocol::parse_source_query(params);
   const auto acquisition = catalog_.resolve(source.session, source.file);
   const bool evicted = residency_.evict(acquisition);
@@ -441,7 +608,7 @@ HttpResponse BrowseService::evict(const HttpRequest&, const QueryParams& params)
 
 // ---- viewer -------------------------------------------------------------------
 
-HttpResponse BrowseService::viewer_asset(const HttpRequest& request, const QueryParams&) {
+HttpResponse BrowseService::viewer_asset(const HttpRequest& request, const QueryParams&, RequestTiming&) {
   const viewer::Asset* asset = viewer::find_asset(request.path);
   if (!asset) return HttpResponse::detail(404, "Not Found");
   const auto if_none_match = request.header("if-none-match");
@@ -458,13 +625,13 @@ HttpResponse BrowseService::viewer_asset(const HttpRequest& request, const Query
 
 // ---- health and metrics ---------------------------------------------------------
 
-HttpResponse BrowseService::health_live(const HttpRequest&, const QueryParams&) {
+HttpResponse BrowseService::health_live(const HttpRequest&, const QueryParams&, RequestTiming&) {
   json doc;
   doc["live"] = true;
   return HttpResponse::json(200, doc);
 }
 
-HttpResponse BrowseService::health_ready(const HttpRequest&, const QueryParams&) {
+HttpResponse BrowseService::health_ready(const HttpRequest&, const QueryParams&, RequestTiming&) {
   json doc;
   doc["live"] = true;
   const auto stale = catalog_.check_data_folder();
@@ -481,7 +648,7 @@ HttpResponse BrowseService::health_ready(const HttpRequest&, const QueryParams&)
   return response;
 }
 
-HttpResponse BrowseService::metrics(const HttpRequest&, const QueryParams&) {
+HttpResponse BrowseService::metrics(const HttpRequest&, const QueryParams&, RequestTiming&) {
   HttpResponse response;
   response.status = 200;
   response.content_type = "text/plain; version=0.0.4; charset=utf-8";

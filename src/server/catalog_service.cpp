@@ -99,8 +99,25 @@ void CatalogService::on_sources_changed(std::function<void(const SourceChange&)>
 std::size_t CatalogService::watch_turn(std::chrono::milliseconds timeout) {
   if (!watcher_) return 0;
   std::lock_guard<std::mutex> turn(turn_mutex_);
+  // A turn that fails after the watcher began reading may have lost changes:
+  // every verified inspection is forgotten (resolves stat() again).
+  struct ForgetUnlessApplied {
+    CatalogService& service;
+    bool applied = false;
+    ~ForgetUnlessApplied() {
+      if (applied) return;
+      std::lock_guard<std::mutex> lock(service.mutex_);
+      service.unchanged_since_stat_.clear();
+    }
+  } guard{*this};
   const catalog::FileChanges seen = watcher_->wait(timeout);
-  if (seen.empty()) return 0;
+  const std::uint64_t reads = watcher_->reads_begun();  // every read of this wait() has begun
+  if (seen.empty()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reads_applied_ = reads;
+    guard.applied = true;
+    return 0;
+  }
   SourceChange change;
   change.overflow = seen.overflow;
   bool walk = seen.overflow;
@@ -147,6 +164,25 @@ std::size_t CatalogService::watch_turn(std::chrono::milliseconds timeout) {
     }
     change.masters.assign(masters.begin(), masters.end());
     listeners = listeners_;
+    // Resolves stat() again what this turn names: a file of the signature,
+    // the master, or a directory above one (moved or removed as a whole).
+    auto names = [&](const std::string& path) {
+      if (files.count(path)) return true;
+      for (auto slash = path.find_last_of('/'); slash != std::string::npos && slash > 0;
+           slash = path.find_last_of('/', slash - 1)) {
+        if (files.count(path.substr(0, slash))) return true;
+      }
+      return false;
+    };
+    for (auto it = unchanged_since_stat_.begin(); it != unchanged_since_stat_.end();) {
+      const auto& signature = it->second->signature;
+      const bool named = change.overflow || names(it->first) ||
+                         std::any_of(signature.begin(), signature.end(),
+                                     [&](const catalog::SignatureEntry& entry) { return names(entry.path); });
+      it = named ? unchanged_since_stat_.erase(it) : std::next(it);
+    }
+    reads_applied_ = reads;
+    guard.applied = true;
   }
   cookie_seen_.notify_all();
   if (walk) {
@@ -334,6 +370,7 @@ std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
     build_error_.reset();
     last_build_ = std::chrono::steady_clock::now();
     fresh_.clear();
+    unchanged_since_stat_.clear();
     set_masters_locked(std::move(masters));
     for (const auto& session : built->sessions)
       for (const auto& acquisition : session.files) inspections_[acquisition.master_path] = acquisition;
@@ -369,7 +406,36 @@ std::shared_ptr<const catalog::Catalog> CatalogService::rebuild_for_unknown_name
   return catalog(true);
 }
 
+std::shared_ptr<const catalog::Acquisition> CatalogService::watched_unchanged(const std::string& master) {
+  if (!watcher_) return nullptr;
+  // Order matters (catalog/watcher.hpp): nothing queued, then nothing read but
+  // unapplied, then the verified inspection (dropped by the turn that applied
+  // a change to it).
+  if (watcher_->has_unread_changes()) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (watcher_->reads_begun() != reads_applied_ || !writing_.empty()) return nullptr;
+  auto it = unchanged_since_stat_.find(master);
+  return it == unchanged_since_stat_.end() ? nullptr : it->second;
+}
+
+bool CatalogService::watcher_reports_every_file_of(const catalog::Acquisition& acquisition) const {
+  auto directory_of = [](const std::string& path) {
+    const auto slash = path.find_last_of('/');
+    return slash == std::string::npos || slash == 0 ? std::string("/") : path.substr(0, slash);
+  };
+  if (!watcher_->reports_changes_in(directory_of(acquisition.master_path))) return false;
+  std::set<std::string> directories;
+  for (const auto& entry : acquisition.signature) directories.insert(directory_of(entry.path));
+  return std::all_of(directories.begin(), directories.end(),
+                     [&](const std::string& directory) { return watcher_->reports_changes_in(directory); });
+}
+
 catalog::Acquisition CatalogService::resolve(const std::string& session_id, const std::string& file) {
+  return *resolve_shared(session_id, file);
+}
+
+std::shared_ptr<const catalog::Acquisition> CatalogService::resolve_shared(const std::string& session_id,
+                                                                           const std::string& file) {
   if (file.empty() || file == "." || file.find('/') != std::string::npos || file.find('\0') != std::string::npos) {
     throw bad_request("file must be one master filename");
   }
@@ -393,12 +459,22 @@ catalog::Acquisition CatalogService::resolve(const std::string& session_id, cons
     if (!found) throw not_found("master not found: " + file);
   }
 
+  if (auto unchanged = watched_unchanged(found->master_path)) return unchanged;
+
+  // Changes applied by the watcher so far; a later one forbids vouching for
+  // this stat() below (it may have come after it).
+  std::optional<std::uint64_t> reads_before;
+  if (watcher_ && !watcher_->has_unread_changes()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (watcher_->reads_begun() == reads_applied_) reads_before = reads_applied_;
+  }
   catalog::Acquisition acquisition = *found;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto fresh = fresh_.find(acquisition.master_path);
     if (fresh != fresh_.end()) acquisition = fresh->second;
   }
+  ++signature_restats_;
   if (catalog::restat_signature(acquisition.signature) != acquisition.signature) {
     spdlog::info("{} changed since its inspection; inspecting it again", acquisition.master_path);
     acquisition = catalog::inspect_master(acquisition.master_path);
@@ -408,7 +484,14 @@ catalog::Acquisition CatalogService::resolve(const std::string& session_id, cons
   }
   std::vector<catalog::Acquisition> one{std::move(acquisition)};
   mark_files_being_written(one);
-  return std::move(one.front());
+  auto resolved = std::make_shared<const catalog::Acquisition>(std::move(one.front()));
+  if (reads_before && resolved->status.loadable && watcher_reports_every_file_of(*resolved)) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (watcher_->reads_begun() == *reads_before && reads_applied_ == *reads_before && writing_.empty()) {
+      unchanged_since_stat_[resolved->master_path] = resolved;
+    }
+  }
+  return resolved;
 }
 
 void CatalogService::background_walk() {

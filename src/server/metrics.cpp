@@ -1,6 +1,7 @@
 #include "quantem/server/metrics.hpp"
 
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 namespace quantem::server {
@@ -13,17 +14,60 @@ std::string number(double value) {
   return buffer;
 }
 
-}  // namespace
-
-void Metrics::observe_request(const std::string& route, int status, double seconds, bool is_product) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  ++requests_[{route, status}];
-  if (!is_product || status != 200) return;
-  Histogram& histogram = product_latency_[route];
-  for (std::size_t i = 0; i < kLatencyBuckets.size(); ++i)
-    if (seconds <= kLatencyBuckets[i]) ++histogram.buckets[i];
+template <typename Histogram, typename Buckets>
+void add(Histogram& histogram, const Buckets& bounds, double seconds) {
+  for (std::size_t i = 0; i < bounds.size(); ++i)
+    if (seconds <= bounds[i]) ++histogram.buckets[i];
   ++histogram.count;
   histogram.sum += seconds;
+}
+
+}  // namespace
+
+RequestTiming::RequestTiming() : started_(std::chrono::steady_clock::now()), last_(started_) { stages_.reserve(8); }
+
+void RequestTiming::lap(const char* stage) {
+  const auto now = std::chrono::steady_clock::now();
+  const double seconds = std::chrono::duration<double>(now - last_).count();
+  last_ = now;
+  for (auto& [name, total] : stages_) {
+    if (std::strcmp(name, stage) == 0) {
+      total += seconds;
+      return;
+    }
+  }
+  stages_.emplace_back(stage, seconds);
+}
+
+double RequestTiming::total_seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+}
+
+std::string RequestTiming::header() const {
+  std::string text;
+  char buffer[64];
+  for (const auto& [name, seconds] : stages_) {
+    std::snprintf(buffer, sizeof buffer, "%s;dur=%.3f, ", name, seconds * 1000.0);
+    text += buffer;
+  }
+  std::snprintf(buffer, sizeof buffer, "total;dur=%.3f", total_seconds() * 1000.0);
+  text += buffer;
+  if (cache_) {
+    text += ", cache;desc=";
+    text += cache_;
+  }
+  return text;
+}
+
+void Metrics::observe_request(const std::string& route, int status, double seconds, bool is_product,
+                              const RequestTiming* timing) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++requests_[{route, status}];
+  if (timing) {
+    for (const auto& [stage, stage_seconds] : timing->stages()) add(stages_[{route, stage}], kStageBuckets, stage_seconds);
+  }
+  if (!is_product || status != 200) return;
+  add(product_latency_[route], kLatencyBuckets, seconds);
 }
 
 std::string Metrics::render(const std::vector<residency::DeviceUsage>& devices,
@@ -78,6 +122,18 @@ std::string Metrics::render(const std::vector<residency::DeviceUsage>& devices,
     out << "quantem_product_duration_seconds_bucket{route=\"" << route << "\",le=\"+Inf\"} " << histogram.count << "\n"
         << "quantem_product_duration_seconds_sum{route=\"" << route << "\"} " << number(histogram.sum) << "\n"
         << "quantem_product_duration_seconds_count{route=\"" << route << "\"} " << histogram.count << "\n";
+  }
+  out << "# HELP quantem_request_stage_seconds Time spent in each stage of a request (the server-timing stages).\n"
+         "# TYPE quantem_request_stage_seconds histogram\n";
+  for (const auto& [key, histogram] : stages_) {
+    const std::string labels = "route=\"" + key.first + "\",stage=\"" + key.second + "\"";
+    for (std::size_t i = 0; i < kStageBuckets.size(); ++i) {
+      out << "quantem_request_stage_seconds_bucket{" << labels << ",le=\"" << number(kStageBuckets[i]) << "\"} "
+          << histogram.buckets[i] << "\n";
+    }
+    out << "quantem_request_stage_seconds_bucket{" << labels << ",le=\"+Inf\"} " << histogram.count << "\n"
+        << "quantem_request_stage_seconds_sum{" << labels << "} " << number(histogram.sum) << "\n"
+        << "quantem_request_stage_seconds_count{" << labels << "} " << histogram.count << "\n";
   }
   return out.str();
 }

@@ -13,7 +13,19 @@
 //    test steps the consumer's loop one turn at a time.
 // Watchers never throw from wait() for files that vanish; an overflow (events
 // lost, the root replaced) is reported as `overflow`: treat everything as changed.
+//
+// Relying on a watcher instead of stat()ing (CatalogService's resolve): a
+// caller may skip its own stat of a file only when reports_changes_in() holds
+// for the file's directory, nothing is queued (has_unread_changes() false)
+// and every read begun (reads_begun()) has been applied by the consumer. A
+// change made before the caller's check is then either queued, being read, or
+// already applied. inotify qualifies for directories it watches on local
+// filesystems; it does not see writes through an mmap or through a hard link
+// in an unwatched directory, nor writes by other hosts (network filesystems
+// report false). Polling never qualifies (it sees a change a period late).
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -52,6 +64,26 @@ class Watcher {
   virtual FileChanges wait(std::chrono::milliseconds timeout) = 0;
   // Makes a wait() in progress (or the next one) return at once. Thread-safe.
   virtual void interrupt() = 0;
+
+  // Whether every change to a file directly inside `directory` (absolute, as
+  // the watcher names it) is reported by a later wait(). Thread-safe.
+  virtual bool reports_changes_in(const std::string& directory) const {
+    (void)directory;
+    return false;
+  }
+  // Whether changes may be waiting that no wait() has started to read (one
+  // poll() for inotify). Thread-safe; true when unsure.
+  virtual bool has_unread_changes() const { return true; }
+  // Counts the reads of changes that wait() has begun; incremented before a
+  // read starts, so a consumer that records the count after applying a
+  // wait()'s result knows when nothing is in flight. Thread-safe.
+  std::uint64_t reads_begun() const { return reads_begun_.load(); }
+
+ protected:
+  void begin_read() { reads_begun_.fetch_add(1); }
+
+ private:
+  std::atomic<std::uint64_t> reads_begun_{0};
 };
 
 // inotify on every directory under `folder` (symlinked directories are not
@@ -71,6 +103,11 @@ class FakeWatcher : public Watcher {
   std::string kind() const override { return "fake"; }
   FileChanges wait(std::chrono::milliseconds timeout) override;
   void interrupt() override;
+  bool reports_changes_in(const std::string& directory) const override;
+  bool has_unread_changes() const override;
+  // Makes reports_changes_in() answer true for every directory (a test that
+  // pushes every change it makes).
+  void set_reports_every_change(bool value);
 
   void push(const std::string& path, FileEvent event, bool is_directory = false);
   void push_overflow();
@@ -81,6 +118,7 @@ class FakeWatcher : public Watcher {
   std::condition_variable changed_;
   FileChanges pending_;
   bool interrupted_ = false;
+  bool reports_every_change_ = false;
   std::size_t waits_ = 0;
 };
 

@@ -13,7 +13,10 @@
 // mode, health routes exempt), route (404, or 307 to the path without a
 // trailing slash), method (405), query coercion (422), parameter validation
 // (400), resolution (400/404), readiness (409/422), plan against the source
-// shape (400), residency (409/413/503), compute, encoding (409 overflow).
+// shape (400), If-None-Match (304, array routes: no residency work), image
+// cache (realspace), residency (409/413/503), compute, encoding (409 overflow).
+// Every response carries `server-timing` (RequestTiming in metrics.hpp); the
+// array routes carry an `etag` (docs/protocol.md "ETag").
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -21,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -28,6 +32,7 @@
 #include "quantem/products/products.hpp"
 #include "quantem/protocol/documents.hpp"
 #include "quantem/protocol/requests.hpp"
+#include "quantem/protocol/wire_image.hpp"
 #include "quantem/residency/residency_manager.hpp"
 #include "quantem/server/catalog_service.hpp"
 #include "quantem/server/http_types.hpp"
@@ -64,15 +69,19 @@ class BrowseService {
   std::size_t drop_cached_images(const std::vector<std::string>& master_paths, bool all = false);
 
  private:
+  // A realspace image as it goes on the wire: the raw body and the headers
+  // that do not depend on the request's names, so a hit is a lookup and a copy.
   struct CachedImage {
-    products::Image image;
+    protocol::WireImage wire;  // raw format; npy is derived on request
     protocol::Provenance provenance;
+    std::string provenance_header;  // rendered for provenance.session/file
   };
   struct Resolved {
-    catalog::Acquisition acquisition;
+    std::shared_ptr<const catalog::Acquisition> acquisition;
     plan::PlanGeometry geometry;
+    std::string signature_digest;
   };
-  using Handler = HttpResponse (BrowseService::*)(const HttpRequest&, const protocol::QueryParams&);
+  using Handler = HttpResponse (BrowseService::*)(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
   struct Route {
     std::string method;
     Handler handler;
@@ -80,32 +89,45 @@ class BrowseService {
     bool is_product = false;
   };
 
-  HttpResponse dispatch(const HttpRequest& request, std::string& route_label, bool& is_product);
+  HttpResponse dispatch(const HttpRequest& request, std::string& route_label, bool& is_product, RequestTiming& timing);
 
-  HttpResponse capabilities(const HttpRequest&, const protocol::QueryParams&);
-  HttpResponse sessions(const HttpRequest&, const protocol::QueryParams&);
-  HttpResponse acquisitions(const HttpRequest&, const protocol::QueryParams&);
-  HttpResponse realspace(const HttpRequest&, const protocol::QueryParams&);
-  HttpResponse realspace_shape(const HttpRequest&, const protocol::QueryParams&);
-  HttpResponse cbed(const HttpRequest&, const protocol::QueryParams&);
-  HttpResponse cbed_region(const HttpRequest&, const protocol::QueryParams&);
-  HttpResponse residency_status(const HttpRequest&, const protocol::QueryParams&);
-  HttpResponse load(const HttpRequest&, const protocol::QueryParams&);
-  HttpResponse evict(const HttpRequest&, const protocol::QueryParams&);
-  HttpResponse health_live(const HttpRequest&, const protocol::QueryParams&);
-  HttpResponse health_ready(const HttpRequest&, const protocol::QueryParams&);
-  HttpResponse metrics(const HttpRequest&, const protocol::QueryParams&);
-  HttpResponse viewer_asset(const HttpRequest&, const protocol::QueryParams&);
+  HttpResponse capabilities(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
+  HttpResponse sessions(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
+  HttpResponse acquisitions(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
+  HttpResponse realspace(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
+  HttpResponse realspace_shape(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
+  HttpResponse cbed(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
+  HttpResponse cbed_region(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
+  HttpResponse residency_status(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
+  HttpResponse load(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
+  HttpResponse evict(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
+  HttpResponse health_live(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
+  HttpResponse health_ready(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
+  HttpResponse metrics(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
+  HttpResponse viewer_asset(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
 
   Resolved resolve_product(const protocol::ProductQuery& query);
   protocol::Provenance provenance(const protocol::ProductQuery& query, const Resolved& resolved,
                                   const backend::Resident& resident, const products::Image& image,
                                   nlohmann::ordered_json geometry) const;
+  // The strong entity tag of an array response: a digest of the product key
+  // (source signature, plan, route, parameters), the format, the names, the
+  // backend and the implementation revision.
+  std::string entity_tag(const std::string& product_key, const protocol::ProductQuery& query) const;
+  // 304 when the request's If-None-Match names `etag`, else nullopt.
+  std::optional<HttpResponse> not_modified(const HttpRequest& request, const std::string& etag,
+                                           const char* cache_control, RequestTiming& timing) const;
+  HttpResponse image_response(const protocol::WireImage& wire, const std::string& provenance_header,
+                              protocol::PayloadFormat format, const char* cache_control, const std::string& etag) const;
   HttpResponse image_response(const products::Image& image, const protocol::Provenance& provenance,
-                              protocol::PayloadFormat format, const std::string& cache_control) const;
+                              protocol::PayloadFormat format, const char* cache_control, const std::string& etag,
+                              RequestTiming& timing) const;
   nlohmann::ordered_json residency_document(const protocol::SourceRef& source, const catalog::Acquisition& acquisition,
                                             const residency::ResidencyStatus& status) const;
 
+  // signature_digest() of a resolved acquisition, remembered while the
+  // catalog keeps handing out the same inspection (a shared pointer).
+  std::string signature_digest(const std::shared_ptr<const catalog::Acquisition>& acquisition);
   std::shared_ptr<const CachedImage> cached_image(const std::string& key);
   void store_image(const std::string& key, std::shared_ptr<const CachedImage> image);
 
@@ -117,11 +139,19 @@ class BrowseService {
   std::map<std::string, Route> routes_;  // by path
   std::atomic<bool> ready_{false};
 
+  std::mutex digest_mutex_;
+  std::unordered_map<const catalog::Acquisition*,
+                     std::pair<std::weak_ptr<const catalog::Acquisition>, std::string>> signature_digests_;
+
   std::mutex image_mutex_;
   std::list<std::pair<std::string, std::shared_ptr<const CachedImage>>> image_lru_;  // most recent first
   std::unordered_map<std::string, decltype(image_lru_)::iterator> image_index_;
   std::uint64_t image_bytes_ = 0;
 };
+
+// Whether an If-None-Match header value names `etag` (a list of tags, weak
+// comparison as RFC 9110 §13.1.2 asks, or "*").
+bool if_none_match_names(const std::string& header_value, const std::string& etag);
 
 // Errors whose texts clients match (reference §6).
 extern const char* const kNotResidentMessage;

@@ -9,7 +9,13 @@
 //  - resolution of (session, file) to a fresh inspection: only catalogued
 //    masters, no path escapes, an unknown name triggers at most one
 //    (coalesced) rebuild per interval, and a master whose files changed since
-//    its inspection is inspected again before it is used;
+//    its inspection is inspected again before it is used. Whether they
+//    changed is known without a stat() per file when the watcher reports
+//    every change in the directories of the master's signature (inotify on a
+//    local filesystem, see catalog/watcher.hpp) and has nothing unapplied:
+//    the master was stat()ed once and nothing has named its files since.
+//    Otherwise (no watcher, polling, a network filesystem, events in flight,
+//    files being written) every resolve re-stats the signature;
 //  - watching (optional, catalog/watcher.hpp): each turn of watch_turn() takes
 //    what the watcher saw, re-walks at once when a master or directory
 //    appeared or vanished, remembers files being written (a file whose last
@@ -109,6 +115,10 @@ class CatalogService {
   // A master whose files are being written resolves as not loadable with the
   // reason "source files are being written: <names>".
   catalog::Acquisition resolve(const std::string& session, const std::string& file);
+  // The same, shared (no copy of the signature per request).
+  std::shared_ptr<const catalog::Acquisition> resolve_shared(const std::string& session, const std::string& file);
+  // Resolves that stat()ed the signature (tests: the watcher path skips it).
+  std::uint64_t signature_restats() const { return signature_restats_; }
 
   // One turn of the watch loop: waits up to `timeout` for the watcher, applies
   // what it saw and calls the listeners. Returns the number of changes seen
@@ -128,6 +138,9 @@ class CatalogService {
   void mark_files_being_written(std::vector<catalog::Acquisition>& acquisitions);
   std::vector<std::string> files_being_written_locked(const catalog::Acquisition& acquisition) const;
   bool catch_up_with_watcher();  // cookie round trip through the watch thread; false when impossible
+  // A verified inspection of `master` that the watcher vouches for, or nullptr.
+  std::shared_ptr<const catalog::Acquisition> watched_unchanged(const std::string& master);
+  bool watcher_reports_every_file_of(const catalog::Acquisition& acquisition) const;
 
   const std::string data_folder_;
   const CatalogServiceOptions options_;
@@ -162,6 +175,12 @@ class CatalogService {
   std::mutex turn_mutex_;  // one turn at a time
   std::map<std::string, std::chrono::steady_clock::time_point> writing_;  // file -> last write seen (not closed)
   std::vector<std::function<void(const SourceChange&)>> listeners_;
+  // Inspections verified by a stat() with every later change to their files
+  // reported by the watcher: dropped by any turn that names one of their
+  // files (or a directory above one), by an overflow and by a rebuild.
+  std::map<std::string, std::shared_ptr<const catalog::Acquisition>> unchanged_since_stat_;
+  std::uint64_t reads_applied_ = 0;  // the watcher's reads_begun() whose changes are applied
+  std::atomic<std::uint64_t> signature_restats_{0};
   std::uint64_t cookies_made_ = 0;
   std::vector<std::string> cookies_seen_;
   std::condition_variable cookie_seen_;

@@ -88,3 +88,33 @@ TEST(WireImage, MismatchedShapeIsInternal) {
   image.counts = {1, 2, 3};
   EXPECT_THROW(encode_wire_image(image, PayloadFormat::raw), quantem::Error);
 }
+
+TEST(WireImage, ImagesLargerThanTheStagingBufferKeepEveryValueInOrder) {
+  // 97 x 131 values: several staging blocks and a partial last one.
+  Image counts;
+  counts.height = 97;
+  counts.width = 131;
+  Image floats = counts;
+  floats.is_float = true;
+  for (std::uint64_t i = 0; i < counts.height * counts.width; ++i) {
+    counts.counts.push_back(i * 2654435761ULL % 4294967296ULL);
+    floats.values.push_back(static_cast<float>(i) * -0.37f);
+  }
+  const auto count_wire = encode_wire_image(counts, PayloadFormat::raw);
+  const auto float_wire = encode_wire_image(floats, PayloadFormat::raw);
+  ASSERT_EQ(count_wire.body.size(), counts.counts.size() * 4);
+  ASSERT_EQ(float_wire.body.size(), floats.values.size() * 4);
+  for (std::size_t i = 0; i < counts.counts.size(); ++i) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(count_wire.body.data() + 4 * i);
+    const std::uint64_t value = bytes[0] | (bytes[1] << 8) | (bytes[2] << 16) | (std::uint64_t(bytes[3]) << 24);
+    ASSERT_EQ(value, counts.counts[i]) << i;
+    float decoded = 0;
+    std::uint32_t bits = 0;
+    const auto* fbytes = reinterpret_cast<const unsigned char*>(float_wire.body.data() + 4 * i);
+    bits = fbytes[0] | (fbytes[1] << 8) | (fbytes[2] << 16) | (std::uint32_t(fbytes[3]) << 24);
+    std::memcpy(&decoded, &bits, 4);
+    ASSERT_EQ(decoded, floats.values[i]) << i;
+  }
+  counts.counts.back() = 4294967296ULL;  // the last value, in the last partial block
+  EXPECT_THROW(encode_wire_image(counts, PayloadFormat::raw), quantem::Error);
+}

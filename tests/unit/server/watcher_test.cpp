@@ -311,3 +311,89 @@ TEST(CatalogWatch, APollReusesInspectionsUntilAFileOfTheirSignatureChanges) {
   service.acquisitions_document();
   EXPECT_EQ(service.inspections_made(), inspected + 1);
 }
+
+// ---- resolving without a stat() per file when the watcher vouches -------------------
+
+TEST(CatalogWatch, AMasterTheWatcherVouchesForIsNotStatAgainUntilAChangeNamesIt) {
+  test::TempDir dir;
+  test::write_synth(dir.file("sess"), "alpha", 3, 4, 1);
+  WatchedCatalog watched(dir.path());
+  auto& service = *watched.service;
+  watched.watcher->set_reports_every_change(true);
+  const auto first = service.resolve("sess", "alpha_master.h5");
+  EXPECT_EQ(service.signature_restats(), 1u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(service.resolve("sess", "alpha_master.h5").signature, first.signature);
+  EXPECT_EQ(service.signature_restats(), 1u);  // vouched for: no stat() per request
+
+  // Rewritten, and the watcher has the events but no turn has read them (the
+  // kernel queue): the next resolve stats and sees the new files.
+  std::this_thread::sleep_for(20ms);
+  test::write_synth(dir.file("sess"), "alpha", 2, 5, 2);
+  watched.watcher->push(dir.file("sess/alpha_data_000001.h5"), FileEvent::written);
+  const auto rewritten = service.resolve("sess", "alpha_master.h5");
+  EXPECT_NE(rewritten.signature, first.signature);
+  EXPECT_EQ(rewritten.scan_rows, 2u);
+  EXPECT_EQ(rewritten.scan_cols, 5u);
+  EXPECT_EQ(service.signature_restats(), 2u);
+  watched.watcher->push(dir.file("sess/alpha_data_000001.h5"), FileEvent::write_closed);
+  service.watch_turn(0ms);  // applied: one stat() verifies the new state, then none
+  EXPECT_EQ(service.resolve("sess", "alpha_master.h5").signature, rewritten.signature);
+  EXPECT_EQ(service.resolve("sess", "alpha_master.h5").signature, rewritten.signature);
+  EXPECT_EQ(service.signature_restats(), 3u);
+
+  // A change the turn applied, to the master itself or to a directory above.
+  for (const auto& [path, is_directory] :
+       std::vector<std::pair<std::string, bool>>{{dir.file("sess/alpha_master.h5"), false}, {dir.file("sess"), true}}) {
+    const auto before = service.signature_restats();
+    watched.watcher->push(path, FileEvent::attributes, is_directory);
+    service.watch_turn(0ms);
+    service.resolve("sess", "alpha_master.h5");
+    EXPECT_EQ(service.signature_restats(), before + 1) << path;
+    service.resolve("sess", "alpha_master.h5");
+    EXPECT_EQ(service.signature_restats(), before + 1) << path;
+  }
+  // Lost events: everything is stat()ed again.
+  const auto before = service.signature_restats();
+  watched.watcher->push_overflow();
+  service.watch_turn(0ms);
+  service.resolve("sess", "alpha_master.h5");
+  EXPECT_EQ(service.signature_restats(), before + 1);
+}
+
+TEST(CatalogWatch, WithoutAWatcherThatSeesEveryChangeEveryResolveStats) {
+  test::TempDir dir;
+  test::write_synth(dir.file("sess"), "alpha");
+  WatchedCatalog watched(dir.path());  // the fake reports nothing by default (like polling)
+  auto& service = *watched.service;
+  for (int i = 0; i < 3; ++i) service.resolve("sess", "alpha_master.h5");
+  EXPECT_EQ(service.signature_restats(), 3u);
+  server::CatalogService unwatched(dir.path());
+  for (int i = 0; i < 3; ++i) unwatched.resolve("sess", "alpha_master.h5");
+  EXPECT_EQ(unwatched.signature_restats(), 3u);
+}
+
+TEST(CatalogWatch, WithInotifyARewrittenFileIsNeverResolvedStaleEvenBeforeATurnReadsItsEvents) {
+  test::TempDir dir;
+  test::write_synth(dir.file("sess"), "alpha", 3, 4, 1);
+  // The real inotify watcher, turns stepped here: the events of a rewrite
+  // stay in the kernel queue until the test takes a turn.
+  server::CatalogServiceOptions options;
+  options.make_watcher = [](const std::string& folder) { return catalog::make_inotify_watcher(folder); };
+  server::CatalogService service(dir.path(), options);
+  ASSERT_EQ(service.watcher_kind(), "inotify");
+  auto previous = service.resolve("sess", "alpha_master.h5");
+  for (std::uint64_t round = 0; round < 3; ++round) {
+    while (service.watch_turn(0ms) > 0) {
+    }
+    service.resolve("sess", "alpha_master.h5");  // verified by one stat()...
+    const auto restats = service.signature_restats();
+    service.resolve("sess", "alpha_master.h5");  // ...then vouched for
+    EXPECT_EQ(service.signature_restats(), restats) << "round " << round;
+    std::this_thread::sleep_for(20ms);  // a distinct mtime
+    test::write_synth(dir.file("sess"), "alpha", 2 + round, 5, 2 + round);  // same names, new shape
+    const auto now = service.resolve("sess", "alpha_master.h5");  // no turn taken yet
+    EXPECT_NE(now.signature, previous.signature) << "round " << round;
+    EXPECT_EQ(now.scan_rows, 2 + round);
+    previous = now;
+  }
+}

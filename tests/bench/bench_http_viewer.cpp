@@ -1,0 +1,371 @@
+// The viewer's access pattern through HTTP, as a user would measure it: one
+// keep-alive connection (httplib::Client), every row of issue 10 with N
+// requests each, cache misses forced by changing a float parameter by 1e-7
+// (or a new crop / position per request for the fresh-plan and cbed rows),
+// plus an image-cache-hit row and a 304 row. Per row: client wall time
+// p50/p90/min/mean, statuses, body bytes, and the daemon's server-timing
+// stages (p50/mean per stage, cache descriptions). JSON on stdout.
+//
+//   bench_http_viewer --url http://127.0.0.1:8780 --session S --file F_master.h5 [--requests 40]
+//   bench_http_viewer --start-daemon build/src/cli/quantem-gpu --data DIR --session S --file F_master.h5
+//                     [--daemon-arg=--backend --daemon-arg=cpu ...]
+// The second form starts the daemon itself and first measures cold start ->
+// first BF body and the first BF request including the load, then runs the
+// rows against it and stops it (SIGTERM).
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace {
+
+using json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
+
+double percentile(std::vector<double> values, double fraction) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const std::size_t index = std::min(values.size() - 1, static_cast<std::size_t>(fraction * (values.size() - 1) + 0.5));
+  return values[index];
+}
+
+json summary(const std::vector<double>& values) {
+  json s;
+  if (values.empty()) return s;
+  double sum = 0;
+  for (double v : values) sum += v;
+  s["p50"] = percentile(values, 0.5);
+  s["p90"] = percentile(values, 0.9);
+  s["min"] = *std::min_element(values.begin(), values.end());
+  s["mean"] = sum / values.size();
+  return s;
+}
+
+// "resolve;dur=0.031, cache;desc=hit" -> {resolve: 0.031}, desc "hit".
+void parse_server_timing(const std::string& header, std::map<std::string, double>& stages, std::string& cache) {
+  std::stringstream entries(header);
+  std::string entry;
+  while (std::getline(entries, entry, ',')) {
+    const auto start = entry.find_first_not_of(' ');
+    if (start == std::string::npos) continue;
+    entry = entry.substr(start);
+    const auto semicolon = entry.find(';');
+    const std::string name = entry.substr(0, semicolon);
+    if (semicolon == std::string::npos) continue;
+    const std::string parameter = entry.substr(semicolon + 1);
+    if (parameter.rfind("dur=", 0) == 0) stages[name] = std::atof(parameter.c_str() + 4);
+    if (parameter.rfind("desc=", 0) == 0 && name == "cache") cache = parameter.substr(5);
+  }
+}
+
+struct Row {
+  Row(std::string name_, std::function<std::string(int)> target_,
+      std::function<httplib::Headers(int)> headers_ = nullptr)
+      : name(std::move(name_)), target(std::move(target_)), headers(std::move(headers_)) {}
+  std::string name;
+  // Target of request i (0-based; negative: warm-up); headers added when set.
+  std::function<std::string(int)> target;
+  std::function<httplib::Headers(int)> headers;
+  int warmup = 1;
+};
+
+class Bench {
+ public:
+  Bench(const std::string& url, std::string token) : client_(url), token_(std::move(token)) {
+    client_.set_keep_alive(true);
+    client_.set_read_timeout(600, 0);
+    client_.set_connection_timeout(5, 0);
+  }
+
+  httplib::Result get(const std::string& target, httplib::Headers headers = {}) {
+    if (!token_.empty()) headers.emplace("Authorization", "Bearer " + token_);
+    return client_.Get(target, headers);
+  }
+
+  json run(const Row& row, int requests) {
+    for (int i = 0; i < row.warmup; ++i) get(row.target(-1 - i), row.headers ? row.headers(-1 - i) : httplib::Headers{});
+    std::vector<double> client_ms;
+    std::map<std::string, std::vector<double>> stage_ms;
+    std::map<std::string, int> statuses, caches;
+    std::uint64_t body_bytes = 0;
+    std::string first_error;
+    for (int i = 0; i < requests; ++i) {
+      const std::string target = row.target(i);
+      const httplib::Headers headers = row.headers ? row.headers(i) : httplib::Headers{};
+      const auto start = Clock::now();
+      auto response = get(target, headers);
+      const double elapsed = ms_since(start);
+      if (!response) {
+        ++statuses["transport-error"];
+        continue;
+      }
+      ++statuses[std::to_string(response->status)];
+      if (response->status >= 400 && first_error.empty()) first_error = response->body.substr(0, 300);
+      client_ms.push_back(elapsed);
+      body_bytes = response->body.size();
+      std::map<std::string, double> stages;
+      std::string cache;
+      parse_server_timing(response->get_header_value("server-timing"), stages, cache);
+      for (const auto& [stage, value] : stages) stage_ms[stage].push_back(value);
+      if (!cache.empty()) ++caches[cache];
+    }
+    json out;
+    out["name"] = row.name;
+    out["example_target"] = row.target(0);
+    out["requests"] = requests;
+    out["status"] = statuses;
+    out["client_ms"] = summary(client_ms);
+    out["body_bytes"] = body_bytes;
+    json stages = json::object();
+    for (const auto& [stage, values] : stage_ms) {
+      json s = summary(values);
+      stages[stage] = {{"p50", s["p50"]}, {"mean", s["mean"]}};
+    }
+    out["server_ms"] = stages;
+    out["cache"] = caches;
+    if (!first_error.empty()) out["first_error"] = first_error;
+    return out;
+  }
+
+ private:
+  httplib::Client client_;
+  std::string token_;
+};
+
+std::string number(double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.10g", value);
+  return buffer;
+}
+
+// Starts `binary serve data --port 0 --port-file ... extra`; returns pid and port.
+struct StartedDaemon {
+  pid_t pid = -1;
+  int port = 0;
+};
+
+StartedDaemon spawn_daemon(const std::string& binary, const std::string& data, const std::vector<std::string>& extra,
+                           const std::string& port_file, const std::string& log_file) {
+  std::vector<std::string> arguments = {binary, "serve", data, "--port", "0", "--port-file", port_file};
+  arguments.insert(arguments.end(), extra.begin(), extra.end());
+  std::vector<char*> argv;
+  for (auto& a : arguments) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  StartedDaemon started;
+  if (posix_spawn(&started.pid, binary.c_str(), &actions, nullptr, argv.data(), environ) != 0) {
+    throw std::runtime_error("cannot start " + binary);
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  return started;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Viewer access pattern through HTTP (keep-alive), JSON on stdout"};
+  std::string url, session, file, token, daemon_binary, data_folder;
+  std::vector<std::string> daemon_arguments;
+  int requests = 40;
+  int cold_starts = 1;
+  app.add_option("--url", url, "Daemon URL, e.g. http://127.0.0.1:8780");
+  app.add_option("--session", session, "Session id")->required();
+  app.add_option("--file", file, "Master file name")->required();
+  app.add_option("--token", token, "Bearer token (--auth token daemons)");
+  app.add_option("--requests", requests, "Requests per row")->capture_default_str();
+  app.add_option("--start-daemon", daemon_binary, "Start this quantem-gpu binary (measures cold start)");
+  app.add_option("--data", data_folder, "Data folder for --start-daemon");
+  app.add_option("--daemon-arg", daemon_arguments, "Extra serve argument for --start-daemon (repeat)");
+  app.add_option("--cold-starts", cold_starts, "Cold starts to measure with --start-daemon")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (url.empty() == daemon_binary.empty()) {
+    std::cerr << "give exactly one of --url and --start-daemon\n";
+    return 2;
+  }
+  if (!daemon_binary.empty() && data_folder.empty()) {
+    std::cerr << "--start-daemon needs --data\n";
+    return 2;
+  }
+
+  const std::string source = "session=" + session + "&file=" + file;
+  const std::string realspace = "/api/browse/realspace?" + source;
+  json report;
+  report["session"] = session;
+  report["file"] = file;
+  report["requests_per_row"] = requests;
+
+  std::optional<StartedDaemon> daemon;
+  const std::string work = std::filesystem::temp_directory_path() / ("bench_http_viewer." + std::to_string(::getpid()));
+  if (!daemon_binary.empty()) {
+    std::filesystem::create_directories(work);
+    json colds = json::array();
+    for (int attempt = 0; attempt < cold_starts; ++attempt) {
+      const std::string port_file = work + "/port";
+      std::filesystem::remove(port_file);
+      const auto start = Clock::now();
+      StartedDaemon started = spawn_daemon(daemon_binary, data_folder, daemon_arguments, port_file, work + "/daemon.log");
+      while (started.port == 0) {
+        std::ifstream in(port_file);
+        int port = 0;
+        if (in >> port && port > 0) started.port = port;
+        int status = 0;
+        if (started.port == 0 && ::waitpid(started.pid, &status, WNOHANG) == started.pid) {
+          std::cerr << "the daemon exited before listening; see " << work << "/daemon.log\n";
+          return 1;
+        }
+        if (started.port == 0) std::this_thread::sleep_for(std::chrono::microseconds(500));
+      }
+      const double listening_ms = ms_since(start);
+      httplib::Client client("http://127.0.0.1:" + std::to_string(started.port));
+      client.set_keep_alive(true);
+      client.set_read_timeout(600, 0);
+      httplib::Headers headers;
+      if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
+      int not_ready = 0;
+      double first_request_ms = 0;
+      std::string server_timing;
+      while (true) {
+        const auto request_start = Clock::now();
+        auto response = client.Get(realspace + "&mode=BF", headers);
+        first_request_ms = ms_since(request_start);
+        if (response && response->status == 200) {
+          server_timing = response->get_header_value("server-timing");
+          break;
+        }
+        if (response && response->status != 503) {
+          std::cerr << "first BF request answered " << response->status << ": " << response->body << "\n";
+          return 1;
+        }
+        ++not_ready;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      json cold;
+      cold["start_to_listening_s"] = listening_ms / 1000;
+      cold["start_to_first_bf_body_s"] = ms_since(start) / 1000;
+      cold["first_bf_request_including_load_s"] = first_request_ms / 1000;
+      cold["first_bf_server_timing"] = server_timing;
+      cold["not_ready_answers"] = not_ready;
+      colds.push_back(cold);
+      if (attempt + 1 < cold_starts) {
+        client.stop();
+        ::kill(started.pid, SIGTERM);
+        int status = 0;
+        ::waitpid(started.pid, &status, 0);
+      } else {
+        daemon = started;
+      }
+    }
+    report["cold_start"] = colds;
+    url = "http://127.0.0.1:" + std::to_string(daemon->port);
+  }
+  report["url"] = url;
+
+  Bench bench(url, token);
+  // Shapes from the daemon: the full BF image is the scan, a pattern the detector.
+  auto bf = bench.get(realspace + "&mode=BF&ensure_resident=true");
+  if (!bf || bf->status != 200) {
+    std::cerr << "BF request failed: " << (bf ? std::to_string(bf->status) + " " + bf->body : "no connection") << "\n";
+    return 1;
+  }
+  const int scan_rows = std::atoi(bf->get_header_value("x-height").c_str());
+  const int scan_cols = std::atoi(bf->get_header_value("x-width").c_str());
+  auto pattern = bench.get("/api/browse/cbed?" + source + "&sx=0&sy=0&ensure_resident=true");
+  if (!pattern || pattern->status != 200) {
+    std::cerr << "cbed request failed\n";
+    return 1;
+  }
+  const int det_rows = std::atoi(pattern->get_header_value("x-height").c_str());
+  const int det_cols = std::atoi(pattern->get_header_value("x-width").c_str());
+  report["scan_shape"] = {scan_rows, scan_cols};
+  report["detector_shape"] = {det_rows, det_cols};
+
+  // i < 0 is a warm-up; every index gives a distinct value.
+  auto tiny = [](int i) { return number((i + 1000) * 1e-7); };
+  auto offset = [](double base, int i) { return number(base + (i + 1000) * 1e-7); };
+  // A new crop per request: half the scan, shifted over a grid of offsets.
+  const int crop_rows = std::max(1, scan_rows / 2), crop_cols = std::max(1, scan_cols / 2);
+  auto crop = [&](int i) {
+    const int span_rows = scan_rows - crop_rows + 1, span_cols = scan_cols - crop_cols + 1;
+    const int k = (i + 1000) % (span_rows * span_cols);
+    const int r = k / span_cols, c = k % span_cols;
+    return "&row_start=" + std::to_string(r) + "&row_stop=" + std::to_string(r + crop_rows) +
+           "&column_start=" + std::to_string(c) + "&column_stop=" + std::to_string(c + crop_cols);
+  };
+  const double cx = det_cols / 2.0, cy = det_rows / 2.0, r_in = std::max(1.0, det_rows / 8.0),
+               r_out = std::max(2.0, det_rows / 3.0);
+
+  std::vector<Row> rows;
+  rows.emplace_back("BF", [&](int i) { return realspace + "&mode=BF&inner=0&outer=" + offset(1, i); });
+  rows.emplace_back("ABF", [&](int i) { return realspace + "&mode=ABF&inner=" + offset(0.5, i) + "&outer=1"; });
+  rows.emplace_back("ADF", [&](int i) { return realspace + "&mode=ADF&inner=" + offset(1, i) + "&outer=3"; });
+  rows.emplace_back("annulus shape", [&](int i) {
+                    return "/api/browse/realspace-shape?" + source + "&shape=annulus&cx=" + number(cx) +
+                           "&cy=" + number(cy) + "&inner=" + offset(r_in, i) + "&outer=" + number(r_out);
+                  });
+  rows.emplace_back("BF scan_bin 2", [&](int i) { return realspace + "&mode=BF&scan_bin=2&inner=0&outer=" + offset(1, i); });
+  rows.emplace_back("CoMx (computed plan)", [&](int i) { return realspace + "&mode=CoMx&inner=" + tiny(i); });
+  rows.emplace_back("CoMy (computed plan)", [&](int i) { return realspace + "&mode=CoMy&inner=" + tiny(i); });
+  rows.emplace_back("iCoM", [&](int i) { return realspace + "&mode=iCoM&inner=" + tiny(i); });
+  rows.emplace_back("BF fresh plan (new crop)", [&](int i) { return realspace + "&mode=BF" + crop(i); });
+  rows.emplace_back("CoMx fresh plan (new crop)", [&](int i) { return realspace + "&mode=CoMx" + crop(i + 5000); });
+  rows.emplace_back("cbed new position", [&](int i) {
+                    const int k = (i + 1000) % (scan_rows * scan_cols);
+                    return "/api/browse/cbed?" + source + "&sx=" + std::to_string(k / scan_cols) +
+                           "&sy=" + std::to_string(k % scan_cols) + "&ensure_resident=true";
+                  });
+  rows.emplace_back("cbed-region mean r=5", [&](int i) {
+                    return "/api/browse/cbed-region?" + source + "&shape=circle&reduce=mean&radius=5&cx=" +
+                           offset(scan_cols / 2.0, i) + "&cy=" + number(scan_rows / 2.0) + "&ensure_resident=true";
+                  });
+  const std::string same_bf = realspace + "&mode=BF&inner=0&outer=1";
+  rows.emplace_back("BF again (image-cache hit)", [&](int) { return same_bf; });
+  std::string etag;
+  rows.emplace_back("BF If-None-Match (304)", [&](int) { return same_bf; },
+                  [&](int) {
+                    if (etag.empty()) {
+                      auto r = bench.get(same_bf);
+                      if (r) etag = r->get_header_value("etag");
+                    }
+                    return httplib::Headers{{"If-None-Match", etag}};
+                  });
+
+  json results = json::array();
+  for (const auto& row : rows) results.push_back(bench.run(row, requests));
+  report["rows"] = results;
+  std::cout << report.dump(2) << std::endl;
+
+  if (daemon) {
+    ::kill(daemon->pid, SIGTERM);
+    int status = 0;
+    ::waitpid(daemon->pid, &status, 0);
+    std::filesystem::remove_all(work);
+  }
+  return 0;
+}
