@@ -137,6 +137,12 @@ struct PinnedSlots {
   std::vector<cuda::PinnedBuffer> slots;
 };
 
+// Idle release: hands the memory this process caches on the device but no
+// longer uses back to the driver. TODO(lead): bind the device and trim its
+// memory pool (cudaDeviceGetMemPool + cudaMemPoolTrimTo(pool, 0)) once the
+// load allocates from it; until then it returns nothing.
+void return_cached_device_memory(int device_index) { (void)device_index; }
+
 class CudaBackendImpl final : public CudaBackend {
  public:
   explicit CudaBackendImpl(const CudaBackendOptions& options) : options_(options) {
@@ -173,6 +179,7 @@ class CudaBackendImpl final : public CudaBackend {
                               ? options.budget_bytes
                               : static_cast<std::uint64_t>(static_cast<double>(info.total_memory_bytes) *
                                                            options.budget_fraction);
+      info.budget_fraction = options.budget_bytes != 0 ? 0.0 : options.budget_fraction;
       devices_.push_back(info);
     }
     unsigned threads = options.read_threads;
@@ -195,8 +202,11 @@ class CudaBackendImpl final : public CudaBackend {
     return {plan.resident_bytes_bound(), plan.transition_peak_bytes(true)};
   }
 
-  std::shared_ptr<Resident> load(const catalog::Acquisition& acquisition, int device_index,
-                                 LoadProgress& progress) override {
+  using Backend::load;
+  // TODO(lead): grow `reservation` before allocating beyond the admitted estimate (LoadReservation).
+  std::shared_ptr<Resident> load(const catalog::Acquisition& acquisition, int device_index, LoadProgress& progress,
+                                 LoadReservation& reservation) override {
+    (void)reservation;
     check_device(device_index);
     try {
       auto resident = load_checked(acquisition, device_index, progress);
@@ -216,6 +226,11 @@ class CudaBackendImpl final : public CudaBackend {
       progress.stage = LoadStage::failed;
       throw;
     }
+  }
+
+  void trim_device_memory(int device_index) override {
+    check_device(device_index);
+    return_cached_device_memory(device_index);
   }
 
   CudaLoadReport last_load_report() const override {
