@@ -8,10 +8,11 @@
 //    (out of memory) after "allocating" and freeing its temporaries;
 //  - a record of every load: acquisition, device, thread name, and the bytes
 //    alive on that device when it started (to check that freed means freed);
-//  - growth: a load "allocates" its admitted transition peak as temporaries,
-//    then grows its reservation by each configured step before "allocating"
-//    it (an observer sees every grant), and finishes with a configured
-//    resident size; everything temporary is freed when it returns or throws.
+//  - growth: a load "allocates" its estimated transition peak as temporaries,
+//    then needs each configured step more, growing its reservation to cover
+//    it before "allocating" it (an observer sees every grant), and finishes
+//    with a configured resident size; everything temporary is freed when it
+//    returns or throws.
 // Residents count their bytes as alive on their device until destroyed.
 #include <pthread.h>
 
@@ -167,15 +168,21 @@ class FakeBackend : public backend::Backend {
       }
       ~Temporaries() { memory->remove(device, bytes); }
     } temporaries{memory_, device_index};
-    temporaries.add(reservation.reserved_bytes());
+    temporaries.add(estimate.transition_peak_bytes);
     const Growth growth = growth_locked(path);
+    const auto observer = growth_observer_;
+    std::uint64_t needed = estimate.transition_peak_bytes;
+    lock.unlock();
     for (const std::uint64_t step : growth.steps) {
-      lock.unlock();
-      reservation.grow(step);  // before the allocation, as the contract says
+      needed += step;
+      // A retry may start with a reservation that already covers it (the size learned before).
+      if (needed > reservation.reserved_bytes()) {
+        reservation.grow(needed - reservation.reserved_bytes());  // before the allocation, as the contract says
+        if (observer) observer(device_index, reservation.reserved_bytes());
+      }
       temporaries.add(step);
-      if (growth_observer_) growth_observer_(device_index, reservation.reserved_bytes());
-      lock.lock();
     }
+    lock.lock();
     const std::uint64_t resident_bytes = growth.resident_bytes ? growth.resident_bytes : estimate.resident_bytes;
     progress.bytes_done = 100;
     progress.stage = backend::LoadStage::done;
