@@ -167,7 +167,17 @@ HttpResponse BrowseService::capabilities(const HttpRequest&, const QueryParams&)
   input.backend = backend_.name();
   input.implementation_revision = config_.implementation_revision;
   input.data_folder = catalog_.data_folder();
-  for (const auto& usage : residency_.device_usage()) {
+  const auto usages = residency_.device_usage();
+  // The configured fraction (--device-budget 0.8, or the default); with a byte budget, that budget over the device's memory.
+  if (!usages.empty()) {
+    const auto& first = usages.front().info;
+    if (first.budget_fraction > 0) {
+      input.cache_fraction = first.budget_fraction;
+    } else if (first.total_memory_bytes > 0) {
+      input.cache_fraction = static_cast<double>(first.budget_bytes) / static_cast<double>(first.total_memory_bytes);
+    }
+  }
+  for (const auto& usage : usages) {
     protocol::DeviceCapacity device;
     device.index = usage.info.index;
     device.name = usage.info.name;
