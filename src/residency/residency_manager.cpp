@@ -586,6 +586,7 @@ ResidencyStatus ResidencyManager::status_of(const Entry& entry) const {
   status.bytes_done = entry.progress->bytes_done;
   status.bytes_total = entry.progress->bytes_total;
   status.stage = backend::load_stage_name(entry.progress->stage);
+  if (!entry.detached) status.reserved_bytes = held_bytes(entry);
   if (entry.state == ResidencyState::resident && entry.resident) {
     status.resident_bytes = entry.resident->resident_bytes();
     status.encoding = entry.resident->encoding();

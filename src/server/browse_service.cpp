@@ -410,6 +410,7 @@ json BrowseService::residency_document(const protocol::SourceRef& source, const 
   doc["state"] = residency::residency_state_name(status.state);
   doc["device"] = status.device_index ? json(*status.device_index) : json(nullptr);
   doc["resident_bytes"] = status.resident_bytes;
+  doc["reserved_bytes"] = status.reserved_bytes;
   doc["bytes_done"] = status.bytes_done;
   doc["bytes_total"] = status.bytes_total;
   doc["stage"] = status.stage.empty() ? json(nullptr) : json(status.stage);

@@ -79,6 +79,7 @@ struct ResidencyStatus {
   ResidencyState state = ResidencyState::absent;
   std::optional<int> device_index;
   std::uint64_t resident_bytes = 0;
+  std::uint64_t reserved_bytes = 0;  // held on the device: a load's current reservation, a resident's bytes
   std::uint64_t bytes_done = 0;
   std::uint64_t bytes_total = 0;
   std::string stage;           // backend::load_stage_name while loading or after it

@@ -124,9 +124,12 @@ TEST(ReservationGrowth, ReportsTheGrowingReservationWhileTheLoadRuns) {
   backend.set_growth_observer([&](int, std::uint64_t reserved) {
     reserved_seen = manager.device_usage()[0].resident_bytes;
     EXPECT_EQ(reserved, 70u);
+    EXPECT_EQ(manager.status(fake_acquisition("slow")).reserved_bytes, 70u);
+    EXPECT_EQ(manager.status(fake_acquisition("slow")).state, ResidencyState::loading);
   });
   manager.acquire(fake_acquisition("slow"));
   EXPECT_EQ(reserved_seen.load(), 70u);  // admitted 30 + grown 40, reported as loading bytes
+  EXPECT_EQ(manager.status(fake_acquisition("slow")).reserved_bytes, 50u);  // now the resident's real size
 }
 
 TEST(ReservationGrowth, EvictsAnIdleLeastRecentlyUsedResidentOnTheSameDeviceOnly) {
