@@ -3,9 +3,11 @@
 // mapping) that the CPU and CUDA loads run through.
 #include "quantem/backend/backend.hpp"
 
+#include <algorithm>
 #include <new>
 #include <string>
 
+#include "quantem/catalog/catalog.hpp"
 #include "quantem/core/error.hpp"
 
 namespace quantem::backend {
@@ -143,6 +145,34 @@ std::shared_ptr<Resident> run_load(const catalog::Acquisition& acquisition, Load
     progress.stage = LoadStage::failed;
     throw;
   }
+}
+
+LocalLoadReservation::LocalLoadReservation(int device_index, std::uint64_t initial_bytes,
+                                           std::optional<std::uint64_t> limit_bytes)
+    : device_index_(device_index), reserved_(initial_bytes), largest_(initial_bytes), limit_(limit_bytes) {}
+
+void LocalLoadReservation::grow(std::uint64_t bytes) {
+  ++grow_calls_;
+  if (limit_ && (bytes > *limit_ || reserved_ > *limit_ - bytes)) {
+    throw payload_too_large("the load needs " + catalog::format_size(reserved_ + bytes) + " on device " +
+                            std::to_string(device_index_) + " but its reservation is limited to " +
+                            catalog::format_size(*limit_));
+  }
+  reserved_ += bytes;
+  largest_ = std::max(largest_, reserved_);
+}
+
+void LocalLoadReservation::release(std::uint64_t bytes) { reserved_ -= std::min(bytes, reserved_); }
+
+std::shared_ptr<Resident> Backend::load(const catalog::Acquisition& acquisition, int device_index,
+                                        LoadProgress& progress) {
+  std::uint64_t admitted = 0;  // an acquisition the estimate refuses is refused by load() with the same error
+  try {
+    admitted = estimate_load(acquisition).transition_peak_bytes;
+  } catch (const Error&) {
+  }
+  LocalLoadReservation reservation(device_index, admitted);
+  return load(acquisition, device_index, progress, reservation);
 }
 
 }  // namespace quantem::backend

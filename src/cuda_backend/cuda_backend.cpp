@@ -24,6 +24,12 @@ namespace {
 
 using namespace cuda_detail;
 
+// Idle release: hands the memory this process caches on the device but no
+// longer uses back to the driver. TODO(lead): bind the device and trim its
+// memory pool (cudaDeviceGetMemPool + cudaMemPoolTrimTo(pool, 0)) once the
+// load allocates from it; until then it returns nothing.
+void return_cached_device_memory(int device_index) { (void)device_index; }
+
 class CudaBackendImpl final : public CudaBackend {
  public:
   explicit CudaBackendImpl(const CudaBackendOptions& options) : options_(options) {
@@ -60,6 +66,7 @@ class CudaBackendImpl final : public CudaBackend {
                               ? options.budget_bytes
                               : static_cast<std::uint64_t>(static_cast<double>(info.total_memory_bytes) *
                                                            options.budget_fraction);
+      info.budget_fraction = options.budget_bytes != 0 ? 0.0 : options.budget_fraction;
       devices_.push_back(info);
     }
     unsigned threads = options.read_threads;
@@ -82,8 +89,11 @@ class CudaBackendImpl final : public CudaBackend {
     return {plan.resident_bytes_bound(), plan.transition_peak_bytes(true)};
   }
 
-  std::shared_ptr<Resident> load(const catalog::Acquisition& acquisition, int device_index,
-                                 LoadProgress& progress) override {
+  using Backend::load;
+  // TODO(lead): grow `reservation` before allocating beyond the admitted estimate (LoadReservation).
+  std::shared_ptr<Resident> load(const catalog::Acquisition& acquisition, int device_index, LoadProgress& progress,
+                                 LoadReservation& reservation) override {
+    (void)reservation;
     check_device(device_index);
     return run_load(acquisition, progress, /*max_detector_axis=*/0, name(),
                     "stage the load of " + acquisition.name, [&]() -> std::shared_ptr<Resident> {
@@ -94,6 +104,11 @@ class CudaBackendImpl final : public CudaBackend {
                                                 " to load " + acquisition.name + ": " + error.what());
                       }
                     });
+  }
+
+  void trim_device_memory(int device_index) override {
+    check_device(device_index);
+    return_cached_device_memory(device_index);
   }
 
   CudaLoadReport last_load_report() const override {

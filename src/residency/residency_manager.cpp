@@ -38,9 +38,21 @@ const char* residency_state_name(ResidencyState state) noexcept {
   return "absent";
 }
 
+namespace {
+
+class SteadyResidencyClock final : public ResidencyClock {
+ public:
+  std::chrono::steady_clock::time_point now() const override { return std::chrono::steady_clock::now(); }
+};
+
+}  // namespace
+
+std::shared_ptr<ResidencyClock> steady_residency_clock() { return std::make_shared<SteadyResidencyClock>(); }
+
 struct ResidencyManager::Sync {
   std::mutex mutex;
   std::condition_variable changed;  // any state change: load finished, pin released, eviction, shutdown
+  std::shared_ptr<ResidencyClock> clock;
 };
 
 struct ResidencyManager::Entry {
@@ -48,11 +60,17 @@ struct ResidencyManager::Entry {
   catalog::Acquisition acquisition;  // the inspection the load uses (signature included)
   backend::LoadEstimate estimate;
   std::size_t device_position = 0;
+  // While loading: the bytes reserved on the device. Set to admitted_bytes when
+  // an attempt is admitted or queued again; grown and released by the load.
+  std::uint64_t reserved_bytes = 0;
+  std::uint64_t admitted_bytes = 0;                  // what the current attempt was admitted with
+  std::optional<std::uint64_t> refused_growth_bytes;  // the reservation a load asked for and did not get
   ResidencyState state = ResidencyState::loading;
   std::shared_ptr<backend::Resident> resident;  // the only owning pointer
   std::shared_ptr<backend::LoadProgress> progress = std::make_shared<backend::LoadProgress>();
   std::optional<Error> failure;
   std::uint64_t last_used = 0;
+  std::chrono::steady_clock::time_point last_used_time;  // by the manager's clock: idle release
   std::uint64_t pins = 0;     // leases alive + requests waiting for this load
   bool detached = false;      // no longer in entries_ (evicted, cancelled, stale)
   bool load_started = false;  // the loader has taken it off its queue
@@ -79,9 +97,36 @@ std::string loader_thread_name(int device_index) {
 
 }  // namespace
 
+// What a running load holds, reported to the manager (grow, release).
+class ResidencyManager::Reservation final : public backend::LoadReservation {
+ public:
+  Reservation(ResidencyManager& manager, EntryPtr job, int device_index)
+      : manager_(manager), job_(std::move(job)), device_index_(device_index) {}
+  int device_index() const override { return device_index_; }
+  std::uint64_t reserved_bytes() const override {
+    std::lock_guard<std::mutex> lock(manager_.sync_->mutex);
+    return job_->reserved_bytes;
+  }
+  void grow(std::uint64_t bytes) override { manager_.grow_reservation(job_, bytes); }
+  void release(std::uint64_t bytes) override { manager_.release_reservation(job_, bytes); }
+
+ private:
+  ResidencyManager& manager_;
+  EntryPtr job_;
+  int device_index_;
+};
+
 ResidencyManager::ResidencyManager(backend::Backend& backend, ResidencyOptions options)
     : backend_(backend), options_(options), devices_(backend.devices()), sync_(std::make_shared<Sync>()) {
   if (options_.max_entries_per_device == 0) options_.max_entries_per_device = 1;
+  sync_->clock = options_.clock ? options_.clock : steady_residency_clock();
+  if (options_.idle_release.count() > 0) {
+    if (options_.idle_check_interval.count() <= 0) {
+      options_.idle_check_interval = std::clamp<std::chrono::milliseconds>(
+          options_.idle_release / 10, std::chrono::seconds(1), std::chrono::seconds(60));
+    }
+    idle_thread_ = std::thread([this] { idle_loop(); });
+  }
   for (std::size_t position = 0; position < devices_.size(); ++position) {
     loaders_.push_back(std::make_unique<DeviceLoader>());
   }
@@ -103,6 +148,7 @@ void ResidencyManager::shutdown() {
   for (auto& loader : loaders_) {
     if (loader->thread.joinable()) loader->thread.join();
   }
+  if (idle_thread_.joinable()) idle_thread_.join();
   std::lock_guard<std::mutex> lock(sync_->mutex);
   for (auto& loader : loaders_) loader->queue.clear();
   for (auto& [path, entry] : entries_) {
@@ -138,14 +184,17 @@ std::uint64_t ResidencyManager::aggregate_budget_bytes() const {
   return total;
 }
 
-void ResidencyManager::touch_locked(Entry& entry) { entry.last_used = ++clock_; }
+void ResidencyManager::touch_locked(Entry& entry) {
+  entry.last_used = ++clock_;
+  entry.last_used_time = sync_->clock->now();
+}
 
 namespace {
 
 // Bytes an entry holds on its device right now.
 template <typename EntryT>
 std::uint64_t held_bytes(const EntryT& entry) {
-  if (entry.state == ResidencyState::loading) return entry.estimate.transition_peak_bytes;
+  if (entry.state == ResidencyState::loading) return entry.reserved_bytes;
   if (entry.state == ResidencyState::resident && entry.resident) return entry.resident->resident_bytes();
   return 0;
 }
@@ -387,6 +436,7 @@ ResidencyManager::EntryPtr ResidencyManager::admit_locked(std::unique_lock<std::
         entry->master_path = acquisition.master_path;
         entry->acquisition = acquisition;
         entry->estimate = estimate;
+        entry->admitted_bytes = entry->reserved_bytes = estimate.transition_peak_bytes;
         entry->device_position = attempt.device_position;
         entry->preserved = preserved;
         for (std::size_t rest = a + 1; rest < passes[p].size(); ++rest) entry->fallbacks.push_back(passes[p][rest]);
@@ -396,8 +446,9 @@ ResidencyManager::EntryPtr ResidencyManager::admit_locked(std::unique_lock<std::
         touch_locked(*entry);
         entries_[entry->master_path] = entry;
         ++counters_.loads_started;
-        spdlog::info("admitted {} on device {} (transition peak {} B, resident {} B)", acquisition.master_path,
-                     devices_[entry->device_position].index, estimate.transition_peak_bytes, estimate.resident_bytes);
+        spdlog::info("admitted {} on device {} (transition peak {} B, provisional resident {} B, at most {} B)",
+                     acquisition.master_path, devices_[entry->device_position].index, estimate.transition_peak_bytes,
+                     estimate.resident_bytes, estimate.peak_bound());
         enqueue_locked(entry, false);
         return entry;
       }
@@ -435,6 +486,7 @@ void ResidencyManager::release_pin(Sync& sync, const EntryPtr& entry) {
   {
     std::lock_guard<std::mutex> lock(sync.mutex);
     unpin(*entry);
+    entry->last_used_time = sync.clock->now();  // idle time counts from the end of the last use
   }
   sync.changed.notify_all();
 }
@@ -534,6 +586,7 @@ ResidencyStatus ResidencyManager::status_of(const Entry& entry) const {
   status.bytes_done = entry.progress->bytes_done;
   status.bytes_total = entry.progress->bytes_total;
   status.stage = backend::load_stage_name(entry.progress->stage);
+  if (!entry.detached) status.reserved_bytes = held_bytes(entry);
   if (entry.state == ResidencyState::resident && entry.resident) {
     status.resident_bytes = entry.resident->resident_bytes();
     status.encoding = entry.resident->encoding();
@@ -595,12 +648,15 @@ void ResidencyManager::loader_loop(std::size_t device_position) {
     const int attempt_device = devices_[job->device_position].index;
     job->progress->bytes_done = 0;
     job->progress->stage = backend::LoadStage::queued;
+    job->reserved_bytes = job->admitted_bytes;
+    job->refused_growth_bytes.reset();
+    Reservation reservation(*this, job, attempt_device);
 
     lock.unlock();
     std::shared_ptr<backend::Resident> resident;
     std::optional<Error> failure;
     try {
-      resident = backend_.load(job->acquisition, attempt_device, *job->progress);
+      resident = backend_.load(job->acquisition, attempt_device, *job->progress, reservation);
       if (!resident) throw internal_error("the backend returned no resident");
       // A resident built from files that changed under the load is never served.
       if (catalog::restat_signature(job->acquisition.signature) != job->acquisition.signature) {
@@ -622,9 +678,9 @@ void ResidencyManager::loader_loop(std::size_t device_position) {
       failure = unavailable("the load of " + job->acquisition.name + " was cancelled");
     }
     if (!failure) {
-      if (resident->resident_bytes() > job->estimate.resident_bytes) {
-        spdlog::warn("{} holds {} B on device {}, more than its estimate of {} B", job->master_path,
-                     resident->resident_bytes(), attempt_device, job->estimate.resident_bytes);
+      if (resident->resident_bytes() > job->reserved_bytes) {
+        spdlog::warn("{} holds {} B on device {}, more than the {} B its load reserved (a loader bug)", job->master_path,
+                     resident->resident_bytes(), attempt_device, job->reserved_bytes);
       }
       ++counters_.loads_completed;
       job->resident = std::move(resident);
@@ -638,20 +694,32 @@ void ResidencyManager::loader_loop(std::size_t device_position) {
     if (failure->kind() == ErrorKind::payload_too_large && !job->detached && !stopping_) {
       // Out of device memory: the backend freed the attempt. Evict one more on
       // this device and retry here; else move to the next candidate.
-      ++counters_.out_of_memory_retries;
-      spdlog::warn("out of memory loading {} on device {}: {}", job->master_path, attempt_device, failure->what());
-      if (evict_one_locked(job->device_position, job->preserved, job.get())) {
-        enqueue_locked(job, true);
-        continue;
+      // A refused growth already took every idle resident there: move on at
+      // once, asking the next device for the size the load has learned.
+      backend::LoadEstimate next_estimate = job->estimate;
+      if (job->refused_growth_bytes) {
+        next_estimate.transition_peak_bytes = std::max(next_estimate.transition_peak_bytes, *job->refused_growth_bytes);
+        spdlog::warn("{} could not grow its reservation on device {}: {}", job->master_path, attempt_device,
+                     failure->what());
+      } else {
+        ++counters_.out_of_memory_retries;
+        spdlog::warn("out of memory loading {} on device {}: {}", job->master_path, attempt_device, failure->what());
+        if (evict_one_locked(job->device_position, job->preserved, job.get())) {
+          enqueue_locked(job, true);
+          continue;
+        }
       }
       bool moved = false;
       while (!job->fallbacks.empty() && !moved) {
         const Attempt next = job->fallbacks.front();
         job->fallbacks.pop_front();
         const std::optional<std::string> preserved = next.preserve_active ? active_ : std::nullopt;
-        if (make_room_locked(next.device_position, job->estimate, preserved, job.get()).made) {
+        const std::uint64_t budget = devices_[next.device_position].budget_bytes;
+        if (budget > 0 && next_estimate.transition_peak_bytes > budget) continue;
+        if (make_room_locked(next.device_position, next_estimate, preserved, job.get()).made) {
           job->device_position = next.device_position;
           job->preserved = preserved;
+          job->admitted_bytes = job->reserved_bytes = next_estimate.transition_peak_bytes;
           enqueue_locked(job, true);
           moved = true;
         }
@@ -669,6 +737,130 @@ void ResidencyManager::loader_loop(std::size_t device_position) {
       if (is_transient(failure->kind())) remove_locked(job);
     }
     sync_->changed.notify_all();
+  }
+}
+
+void ResidencyManager::grow_reservation(const EntryPtr& job, std::uint64_t bytes) {
+  std::unique_lock<std::mutex> lock(sync_->mutex);
+  const std::size_t position = job->device_position;
+  const std::uint64_t budget = devices_[position].budget_bytes;
+  const auto deadline = std::chrono::steady_clock::now() + options_.busy_wait_limit;
+  auto refuse = [&](const std::string& reason) {
+    ++counters_.growth_refusals;
+    job->refused_growth_bytes = job->reserved_bytes + bytes;
+    throw payload_too_large(job->acquisition.name + " needs " + catalog::format_size(job->reserved_bytes + bytes) +
+                            " on device " + std::to_string(devices_[position].index) + " but " + reason +
+                            ". Crop the scan region or increase scan/detector binning.");
+  };
+  while (true) {
+    if (stopping_ || job->detached || job->progress->cancel_requested) {
+      throw unavailable("the load of " + job->acquisition.name + " was cancelled");
+    }
+    if (budget > 0 && (bytes > budget || job->reserved_bytes > budget - bytes)) {
+      refuse("its data-cache budget is " + catalog::format_size(budget));
+    }
+    // Bytes on this device, split into what eviction frees now (idle residents),
+    // what waiting frees (pinned residents, draining bytes) and what neither
+    // frees (this load, the other loads queued behind it, the preserved acquisition).
+    std::uint64_t held = 0, fixed = 0;
+    std::vector<EntryPtr> victims;
+    for (const auto& [path, entry] : entries_) {
+      if (entry->device_position != position) continue;
+      if (entry->state != ResidencyState::resident && entry->state != ResidencyState::loading) continue;
+      const std::uint64_t entry_bytes = held_bytes(*entry);
+      held += entry_bytes;
+      const bool is_preserved = job->preserved && *job->preserved == path;
+      if (entry->state == ResidencyState::loading || is_preserved) {
+        fixed += entry_bytes;
+      } else if (entry->pins == 0) {
+        victims.push_back(entry);
+      }
+    }
+    for (const auto& entry : draining_) {
+      if (entry->device_position == position) held += held_bytes(*entry);
+    }
+    std::sort(victims.begin(), victims.end(),
+              [](const EntryPtr& a, const EntryPtr& b) { return a->last_used < b->last_used; });
+    std::uint64_t freed = 0;
+    std::size_t evicted = 0;
+    auto fits = [&] { return budget == 0 || held - freed + bytes <= budget; };
+    while (!fits() && evicted < victims.size()) freed += held_bytes(*victims[evicted++]);
+    if (fits()) {
+      if (const auto free = backend_.free_bytes(devices_[position].index)) {
+        // Headroom, as admission takes it: advisory, an allocation that fails is an out-of-memory retry.
+        const std::uint64_t required = required_free_bytes(bytes);
+        while (*free + freed < required && evicted < victims.size()) freed += held_bytes(*victims[evicted++]);
+      }
+      for (std::size_t i = 0; i < evicted; ++i) remove_locked(victims[i]);
+      job->reserved_bytes += bytes;
+      ++counters_.reservation_growths;
+      return;
+    }
+    if (fixed + bytes > budget) {
+      refuse("only " + catalog::format_size(budget > fixed ? budget - fixed : 0) + " of its " +
+             catalog::format_size(budget) + " data-cache budget can be freed (other loads or the acquisition on view hold the rest)");
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      refuse("residents in use there did not finish within " + std::to_string(options_.busy_wait_limit.count()) + " ms");
+    }
+    sync_->changed.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(50)));
+  }
+}
+
+void ResidencyManager::release_reservation(const EntryPtr& job, std::uint64_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(sync_->mutex);
+    job->reserved_bytes -= std::min(bytes, job->reserved_bytes);
+  }
+  sync_->changed.notify_all();
+}
+
+std::size_t ResidencyManager::release_idle_residents() {
+  std::vector<int> trimmed_devices;
+  std::size_t released = 0;
+  {
+    std::lock_guard<std::mutex> lock(sync_->mutex);
+    if (options_.idle_release.count() <= 0 || stopping_) return 0;
+    const auto now = sync_->clock->now();
+    std::vector<EntryPtr> idle;
+    for (const auto& [path, entry] : entries_) {
+      if (entry->state == ResidencyState::resident && entry->pins == 0 &&
+          now - entry->last_used_time >= options_.idle_release) {
+        idle.push_back(entry);
+      }
+    }
+    for (const auto& entry : idle) {
+      const int device_index = devices_[entry->device_position].index;
+      spdlog::info("idle release: {} was unused for {} s; releasing its {} B on device {}", entry->master_path,
+                   std::chrono::duration_cast<std::chrono::seconds>(now - entry->last_used_time).count(),
+                   held_bytes(*entry), device_index);
+      ++counters_.idle_releases;
+      remove_locked(entry);
+      if (std::find(trimmed_devices.begin(), trimmed_devices.end(), device_index) == trimmed_devices.end()) {
+        trimmed_devices.push_back(device_index);
+      }
+    }
+    released = idle.size();
+  }
+  for (const int device_index : trimmed_devices) {
+    try {
+      backend_.trim_device_memory(device_index);
+    } catch (const std::exception& error) {
+      spdlog::warn("returning cached memory of device {} to the driver failed: {}", device_index, error.what());
+    }
+  }
+  return released;
+}
+
+void ResidencyManager::idle_loop() {
+  pthread_setname_np(pthread_self(), "quantem-idle");
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(sync_->mutex);
+      const auto wake = std::chrono::steady_clock::now() + options_.idle_check_interval;
+      if (sync_->changed.wait_until(lock, wake, [&] { return stopping_; })) return;
+    }
+    release_idle_residents();
   }
 }
 

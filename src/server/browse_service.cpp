@@ -172,7 +172,17 @@ HttpResponse BrowseService::capabilities(const HttpRequest&, const QueryParams&,
   input.backend = backend_.name();
   input.implementation_revision = config_.implementation_revision;
   input.data_folder = catalog_.data_folder();
-  for (const auto& usage : residency_.device_usage()) {
+  const auto usages = residency_.device_usage();
+  // The configured fraction (--device-budget 0.8, or the default); with a byte budget, that budget over the device's memory.
+  if (!usages.empty()) {
+    const auto& first = usages.front().info;
+    if (first.budget_fraction > 0) {
+      input.cache_fraction = first.budget_fraction;
+    } else if (first.total_memory_bytes > 0) {
+      input.cache_fraction = static_cast<double>(first.budget_bytes) / static_cast<double>(first.total_memory_bytes);
+    }
+  }
+  for (const auto& usage : usages) {
     protocol::DeviceCapacity device;
     device.index = usage.info.index;
     device.name = usage.info.name;
@@ -570,6 +580,7 @@ json BrowseService::residency_document(const protocol::SourceRef& source, const 
   doc["state"] = residency::residency_state_name(status.state);
   doc["device"] = status.device_index ? json(*status.device_index) : json(nullptr);
   doc["resident_bytes"] = status.resident_bytes;
+  doc["reserved_bytes"] = status.reserved_bytes;
   doc["bytes_done"] = status.bytes_done;
   doc["bytes_total"] = status.bytes_total;
   doc["stage"] = status.stage.empty() ? json(nullptr) : json(status.stage);

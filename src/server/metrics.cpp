@@ -103,6 +103,15 @@ std::string Metrics::render(const std::vector<residency::DeviceUsage>& devices,
       << "# HELP quantem_busy_timeouts_total Bounded waits for busy devices or loads that ended in 503.\n"
          "# TYPE quantem_busy_timeouts_total counter\n"
       << "quantem_busy_timeouts_total " << counters.busy_timeouts << "\n"
+      << "# HELP quantem_reservation_growths_total Reservation growths granted to running loads.\n"
+         "# TYPE quantem_reservation_growths_total counter\n"
+      << "quantem_reservation_growths_total " << counters.reservation_growths << "\n"
+      << "# HELP quantem_reservation_growth_refusals_total Reservation growths refused (the load attempt failed with 413).\n"
+         "# TYPE quantem_reservation_growth_refusals_total counter\n"
+      << "quantem_reservation_growth_refusals_total " << counters.growth_refusals << "\n"
+      << "# HELP quantem_idle_releases_total Residents released after --idle-release without use.\n"
+         "# TYPE quantem_idle_releases_total counter\n"
+      << "quantem_idle_releases_total " << counters.idle_releases << "\n"
       << "# HELP quantem_catalog_builds_total Catalog builds completed.\n# TYPE quantem_catalog_builds_total counter\n"
       << "quantem_catalog_builds_total " << catalog_builds << "\n";
 

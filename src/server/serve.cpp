@@ -56,7 +56,11 @@ void add_serve_options(CLI::App& serve, ServeOptions& options) {
                    "Revision reported to clients (default: $QUANTEM_GPU_IMPLEMENTATION_REVISION, else the build's git revision)");
   serve.add_option("--cpu-devices", options.cpu_devices, "CPU backend: number of virtual devices (default 1)");
   serve.add_option("--device-budget", options.device_budget,
-                   "Data-cache budget per device (GPU or CPU virtual device), e.g. 64MiB, 2GB, 1.5GiB (default: 80% of device memory; CPU: 80% of RAM shared)");
+                   "Data-cache budget per device (GPU or CPU virtual device): bytes such as 64MiB, 2GB, 1.5GiB, or a "
+                   "fraction of device memory such as 0.8 or 80% (default: 0.8 of device memory; CPU: of RAM, shared)");
+  serve.add_option("--idle-release", options.idle_release,
+                   "Release residents unused for this long and return their device memory, e.g. 90s, 30m, 2h "
+                   "(default: off)");
   serve.add_option("--cpu-threads", options.cpu_threads, "CPU backend: worker threads (default: every core)");
   serve.add_option("--cache-entries", options.cache_entries, "Resident acquisitions per device, least recently used evicted (default 8)");
   serve.add_option("--http-threads", options.http_threads, "HTTP worker threads (default 16)");
@@ -235,6 +239,7 @@ std::unique_ptr<backend::Backend> make_backend(const ServeSettings& settings, co
     backend::CudaBackendOptions cuda;
     if (settings.gpu_indices) cuda.device_indices = *settings.gpu_indices;
     cuda.budget_bytes = settings.device_budget_bytes;
+    if (settings.device_budget_fraction > 0) cuda.budget_fraction = settings.device_budget_fraction;
     return backend::make_cuda_backend(cuda);
   }
   if (options.gpu || options.gpus != "auto") {
@@ -243,6 +248,7 @@ std::unique_ptr<backend::Backend> make_backend(const ServeSettings& settings, co
   backend::CpuBackendOptions cpu;
   cpu.virtual_devices = settings.cpu_devices;
   cpu.budget_bytes_per_device = settings.device_budget_bytes;
+  if (settings.device_budget_fraction > 0) cpu.budget_fraction = settings.device_budget_fraction;
   cpu.threads = settings.cpu_threads;
   return backend::make_cpu_backend(cpu);
 }
@@ -308,6 +314,7 @@ struct DaemonWiring {
   static residency::ResidencyOptions residency_options(const ServeSettings& settings) {
     residency::ResidencyOptions options;
     options.max_entries_per_device = settings.cache_entries;
+    options.idle_release = settings.idle_release;
     return options;
   }
   static BrowseConfig browse_config(const ServeSettings& settings, const std::optional<TokenSource>& token) {

@@ -69,6 +69,57 @@ std::vector<int> parse_gpu_list(const std::string& spec) {
   return indices;
 }
 
+std::optional<DeviceBudget> parse_device_budget(const std::string& raw) {
+  const std::string text = trim(raw);
+  if (text.empty()) return std::nullopt;
+  const bool percent = text.back() == '%';
+  const std::string number = percent ? trim(text.substr(0, text.size() - 1)) : text;
+  const bool plain_decimal = !number.empty() && number.find_first_not_of("0123456789.") == std::string::npos &&
+                             std::count(number.begin(), number.end(), '.') == 1;
+  if (percent || plain_decimal) {
+    if (number.empty() || number.find_first_not_of("0123456789.") != std::string::npos ||
+        std::count(number.begin(), number.end(), '.') > 1 || number.find_first_of("0123456789") == std::string::npos) {
+      return std::nullopt;
+    }
+    const double value = std::strtod(number.c_str(), nullptr) / (percent ? 100.0 : 1.0);
+    if (value > 0.0 && value <= 1.0) return DeviceBudget{0, value};
+    if (percent) return std::nullopt;
+    // A unitless decimal above 1 is a byte count ("2048.0").
+  }
+  const auto bytes = parse_byte_size(text);
+  if (!bytes || *bytes == 0) return std::nullopt;
+  return DeviceBudget{*bytes, 0.0};
+}
+
+std::optional<std::chrono::milliseconds> parse_duration(const std::string& raw) {
+  const std::string text = trim(raw);
+  std::size_t number_end = 0;
+  bool seen_digit = false, seen_dot = false;
+  while (number_end < text.size()) {
+    const char c = text[number_end];
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      seen_digit = true;
+    } else if (c == '.' && !seen_dot) {
+      seen_dot = true;
+    } else {
+      break;
+    }
+    ++number_end;
+  }
+  if (!seen_digit) return std::nullopt;
+  std::string unit = trim(text.substr(number_end));
+  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double milliseconds_per_unit = 0;
+  if (unit == "ms") milliseconds_per_unit = 1;
+  else if (unit.empty() || unit == "s") milliseconds_per_unit = 1e3;
+  else if (unit == "m" || unit == "min") milliseconds_per_unit = 60e3;
+  else if (unit == "h") milliseconds_per_unit = 3600e3;
+  else return std::nullopt;
+  const double milliseconds = std::strtod(text.substr(0, number_end).c_str(), nullptr) * milliseconds_per_unit;
+  if (!std::isfinite(milliseconds) || milliseconds < 0 || milliseconds > 1e15) return std::nullopt;
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(milliseconds)));
+}
+
 std::optional<std::uint64_t> parse_byte_size(const std::string& raw) {
   const std::string text = trim(raw);
   std::size_t number_end = 0;
@@ -143,12 +194,22 @@ ServeSettings validate_serve_options(const ServeOptions& options) {
   if (options.cpu_devices < 1 || options.cpu_devices > 64) throw ServeUsageError("--cpu-devices must be between 1 and 64");
   settings.cpu_devices = static_cast<int>(options.cpu_devices);
   if (!options.device_budget.empty()) {
-    const auto bytes = parse_byte_size(options.device_budget);
-    if (!bytes || *bytes == 0) {
-      throw ServeUsageError("--device-budget must be a positive byte count such as 1073741824, 64MiB, 2GB or 1.5GiB; got '" +
-                            options.device_budget + "'");
+    const auto budget = parse_device_budget(options.device_budget);
+    if (!budget) {
+      throw ServeUsageError(
+          "--device-budget must be a positive byte count such as 1073741824, 64MiB, 2GB or 1.5GiB, or a fraction of "
+          "device memory such as 0.8 or 80%; got '" + options.device_budget + "'");
     }
-    settings.device_budget_bytes = *bytes;
+    settings.device_budget_bytes = budget->bytes;
+    settings.device_budget_fraction = budget->fraction;
+  }
+  if (!options.idle_release.empty()) {
+    const auto idle = parse_duration(options.idle_release);
+    if (!idle || idle->count() <= 0) {
+      throw ServeUsageError("--idle-release must be a positive duration such as 90s, 30m or 2h; got '" +
+                            options.idle_release + "'");
+    }
+    settings.idle_release = *idle;
   }
   if (options.cpu_threads < 0 || options.cpu_threads > 4096) throw ServeUsageError("--cpu-threads must be between 0 and 4096");
   settings.cpu_threads = static_cast<unsigned>(options.cpu_threads);

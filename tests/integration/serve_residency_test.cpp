@@ -186,3 +186,35 @@ TEST_F(ServeResidency, ARewrittenAcquisitionIsNeverServedFromStaleMemory) {
   EXPECT_EQ(fresh->stop(), 0);
   EXPECT_EQ(daemon->stop(), 0);
 }
+
+TEST_F(ServeResidency, FractionalDeviceBudgetAndIdleReleaseThroughTheBinary) {
+  write("a");
+  auto daemon =
+      Daemon::start(data.path(), {"--cpu-devices", "2", "--device-budget", "25%", "--idle-release", "1s"});
+  ASSERT_NE(daemon, nullptr);
+  const auto doc = json::parse(daemon->get("/api/browse/capabilities")->body);
+  EXPECT_EQ(doc["cache_fraction"], 0.25);
+  for (const auto& device : doc["devices"]) {
+    const auto total = device["total_memory_bytes"].get<std::uint64_t>();
+    EXPECT_EQ(device["cache_budget_bytes"].get<std::uint64_t>(),
+              static_cast<std::uint64_t>(static_cast<double>(total) * 0.25) / 2);
+  }
+  auto load = daemon->request("POST", "/api/browse/load?" + source("a"));
+  ASSERT_TRUE(load);
+  // Resident, then released after one idle second (checked every second): generous bound.
+  bool was_resident = false, released = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline && !released) {
+    const std::string state = residency(*daemon, "a")["state"];
+    was_resident = was_resident || state == "resident";
+    released = was_resident && state == "absent";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(was_resident);
+  ASSERT_TRUE(released);
+  const std::string metrics = daemon->get("/metrics")->body;
+  EXPECT_NE(metrics.find("quantem_idle_releases_total 1"), std::string::npos) << metrics;
+  // The next request loads it again.
+  EXPECT_EQ(daemon->get("/api/browse/cbed?" + source("a") + "&sx=2&sy=2&ensure_resident=true")->status, 200);
+  EXPECT_EQ(daemon->stop(), 0);
+}

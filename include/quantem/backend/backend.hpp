@@ -30,6 +30,7 @@ struct DeviceInfo {
   std::string name;                    // "NVIDIA H200", "CPU virtual device 0"
   std::uint64_t total_memory_bytes = 0;
   std::uint64_t budget_bytes = 0;      // data-cache budget used by admission
+  double budget_fraction = 0.0;        // the configured fraction of memory behind budget_bytes; 0: a byte count was given
 };
 
 enum class LoadStage : int { queued, reading, decoding, encoding, done, failed, cancelled };
@@ -43,10 +44,62 @@ struct LoadProgress {
   std::atomic<bool> cancel_requested{false};
 };
 
-// Byte accounting computed before allocation; the load never exceeds it.
+// Byte accounting computed before allocation: what admission reserves before
+// the load starts (docs/admission.md §1). A load whose real needs are only
+// known as it proceeds (an encoded resident) starts from a provisional
+// resident size and grows its LoadReservation before each allocation beyond it.
 struct LoadEstimate {
-  std::uint64_t resident_bytes = 0;         // upper bound of the finished resident
-  std::uint64_t transition_peak_bytes = 0;  // resident bound + staging + scratch
+  std::uint64_t resident_bytes = 0;         // provisional size of the finished resident (the load grows past it first)
+  std::uint64_t transition_peak_bytes = 0;  // reserved before the load starts: provisional resident + staging + scratch
+  // The most the reservation can ever grow to (reported, never admitted);
+  // 0: the load never grows past transition_peak_bytes.
+  std::uint64_t max_transition_peak_bytes = 0;
+  std::uint64_t peak_bound() const {
+    return max_transition_peak_bytes > transition_peak_bytes ? max_transition_peak_bytes : transition_peak_bytes;
+  }
+};
+
+// The bytes a running load holds in reservation on its device. Admission
+// reserves LoadEstimate::transition_peak_bytes before Backend::load is called;
+// the load keeps "allocated <= reserved" at every moment by growing the
+// reservation BEFORE it allocates beyond it, and may hand back bytes it has
+// freed. When the load returns, the reservation becomes the resident's
+// resident_bytes(). Called only from the thread running the load.
+class LoadReservation {
+ public:
+  virtual ~LoadReservation() = default;
+  virtual int device_index() const = 0;
+  virtual std::uint64_t reserved_bytes() const = 0;
+  // Reserves `bytes` more on this device. May evict residents that no request
+  // uses (least recently used first, on this device only, never the active
+  // acquisition the admission preserved). Throws quantem::Error
+  // payload_too_large when the bytes cannot be had (the reservation is
+  // unchanged) and unavailable when the load was cancelled: the load then
+  // frees everything it took and rethrows.
+  virtual void grow(std::uint64_t bytes) = 0;
+  // Hands back `bytes` the load has already freed (at most reserved_bytes()).
+  virtual void release(std::uint64_t bytes) = 0;
+};
+
+// A reservation outside admission (tools, benchmarks, backend tests): grows
+// up to an optional limit and remembers the largest reservation it reached.
+class LocalLoadReservation final : public LoadReservation {
+ public:
+  LocalLoadReservation(int device_index, std::uint64_t initial_bytes,
+                       std::optional<std::uint64_t> limit_bytes = std::nullopt);
+  int device_index() const override { return device_index_; }
+  std::uint64_t reserved_bytes() const override { return reserved_; }
+  void grow(std::uint64_t bytes) override;  // payload_too_large above the limit
+  void release(std::uint64_t bytes) override;
+  std::uint64_t largest_reserved_bytes() const { return largest_; }
+  std::uint64_t grow_calls() const { return grow_calls_; }
+
+ private:
+  int device_index_;
+  std::uint64_t reserved_;
+  std::uint64_t largest_;
+  std::optional<std::uint64_t> limit_;
+  std::uint64_t grow_calls_ = 0;
 };
 
 enum class RegionReduce { sum, max };
@@ -118,9 +171,10 @@ class Backend {
   // Live free memory of a device, nullopt when unknown.
   virtual std::optional<std::uint64_t> free_bytes(int device_index) const = 0;
   virtual LoadEstimate estimate_load(const catalog::Acquisition& acquisition) const = 0;
-  // Loads a loadable acquisition onto one device. Never leaves anything
-  // allocated on failure; progress.stage ends as done, failed or cancelled.
-  // Throws quantem::Error:
+  // Loads a loadable acquisition onto one device, growing `reservation`
+  // before every allocation beyond it (see LoadReservation). Never leaves
+  // anything allocated on failure; progress.stage ends as done, failed or
+  // cancelled. Throws quantem::Error:
   //   bad_request        the device index is not one of this backend's;
   //   conflict           the acquisition is not ready to load (its readiness reason);
   //   unprocessable      no usable 4-D shape or dtype, a chunk element size that does
@@ -129,10 +183,19 @@ class Backend {
   //   corrupt_data       a bad chunk (the message names frame, scan position and file);
   //   io                 a read failure, a shard shorter than its index says;
   //   conflict           the files changed while loading (signature mismatch);
-  //   payload_too_large  the device or the host ran out of memory;
+  //   payload_too_large  the device or the host ran out of memory, or the
+  //                      reservation could not grow;
   //   unavailable        progress.cancel_requested was set (the load was cancelled).
   virtual std::shared_ptr<Resident> load(const catalog::Acquisition& acquisition, int device_index,
-                                         LoadProgress& progress) = 0;
+                                         LoadProgress& progress, LoadReservation& reservation) = 0;
+  // A load outside admission (tools, tests, benchmarks): an unlimited
+  // LocalLoadReservation starting at estimate_load().transition_peak_bytes.
+  std::shared_ptr<Resident> load(const catalog::Acquisition& acquisition, int device_index, LoadProgress& progress);
+
+  // Returns memory the device keeps cached for this process but no longer
+  // uses (a CUDA memory pool's free blocks) to the driver. Called after idle
+  // residents were released, from any thread; binds the device itself. No-op by default.
+  virtual void trim_device_memory(int device_index) { (void)device_index; }
 };
 
 // --- Rules every backend's load shares (src/backend/backend.cpp) -------------
@@ -166,7 +229,8 @@ std::shared_ptr<Resident> run_load(const catalog::Acquisition& acquisition, Load
 
 struct CpuBackendOptions {
   int virtual_devices = 1;
-  std::uint64_t budget_bytes_per_device = 0;  // 0: 80% of physical RAM / virtual_devices
+  std::uint64_t budget_bytes_per_device = 0;  // 0: budget_fraction of physical RAM / virtual_devices
+  double budget_fraction = 0.8;               // in (0, 1]
   unsigned threads = 0;                       // 0: hardware concurrency
 };
 std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options);

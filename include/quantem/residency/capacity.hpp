@@ -7,8 +7,9 @@
 //
 // Bytes held on a device:
 //   resident  Σ resident_bytes() of the acquisitions resident there (pinned or not);
-//   loading   Σ transition peaks reserved by loads admitted there and still running
-//             (a cancelled load keeps its reservation until the backend has freed it);
+//   loading   Σ current reservations of loads admitted there and not finished: the
+//             admitted transition peak, grown by the load as it learns its resident's
+//             size (a cancelled load keeps its reservation until the backend has freed it);
 //   draining  Σ bytes of residents already evicted (DELETE, changed files) that a
 //             running request still uses.
 // All of it except the active acquisition can be reclaimed by admission:

@@ -23,7 +23,16 @@
 //     headroom. A device where only pinned residents, loads in progress or
 //     draining bytes stand in the way makes the caller wait (bounded by
 //     busy_wait_limit, then 503). Nowhere: 413 "The exact load did not fit ...".
-//  4. the load runs on that device's loader thread (one per device: loads on
+//  4. the reservation is the estimate's transition peak (staging + provisional
+//     resident). While the load runs it grows the reservation before each
+//     allocation beyond it (backend::LoadReservation): idle least recently
+//     used residents on that device only are evicted for it (the bounded
+//     wait of step 3 applies when only pinned or draining bytes stand in the
+//     way); growth that cannot be had fails the attempt with
+//     payload_too_large, the backend frees it, and the next candidate is tried
+//     with the size the load asked for. When the load returns, the
+//     reservation becomes the resident's resident_bytes();
+//  5. the load runs on that device's loader thread (one per device: loads on
 //     one device are serialised, loads on different devices overlap). When
 //     the backend runs out of memory (Error payload_too_large), the attempt has
 //     freed what it took; one more least recently used resident on that device
@@ -35,6 +44,11 @@
 // resident is never evicted by admission. An explicit eviction or a source
 // change removes a pinned resident from the catalogue of residents at once,
 // but its bytes stay counted ("draining") until the last lease is gone.
+//
+// Idle release (ResidencyOptions::idle_release, off by default): residents no
+// request has used for that long (not pinned, not loading) are evicted by a
+// background check and the backend returns its cached device memory to the
+// driver (Backend::trim_device_memory); the next request loads them again.
 //
 // Threads: public methods may be called from any thread. Backend::load runs
 // only on the loader thread of its device (named "quantem-load-<index>"); a
@@ -48,6 +62,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "quantem/backend/backend.hpp"
@@ -64,6 +79,7 @@ struct ResidencyStatus {
   ResidencyState state = ResidencyState::absent;
   std::optional<int> device_index;
   std::uint64_t resident_bytes = 0;
+  std::uint64_t reserved_bytes = 0;  // held on the device: a load's current reservation, a resident's bytes
   std::uint64_t bytes_done = 0;
   std::uint64_t bytes_total = 0;
   std::string stage;           // backend::load_stage_name while loading or after it
@@ -82,7 +98,18 @@ struct ResidencyCounters {
   std::uint64_t admission_rejections = 0;  // 413s
   std::uint64_t out_of_memory_retries = 0;  // backend OOMs answered by evicting or moving on
   std::uint64_t busy_timeouts = 0;          // bounded waits that ended in 503
+  std::uint64_t reservation_growths = 0;    // LoadReservation::grow calls granted
+  std::uint64_t growth_refusals = 0;        // grow calls refused (the attempt failed with payload_too_large)
+  std::uint64_t idle_releases = 0;          // residents released by the idle check (also counted in evictions)
 };
+
+// The time source of idle release; tests inject a fake one.
+class ResidencyClock {
+ public:
+  virtual ~ResidencyClock() = default;
+  virtual std::chrono::steady_clock::time_point now() const = 0;
+};
+std::shared_ptr<ResidencyClock> steady_residency_clock();
 
 struct ResidencyOptions {
   std::size_t max_entries_per_device = 8;  // --cache-entries; 0 is treated as 1
@@ -91,6 +118,12 @@ struct ResidencyOptions {
   // Admission waiting for residents in use, loads in progress or draining bytes
   // on the devices it could use.
   std::chrono::milliseconds busy_wait_limit{std::chrono::seconds(30)};
+  // Residents unused for this long are released (--idle-release); 0: never.
+  std::chrono::milliseconds idle_release{0};
+  // How often the background check runs (real time); 0: idle_release / 10,
+  // between 1 s and 60 s.
+  std::chrono::milliseconds idle_check_interval{0};
+  std::shared_ptr<ResidencyClock> clock;  // null: the steady clock
 };
 
 // The reference's 413 texts (clients match on them).
@@ -164,6 +197,12 @@ class ResidencyManager {
   // first admission pass and excluded from evictable bytes.
   void mark_active(const std::string& master_path);
 
+  // One turn of the idle check (the background thread calls it too): evicts
+  // every resident, pinned by no lease and not loading, unused for at least
+  // idle_release by the clock, then asks the backend to trim the devices it
+  // freed memory on. Returns how many were released; 0 when idle release is off.
+  std::size_t release_idle_residents();
+
   std::vector<DeviceUsage> device_usage() const;
   ResidencyCounters counters() const;
   std::uint64_t max_budget_bytes() const;        // what a single load may use at most
@@ -177,6 +216,7 @@ class ResidencyManager {
   struct Entry;
   struct Sync;
   struct DeviceLoader;
+  class Reservation;  // the backend::LoadReservation of one running load
   struct Attempt {
     std::size_t device_position = 0;  // index into devices_
     bool preserve_active = false;
@@ -204,6 +244,9 @@ class ResidencyManager {
   static void release_pin(Sync& sync, const EntryPtr& entry);
   void enqueue_locked(const EntryPtr& entry, bool front);
   void loader_loop(std::size_t device_position);
+  void grow_reservation(const EntryPtr& job, std::uint64_t bytes);
+  void release_reservation(const EntryPtr& job, std::uint64_t bytes);
+  void idle_loop();
   std::optional<std::size_t> position_of(int device_index) const;
 
   backend::Backend& backend_;
@@ -212,6 +255,7 @@ class ResidencyManager {
 
   std::shared_ptr<Sync> sync_;  // mutex and condition variable, shared with leases
   std::vector<std::unique_ptr<DeviceLoader>> loaders_;  // by device position
+  std::thread idle_thread_;                               // only with idle_release
   // Everything below is guarded by sync_->mutex.
   std::map<std::string, EntryPtr> entries_;  // by master path
   mutable std::vector<EntryPtr> draining_;  // removed entries still holding bytes (pinned, or a load still running)

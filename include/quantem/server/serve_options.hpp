@@ -2,6 +2,7 @@
 // Options of `quantem-gpu serve` and their validation (reference §1,
 // PROTOCOL.md §1/§4). CLI11 only fills the struct (serve_cli.hpp); every rule
 // lives here so it is testable without a command line.
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -19,7 +20,8 @@ struct ServeOptions {
   std::string port_file;                        // --port-file: write the bound port here
   std::string implementation_revision;          // --implementation-revision
   long long cpu_devices = 1;                    // --cpu-devices
-  std::string device_budget;                    // --device-budget BYTES (suffixes allowed)
+  std::string device_budget;                    // --device-budget BYTES (suffixes allowed) or FRACTION (0.8, 80%)
+  std::string idle_release;                     // --idle-release DURATION (90s, 30m, 2h); empty: off
   long long cpu_threads = 0;                    // --cpu-threads (0: all cores)
   long long cache_entries = 8;                  // --cache-entries (per device)
   long long http_threads = 16;                  // --http-threads
@@ -44,7 +46,9 @@ struct ServeSettings {
   std::string port_file;
   std::string implementation_revision;  // never empty
   int cpu_devices = 1;
-  std::uint64_t device_budget_bytes = 0;  // 0: backend default
+  std::uint64_t device_budget_bytes = 0;  // 0: backend default (or the fraction below)
+  double device_budget_fraction = 0.0;    // of each device's memory (CPU: of RAM, shared); 0: default 0.8
+  std::chrono::milliseconds idle_release{0};  // 0: off
   unsigned cpu_threads = 0;
   std::size_t cache_entries = 8;
   int http_threads = 16;
@@ -69,6 +73,19 @@ std::vector<int> parse_gpu_list(const std::string& spec);
 // binary (KiB, MiB, GiB, TiB: powers of 1024), "K/M/G/T" as binary, "B";
 // case-insensitive, fractions allowed ("1.5GiB"); nullopt when malformed.
 std::optional<std::uint64_t> parse_byte_size(const std::string& text);
+
+// --device-budget: a byte size as above, or a fraction of device memory
+// written as a unitless decimal in (0, 1] ("0.8", "1.0") or a percentage
+// ("80%"). Exactly one of the fields is non-zero; nullopt when malformed or zero.
+struct DeviceBudget {
+  std::uint64_t bytes = 0;
+  double fraction = 0.0;
+};
+std::optional<DeviceBudget> parse_device_budget(const std::string& text);
+
+// Durations: a non-negative number with a unit ms, s, m (minutes) or h
+// ("90s", "30m", "1.5h"); a plain number is seconds. nullopt when malformed.
+std::optional<std::chrono::milliseconds> parse_duration(const std::string& text);
 
 // The revision reported to clients: the option, else
 // $QUANTEM_GPU_IMPLEMENTATION_REVISION, else the build's git revision.

@@ -47,11 +47,17 @@ class CpuBackend final : public Backend {
       : pool_(std::make_shared<cpu::ThreadPool>(options.threads)) {
     if (options.virtual_devices < 1) throw bad_request("the CPU backend needs at least one virtual device");
     const std::uint64_t physical = physical_memory_bytes();
-    const std::uint64_t budget = options.budget_bytes_per_device != 0
-                                     ? options.budget_bytes_per_device
-                                     : physical / 10 * 8 / static_cast<std::uint64_t>(options.virtual_devices);
+    if (!(options.budget_fraction > 0.0 && options.budget_fraction <= 1.0)) {
+      throw bad_request("the CPU device budget fraction must be in (0, 1]");
+    }
+    const bool by_fraction = options.budget_bytes_per_device == 0;
+    const std::uint64_t budget =
+        by_fraction ? static_cast<std::uint64_t>(static_cast<double>(physical) * options.budget_fraction) /
+                          static_cast<std::uint64_t>(options.virtual_devices)
+                    : options.budget_bytes_per_device;
     for (int i = 0; i < options.virtual_devices; ++i) {
-      devices_.push_back({i, "CPU virtual device " + std::to_string(i), physical, budget});
+      devices_.push_back({i, "CPU virtual device " + std::to_string(i), physical, budget,
+                          by_fraction ? options.budget_fraction : 0.0});
     }
   }
 
@@ -67,15 +73,16 @@ class CpuBackend final : public Backend {
   LoadEstimate estimate_load(const catalog::Acquisition& acquisition) const override {
     check_loadable_shape(acquisition, cpu::kMaxDetectorAxis, name());
     const cpu::LoadPlan plan = cpu::plan_load(acquisition, pool_->size());
-    return {plan.resident_bytes, plan.transition_peak_bytes};
+    return {plan.resident_bytes, plan.transition_peak_bytes, plan.max_transition_peak_bytes};
   }
 
-  std::shared_ptr<Resident> load(const catalog::Acquisition& acquisition, int device_index,
-                                 LoadProgress& progress) override {
+  using Backend::load;
+  std::shared_ptr<Resident> load(const catalog::Acquisition& acquisition, int device_index, LoadProgress& progress,
+                                 LoadReservation& reservation) override {
     check_device(device_index);
     return run_load(acquisition, progress, cpu::kMaxDetectorAxis, name(),
                     "load " + acquisition.name + " on CPU virtual device " + std::to_string(device_index),
-                    [&] { return load_checked(acquisition, device_index, progress); });
+                    [&] { return load_checked(acquisition, device_index, progress, reservation); });
   }
 
  private:
@@ -86,8 +93,12 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // Reservation: admission reserved the first pass (plan.transition_peak_bytes).
+  // A uint32 source that needs 32-bit codes grows it by the wide pass's extra
+  // bytes after the first pass is freed and before the second allocates; the
+  // staging buffers are handed back once freed.
   std::shared_ptr<Resident> load_checked(const catalog::Acquisition& acquisition, int device_index,
-                                         LoadProgress& progress) {
+                                         LoadProgress& progress, LoadReservation& reservation) {
     const cpu::LoadPlan plan = cpu::plan_load(acquisition, pool_->size());
     const catalog::FrameIndex index = catalog::build_frame_index(acquisition);
     const std::vector<cpu::ReadBatch> batches = cpu::plan_reads(acquisition, index, plan);
@@ -107,6 +118,7 @@ class CpuBackend final : public Backend {
     const std::uint64_t pixels = acquisition.frame_pixels();
     const std::size_t element = dtype_size(*acquisition.dtype);
     DType code_dtype = cpu::ResidentBuilder::initial_code_dtype(*acquisition.dtype);
+    const std::uint64_t staging_bytes = plan.threads * plan.staging_bytes_per_thread;
     for (;;) {
       progress.bytes_done = 0;
       try {
@@ -136,9 +148,14 @@ class CpuBackend final : public Backend {
           }
         });
         staging.clear();
+        staging.shrink_to_fit();
+        reservation.release(std::min(staging_bytes, reservation.reserved_bytes()));
         return builder.finish(device_index);
       } catch (const cpu::NeedsWideCodes&) {
         code_dtype = DType::uint32;  // a masked count above 65535: hold 32-bit codes, exactly
+        // The first pass is freed (the builder left scope); reserve the wider one before it allocates.
+        if (progress.cancel_requested) throw LoadCancelled{};
+        reservation.grow(plan.wide_pass_growth_bytes);
       }
     }
   }

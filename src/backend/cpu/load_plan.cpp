@@ -29,9 +29,10 @@ LoadPlan plan_load(const catalog::Acquisition& acquisition, unsigned threads) {
     return resident(code_dtype) + ResidentBuilder::working_bytes(acquisition, code_dtype, plan.threads);
   };
   // A uint32 source may need a second, 32-bit pass; the first pass is freed before it starts.
-  plan.resident_bytes = resident(source_dtype);
-  const std::uint64_t widest_pass = std::max(pass(first), pass(source_dtype));
-  plan.transition_peak_bytes = widest_pass + plan.threads * plan.staging_bytes_per_thread + plan.frame_index_bytes;
+  plan.resident_bytes = resident(first);
+  plan.transition_peak_bytes = pass(first) + plan.threads * plan.staging_bytes_per_thread + plan.frame_index_bytes;
+  plan.wide_pass_growth_bytes = pass(source_dtype) > pass(first) ? pass(source_dtype) - pass(first) : 0;
+  plan.max_transition_peak_bytes = plan.transition_peak_bytes + plan.wide_pass_growth_bytes;
   return plan;
 }
 

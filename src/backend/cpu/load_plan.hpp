@@ -19,8 +19,14 @@ struct LoadPlan {
   std::uint64_t max_stored_chunk_bytes = 0;     // a larger chunk is corrupt
   std::uint64_t staging_bytes_per_thread = 0;   // one read buffer per thread
   std::uint64_t frame_index_bytes = 0;          // the catalog's frame index and the read schedule
-  std::uint64_t resident_bytes = 0;             // upper bound (uint32 counted at 32 bits)
-  std::uint64_t transition_peak_bytes = 0;      // everything alive at once, at the worst moment
+  // Admitted before the load: the first pass (uint32 sources held as 16-bit codes).
+  std::uint64_t resident_bytes = 0;             // the first pass's resident (exact unless it widens)
+  std::uint64_t transition_peak_bytes = 0;      // everything the first pass holds at once
+  // A uint32 source whose masked counts exceed 65535 is built again with
+  // 32-bit codes after the first pass is freed: the load grows its reservation
+  // by the difference (0 for 8/16-bit sources).
+  std::uint64_t wide_pass_growth_bytes = 0;
+  std::uint64_t max_transition_peak_bytes = 0;  // transition_peak_bytes + wide_pass_growth_bytes
 };
 LoadPlan plan_load(const catalog::Acquisition& acquisition, unsigned threads);
 

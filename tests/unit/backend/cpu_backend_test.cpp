@@ -147,11 +147,20 @@ TEST(CpuBackend, Uint32CountsAbove16BitsStayExactIn32BitCodes) {
   const catalog::Acquisition acquisition =
       write_fixture(dir, "wide", "--dtype uint32 --scan 5x7 --det 7x5 --hot 100000 --mask '3,3' --masked-value 7");
   const auto backend = cpu_backend(2);
+  // Admitted: the 16-bit first pass. The 32-bit pass grows the reservation
+  // (after the first is freed) by exactly what it adds.
+  const LoadEstimate estimate = backend->estimate_load(acquisition);
+  EXPECT_LT(estimate.resident_bytes, estimate.transition_peak_bytes);
+  EXPECT_GT(estimate.max_transition_peak_bytes, estimate.transition_peak_bytes);
   LoadProgress progress;
-  const auto resident = backend->load(acquisition, 0, progress);
+  LocalLoadReservation reservation(0, estimate.transition_peak_bytes);
+  const auto resident = backend->load(acquisition, 0, progress, reservation);
   EXPECT_EQ(resident->resident_dtype(), DType::uint32);
   EXPECT_EQ(resident->encoding(), "grouped32-u32");
-  EXPECT_EQ(backend->estimate_load(acquisition).resident_bytes, resident->resident_bytes());
+  EXPECT_GT(resident->resident_bytes(), estimate.resident_bytes);  // learned while loading
+  EXPECT_EQ(reservation.grow_calls(), 1u);
+  EXPECT_EQ(reservation.largest_reserved_bytes(), estimate.max_transition_peak_bytes);
+  EXPECT_GE(reservation.reserved_bytes(), resident->resident_bytes());  // staging handed back, the resident covered
   const std::vector<std::uint64_t> expected = read_u64(dir.file("wide_expected.u64"));
   EXPECT_EQ(*std::max_element(expected.begin(), expected.end()), 100000u);
   expect_frames_equal(*resident, acquisition, expected);
@@ -163,10 +172,12 @@ TEST(CpuBackend, Uint32WhoseLargeCountsAreMaskedIsNarrowedTo16Bits) {
       write_fixture(dir, "narrow", "--dtype uint32 --scan 6x6 --det 8x7 --mask '2,2;5,6' --masked-value 200000");
   const auto backend = cpu_backend(2);
   LoadProgress progress;
-  const auto resident = backend->load(acquisition, 0, progress);
+  LocalLoadReservation reservation(0, backend->estimate_load(acquisition).transition_peak_bytes);
+  const auto resident = backend->load(acquisition, 0, progress, reservation);
   EXPECT_EQ(resident->resident_dtype(), DType::uint16);
   EXPECT_EQ(resident->encoding(), "grouped32-u16");
-  EXPECT_LT(resident->resident_bytes(), backend->estimate_load(acquisition).resident_bytes);  // bound: 32-bit
+  EXPECT_EQ(resident->resident_bytes(), backend->estimate_load(acquisition).resident_bytes);  // the first pass
+  EXPECT_EQ(reservation.grow_calls(), 0u);
   expect_frames_equal(*resident, acquisition, read_u64(dir.file("narrow_expected.u64")));
 }
 
@@ -260,6 +271,41 @@ TEST(CpuBackend, CancellationStopsTheLoadAndFreesEverything) {
     EXPECT_EQ(cpu_code_bytes_in_use(), bytes_before);
   }
   EXPECT_TRUE(cancelled_midway);
+}
+
+TEST(CpuBackend, AGrowthThatIsRefusedFailsTheLoadWith413AndFreesEverything) {
+  TempDir dir;
+  const catalog::Acquisition acquisition =
+      write_fixture(dir, "refusedwide", "--dtype uint32 --scan 5x7 --det 7x5 --hot 100000 --no-expected");
+  const auto backend = cpu_backend(2);
+  const LoadEstimate estimate = backend->estimate_load(acquisition);
+  const std::uint64_t bytes_before = cpu_code_bytes_in_use();
+  LoadProgress progress;
+  // One byte short of the 32-bit pass.
+  LocalLoadReservation reservation(0, estimate.transition_peak_bytes, estimate.max_transition_peak_bytes - 1);
+  const std::string text =
+      error_text([&] { backend->load(acquisition, 0, progress, reservation); }, ErrorKind::payload_too_large);
+  EXPECT_NE(text.find("limited to"), std::string::npos) << text;
+  EXPECT_EQ(progress.stage.load(), LoadStage::failed);
+  EXPECT_EQ(reservation.reserved_bytes(), estimate.transition_peak_bytes);  // unchanged by the refusal
+  EXPECT_EQ(cpu_code_bytes_in_use(), bytes_before);
+}
+
+TEST(CpuBackend, DeviceBudgetFromAFractionOfMemoryIsSharedByTheVirtualDevices) {
+  CpuBackendOptions options;
+  options.virtual_devices = 3;
+  options.budget_fraction = 0.5;
+  const auto backend = make_cpu_backend(options);
+  for (const DeviceInfo& device : backend->devices()) {
+    EXPECT_EQ(device.budget_bytes, static_cast<std::uint64_t>(static_cast<double>(device.total_memory_bytes) * 0.5) / 3);
+    EXPECT_EQ(device.budget_fraction, 0.5);
+  }
+  options.budget_fraction = 1.5;
+  error_text([&] { make_cpu_backend(options); }, ErrorKind::bad_request);
+  options.budget_fraction = 0.8;
+  options.budget_bytes_per_device = 1000;
+  EXPECT_EQ(make_cpu_backend(options)->devices()[2].budget_bytes, 1000u);
+  EXPECT_EQ(make_cpu_backend(options)->devices()[2].budget_fraction, 0.0);
 }
 
 TEST(CpuBackend, RefusesUnknownDevicesAndSourcesThatAreNotReady) {

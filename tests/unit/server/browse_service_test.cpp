@@ -68,6 +68,7 @@ TEST_F(BrowseServiceTest, CapabilitiesDescribeTheBackendAndEveryDevice) {
   EXPECT_EQ(doc["backend"], "fake");
   EXPECT_EQ(doc["browse_gpus"], json::array({0, 1}));
   EXPECT_EQ(doc["cache_budget_bytes"], 2000);
+  EXPECT_EQ(doc["cache_fraction"], 0.5);  // byte budgets: budget over device memory (the fake's memory is twice its budget)
   EXPECT_EQ(doc["aggregate_cache_budget_bytes"], 3000);
   EXPECT_EQ(doc["devices"][1]["available_resident_bytes"], 2000);
   EXPECT_EQ(doc["features"]["multi_gpu_residency"], true);
@@ -224,6 +225,10 @@ TEST_F(BrowseServiceTest, MetricsCountRequests) {
       << response.body;
   EXPECT_NE(response.body.find("quantem_http_requests_total{route=\"other\",code=\"404\"} 1"), std::string::npos);
   EXPECT_NE(response.body.find("quantem_resident_bytes{device=\"1\"} 0"), std::string::npos);
+  for (const char* counter : {"quantem_idle_releases_total 0", "quantem_reservation_growths_total 0",
+                              "quantem_reservation_growth_refusals_total 0"}) {
+    EXPECT_NE(response.body.find(counter), std::string::npos) << counter;
+  }
 }
 
 TEST_F(BrowseServiceTest, SessionsAndAcquisitionsDocuments) {

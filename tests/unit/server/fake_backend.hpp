@@ -7,13 +7,19 @@
 //    fit next to the residents still alive there throws payload_too_large
 //    (out of memory) after "allocating" and freeing its temporaries;
 //  - a record of every load: acquisition, device, thread name, and the bytes
-//    alive on that device when it started (to check that freed means freed).
+//    alive on that device when it started (to check that freed means freed);
+//  - growth: a load "allocates" its estimated transition peak as temporaries,
+//    then needs each configured step more, growing its reservation to cover
+//    it before "allocating" it (an observer sees every grant), and finishes
+//    with a configured resident size; everything temporary is freed when it
+//    returns or throws.
 // Residents count their bytes as alive on their device until destroyed.
 #include <pthread.h>
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -114,8 +120,10 @@ class FakeBackend : public backend::Backend {
     ++estimates_made_;
     return estimate_locked(acquisition.master_path);
   }
+  using backend::Backend::load;
   std::shared_ptr<backend::Resident> load(const catalog::Acquisition& acquisition, int device_index,
-                                          backend::LoadProgress& progress) override {
+                                          backend::LoadProgress& progress,
+                                          backend::LoadReservation& reservation) override {
     const std::string& path = acquisition.master_path;
     std::unique_lock<std::mutex> lock(mutex_);
     char thread_name[32] = {};
@@ -154,9 +162,62 @@ class FakeBackend : public backend::Backend {
       ++out_of_memory_;
       throw payload_too_large("fake device " + std::to_string(device_index) + " is out of memory");
     }
+    // Temporaries alive until this attempt returns or throws.
+    struct Temporaries {
+      std::shared_ptr<FakeDeviceMemory> memory;
+      int device;
+      std::uint64_t bytes = 0;
+      void add(std::uint64_t more) {
+        memory->add(device, more);
+        bytes += more;
+      }
+      ~Temporaries() { memory->remove(device, bytes); }
+    } temporaries{memory_, device_index};
+    temporaries.add(estimate.transition_peak_bytes);
+    const Growth growth = growth_locked(path);
+    const auto observer = growth_observer_;
+    std::uint64_t needed = estimate.transition_peak_bytes;
+    lock.unlock();
+    for (const std::uint64_t step : growth.steps) {
+      needed += step;
+      // A retry may start with a reservation that already covers it (the size learned before).
+      if (needed > reservation.reserved_bytes()) {
+        reservation.grow(needed - reservation.reserved_bytes());  // before the allocation, as the contract says
+        if (observer) observer(device_index, reservation.reserved_bytes());
+      }
+      temporaries.add(step);
+    }
+    lock.lock();
+    const std::uint64_t resident_bytes = growth.resident_bytes ? growth.resident_bytes : estimate.resident_bytes;
     progress.bytes_done = 100;
     progress.stage = backend::LoadStage::done;
-    return std::make_shared<FakeResident>(acquisition, device_index, estimate.resident_bytes, memory_);
+    if (resident_bytes > reservation.reserved_bytes()) ++resident_above_reservation_;
+    return std::make_shared<FakeResident>(acquisition, device_index, resident_bytes, memory_);
+  }
+
+  void trim_device_memory(int device_index) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    trims_.push_back(device_index);
+  }
+
+  // Loads of path grow their reservation by each step in turn, then finish
+  // with a resident of resident_bytes (0: the estimate's).
+  void set_growth(const std::string& path, std::vector<std::uint64_t> steps, std::uint64_t resident_bytes = 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    growth_[path] = Growth{std::move(steps), resident_bytes};
+  }
+  // Called on the loader thread after every granted grow (device, reservation now), no lock held.
+  void set_growth_observer(std::function<void(int, std::uint64_t)> observer) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    growth_observer_ = std::move(observer);
+  }
+  std::vector<int> trims() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return trims_;
+  }
+  int resident_above_reservation() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return resident_above_reservation_;
   }
 
   void set_estimate(const std::string& path, std::uint64_t resident, std::uint64_t peak) {
@@ -245,6 +306,14 @@ class FakeBackend : public backend::Backend {
   std::uint64_t alive_bytes(int device) const { return memory_->on(device); }
 
  private:
+  struct Growth {
+    std::vector<std::uint64_t> steps;
+    std::uint64_t resident_bytes = 0;
+  };
+  Growth growth_locked(const std::string& path) const {
+    auto it = growth_.find(path);
+    return it != growth_.end() ? it->second : Growth{};
+  }
   backend::LoadEstimate estimate_locked(const std::string& path) const {
     auto it = estimates_.find(path);
     return it != estimates_.end() ? it->second : default_estimate_;
@@ -265,6 +334,10 @@ class FakeBackend : public backend::Backend {
   int max_running_ = 0;
   int out_of_memory_ = 0;
   mutable std::uint64_t estimates_made_ = 0;
+  std::map<std::string, Growth> growth_;
+  std::function<void(int, std::uint64_t)> growth_observer_;
+  std::vector<int> trims_;
+  int resident_above_reservation_ = 0;
   std::shared_ptr<FakeDeviceMemory> memory_ = std::make_shared<FakeDeviceMemory>();
 };
 

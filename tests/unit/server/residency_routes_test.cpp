@@ -88,6 +88,7 @@ TEST_F(ResidencyRoutes, ALoadReportsProgressAndDeleteCancelsIt) {
   EXPECT_EQ(loading["bytes_done"], 0);
   EXPECT_EQ(loading["bytes_total"], 100);
   EXPECT_EQ(loading["resident_bytes"], 0);
+  EXPECT_EQ(loading["reserved_bytes"], 150);  // the admitted transition peak
   EXPECT_EQ(loading["failure_reason"], nullptr);
 
   const auto deleted = call("DELETE", "/api/browse/resident?" + source);
@@ -102,6 +103,7 @@ TEST_F(ResidencyRoutes, ALoadReportsProgressAndDeleteCancelsIt) {
   ASSERT_TRUE(eventually([&] { return residency_doc()["state"] == "resident"; }));
   const auto resident = residency_doc();
   EXPECT_EQ(resident["resident_bytes"], 100);
+  EXPECT_EQ(resident["reserved_bytes"], 100);
   EXPECT_EQ(resident["bytes_done"], 100);
   EXPECT_EQ(resident["stage"], "done");
   EXPECT_EQ(resident["encoding"], "fake");

@@ -63,6 +63,50 @@ TEST(ServeOptions, ByteSizesAcceptSuffixes) {
   for (const char* bad : {"", "abc", "12XB", "-5", "1.2.3GB", "GiB"}) EXPECT_FALSE(parse_byte_size(bad).has_value()) << bad;
 }
 
+TEST(ServeOptions, DeviceBudgetsAreBytesOrAFractionOfDeviceMemory) {
+  const auto bytes = parse_device_budget("52.2GB");
+  ASSERT_TRUE(bytes);
+  EXPECT_EQ(bytes->bytes, 52200000000ull);
+  EXPECT_EQ(bytes->fraction, 0.0);
+  EXPECT_EQ(parse_device_budget("1073741824")->bytes, 1073741824ull);
+  EXPECT_EQ(parse_device_budget("2048.0")->bytes, 2048ull);  // a unitless decimal above 1 is bytes
+  EXPECT_EQ(parse_device_budget("0.8")->fraction, 0.8);
+  EXPECT_EQ(parse_device_budget("0.8")->bytes, 0u);
+  EXPECT_EQ(parse_device_budget("1.0")->fraction, 1.0);
+  EXPECT_EQ(parse_device_budget(" 55% ")->fraction, 0.55);
+  for (const char* bad : {"", "0", "0.0", "0%", "120%", "%", "lots", "-0.5", "0.8.1", "0.5GB%"}) {
+    EXPECT_FALSE(parse_device_budget(bad).has_value()) << bad;
+  }
+}
+
+TEST(ServeOptions, DurationsTakeUnits) {
+  EXPECT_EQ(parse_duration("90s"), std::chrono::milliseconds(90000));
+  EXPECT_EQ(parse_duration("30m"), std::chrono::milliseconds(30 * 60000));
+  EXPECT_EQ(parse_duration("1.5h"), std::chrono::milliseconds(5400000));
+  EXPECT_EQ(parse_duration("250ms"), std::chrono::milliseconds(250));
+  EXPECT_EQ(parse_duration("45"), std::chrono::milliseconds(45000));
+  for (const char* bad : {"", "m", "5d", "-3s", "1.2.3s"}) EXPECT_FALSE(parse_duration(bad).has_value()) << bad;
+}
+
+TEST(ServeOptions, DeviceBudgetFractionAndIdleReleaseReachTheSettings) {
+  auto options = cpu_options();
+  EXPECT_EQ(validate_serve_options(options).idle_release.count(), 0);  // off by default
+  EXPECT_EQ(validate_serve_options(options).device_budget_fraction, 0.0);
+  options.device_budget = "0.6";
+  options.idle_release = "30m";
+  const auto settings = validate_serve_options(options);
+  EXPECT_EQ(settings.device_budget_fraction, 0.6);
+  EXPECT_EQ(settings.device_budget_bytes, 0u);
+  EXPECT_EQ(settings.idle_release, std::chrono::minutes(30));
+  options.idle_release = "0s";
+  EXPECT_NE(usage_error(options).find("--idle-release must be a positive duration"), std::string::npos);
+  options.idle_release = "soon";
+  EXPECT_NE(usage_error(options).find("--idle-release"), std::string::npos);
+  options.idle_release.clear();
+  options.device_budget = "150%";
+  EXPECT_NE(usage_error(options).find("fraction of device memory such as 0.8"), std::string::npos);
+}
+
 TEST(ServeOptions, AdditionsAreValidated) {
   auto options = cpu_options();
   options.backend = "gpu";
