@@ -86,19 +86,19 @@ class CudaBackendImpl final : public CudaBackend {
   LoadEstimate estimate_load(const catalog::Acquisition& acquisition) const override {
     check_loadable_shape(acquisition, /*max_detector_axis=*/0, name());
     const CudaLoadPlan plan = plan_cuda_load(acquisition, options_.tuning);
-    return {plan.resident_bytes_bound(), plan.transition_peak_bytes(true)};
+    return {plan.provisional_resident_bytes, plan.admitted_bytes(true), plan.transition_peak_bytes(true)};
   }
 
   using Backend::load;
-  // TODO(lead): grow `reservation` before allocating beyond the admitted estimate (LoadReservation).
+  // The reservation holds the working buffers and the provisional resident;
+  // the load grows it before each resident allocation that would go past it.
   std::shared_ptr<Resident> load(const catalog::Acquisition& acquisition, int device_index, LoadProgress& progress,
                                  LoadReservation& reservation) override {
-    (void)reservation;
     check_device(device_index);
     return run_load(acquisition, progress, /*max_detector_axis=*/0, name(),
                     "stage the load of " + acquisition.name, [&]() -> std::shared_ptr<Resident> {
                       try {
-                        return load_from_files(acquisition, device_index, progress);
+                        return load_from_files(acquisition, device_index, progress, reservation);
                       } catch (const cuda::OutOfDeviceMemory& error) {
                         throw payload_too_large("not enough device memory on GPU " + std::to_string(device_index) +
                                                 " to load " + acquisition.name + ": " + error.what());
@@ -126,10 +126,10 @@ class CudaBackendImpl final : public CudaBackend {
 
   // Binds the device on this thread and runs one LoadPipeline.
   std::shared_ptr<Resident> load_from_files(const catalog::Acquisition& acquisition, int device_index,
-                                            LoadProgress& progress) {
+                                            LoadProgress& progress, LoadReservation& reservation) {
     cuda::set_device(device_index);  // this thread's CUDA work goes to the load's device
     const CudaLoadPlan plan = plan_cuda_load(acquisition, options_.tuning);
-    LoadPipeline pipeline(acquisition, device_index, progress, plan, *pool_, pinned_pool_);
+    LoadPipeline pipeline(acquisition, device_index, progress, reservation, plan, *pool_, pinned_pool_);
     auto resident = pipeline.run();
     std::lock_guard<std::mutex> lock(report_mutex_);
     report_ = pipeline.report();
@@ -205,7 +205,8 @@ std::shared_ptr<Resident> make_cuda_resident(const catalog::Acquisition& acquisi
     // Synchronous, from one dense slot: each encode_batch returns once the
     // sizes are known, and the next copy into the slot is ordered after the
     // write on the same stream.
-    ResidentEncoder encoder(acquisition, plan, /*dense_slots=*/1, stream.get(), std::make_shared<Ledger>());
+    ResidentEncoder encoder(acquisition, plan, /*dense_slots=*/1, stream.get(), std::make_shared<Ledger>(),
+                            ResidentReservation(nullptr, 0));
     StreamDrain drain({stream.get()});
     const auto* bytes = static_cast<const std::uint8_t*>(counts);
     for (std::uint64_t first = 0; first < plan.frames; first += plan.batch_frames) {

@@ -93,7 +93,8 @@ struct LoadPipeline::Buffers {
   Buffers(LoadPipeline& pipeline, const CudaLoadPlan& plan, std::size_t sub_batch_count)
       : pinned{pipeline.pinned_pool_, pipeline.pinned_pool_.take(plan.device_slot_bytes)},
         raw_areas(kHostSlots),
-        encoder(pipeline.acquisition_, plan, kDenseSlots, encode_stream.get(), ledger) {
+        encoder(pipeline.acquisition_, plan, kDenseSlots, encode_stream.get(), ledger,
+                ResidentReservation(&pipeline.reservation_, plan.provisional_resident_bytes)) {
     for (int i = 0; i < kHostSlots; ++i) host_slot_free.emplace_back();
     for (int i = 0; i < kDeviceSlots; ++i) {
       device_slot_copied.emplace_back();
@@ -130,10 +131,12 @@ struct LoadPipeline::Buffers {
 };
 
 LoadPipeline::LoadPipeline(const catalog::Acquisition& acquisition, int device_index, LoadProgress& progress,
-                           const CudaLoadPlan& plan, ReadPool& read_pool, PinnedSlotPool& pinned_pool)
+                           LoadReservation& reservation, const CudaLoadPlan& plan, ReadPool& read_pool,
+                           PinnedSlotPool& pinned_pool)
     : acquisition_(acquisition),
       device_index_(device_index),
       progress_(progress),
+      reservation_(reservation),
       plan_(plan),
       read_pool_(read_pool),
       pinned_pool_(pinned_pool),
@@ -143,7 +146,7 @@ LoadPipeline::LoadPipeline(const catalog::Acquisition& acquisition, int device_i
       files_(index_.shard_paths),
       batch_span_(std::uint64_t{plan.groups_per_batch} * plan.frames_per_group),
       host_slot_used_(kHostSlots, false) {
-  report_.admitted_peak_bytes = plan.transition_peak_bytes(true);
+  report_.admitted_peak_bytes = plan.admitted_bytes(true);
   report_.dense_bytes = plan.frames * plan.frame_bytes;
   report_.index_seconds = seconds_since(load_start_);
   report_.stored_bytes = schedule_.stored_bytes;
@@ -345,6 +348,8 @@ std::shared_ptr<Resident> LoadPipeline::finish() {
   report_.host_decoded_chunks = host_decoded_frames_;
   report_.allocated_peak_bytes = b.ledger->peak();
   report_.measured_peak_bytes = b.low_water.peak_used_bytes();
+  report_.reserved_peak_bytes =
+      plan_.working_bytes(true) + std::max(plan_.provisional_resident_bytes, b.encoder.reserved_resident_bytes());
   report_.seconds = seconds_since(load_start_);
   return resident;
 }

@@ -59,8 +59,11 @@ class LoadPipeline {
  public:
   // `plan` comes from plan_cuda_load(acquisition, ...); the device is bound on
   // the calling thread, which runs run().
+  // `reservation` holds plan.admitted_bytes(true); the encoder grows it
+  // before resident allocations beyond plan.provisional_resident_bytes.
   LoadPipeline(const catalog::Acquisition& acquisition, int device_index, LoadProgress& progress,
-               const CudaLoadPlan& plan, ReadPool& read_pool, PinnedSlotPool& pinned_pool);
+               LoadReservation& reservation, const CudaLoadPlan& plan, ReadPool& read_pool,
+               PinnedSlotPool& pinned_pool);
   ~LoadPipeline();
   LoadPipeline(const LoadPipeline&) = delete;
   LoadPipeline& operator=(const LoadPipeline&) = delete;
@@ -87,6 +90,7 @@ class LoadPipeline {
   const catalog::Acquisition& acquisition_;
   const int device_index_;
   LoadProgress& progress_;
+  LoadReservation& reservation_;
   const CudaLoadPlan& plan_;
   ReadPool& read_pool_;
   PinnedSlotPool& pinned_pool_;

@@ -119,24 +119,30 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
   plan.ring_table_bound_bytes = std::uint64_t{max_ring_count(encode.detector_rows, encode.detector_cols)} *
                                 plan.frames * widest_sum;
   plan.ring_setup_bytes = plan.frame_pixels * (8 + 4 + 2);
+  plan.provisional_resident_bytes = std::min(plan.resident_bytes_bound(), acquisition.size_bytes / 2);
   return plan;
 }
 
-std::uint64_t CudaLoadPlan::transition_peak_bytes(bool with_staging) const {
-  // One line per allocation of ResidentEncoder and the loader; the resident's
-  // pieces (one per batch) may each waste up to one granule.
+std::uint64_t CudaLoadPlan::working_bytes(bool with_staging) const {
+  // One line per allocation of ResidentEncoder and the loader besides the
+  // resident's own (pieces, ring table, group table).
   const std::uint64_t dense_slot_bytes =
       round_to_granularity(dense_batch_bytes) + round_to_granularity(batch_statuses_bytes);
-  std::uint64_t peak = kRuntimeReserveBytes + round_to_granularity(masked_list_bytes) +
-                       static_cast<std::uint64_t>(dense_slots(with_staging)) * dense_slot_bytes +
-                       round_to_granularity(batch_misc_bytes) + round_to_granularity(encode_scratch_bytes) +
-                       resident_bound_bytes + batches * kAllocationGranularity +
-                       round_to_granularity(group_offsets_bytes) + round_to_granularity(ring_table_bound_bytes) +
-                       3 * round_to_granularity(ring_setup_bytes);
+  std::uint64_t working = kRuntimeReserveBytes + round_to_granularity(masked_list_bytes) +
+                          static_cast<std::uint64_t>(dense_slots(with_staging)) * dense_slot_bytes +
+                          round_to_granularity(batch_misc_bytes) + round_to_granularity(encode_scratch_bytes) +
+                          3 * round_to_granularity(ring_setup_bytes);
   if (with_staging && gpu_decoder) {
-    peak += kDeviceSlots * round_to_granularity(device_slot_bytes) + round_to_granularity(bslz4_scratch_bytes);
+    working += kDeviceSlots * round_to_granularity(device_slot_bytes) + round_to_granularity(bslz4_scratch_bytes);
   }
-  return peak;
+  return working;
+}
+
+std::uint64_t CudaLoadPlan::transition_peak_bytes(bool with_staging) const {
+  // The resident at its bound: every piece (one per batch, each may waste up
+  // to one granule), the ring table and the group table.
+  return working_bytes(with_staging) + resident_bound_bytes + batches * kAllocationGranularity +
+         round_to_granularity(group_offsets_bytes) + round_to_granularity(ring_table_bound_bytes);
 }
 
 bool gpu_decodes(const catalog::Acquisition& acquisition, const catalog::FrameLocation& location) {

@@ -60,6 +60,11 @@ struct CudaLoadPlan {
   std::uint64_t resident_bound_bytes = 0;    // encoded groups, at most (enforced by the load)
   std::uint64_t ring_table_bound_bytes = 0;  // per-frame ring sums, at most (any centre: ring_partition.hpp)
   std::uint64_t ring_setup_bytes = 0;        // the first batch's pattern sum and the partition's device tables
+  // What admission reserves for the resident before the load starts: half the
+  // acquisition's bytes on disk (the ANS resident of detector counts is
+  // smaller than their bitshuffle/LZ4 shards), at most the bound. The load
+  // grows the reservation past it, allocation by allocation, when needed.
+  std::uint64_t provisional_resident_bytes = 0;
 
   std::uint64_t resident_bytes_bound() const {
     return resident_bound_bytes + group_offsets_bytes + ring_table_bound_bytes;
@@ -70,6 +75,12 @@ struct CudaLoadPlan {
   // load from files (with_staging: device staging slots and kDenseSlots dense
   // batches with their statuses) or from dense host counts (one dense batch).
   std::uint64_t transition_peak_bytes(bool with_staging) const;
+  // Everything a load allocates besides the resident (slots, scratch, staging, the runtime reserve).
+  std::uint64_t working_bytes(bool with_staging) const;
+  // Reserved before the load: working_bytes + provisional_resident_bytes.
+  std::uint64_t admitted_bytes(bool with_staging) const {
+    return working_bytes(with_staging) + provisional_resident_bytes;
+  }
 };
 
 // Sizes for a load from files (with_staging) or from dense host counts.

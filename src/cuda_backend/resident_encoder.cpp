@@ -23,9 +23,18 @@ const char* dtype_tag(DType dtype) {
 
 }  // namespace
 
+void ResidentReservation::take(std::uint64_t bytes) {
+  const std::uint64_t needed = taken_ + round_to_granularity(bytes);
+  if (needed > held_) {
+    if (reservation_ != nullptr) reservation_->grow(needed - held_);
+    held_ = needed;
+  }
+  taken_ = needed;
+}
+
 ResidentEncoder::ResidentEncoder(const catalog::Acquisition& source, const CudaLoadPlan& plan, int dense_slots,
-                                 cudaStream_t stream, std::shared_ptr<Ledger> ledger)
-    : source_(source), plan_(plan), stream_(stream), ledger_(std::move(ledger)) {
+                                 cudaStream_t stream, std::shared_ptr<Ledger> ledger, ResidentReservation reservation)
+    : source_(source), plan_(plan), stream_(stream), ledger_(std::move(ledger)), reservation_(reservation) {
   std::vector<std::uint32_t> masked;
   for (std::uint64_t p = 0; p < source.pixel_mask.size() && p < plan.frame_pixels; ++p) {
     if (source.pixel_mask[p] != 0) masked.push_back(static_cast<std::uint32_t>(p));
@@ -89,6 +98,7 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
                             std::to_string(first_frame + frame_count) +
                             "): the counts are too close to incompressible noise for the CUDA resident");
   }
+  reservation_.take(piece_bytes);
   TrackedBuffer piece(piece_bytes, ledger_);
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_batch_offsets, offsets, sizes.size() * 8, cudaMemcpyHostToDevice, stream_));
   cuda::ans_encode_write(batch, scratch_.data(), scratch_.size(), piece.as<std::uint8_t>(), d_batch_offsets, stream_);
@@ -115,7 +125,9 @@ void ResidentEncoder::set_up_rings(const void* d_frames, std::uint64_t frame_cou
   ring_sum_bytes_ = ring_sum_bytes_for(*rings_, plan_.source_dtype);
   d_pixels_by_ring_ = TrackedBuffer(pixels * 4, ledger_);
   d_ring_of_sorted_ = TrackedBuffer(pixels * 2, ledger_);
-  d_ring_sums_ = TrackedBuffer(std::uint64_t{rings_->ring_count()} * plan_.frames * ring_sum_bytes_, ledger_);
+  const std::uint64_t ring_table_bytes = std::uint64_t{rings_->ring_count()} * plan_.frames * ring_sum_bytes_;
+  reservation_.take(ring_table_bytes);
+  d_ring_sums_ = TrackedBuffer(ring_table_bytes, ledger_);
   // From pageable memory: staged before the calls return, so the host vectors may change afterwards.
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_pixels_by_ring_.data(), rings_->pixels_by_ring.data(), pixels * 4,
                                    cudaMemcpyHostToDevice, stream_));
@@ -144,6 +156,7 @@ std::shared_ptr<CudaResident> ResidentEncoder::finish(int device_index, const st
     table[g] = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(group_addresses_[g]) -
                                           reinterpret_cast<std::uintptr_t>(base));
   }
+  reservation_.take(table.size() * 8);
   TrackedBuffer group_offsets(table.size() * 8, ledger_);
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(group_offsets.data(), table.data(), table.size() * 8, cudaMemcpyHostToDevice, stream_));
   QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream_));

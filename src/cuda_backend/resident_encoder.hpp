@@ -23,6 +23,25 @@
 
 namespace quantem::backend::cuda_detail {
 
+// The part of a load's reservation that covers the resident itself: admission
+// reserved `provisional_bytes` of it; each allocation of the resident (a
+// batch's piece, the ring table, the group table) is taken from it, and the
+// reservation grows first when an allocation would go past what is held.
+// Without a LoadReservation (dense counts: make_cuda_resident) it only counts.
+class ResidentReservation {
+ public:
+  ResidentReservation(LoadReservation* reservation, std::uint64_t provisional_bytes)
+      : reservation_(reservation), held_(provisional_bytes) {}
+  // Before allocating `bytes` (counted in whole allocation granules).
+  void take(std::uint64_t bytes);
+  std::uint64_t taken_bytes() const { return taken_; }
+
+ private:
+  LoadReservation* reservation_;
+  std::uint64_t held_;
+  std::uint64_t taken_ = 0;
+};
+
 class ResidentEncoder {
  public:
   // Allocates `dense_slots` dense batches, each with its status array, the
@@ -30,7 +49,7 @@ class ResidentEncoder {
   // and enqueues their initialisation on `stream`, the stream every encode runs
   // on. The device must be bound.
   ResidentEncoder(const catalog::Acquisition& source, const CudaLoadPlan& plan, int dense_slots, cudaStream_t stream,
-                  std::shared_ptr<Ledger> ledger);
+                  std::shared_ptr<Ledger> ledger, ResidentReservation reservation);
 
   // plan(), stream(), dense_slots(), dense_batch() and batch_statuses() do not
   // change between construction and finish(): any thread may call them.
@@ -51,7 +70,8 @@ class ResidentEncoder {
   // known; the write itself stays asynchronous on the stream, so the slot is
   // free once work enqueued on stream() after this call has run.
   // Throws Error(payload_too_large) when the encoded acquisition would exceed
-  // plan.resident_bound_bytes, cuda::OutOfDeviceMemory when allocation fails.
+  // plan.resident_bound_bytes, cuda::OutOfDeviceMemory when allocation fails,
+  // and what the reservation's grow() throws (payload_too_large, unavailable).
   // Not thread-safe: one thread at a time (during a load, the encode worker).
   void encode_batch(int slot, std::uint64_t first_frame, std::uint64_t frame_count);
 
@@ -60,6 +80,8 @@ class ResidentEncoder {
   std::shared_ptr<CudaResident> finish(int device_index, const std::string& note);
 
   std::uint64_t encoded_bytes() const { return encoded_bytes_; }
+  // Granule-rounded bytes of the resident's allocations so far (each one taken from the reservation first).
+  std::uint64_t reserved_resident_bytes() const { return reservation_.taken_bytes(); }
 
  private:
   // On the first batch: the ring partition around the batch's bright-field
@@ -86,6 +108,7 @@ class ResidentEncoder {
   std::uint64_t encoded_bytes_ = 0;
   std::uint64_t encoded_frames_ = 0;
 
+  ResidentReservation reservation_;
   std::optional<RingPartition> rings_;
   std::uint32_t ring_sum_bytes_ = 0;
   TrackedBuffer d_pixels_by_ring_;  // load only

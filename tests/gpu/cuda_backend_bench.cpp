@@ -132,6 +132,8 @@ int main(int argc, char** argv) {
         static_cast<double>(resident->resident_bytes()) / static_cast<double>(median_report.stored_bytes);
     out["estimate_resident_bytes"] = estimate.resident_bytes;
     out["admitted_peak_bytes"] = estimate.transition_peak_bytes;
+    out["reserved_peak_bytes"] = median_report.reserved_peak_bytes;
+    out["bound_peak_bytes"] = estimate.max_transition_peak_bytes;
     out["allocated_peak_bytes"] = median_report.allocated_peak_bytes;
     out["measured_peak_bytes_cudaMemGetInfo"] = median_report.measured_peak_bytes;
     out["device_budget_bytes"] = device.budget_bytes;

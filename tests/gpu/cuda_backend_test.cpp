@@ -378,7 +378,7 @@ TEST(CudaBackend, CancellationStopsTheLoadAndFreesEverything) {
   EXPECT_TRUE(cancelled_midway);
 }
 
-TEST(CudaBackend, TheMeasuredLoadPeakStaysWithinTheAdmittedEstimate) {
+TEST(CudaBackend, TheMeasuredLoadPeakStaysWithinTheReservation) {
   QUANTEM_REQUIRE_CUDA_DEVICE();
   TempDir dir;
   const catalog::Acquisition acquisition = synthesize(dir, "peak", 48, 64, DType::uint16, synth::Preset::realistic);
@@ -404,24 +404,53 @@ TEST(CudaBackend, TheMeasuredLoadPeakStaysWithinTheAdmittedEstimate) {
         }
       }
     });
-    std::shared_ptr<Resident> resident = load(*backend, acquisition);
+    // Admission reserves the estimate; the load grows it before allocating past it.
+    LocalLoadReservation reservation(0, estimate.transition_peak_bytes);
+    LoadProgress progress;
+    std::shared_ptr<Resident> resident = backend->load(acquisition, 0, progress, reservation);
     stop = true;
     sampler.join();
     const std::uint64_t sampled_peak = free_before - std::min(free_before, least_free.load());
     const CudaLoadReport report = backend->last_load_report();
-    EXPECT_LE(sampled_peak, estimate.transition_peak_bytes);
-    EXPECT_LE(report.measured_peak_bytes, estimate.transition_peak_bytes);
-    EXPECT_LE(report.allocated_peak_bytes, estimate.transition_peak_bytes);
+    EXPECT_LE(sampled_peak, reservation.largest_reserved_bytes());
+    EXPECT_LE(report.measured_peak_bytes, reservation.largest_reserved_bytes());
+    EXPECT_LE(report.allocated_peak_bytes, reservation.largest_reserved_bytes());
     EXPECT_GT(report.allocated_peak_bytes, resident->resident_bytes());
-    EXPECT_LE(resident->resident_bytes(), estimate.resident_bytes);
+    EXPECT_LE(reservation.largest_reserved_bytes(), estimate.max_transition_peak_bytes);
     EXPECT_EQ(report.admitted_peak_bytes, estimate.transition_peak_bytes);
-    std::printf("peak: sampled %llu, cudaMemGetInfo checkpoints %llu, allocated %llu, admitted %llu, resident %llu\n",
+    EXPECT_EQ(report.reserved_peak_bytes, reservation.largest_reserved_bytes());
+    std::printf("peak: sampled %llu, cudaMemGetInfo checkpoints %llu, allocated %llu, admitted %llu, reserved %llu, "
+                "bound %llu, resident %llu\n",
                 static_cast<unsigned long long>(sampled_peak),
                 static_cast<unsigned long long>(report.measured_peak_bytes),
                 static_cast<unsigned long long>(report.allocated_peak_bytes),
                 static_cast<unsigned long long>(estimate.transition_peak_bytes),
+                static_cast<unsigned long long>(reservation.largest_reserved_bytes()),
+                static_cast<unsigned long long>(estimate.max_transition_peak_bytes),
                 static_cast<unsigned long long>(resident->resident_bytes()));
   }
+}
+
+TEST(CudaBackend, AReservationThatCannotGrowFailsTheLoadWith413AndFreesEverything) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  TempDir dir;
+  const catalog::Acquisition acquisition = synthesize(dir, "nogrow", 48, 64, DType::uint16, synth::Preset::dense);
+  const auto backend = cuda_backend();
+  load(*backend, acquisition);  // warm-up
+  const LoadEstimate estimate = backend->estimate_load(acquisition);
+  const std::uint64_t in_use_before = cuda_resident_bytes_in_use();
+  const std::uint64_t free_before = device_free_bytes();
+  // Exactly what admission reserved, and not one byte more.
+  LocalLoadReservation reservation(0, estimate.transition_peak_bytes, estimate.transition_peak_bytes);
+  // Dense counts encode to about 0.9 of their shards: past the provisional half, so the load must grow.
+  LoadProgress progress;
+  const std::string text =
+      error_text([&] { (void)backend->load(acquisition, 0, progress, reservation); }, ErrorKind::payload_too_large);
+  EXPECT_NE(text.find("limited to"), std::string::npos) << text;
+  EXPECT_EQ(progress.stage.load(), LoadStage::failed);
+  EXPECT_GE(reservation.grow_calls(), 1u);
+  EXPECT_EQ(cuda_resident_bytes_in_use(), in_use_before);
+  EXPECT_GE(device_free_bytes() + (std::uint64_t{64} << 20), free_before);
 }
 
 TEST(CudaBackend, RunningOutOfDeviceMemoryIsPayloadTooLargeAndFreesEverything) {

@@ -64,7 +64,8 @@ struct CudaLoadReport {
   std::uint64_t dense_bytes = 0;     // frames x pixels x source element size
   std::uint64_t resident_bytes = 0;
   std::uint64_t host_decoded_chunks = 0;
-  std::uint64_t admitted_peak_bytes = 0;   // estimate_load().transition_peak_bytes
+  std::uint64_t admitted_peak_bytes = 0;   // estimate_load().transition_peak_bytes: reserved before the load
+  std::uint64_t reserved_peak_bytes = 0;   // the most the load's reservation held (after its growth)
   std::uint64_t allocated_peak_bytes = 0;  // largest sum of live device allocations of the load
   std::uint64_t measured_peak_bytes = 0;   // cudaMemGetInfo: free at start - least free seen after allocations
   std::uint32_t batches = 0;
