@@ -59,6 +59,13 @@ void add_serve_options(CLI::App& serve, ServeOptions& options) {
   serve.add_option("--http-threads", options.http_threads, "HTTP worker threads (default 16)");
   serve.add_option("--host", options.host, "Bind address (default 127.0.0.1; loopback only unless --allow-non-loopback)");
   serve.add_flag("--allow-non-loopback", options.allow_non_loopback, "Allow a --host that is not a loopback address");
+  serve.add_option("--unix-socket", options.unix_socket,
+                   "Listen on this Unix socket (mode 0600, directory created 0700) instead of TCP")
+      ->excludes("--port")->excludes("--port-file")->excludes("--host");
+  serve.add_option("--shutdown-grace", options.shutdown_grace_seconds,
+                   "Seconds requests in flight may finish after SIGTERM/SIGINT (default 2)");
+  serve.add_option("--header-timeout", options.header_timeout_seconds,
+                   "Seconds a client has to send a whole request line and headers; also the keep-alive idle timeout (default 5)");
   serve.add_option("--auth", options.auth,
                    "none (default) or token (from $QUANTEM_GPU_TOKEN, $QUANTEM_GPU_TOKEN_FILE, else generated; "
                    "written to the 0600 runtime file)");
@@ -261,23 +268,31 @@ int run_serve(const ServeOptions& options) {
 
   HttpServerOptions http_options;
   http_options.threads = settings.http_threads;
+  http_options.shutdown_grace = settings.shutdown_grace;
+  http_options.header_timeout = settings.header_timeout;
   HttpServer http([&service](const HttpRequest& request) { return service.handle(request); }, http_options);
   int port = 0;
   try {
-    port = http.bind(settings.host, settings.port);
+    if (settings.unix_socket.empty()) {
+      port = http.bind(settings.host, settings.port);
+    } else {
+      http.bind_unix(settings.unix_socket);
+    }
   } catch (const std::exception& error) {
     std::cerr << error.what() << "\n";
     return 1;
   }
 
   const std::string host_for_url = settings.host.find(':') != std::string::npos ? "[" + settings.host + "]" : settings.host;
-  const std::string url = "http://" + host_for_url + ":" + std::to_string(port);
+  const std::string url = settings.unix_socket.empty() ? "http://" + host_for_url + ":" + std::to_string(port)
+                                                      : "unix:" + settings.unix_socket;
   const std::string runtime_file = runtime_directory() + "/server-" + std::to_string(getpid()) + ".json";
   {
     nlohmann::ordered_json runtime;
     runtime["url"] = url;
     runtime["host"] = settings.host;
-    runtime["port"] = port;
+    runtime["port"] = settings.unix_socket.empty() ? nlohmann::ordered_json(port) : nlohmann::ordered_json(nullptr);
+    runtime["unix_socket"] = settings.unix_socket.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(settings.unix_socket);
     runtime["pid"] = getpid();
     runtime["version"] = version_string();
     runtime["implementation_revision"] = settings.implementation_revision;
