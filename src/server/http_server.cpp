@@ -248,10 +248,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     asio::post(socket_.get_executor(), [self = shared_from_this()] { self->read_request(); });
   }
 
-  // stop(): a connection waiting for (or part-way through) a request closes
-  // now; one whose request is being handled or written finishes it and closes.
+  // stop() (from any thread): a connection waiting for (or part-way through)
+  // a request closes now; one whose request is being handled or written
+  // finishes it and closes.
   void drain() {
-    if (state_ == State::reading || state_ == State::lingering) close();
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      if (self->state_ == State::reading || self->state_ == State::lingering) self->close();
+    });
   }
 
   void close_now() {
@@ -666,11 +669,15 @@ void HttpServer::stop() {
       if (core.tcp_acceptor) core.tcp_acceptor->close(ignored);
       if (core.unix_acceptor) core.unix_acceptor->close(ignored);
       core.drain_connections();
-      {
-        std::lock_guard<std::mutex> lock(core.requests_mutex);
-        core.drained = true;
-      }
-      core.requests_changed.notify_all();
+      // Queued after every connection's drain: with one I/O thread it runs after them
+      // (with more, the grace still bounds the wait).
+      asio::post(core.ioc, [&core] {
+        {
+          std::lock_guard<std::mutex> lock(core.requests_mutex);
+          core.drained = true;
+        }
+        core.requests_changed.notify_all();
+      });
     });
     std::unique_lock<std::mutex> lock(core.requests_mutex);
     core.requests_changed.wait_until(lock, deadline, [&core] { return core.drained && core.active_requests == 0; });

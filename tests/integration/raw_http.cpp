@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 namespace quantem::test {
 
@@ -84,16 +85,27 @@ bool send_all(int fd, const std::string& data) {
   return true;
 }
 
-std::optional<RawResponse> read_response(int fd, int timeout_ms) {
+std::optional<RawResponse> read_response(int fd, int timeout_ms, bool head_request) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  std::string data;
-  char buffer[65536];
+  // Peek until the head is complete, then take exactly the head and the body:
+  // pipelined responses after this one stay in the socket.
+  std::string peeked(1 << 20, '\0');
   std::size_t header_end = std::string::npos;
-  while ((header_end = data.find("\r\n\r\n")) == std::string::npos) {
-    const ssize_t n = receive_some(fd, buffer, sizeof buffer, deadline);
+  std::size_t available = 0;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return std::nullopt;
+    pollfd wait{fd, POLLIN, 0};
+    if (::poll(&wait, 1, static_cast<int>(left.count())) <= 0) return std::nullopt;
+    const ssize_t n = ::recv(fd, peeked.data(), peeked.size(), MSG_PEEK);
     if (n <= 0) return std::nullopt;
-    data.append(buffer, static_cast<std::size_t>(n));
+    header_end = peeked.substr(0, static_cast<std::size_t>(n)).find("\r\n\r\n");
+    if (header_end != std::string::npos) break;
+    if (static_cast<std::size_t>(n) == available) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    available = static_cast<std::size_t>(n);
   }
+  std::string data(header_end + 4, '\0');
+  if (::recv(fd, data.data(), data.size(), MSG_WAITALL) != static_cast<ssize_t>(data.size())) return std::nullopt;
   RawResponse response;
   const std::string head = data.substr(0, header_end);
   std::size_t line_end = head.find("\r\n");
@@ -111,10 +123,10 @@ std::optional<RawResponse> read_response(int fd, int timeout_ms) {
     response.headers.emplace_back(line.substr(0, colon), value);
   }
   const std::string length_text = response.header("content-length");
-  const std::size_t length = length_text.empty() ? 0 : std::strtoull(length_text.c_str(), nullptr, 10);
-  response.body = data.substr(header_end + 4);
+  const std::size_t length = head_request || length_text.empty() ? 0 : std::strtoull(length_text.c_str(), nullptr, 10);
+  char buffer[65536];
   while (response.body.size() < length) {
-    const ssize_t n = receive_some(fd, buffer, sizeof buffer, deadline);
+    const ssize_t n = receive_some(fd, buffer, std::min(sizeof buffer, length - response.body.size()), deadline);
     if (n <= 0) return std::nullopt;
     response.body.append(buffer, static_cast<std::size_t>(n));
   }

@@ -26,9 +26,10 @@ int connect_unix(const std::string& path);
 
 bool send_all(int fd, const std::string& data);
 
-// One response (status line, headers, a content-length body); nullopt when
-// the connection closes or timeout_ms passes first.
-std::optional<RawResponse> read_response(int fd, int timeout_ms = 10000);
+// One response (status line, headers, a content-length body, none for a
+// HEAD request); nullopt when the connection closes or timeout_ms passes
+// first. Bytes after the response stay in the socket (pipelining).
+std::optional<RawResponse> read_response(int fd, int timeout_ms = 10000, bool head_request = false);
 
 // True when the peer closed (EOF or reset) within timeout_ms, reading and
 // discarding anything before.

@@ -337,6 +337,53 @@ TEST_F(ServeHttp, EveryResponseIsFramedAndConnectionCloseIsHonoured) {
   EXPECT_EQ(old->status, 200);
   EXPECT_TRUE(qt::closed_within(fd, 2000));
   ::close(fd);
+  // Pipelined requests are answered in order on one connection.
+  const int pipelined = qt::connect_tcp(daemon->port());
+  ASSERT_TRUE(qt::send_all(pipelined, qt::request_text("GET", "/api/health/live") + qt::request_text("GET", kImage) +
+                                          qt::request_text("GET", "/api/browse/nothing")));
+  const auto first = qt::read_response(pipelined), second = qt::read_response(pipelined), third = qt::read_response(pipelined);
+  ASSERT_TRUE(first && second && third);
+  EXPECT_EQ(first->body, R"({"live":true})");
+  EXPECT_EQ(second->body.size(), 4u * 5u * 4u);
+  EXPECT_EQ(third->status, 404);
+  ::close(pipelined);
+  // Expect: 100-continue gets the interim answer before the body is sent.
+  const int expecting = qt::connect_tcp(daemon->port());
+  ASSERT_TRUE(qt::send_all(expecting, qt::request_text("POST", "/api/browse/load?session=sess&file=a_master.h5", "127.0.0.1",
+                                                       "Content-Length: 4\r\nExpect: 100-continue\r\n")));
+  const auto interim = qt::read_response(expecting);
+  ASSERT_TRUE(interim);
+  EXPECT_EQ(interim->status, 100);
+  ASSERT_TRUE(qt::send_all(expecting, "body"));
+  const auto accepted = qt::read_response(expecting);
+  ASSERT_TRUE(accepted);
+  EXPECT_TRUE(accepted->status == 200 || accepted->status == 202) << accepted->status;
+  ::close(expecting);
+  // HEAD: the length of the body it would have, no body (the next response starts right after the head).
+  const int head = qt::connect_tcp(daemon->port());
+  ASSERT_TRUE(qt::send_all(head, qt::request_text("HEAD", "/api/browse/capabilities") + qt::request_text("GET", "/api/health/live")));
+  const auto head_response = qt::read_response(head, 10000, /*head_request=*/true);
+  ASSERT_TRUE(head_response);
+  EXPECT_EQ(head_response->status, 405);
+  EXPECT_EQ(head_response->header("content-length"), "31");  // {"detail":"Method Not Allowed"}
+  const auto after_head = qt::read_response(head);
+  ASSERT_TRUE(after_head);
+  EXPECT_EQ(after_head->body, R"({"live":true})");
+  ::close(head);
   EXPECT_EQ(daemon->get("/api/health/live")->status, 200);
   EXPECT_EQ(daemon->stop(), 0);
+}
+
+TEST_F(ServeHttp, GraceAndDeadlineOptionsAreValidated) {
+  const auto grace = run_quantem({"serve", data.path(), "--backend", "cpu", "--shutdown-grace", "-1"});
+  EXPECT_EQ(grace.exit_code, 1);
+  EXPECT_NE(grace.stderr_text.find("--shutdown-grace must be between 0 and 600 seconds"), std::string::npos) << grace.stderr_text;
+  const auto deadline = run_quantem({"serve", data.path(), "--backend", "cpu", "--header-timeout", "0"});
+  EXPECT_EQ(deadline.exit_code, 1);
+  EXPECT_NE(deadline.stderr_text.find("--header-timeout must be between 0.05 and 3600 seconds"), std::string::npos)
+      << deadline.stderr_text;
+  const auto help = run_quantem({"serve", "--help"});
+  for (const char* option : {"--unix-socket", "--shutdown-grace", "--header-timeout", "--http-threads"}) {
+    EXPECT_NE(help.stdout_text.find(option), std::string::npos) << option;
+  }
 }
