@@ -387,28 +387,33 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (state_ == State::closed) return;
     bool close_after = refusal || !keep_alive_ || core_.stopping;
     auto response = std::make_shared<http::response<http::string_body>>();
-    response->version(version_);
-    response->result(static_cast<unsigned>(from.status));
-    for (auto& [name, value] : from.headers) {
-      if (name == "connection") {
-        close_after = close_after || beast::iequals(value, "close");
-        continue;
+    try {  // a status above 999 or an allocation failure must not reach the I/O thread
+      response->version(version_);
+      response->result(static_cast<unsigned>(from.status));
+      for (auto& [name, value] : from.headers) {
+        if (name == "connection") {
+          close_after = close_after || beast::iequals(value, "close");
+          continue;
+        }
+        if (name == "content-length") continue;
+        response->insert(name, value);
       }
-      if (name == "content-length") continue;
-      response->insert(name, value);
-    }
-    // Field names go out in lower case, as the service wrote them.
-    if (!from.content_type.empty()) response->set("content-type", from.content_type);
-    const std::size_t length = from.body.size();
-    const bool bodiless_status = (from.status >= 100 && from.status < 200) || from.status == 204 || from.status == 304;
-    if (!bodiless_status) {
-      response->set("content-length", std::to_string(length));
-      if (!head_) response->body() = std::move(from.body);  // moved, never copied
-    }
-    if (close_after) {
-      response->set("connection", "close");
-    } else if (version_ < 11) {
-      response->set("connection", "keep-alive");
+      // Field names go out in lower case, as the service wrote them.
+      if (!from.content_type.empty()) response->set("content-type", from.content_type);
+      const std::size_t length = from.body.size();
+      const bool bodiless_status = (from.status >= 100 && from.status < 200) || from.status == 204 || from.status == 304;
+      if (!bodiless_status) {
+        response->set("content-length", std::to_string(length));
+        if (!head_) response->body() = std::move(from.body);  // moved, never copied
+      }
+      if (close_after) {
+        response->set("connection", "close");
+      } else if (version_ < 11) {
+        response->set("connection", "keep-alive");
+      }
+    } catch (const std::exception& error) {
+      spdlog::error("an HTTP response could not be built: {}", error.what());
+      return close();
     }
     state_ = State::writing;
     arm_timer(core_.options.write_timeout);
