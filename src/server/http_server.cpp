@@ -510,7 +510,7 @@ void Core::accept_on(Acceptor& acceptor) {
     if (ec) {
       // EMFILE and friends: retry shortly instead of spinning.
       spdlog::warn("accepting an HTTP connection failed: {}", ec.message());
-      auto retry = std::make_shared<asio::steady_timer>(ioc, std::chrono::milliseconds(100));
+      auto retry = std::make_shared<asio::steady_timer>(acceptor.get_executor(), std::chrono::milliseconds(100));
       retry->async_wait([this, &acceptor, retry](error_code) {
         if (acceptor.is_open() && !stopping) accept_on(acceptor);
       });
@@ -571,7 +571,7 @@ int HttpServer::bind(const std::string& host, int port) {
                                           Tcp::resolver::passive | Tcp::resolver::numeric_service, ec);
   if (ec) throw unavailable("cannot listen on " + address + ": " + ec.message());
   for (const auto& entry : endpoints) {
-    Tcp::acceptor acceptor(core.ioc);
+    Tcp::acceptor acceptor(asio::make_strand(core.ioc));  // its own strand: stop() closes it there
     acceptor.open(entry.endpoint().protocol(), ec);
     if (ec) continue;
     // SO_REUSEADDR only (never SO_REUSEPORT): a second daemon fails to bind.
@@ -599,7 +599,7 @@ void HttpServer::bind_unix(const std::string& path) {
   const std::string temporary = unix_socket::temporary_path_for(path);
   unix_socket::check_length(temporary);
   ::unlink(temporary.c_str());
-  Local::acceptor acceptor(core.ioc);
+  Local::acceptor acceptor(asio::make_strand(core.ioc));
   error_code ec;
   acceptor.open(Local(), ec);
   if (!ec) acceptor.bind(Local::endpoint(temporary), ec);
@@ -669,10 +669,17 @@ void HttpServer::stop() {
     // Stop accepting and close idle connections on the I/O threads, then give
     // the requests already read until the grace ends.
     const auto deadline = std::chrono::steady_clock::now() + core.options.shutdown_grace;
+    auto close_acceptor = [](auto& acceptor) {
+      if (acceptor) {
+        asio::post(acceptor->get_executor(), [&acceptor] {
+          error_code ignored;
+          acceptor->close(ignored);
+        });
+      }
+    };
+    close_acceptor(core.tcp_acceptor);
+    close_acceptor(core.unix_acceptor);
     asio::post(core.ioc, [&core] {
-      error_code ignored;
-      if (core.tcp_acceptor) core.tcp_acceptor->close(ignored);
-      if (core.unix_acceptor) core.unix_acceptor->close(ignored);
       core.drain_connections();
       // Queued after every connection's drain: with one I/O thread it runs after them
       // (with more, the grace still bounds the wait).

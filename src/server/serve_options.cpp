@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 
 #include "quantem/catalog/catalog.hpp"
@@ -179,7 +180,8 @@ ServeSettings validate_serve_options(const ServeOptions& options) {
     throw ServeUsageError("--header-timeout must be between 0.05 and 3600 seconds");
   }
   settings.header_timeout = std::chrono::milliseconds(std::llround(options.header_timeout_seconds * 1000));
-  settings.unix_socket = options.unix_socket;
+  // Absolute, so the runtime file and the logs name it wherever they are read.
+  if (!options.unix_socket.empty()) settings.unix_socket = std::filesystem::absolute(options.unix_socket).lexically_normal().string();
   settings.data_folder = catalog::absolute_folder(options.data_folder);
   settings.implementation_revision = resolve_implementation_revision(options.implementation_revision);
   return settings;
