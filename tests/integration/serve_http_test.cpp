@@ -250,7 +250,7 @@ TEST_F(ServeHttp, RangeIsIgnoredOnEveryRouteAndTheWholeRepresentationIsSent) {
   auto daemon = Daemon::start(data.path());
   ASSERT_NE(daemon, nullptr);
   for (const std::string& target : {std::string(kImage), std::string(kImage) + "&format=npy",
-                                   std::string("/api/browse/capabilities"), std::string("/metrics")}) {
+                                   std::string("/api/browse/sessions"), std::string("/metrics")}) {
     const auto plain = qt::exchange_tcp(daemon->port(), qt::request_text("GET", target));
     ASSERT_TRUE(plain);
     ASSERT_EQ(plain->status, 200) << target;
