@@ -9,7 +9,17 @@ find_package(spdlog REQUIRED)
 pkg_check_modules(LZ4 REQUIRED IMPORTED_TARGET liblz4)
 pkg_check_modules(FFTW3F REQUIRED IMPORTED_TARGET fftw3f)
 
-# cpp-httplib: Debian ships a compiled library with a pkg-config file; conda-forge
+# Boost.Asio + Boost.Beast (header-only, Boost >= 1.74): the daemon's HTTP
+# server (decision 0008). Debian: libboost-dev; conda-forge: libboost-headers.
+find_package(Boost 1.74 REQUIRED CONFIG COMPONENTS headers)
+add_library(quantem_beast INTERFACE)
+target_link_libraries(quantem_beast INTERFACE Boost::headers Threads::Threads)
+# One Asio per program, no deprecated interfaces; Beast without its own
+# separate-compilation mode.
+target_compile_definitions(quantem_beast INTERFACE BOOST_ASIO_NO_DEPRECATED BOOST_BEAST_USE_STD_STRING_VIEW)
+
+# cpp-httplib: only the integration tests' HTTP client and the admission
+# benchmark use it (the daemon does not). Debian ships a compiled library with a pkg-config file; conda-forge
 # ships a CMake package of the header-only build.
 find_package(httplib CONFIG QUIET)
 if(TARGET httplib::httplib)

@@ -2,9 +2,11 @@
 # Installs the build and test dependencies from Debian 12 packages (run as root).
 # Usage: scripts/install-deps.sh [--test]   (--test adds the Python reference tools and Chromium)
 set -euo pipefail
+# libboost-dev: Boost.Asio + Beast (header-only), the daemon's HTTP server;
+# libcpp-httplib-dev: only the integration tests' HTTP client and a benchmark.
 packages=(build-essential cmake ninja-build pkg-config git
   libhdf5-dev hdf5-tools liblz4-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
-  libcpp-httplib-dev libfftw3-dev googletest libgtest-dev curl ca-certificates
+  libboost-dev libcpp-httplib-dev libfftw3-dev googletest libgtest-dev curl ca-certificates
   libsystemd-dev  # sd_notify for the Type=notify user unit (docs/deploy.md)
   python3 python3-numpy)  # numpy: the README's format=npy example
 if [[ "${1:-}" == "--test" ]]; then

@@ -1,227 +1,717 @@
-// The only translation unit of the daemon that includes httplib.h.
+// The only translation unit of the daemon that includes Boost.Asio and
+// Boost.Beast (decision 0008). I/O threads run every socket operation
+// asynchronously; a fixed worker pool calls the handler.
 #include "quantem/server/http_server.hpp"
 
-#include <httplib.h>
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
-#include <cerrno>
-#include <chrono>
-#include <cstring>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
 #include "quantem/core/error.hpp"
+#include "unix_socket_file.hpp"
 
 namespace quantem::server {
 
 namespace {
 
-void reuse_address_only(socket_t sock) {
-  int yes = 1;
-  setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof(yes));
-}
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using boost::system::error_code;
+using Tcp = asio::ip::tcp;
+using Local = asio::local::stream_protocol;
 
-std::string lower(const std::string& text) {
-  std::string out = text;
+constexpr std::chrono::milliseconds kLingerAfterRefusal{2000};
+
+std::string lower(std::string_view text) {
+  std::string out(text);
   for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
 }
 
-// Why binding host:port failed, found by trying the same bind ourselves.
-std::string bind_failure_reason(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* results = nullptr;
-  const std::string service = std::to_string(port);
-  if (const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &results); rc != 0) return gai_strerror(rc);
-  std::string reason = "unknown error";
-  for (addrinfo* info = results; info; info = info->ai_next) {
-    const int sock = ::socket(info->ai_family, info->ai_socktype, info->ai_protocol);
-    if (sock < 0) {
-      reason = std::strerror(errno);
-      continue;
-    }
-    reuse_address_only(sock);
-    if (::bind(sock, info->ai_addr, info->ai_addrlen) != 0) {
-      reason = std::strerror(errno);
-    } else if (::listen(sock, 1) != 0) {
-      reason = std::strerror(errno);
-    } else {
-      reason = "the address became available again; retry";
-    }
-    ::close(sock);
-    break;
-  }
-  freeaddrinfo(results);
-  return reason;
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
 }
 
-const char* status_text(int status) {
-  switch (status) {
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 413: return "Payload Too Large";
-    case 414: return "URI Too Long";
-    case 416: return "Range Not Satisfiable";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Error";
+// %XX decoded; '+' stays '+' (a path, not a form); a malformed escape stays literal.
+std::string percent_decode_path(std::string_view raw) {
+  std::string out;
+  out.reserve(raw.size());
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] == '%' && i + 2 < raw.size()) {
+      const int high = hex_value(raw[i + 1]), low = hex_value(raw[i + 2]);
+      if (high >= 0 && low >= 0) {
+        out.push_back(static_cast<char>(high * 16 + low));
+        i += 2;
+        continue;
+      }
+    }
+    out.push_back(raw[i]);
   }
+  return out;
 }
 
-HttpResponse guard_response(int status, const std::string& detail) { return HttpResponse::detail(status, detail); }
+void name_this_thread(const std::string& name) { pthread_setname_np(pthread_self(), name.substr(0, 15).c_str()); }
 
-void write_response(const HttpResponse& from, httplib::Response& to) {
-  to.status = from.status;
-  for (const auto& [name, value] : from.headers) to.set_header(name, value);
-  if (!from.content_type.empty()) to.set_header("content-type", from.content_type);
-  to.body = from.body;
+// Runs handler calls on a fixed set of threads, first come first served.
+class WorkerPool {
+ public:
+  explicit WorkerPool(int threads) {
+    for (int index = 0; index < std::max(1, threads); ++index) {
+      threads_.emplace_back([this, index] {
+        name_this_thread("quantem-http-" + std::to_string(index));
+        work();
+      });
+    }
+  }
+  ~WorkerPool() {
+    stop();
+    join();
+  }
+
+  // False once stopped (the job is not run).
+  bool submit(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopped_) return false;
+      jobs_.push_back(std::move(job));
+    }
+    wake_.notify_one();
+    return true;
+  }
+
+  // Jobs not started are dropped; running ones finish.
+  void stop() {
+    std::deque<std::function<void()>> dropped;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopped_ = true;
+      dropped.swap(jobs_);
+    }
+    wake_.notify_all();
+  }
+
+  void join() {
+    for (auto& thread : threads_)
+      if (thread.joinable()) thread.join();
+  }
+
+ private:
+  void work() {
+    while (true) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [this] { return stopped_ || !jobs_.empty(); });
+        if (stopped_) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopped_ = false;
+  std::vector<std::thread> threads_;
+};
+
+class Connection;
+
+// Everything the connections share.
+struct Core {
+  Core(HttpServer::Handler handler_in, HttpServerOptions options_in)
+      : handler(std::move(handler_in)),
+        options(options_in),
+        ioc(std::max(1, options_in.io_threads)),
+        work(asio::make_work_guard(ioc)),
+        pool(options_in.threads) {}
+
+  HttpServer::Handler handler;
+  HttpServerOptions options;
+
+  // Declared before the io_context: connections destroyed with its pending
+  // handlers still unregister and count here.
+  // Live connections (weak: a connection lives as long as its operations).
+  std::mutex registry_mutex;
+  std::unordered_map<const Connection*, std::weak_ptr<Connection>> registry;
+
+  // Requests read and not yet answered (or closed).
+  std::mutex requests_mutex;
+  std::condition_variable requests_changed;
+  int active_requests = 0;
+  bool drained = false;  // the stop() pass over connections has run on the I/O threads
+
+  // run()/stop() hand-over.
+  std::mutex state_mutex;
+  std::condition_variable state_changed;
+  bool bound = false;
+  bool running = false;
+  bool stop_started = false;
+  bool stop_finished = false;
+
+  asio::io_context ioc;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::optional<Tcp::acceptor> tcp_acceptor;
+  std::optional<Local::acceptor> unix_acceptor;
+  std::string unix_path;
+  unix_socket::FileIdentity unix_file;
+  std::atomic<bool> stopping{false};
+  WorkerPool pool;  // declared last: joined (and its queued jobs dropped) first
+
+  void request_started() {
+    std::lock_guard<std::mutex> lock(requests_mutex);
+    ++active_requests;
+  }
+  void request_finished() {
+    {
+      std::lock_guard<std::mutex> lock(requests_mutex);
+      --active_requests;
+    }
+    requests_changed.notify_all();
+  }
+
+  HttpResponse call_handler(const HttpRequest& request) {
+    HttpResponse response;
+    try {
+      response = handler(request);
+    } catch (...) {
+      // The handler is noexcept by contract; this only guards the server.
+      response = HttpResponse();
+      response.status = 500;
+      response.content_type = "text/plain; charset=utf-8";
+      response.body = "Internal Server Error";
+    }
+    // The path only: a query may carry a token.
+    spdlog::debug("{} {} -> {} ({} bytes)", request.method, request.path, response.status, response.body.size());
+    return response;
+  }
+
+  template <class Acceptor>
+  void accept_on(Acceptor& acceptor);
+  void drain_connections();
+  void close_every_connection();
+};
+
+// One client connection: read a request (deadline), hand it to the pool,
+// write the response, repeat while keep-alive. Every member function runs on
+// the connection's strand (the socket's executor), except close_now() which
+// stop() calls once no I/O thread runs.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  using Stream = asio::basic_stream_socket<asio::generic::stream_protocol>;
+
+  Connection(Core& core, Stream socket)
+      : core_(core),
+        socket_(std::move(socket)),
+        timer_(socket_.get_executor()),
+        buffer_(core.options.max_header_bytes + core.options.max_body_bytes + 65536) {}
+
+  ~Connection() {
+    if (counted_) core_.request_finished();
+    std::lock_guard<std::mutex> lock(core_.registry_mutex);
+    core_.registry.erase(this);
+  }
+
+  void start() {
+    {
+      std::lock_guard<std::mutex> lock(core_.registry_mutex);
+      core_.registry[this] = weak_from_this();
+    }
+    asio::post(socket_.get_executor(), [self = shared_from_this()] { self->read_request(); });
+  }
+
+  // stop() (from any thread): a connection waiting for (or part-way through)
+  // a request closes now; one whose request is being handled or written
+  // finishes it and closes.
+  void drain() {
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      if (self->state_ == State::reading || self->state_ == State::lingering) self->close();
+    });
+  }
+
+  void close_now() {
+    error_code ignored;
+    socket_.close(ignored);
+  }
+
+ private:
+  enum class State { reading, handling, writing, lingering, closed };
+
+  void read_request() {
+    if (state_ == State::closed) return;
+    if (core_.stopping) return close();
+    state_ = State::reading;
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(core_.options.max_header_bytes, UINT32_MAX)));
+    parser_->body_limit(static_cast<std::uint64_t>(core_.options.max_body_bytes));
+    arm_timer(core_.options.header_timeout);
+    http::async_read_header(socket_, buffer_, *parser_,
+                            [self = shared_from_this()](error_code ec, std::size_t) { self->on_header(ec); });
+  }
+
+  void on_header(error_code ec) {
+    if (state_ != State::reading) return;
+    if (ec) return on_read_error(ec);
+    const auto& message = parser_->get();
+    const auto fields = static_cast<std::size_t>(std::distance(message.begin(), message.end()));
+    if (fields > core_.options.max_header_fields) {
+      return refuse(431, "too many request header fields (" + std::to_string(fields) + "; at most " +
+                             std::to_string(core_.options.max_header_fields) + ")");
+    }
+    const auto hosts = message.count(http::field::host);
+    if (hosts > 1) return refuse(400, "a request carries one Host header (RFC 9112 section 3.2); this one has " + std::to_string(hosts));
+    if (hosts == 0 && message.version() >= 11) return refuse(400, "an HTTP/1.1 request needs a Host header (RFC 9112 section 3.2)");
+    if (message.count(http::field::transfer_encoding) > 0) {
+      return refuse(411, "chunked request bodies are not accepted; send Content-Length");
+    }
+    if (message.count(http::field::content_encoding) > 0) return refuse(415, "compressed request bodies are not accepted");
+    if (const auto length = parser_->content_length(); length && *length > core_.options.max_body_bytes) {
+      return refuse(413, "request body too large (at most " + std::to_string(core_.options.max_body_bytes) + " bytes)");
+    }
+    if (parser_->is_done()) return dispatch();
+    const auto expect = message.find(http::field::expect);
+    if (expect != message.end() && beast::iequals(expect->value(), "100-continue")) {
+      static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+      asio::async_write(socket_, asio::buffer(kContinue, sizeof kContinue - 1),
+                        [self = shared_from_this()](error_code write_ec, std::size_t) {
+                          if (write_ec) return self->close();
+                          self->read_body();
+                        });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
+    http::async_read(socket_, buffer_, *parser_, [self = shared_from_this()](error_code ec, std::size_t) {
+      if (self->state_ != State::reading) return;
+      if (ec) return self->on_read_error(ec);
+      self->dispatch();
+    });
+  }
+
+  void on_read_error(error_code ec) {
+    if (ec == http::error::header_limit) {
+      return refuse(431, "request line and headers too large (at most " + std::to_string(core_.options.max_header_bytes) +
+                             " bytes and " + std::to_string(core_.options.max_header_fields) + " fields)");
+    }
+    if (ec == http::error::body_limit) {
+      return refuse(413, "request body too large (at most " + std::to_string(core_.options.max_body_bytes) + " bytes)");
+    }
+    // The client went away, the deadline closed the socket, or stop() did.
+    if (ec == http::error::end_of_stream || ec == http::error::partial_message || ec == asio::error::eof ||
+        ec == asio::error::operation_aborted || ec == asio::error::bad_descriptor || ec == asio::error::connection_reset ||
+        ec.category() == asio::error::get_system_category()) {
+      return close();
+    }
+    refuse(400, "malformed HTTP request: " + ec.message());
+  }
+
+  static std::pair<std::string, std::string> split_target(std::string_view target) {
+    // absolute-form ("http://host/path?query") is answered like origin-form.
+    if (target.substr(0, 7) == "http://" || target.substr(0, 8) == "https://") {
+      const auto authority = target.find("//") + 2;
+      const auto path_start = target.find('/', authority);
+      target = path_start == std::string_view::npos ? std::string_view("/") : target.substr(path_start);
+    }
+    const auto question = target.find('?');
+    if (question == std::string_view::npos) return {percent_decode_path(target), {}};
+    return {percent_decode_path(target.substr(0, question)), std::string(target.substr(question + 1))};
+  }
+
+  void dispatch() {
+    cancel_timer();
+    state_ = State::handling;
+    const auto& message = parser_->get();
+    HttpRequest request;
+    request.method = std::string(message.method_string());
+    std::tie(request.path, request.query) = split_target(message.target());
+    request.headers.reserve(static_cast<std::size_t>(std::distance(message.begin(), message.end())));
+    for (const auto& field : message) request.headers.emplace_back(lower(field.name_string()), std::string(field.value()));
+    version_ = message.version();
+    keep_alive_ = message.keep_alive();
+    head_ = message.method() == http::verb::head;
+    parser_.reset();
+    core_.request_started();
+    counted_ = true;
+    const bool queued = core_.pool.submit([self = shared_from_this(), request = std::move(request)] {
+      HttpResponse response = self->core_.call_handler(request);
+      asio::post(self->socket_.get_executor(), [self, response = std::move(response)]() mutable {
+        self->write_response(std::move(response), false);
+      });
+    });
+    if (!queued) close();
+  }
+
+  // A refusal before the handler: the client may still be sending (a huge
+  // header block), so the answer is followed by a lingering close.
+  void refuse(int status, const std::string& detail) {
+    spdlog::debug("HTTP request refused: {} {}", status, detail);
+    if (parser_) {
+      version_ = parser_->is_header_done() ? parser_->get().version() : 11;
+      head_ = parser_->is_header_done() && parser_->get().method() == http::verb::head;
+    }
+    parser_.reset();
+    write_response(HttpResponse::detail(status, detail), true);
+  }
+
+  void write_response(HttpResponse from, bool refusal) {
+    if (state_ == State::closed) return;
+    bool close_after = refusal || !keep_alive_ || core_.stopping;
+    auto response = std::make_shared<http::response<http::string_body>>();
+    try {  // a status above 999 or an allocation failure must not reach the I/O thread
+      response->version(version_);
+      response->result(static_cast<unsigned>(from.status));
+      for (auto& [name, value] : from.headers) {
+        if (name == "connection") {
+          close_after = close_after || beast::iequals(value, "close");
+          continue;
+        }
+        if (name == "content-length") continue;
+        response->insert(name, value);
+      }
+      // Field names go out in lower case, as the service wrote them.
+      if (!from.content_type.empty()) response->set("content-type", from.content_type);
+      const std::size_t length = from.body.size();
+      const bool bodiless_status = (from.status >= 100 && from.status < 200) || from.status == 204 || from.status == 304;
+      if (!bodiless_status) {
+        response->set("content-length", std::to_string(length));
+        if (!head_) response->body() = std::move(from.body);  // moved, never copied
+      }
+      if (close_after) {
+        response->set("connection", "close");
+      } else if (version_ < 11) {
+        response->set("connection", "keep-alive");
+      }
+    } catch (const std::exception& error) {
+      spdlog::error("an HTTP response could not be built: {}", error.what());
+      return close();
+    }
+    state_ = State::writing;
+    arm_timer(core_.options.write_timeout);
+    http::async_write(socket_, *response,
+                      [self = shared_from_this(), response, close_after, refusal](error_code ec, std::size_t) {
+                        self->on_written(ec, close_after, refusal);
+                      });
+  }
+
+  void on_written(error_code ec, bool close_after, bool linger) {
+    if (state_ == State::closed) return;
+    cancel_timer();
+    if (counted_) {
+      counted_ = false;
+      core_.request_finished();
+    }
+    // end_of_stream: the message said `connection: close` (expected here).
+    if (ec && ec != http::error::end_of_stream) return close();
+    if (linger) return lingering_close();
+    if (close_after) {
+      error_code ignored;
+      socket_.shutdown(asio::socket_base::shutdown_send, ignored);
+      return close();
+    }
+    read_request();
+  }
+
+  // Half-close, then read and discard what the client still sends (bounded
+  // in time, fixed memory) so that closing does not reset the connection
+  // before the client has read the answer.
+  void lingering_close() {
+    state_ = State::lingering;
+    error_code ignored;
+    socket_.shutdown(asio::socket_base::shutdown_send, ignored);
+    buffer_.clear();
+    buffer_.shrink_to_fit();
+    discard_ = std::make_unique<std::array<char, 16384>>();
+    arm_timer(kLingerAfterRefusal);
+    discard_more();
+  }
+
+  void discard_more() {
+    socket_.async_read_some(asio::buffer(*discard_), [self = shared_from_this()](error_code ec, std::size_t) {
+      if (self->state_ != State::lingering) return;
+      if (ec) return self->close();
+      self->discard_more();
+    });
+  }
+
+  void close() {
+    if (state_ == State::closed) return;
+    state_ = State::closed;
+    cancel_timer();
+    error_code ignored;
+    socket_.close(ignored);
+    if (counted_) {
+      counted_ = false;
+      core_.request_finished();
+    }
+  }
+
+  void arm_timer(std::chrono::milliseconds after) {
+    const auto generation = ++timer_generation_;
+    timer_.expires_after(after);
+    timer_.async_wait([weak = weak_from_this(), generation](error_code ec) {
+      if (ec) return;
+      if (auto self = weak.lock(); self && self->timer_generation_ == generation) self->close();
+    });
+  }
+
+  void cancel_timer() {
+    ++timer_generation_;
+    timer_.cancel();
+  }
+
+  Core& core_;
+  Stream socket_;
+  asio::steady_timer timer_;
+  std::uint64_t timer_generation_ = 0;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::unique_ptr<std::array<char, 16384>> discard_;
+  State state_ = State::reading;
+  unsigned version_ = 11;
+  bool keep_alive_ = true;
+  bool head_ = false;
+  bool counted_ = false;  // a request of this connection is in active_requests
+};
+
+template <class Acceptor>
+void Core::accept_on(Acceptor& acceptor) {
+  acceptor.async_accept(asio::make_strand(ioc), [this, &acceptor](error_code ec, typename Acceptor::protocol_type::socket socket) {
+    if (!acceptor.is_open() || stopping) return;
+    if (ec) {
+      // EMFILE and friends: retry shortly instead of spinning.
+      spdlog::warn("accepting an HTTP connection failed: {}", ec.message());
+      auto retry = std::make_shared<asio::steady_timer>(acceptor.get_executor(), std::chrono::milliseconds(100));
+      retry->async_wait([this, &acceptor, retry](error_code) {
+        if (acceptor.is_open() && !stopping) accept_on(acceptor);
+      });
+      return;
+    }
+    if constexpr (std::is_same_v<typename Acceptor::protocol_type, Tcp>) {
+      error_code ignored;
+      // Responses go out as headers then body: without TCP_NODELAY, Nagle holds
+      // the body until the client's delayed ACK (~40 ms per keep-alive request).
+      socket.set_option(Tcp::no_delay(true), ignored);
+    }
+    std::make_shared<Connection>(*this, Connection::Stream(std::move(socket)))->start();
+    accept_on(acceptor);
+  });
+}
+
+void Core::drain_connections() {
+  std::vector<std::shared_ptr<Connection>> connections;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    for (auto& [key, weak] : registry)
+      if (auto connection = weak.lock()) connections.push_back(std::move(connection));
+  }
+  for (auto& connection : connections) connection->drain();
+}
+
+void Core::close_every_connection() {
+  std::vector<std::shared_ptr<Connection>> connections;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    for (auto& [key, weak] : registry)
+      if (auto connection = weak.lock()) connections.push_back(std::move(connection));
+  }
+  for (auto& connection : connections) connection->close_now();
 }
 
 }  // namespace
 
 struct HttpServer::Impl {
-  Handler handler;
-  HttpServerOptions options;
-  httplib::Server server;
-  std::atomic<bool> stop_requested{false};
-  std::atomic<bool> running{false};
-  bool bound = false;
+  Impl(Handler handler, HttpServerOptions options) : core(std::move(handler), options) {}
+  Core core;
 };
 
-HttpServer::HttpServer(Handler handler, HttpServerOptions options) : impl_(std::make_unique<Impl>()) {
-  impl_->handler = std::move(handler);
-  impl_->options = options;
-  auto& server = impl_->server;
-  const int threads = std::max(1, options.threads);
-  server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  server.set_socket_options(reuse_address_only);
-  server.set_payload_max_length(options.max_body_bytes);
-  server.set_keep_alive_max_count(100);
-  server.set_keep_alive_timeout(5);
-  // Responses go out as headers then body: without TCP_NODELAY, Nagle holds
-  // the body until the client's delayed ACK (~40 ms per keep-alive request).
-  server.set_tcp_nodelay(true);
+HttpServer::HttpServer(Handler handler, HttpServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(handler), options)) {}
 
-  auto adapter = [this](const httplib::Request& req, httplib::Response& res) {
-    HttpRequest request;
-    request.method = req.method;
-    request.path = req.path;
-    const auto question = req.target.find('?');
-    if (question != std::string::npos) request.query = req.target.substr(question + 1);
-    for (const auto& [name, value] : req.headers) request.headers.emplace_back(lower(name), value);
-    HttpResponse response;
-    try {
-      response = impl_->handler(request);
-    } catch (...) {
-      // The handler is noexcept by contract; this only guards the adapter.
-      response.status = 500;
-      response.content_type = "text/plain; charset=utf-8";
-      response.body = "Internal Server Error";
-    }
-    write_response(response, res);
-  };
-
-  const std::size_t max_body = options.max_body_bytes;
-  server.set_pre_routing_handler([max_body, adapter](const httplib::Request& req, httplib::Response& res) {
-    // Runs before cpp-httplib reads a body (0.11.4 caveats): refuse what it
-    // would mishandle, and answer every body-less request right here (no
-    // route takes a body; cpp-httplib would otherwise wait for the body of a
-    // POST that has no Content-Length and answer 400).
-    std::optional<HttpResponse> refusal;
-    const bool has_length = req.has_header("Content-Length");
-    const auto length = has_length ? std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) : 0ULL;
-    if (req.has_header("Transfer-Encoding")) {
-      refusal = guard_response(411, "chunked request bodies are not accepted; send Content-Length");
-    } else if (req.has_header("Content-Encoding")) {
-      refusal = guard_response(415, "compressed request bodies are not accepted");
-    } else if (length > max_body) {
-      refusal = guard_response(413, "request body too large");
-    } else if (req.has_header("Range") && req.get_header_value("Range").find(',') != std::string::npos) {
-      refusal = guard_response(416, "multiple byte ranges are not supported");
-    }
-    if (refusal) {
-      refusal->set_header("connection", "close");
-      write_response(*refusal, res);
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (length > 0) return httplib::Server::HandlerResponse::Unhandled;  // read the (ignored) body, then route
-    adapter(req, res);
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  server.Get(".*", adapter);
-  server.Post(".*", adapter);
-  server.Put(".*", adapter);
-  server.Patch(".*", adapter);
-  server.Delete(".*", adapter);
-  server.Options(".*", adapter);
-
-  server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    res.status = 500;
-    res.set_header("content-type", "text/plain; charset=utf-8");
-    res.body = "Internal Server Error";
-  });
-  // Errors cpp-httplib produces itself (malformed request line, URI too long, ...).
-  server.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    write_response(HttpResponse::detail(res.status, status_text(res.status)), res);
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  server.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-    // The path only: a query may carry a token.
-    spdlog::debug("{} {} -> {} ({} bytes)", req.method, req.path, res.status, res.body.size());
-  });
+HttpServer::~HttpServer() {
+  stop();
+  impl_->core.pool.join();
 }
 
-HttpServer::~HttpServer() { stop(); }
-
 int HttpServer::bind(const std::string& host, int port) {
-  auto& server = impl_->server;
-  int bound_port = port;
-  bool ok = false;
-  if (port == 0) {
-    bound_port = server.bind_to_any_port(host);
-    ok = bound_port > 0;
-  } else {
-    ok = server.bind_to_port(host, port);
+  auto& core = impl_->core;
+  const std::string address = host + ":" + std::to_string(port);
+  error_code ec;
+  Tcp::resolver resolver(core.ioc);
+  const auto endpoints = resolver.resolve(host, std::to_string(port),
+                                          Tcp::resolver::passive | Tcp::resolver::numeric_service, ec);
+  if (ec) throw unavailable("cannot listen on " + address + ": " + ec.message());
+  for (const auto& entry : endpoints) {
+    Tcp::acceptor acceptor(asio::make_strand(core.ioc));  // its own strand: stop() closes it there
+    acceptor.open(entry.endpoint().protocol(), ec);
+    if (ec) continue;
+    // SO_REUSEADDR only (never SO_REUSEPORT): a second daemon fails to bind.
+    acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+    acceptor.bind(entry.endpoint(), ec);
+    if (ec) break;
+    acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) break;
+    const int bound_port = acceptor.local_endpoint().port();
+    core.tcp_acceptor.emplace(std::move(acceptor));
+    std::lock_guard<std::mutex> lock(core.state_mutex);
+    core.bound = true;
+    return bound_port;
   }
-  if (!ok) {
-    throw unavailable("cannot listen on " + host + ":" + std::to_string(port) + ": " + bind_failure_reason(host, port));
+  throw unavailable("cannot listen on " + address + ": " + (ec ? ec.message() : std::string("no address")));
+}
+
+void HttpServer::bind_unix(const std::string& path) {
+  auto& core = impl_->core;
+  unix_socket::check_length(path);
+  unix_socket::prepare_directory(path);
+  unix_socket::remove_stale(path);
+  // Bound under a temporary name, made 0600, then linked into place: the
+  // socket is never reachable with wider permissions.
+  const std::string temporary = unix_socket::temporary_path_for(path);
+  unix_socket::check_length(temporary);
+  ::unlink(temporary.c_str());
+  Local::acceptor acceptor(asio::make_strand(core.ioc));
+  error_code ec;
+  acceptor.open(Local(), ec);
+  if (!ec) acceptor.bind(Local::endpoint(temporary), ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    ::unlink(temporary.c_str());
+    throw unavailable("cannot listen on the unix socket " + path + ": " + ec.message());
   }
-  impl_->bound = true;
-  return bound_port;
+  core.unix_file = unix_socket::publish(temporary, path);
+  core.unix_path = path;
+  core.unix_acceptor.emplace(std::move(acceptor));
+  std::lock_guard<std::mutex> lock(core.state_mutex);
+  core.bound = true;
 }
 
 void HttpServer::run() {
-  if (!impl_->bound) throw internal_error("HttpServer::run() before bind()");
-  // `running` is set before `stop_requested` is read, and stop() sets
-  // `stop_requested` before it reads `running`: one of them sees the other.
-  impl_->running = true;
-  if (!impl_->stop_requested) impl_->server.listen_after_bind();
-  impl_->running = false;
+  auto& core = impl_->core;
+  {
+    std::lock_guard<std::mutex> lock(core.state_mutex);
+    if (!core.bound) throw internal_error("HttpServer::run() before bind()");
+    if (core.stop_started) return;
+    core.running = true;
+  }
+  name_this_thread("quantem-http-io");
+  if (core.tcp_acceptor) core.accept_on(*core.tcp_acceptor);
+  if (core.unix_acceptor) core.accept_on(*core.unix_acceptor);
+  auto run_io = [&core] {
+    while (true) {
+      try {
+        core.ioc.run();
+        return;
+      } catch (const std::exception& error) {
+        spdlog::error("HTTP I/O thread: {}", error.what());
+      }
+    }
+  };
+  std::vector<std::thread> more_io_threads;
+  for (int index = 1; index < core.options.io_threads; ++index) {
+    more_io_threads.emplace_back([&run_io] {
+      name_this_thread("quantem-http-io");
+      run_io();
+    });
+  }
+  run_io();
+  for (auto& thread : more_io_threads) thread.join();
+  {
+    std::lock_guard<std::mutex> lock(core.state_mutex);
+    core.running = false;
+  }
+  core.state_changed.notify_all();
 }
 
 void HttpServer::stop() {
-  impl_->stop_requested = true;
-  // cpp-httplib ignores stop() until listen has started: retry briefly while
-  // run() is starting up.
-  for (int attempt = 0; attempt < 200; ++attempt) {
-    if (impl_->server.is_running()) {
-      impl_->server.stop();
+  auto& core = impl_->core;
+  bool was_running = false;
+  {
+    std::unique_lock<std::mutex> lock(core.state_mutex);
+    if (core.stop_started) {
+      core.state_changed.wait(lock, [&core] { return core.stop_finished; });
       return;
     }
-    if (!impl_->running) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    core.stop_started = true;
+    core.stopping = true;
+    was_running = core.running;
   }
+  if (was_running) {
+    // Stop accepting and close idle connections on the I/O threads, then give
+    // the requests already read until the grace ends.
+    const auto deadline = std::chrono::steady_clock::now() + core.options.shutdown_grace;
+    auto close_acceptor = [](auto& acceptor) {
+      if (acceptor) {
+        asio::post(acceptor->get_executor(), [&acceptor] {
+          error_code ignored;
+          acceptor->close(ignored);
+        });
+      }
+    };
+    close_acceptor(core.tcp_acceptor);
+    close_acceptor(core.unix_acceptor);
+    asio::post(core.ioc, [&core] {
+      core.drain_connections();
+      // Queued after every connection's drain: with one I/O thread it runs after them
+      // (with more, the grace still bounds the wait).
+      asio::post(core.ioc, [&core] {
+        {
+          std::lock_guard<std::mutex> lock(core.requests_mutex);
+          core.drained = true;
+        }
+        core.requests_changed.notify_all();
+      });
+    });
+    std::unique_lock<std::mutex> lock(core.requests_mutex);
+    core.requests_changed.wait_until(lock, deadline, [&core] { return core.drained && core.active_requests == 0; });
+  }
+  core.work.reset();
+  core.ioc.stop();
+  {
+    std::unique_lock<std::mutex> lock(core.state_mutex);
+    core.state_changed.wait(lock, [&core] { return !core.running; });
+  }
+  // No I/O thread runs any more: close what is left from here.
+  core.pool.stop();
+  core.close_every_connection();
+  error_code ignored;
+  if (core.tcp_acceptor) core.tcp_acceptor->close(ignored);
+  if (core.unix_acceptor) core.unix_acceptor->close(ignored);
+  if (!core.unix_path.empty()) unix_socket::remove_if_ours(core.unix_path, core.unix_file);
+  {
+    std::lock_guard<std::mutex> lock(core.state_mutex);
+    core.stop_finished = true;
+  }
+  core.state_changed.notify_all();
 }
 
 }  // namespace quantem::server

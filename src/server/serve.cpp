@@ -66,6 +66,13 @@ void add_serve_options(CLI::App& serve, ServeOptions& options) {
   serve.add_option("--http-threads", options.http_threads, "HTTP worker threads (default 16)");
   serve.add_option("--host", options.host, "Bind address (default 127.0.0.1; loopback only unless --allow-non-loopback)");
   serve.add_flag("--allow-non-loopback", options.allow_non_loopback, "Allow a --host that is not a loopback address");
+  serve.add_option("--unix-socket", options.unix_socket,
+                   "Listen on this Unix socket (mode 0600, directory created 0700) instead of TCP")
+      ->excludes("--port")->excludes("--port-file")->excludes("--host");
+  serve.add_option("--shutdown-grace", options.shutdown_grace_seconds,
+                   "Seconds requests in flight may finish after SIGTERM/SIGINT (default 2)");
+  serve.add_option("--header-timeout", options.header_timeout_seconds,
+                   "Seconds a client has to send a whole request line and headers; also the keep-alive idle timeout (default 5)");
   serve.add_option("--auth", options.auth,
                    "none (default) or token (from $QUANTEM_GPU_TOKEN, $QUANTEM_GPU_TOKEN_FILE, else generated; "
                    "written to the 0600 runtime file)");
@@ -329,6 +336,8 @@ struct DaemonWiring {
   static HttpServerOptions http_options(const ServeSettings& settings) {
     HttpServerOptions options;
     options.threads = settings.http_threads;
+    options.shutdown_grace = settings.shutdown_grace;
+    options.header_timeout = settings.header_timeout;
     return options;
   }
 
@@ -376,14 +385,16 @@ class RuntimeFile {
   std::string write(const ServeSettings& settings, const DaemonWiring& daemon, int port) {
     const std::string host_for_url =
         settings.host.find(':') != std::string::npos ? "[" + settings.host + "]" : settings.host;
-    url_ = "http://" + host_for_url + ":" + std::to_string(port);
+    url_ = settings.unix_socket.empty() ? "http://" + host_for_url + ":" + std::to_string(port)
+                                        : "unix:" + settings.unix_socket;
     const std::string directory = runtime_directory();
     remove_stale_runtime_files(directory, getpid());
     path_ = directory + "/server-" + std::to_string(getpid()) + ".json";
     nlohmann::ordered_json runtime;
     runtime["url"] = url_;
     runtime["host"] = settings.host;
-    runtime["port"] = port;
+    runtime["port"] = settings.unix_socket.empty() ? nlohmann::ordered_json(port) : nlohmann::ordered_json(nullptr);
+    runtime["unix_socket"] = settings.unix_socket.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(settings.unix_socket);
     runtime["pid"] = getpid();
     runtime["version"] = version_string();
     runtime["implementation_revision"] = settings.implementation_revision;
@@ -508,7 +519,11 @@ int run_serve(const ServeOptions& options) {
   try {
     settings = validate_serve_options(options);
     daemon = std::make_unique<DaemonWiring>(settings, acquire_startup_resources(settings, options));
-    port = daemon->http.bind(settings.host, settings.port);
+    if (settings.unix_socket.empty()) {
+      port = daemon->http.bind(settings.host, settings.port);
+    } else {
+      daemon->http.bind_unix(settings.unix_socket);
+    }
   } catch (const std::exception& error) {
     std::cerr << error.what() << "\n";
     return 1;

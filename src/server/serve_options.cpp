@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 
 #include "quantem/catalog/catalog.hpp"
@@ -232,6 +233,16 @@ ServeSettings validate_serve_options(const ServeOptions& options) {
   } else if (options.auth != "none") {
     throw ServeUsageError("--auth must be none or token, got '" + options.auth + "'");
   }
+  if (!(options.shutdown_grace_seconds >= 0 && options.shutdown_grace_seconds <= 600)) {
+    throw ServeUsageError("--shutdown-grace must be between 0 and 600 seconds");
+  }
+  settings.shutdown_grace = std::chrono::milliseconds(std::llround(options.shutdown_grace_seconds * 1000));
+  if (!(options.header_timeout_seconds >= 0.05 && options.header_timeout_seconds <= 3600)) {
+    throw ServeUsageError("--header-timeout must be between 0.05 and 3600 seconds");
+  }
+  settings.header_timeout = std::chrono::milliseconds(std::llround(options.header_timeout_seconds * 1000));
+  // Absolute, so the runtime file and the logs name it wherever they are read.
+  if (!options.unix_socket.empty()) settings.unix_socket = std::filesystem::absolute(options.unix_socket).lexically_normal().string();
   settings.data_folder = catalog::absolute_folder(options.data_folder);
   settings.implementation_revision = resolve_implementation_revision(options.implementation_revision);
   return settings;

@@ -1,5 +1,7 @@
 #include "daemon.hpp"
 
+#include "raw_http.hpp"
+
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <signal.h>
@@ -126,6 +128,35 @@ std::unique_ptr<Daemon> Daemon::start(const std::string& data_folder, const std:
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+  }
+  return daemon;
+}
+
+std::unique_ptr<Daemon> Daemon::start_unix(const std::string& data_folder, const std::string& socket_path,
+                                           const std::vector<std::string>& extra_arguments,
+                                           const std::map<std::string, std::string>& env, bool wait_ready) {
+  std::unique_ptr<Daemon> daemon(new Daemon());
+  daemon->socket_path_ = socket_path;
+  std::vector<std::string> arguments = {"serve", data_folder, "--backend", "cpu", "--unix-socket", socket_path};
+  arguments.insert(arguments.end(), extra_arguments.begin(), extra_arguments.end());
+  auto environment = env;
+  if (!environment.count("QUANTEM_GPU_RUNTIME_DIR")) environment["QUANTEM_GPU_RUNTIME_DIR"] = daemon->runtime_dir_.path();
+  daemon->pid_ = spawn(arguments, environment, daemon->files_.file("stdout"), daemon->files_.file("stderr"));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (true) {
+    const auto response = exchange_unix(socket_path, request_text("GET", "/api/health/ready", "localhost"));
+    if (response && (!wait_ready || response->status == 200)) break;
+    if (const auto code = wait_exit(daemon->pid_, std::chrono::milliseconds(0))) {
+      daemon->exited_ = true;
+      daemon->exit_code_ = *code;
+      ADD_FAILURE() << "quantem-gpu serve --unix-socket exited (" << *code << ") before answering:\n" << daemon->stderr_text();
+      return nullptr;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ADD_FAILURE() << "quantem-gpu serve --unix-socket never answered on " << socket_path << ":\n" << daemon->stderr_text();
+      return nullptr;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return daemon;
 }

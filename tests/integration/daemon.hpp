@@ -34,9 +34,15 @@ class Daemon {
   // nullptr when it does not come up.
   static std::unique_ptr<Daemon> start(const std::string& data_folder, const std::vector<std::string>& extra_arguments = {},
                                        const std::map<std::string, std::string>& env = {}, bool wait_ready = true);
+  // The same over `serve --unix-socket socket_path` (no TCP port): waits until
+  // the socket answers, and when wait_ready, until /api/health/ready is 200.
+  static std::unique_ptr<Daemon> start_unix(const std::string& data_folder, const std::string& socket_path,
+                                            const std::vector<std::string>& extra_arguments = {},
+                                            const std::map<std::string, std::string>& env = {}, bool wait_ready = true);
   ~Daemon();
 
-  int port() const { return port_; }
+  int port() const { return port_; }  // 0 for a Unix-socket daemon
+  const std::string& socket_path() const { return socket_path_; }
   pid_t pid() const { return pid_; }
   std::unique_ptr<httplib::Client> client() const;
 
@@ -57,6 +63,7 @@ class Daemon {
   Daemon() = default;
   pid_t pid_ = -1;
   int port_ = 0;
+  std::string socket_path_;
   bool exited_ = false;
   int exit_code_ = -1;
   TempDir files_;

@@ -1,13 +1,34 @@
 #pragma once
-// The HTTP adapter: cpp-httplib behind a small interface. This header does not
-// include httplib.h; src/server/http_server.cpp is the only translation unit
-// of the daemon that does.
+// The HTTP/1.1 server: Boost.Beast over Boost.Asio behind a small interface
+// (decision 0008). This header includes neither; src/server/http_server.cpp is
+// the only translation unit of the daemon that does.
 //
-// Socket options: SO_REUSEADDR only — never SO_REUSEPORT (cpp-httplib's
-// default), so a second daemon on the same address and port fails to bind.
-// Guards for cpp-httplib 0.11.4 run before a request body is read: chunked or
-// compressed request bodies, bodies above 1 MiB and multi-range requests are
-// refused.
+// Thread model: `io_threads` threads run every accept, read and write
+// asynchronously, so idle, slow and keep-alive connections cost no worker; a
+// complete request is handed to a fixed pool of `threads` workers that call
+// the handler (handlers block on compute) and the response is written back
+// asynchronously.
+//
+// Limits, each answered with {"detail": ...} and `connection: close`:
+//   - request line + headers not complete within `header_timeout` of the
+//     connection becoming ready for a request (accept, or the previous
+//     response written): the connection is closed (no answer; this is also
+//     the keep-alive idle timeout);
+//   - request line + headers above `max_header_bytes`, or more than
+//     `max_header_fields` fields: 431;
+//   - two Host fields, or none in HTTP/1.1: 400 (RFC 9112 §3.2);
+//   - a body above `max_body_bytes`: 413; chunked bodies: 411; compressed: 415;
+//   - malformed requests: 400.
+// Range and If-Range are ignored: every response is the full representation
+// (200), never 206 or 416 (docs/protocol.md).
+// Responses always carry content-length; the handler's body is moved into the
+// response, never copied. `connection: close` from the client (or HTTP/1.0
+// without keep-alive) or from the handler closes after the response.
+//
+// Socket options: SO_REUSEADDR only — never SO_REUSEPORT, so a second daemon on
+// the same address and port fails to bind; TCP_NODELAY on accepted sockets.
+#include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -17,8 +38,14 @@
 namespace quantem::server {
 
 struct HttpServerOptions {
-  int threads = 16;
+  int threads = 16;    // handler workers
+  int io_threads = 1;  // threads running the sockets (no handler ever runs on them)
   std::size_t max_body_bytes = 1 << 20;
+  std::size_t max_header_bytes = 64 << 10;  // request line + header fields
+  std::size_t max_header_fields = 128;
+  std::chrono::milliseconds header_timeout{5000};   // whole request line + headers (and body), not per read
+  std::chrono::milliseconds write_timeout{60000};   // one whole response
+  std::chrono::milliseconds shutdown_grace{2000};   // stop(): in-flight requests may finish this long
 };
 
 class HttpServer {
@@ -26,6 +53,7 @@ class HttpServer {
   using Handler = std::function<HttpResponse(const HttpRequest&)>;
 
   HttpServer(Handler handler, HttpServerOptions options);
+  // Calls stop() and waits for handler calls still running.
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -35,10 +63,21 @@ class HttpServer {
   // reason ("Address already in use", ...).
   int bind(const std::string& host, int port);
 
-  // Serves until stop(). Call after bind(), from one thread.
+  // Listens on a Unix stream socket at `path` instead of (or besides) TCP.
+  // The socket file gets mode 0600; a missing parent directory is created with
+  // mode 0700. A socket file left by a dead daemon (connect() refused) is
+  // replaced; a live one, or a path that is not a socket, is refused with
+  // quantem::Error(unavailable). The file is removed by stop().
+  void bind_unix(const std::string& path);
+
+  // Serves until stop(). Call after bind() or bind_unix(), from one thread.
   void run();
 
-  // Stops run() (thread-safe, idempotent, also before run() has started).
+  // Thread-safe, idempotent, also before run() has started. Stops accepting
+  // at once and closes connections waiting for a request; requests already
+  // read (being handled or written) may finish for `shutdown_grace`, with
+  // `connection: close`; then every connection is closed and run() returns.
+  // Returns when that is done (at most about `shutdown_grace`).
   void stop();
 
  private:

@@ -1,7 +1,7 @@
 #pragma once
 // The HTTP request and response as the service sees them: plain values, no
 // socket library. src/server/http_server.cpp (the only file that includes
-// httplib.h) converts to and from these.
+// Boost.Asio/Beast) converts to and from these.
 #include <optional>
 #include <string>
 #include <string_view>

@@ -28,6 +28,9 @@ struct ServeOptions {
   std::string host = "127.0.0.1";               // --host
   bool allow_non_loopback = false;              // --allow-non-loopback
   std::string auth = "none";                    // --auth none|token
+  std::string unix_socket;                      // --unix-socket PATH: listen there instead of TCP
+  double shutdown_grace_seconds = 2.0;          // --shutdown-grace
+  double header_timeout_seconds = 5.0;          // --header-timeout
 };
 
 // A start-up refusal: the message goes to stderr and the process exits 1
@@ -55,6 +58,9 @@ struct ServeSettings {
   std::string host;
   bool non_loopback = false;  // host is not loopback (allowed with the flag; warn)
   bool token_auth = false;
+  std::string unix_socket;  // empty: TCP on host:port
+  std::chrono::milliseconds shutdown_grace{2000};
+  std::chrono::milliseconds header_timeout{5000};
 };
 
 // Checks every option; throws ServeUsageError with the reference's texts:
