@@ -9,6 +9,7 @@
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/resident_products.hpp"
 #include "../common/cuda_check.cuh"
+#include "../common/warp_collectives.cuh"
 #include "tuning.cuh"
 
 namespace quantem::cuda {
@@ -30,40 +31,60 @@ __global__ void dense_pattern_sum_kernel(const T* __restrict__ frames, std::uint
   if (sum != 0) atomicAdd(pattern + pixel, sum);
 }
 
-// One CTA per frame. Thread t walks its contiguous share of the pixels sorted
-// by ring, adds values while the ring stays the same and flushes each ring's
-// partial sum once to the CTA's bins in shared memory (a few shared atomics
-// per thread instead of one per pixel).
-template <class T, class Sum>
+// One CTA per frame. Each warp takes a contiguous share of the pixels sorted
+// by ring and reads it 32 at a time (coalesced index loads, lane l the l-th
+// pixel): when the 32 pixels lie in one ring (most of the time: a ring holds
+// hundreds of pixels) the warp sums them with one reduction and lane 0 keeps
+// the running sum of the ring in a register; at a ring boundary inside the 32
+// every lane adds its value to the CTA's bins in shared memory. The bins are
+// `Bin` (32-bit: native shared atomics, exact when sums fit in 32 bits).
+template <class T, class Bin>
 __global__ void __launch_bounds__(tuning::kRingSumThreads)
     dense_ring_sums_kernel(const T* __restrict__ frames, std::uint32_t frame_pixels,
                            const std::uint32_t* __restrict__ pixels_by_ring,
-                           const std::uint16_t* __restrict__ ring_of_sorted, std::uint32_t ring_count, Sum* ring_sums,
+                           const std::uint16_t* __restrict__ ring_of_sorted, std::uint32_t ring_count, Bin* ring_sums,
                            std::uint64_t ring_stride, std::uint64_t first_frame) {
-  extern __shared__ unsigned long long bins[];
+  extern __shared__ __align__(16) std::uint8_t shared_bytes[];
+  Bin* bins = reinterpret_cast<Bin*>(shared_bytes);
   for (std::uint32_t r = threadIdx.x; r < ring_count; r += blockDim.x) bins[r] = 0;
   __syncthreads();
   const T* frame = frames + std::uint64_t{blockIdx.x} * frame_pixels;
-  const std::uint32_t share = (frame_pixels + blockDim.x - 1) / blockDim.x;
-  const std::uint32_t begin = threadIdx.x * share;
-  const std::uint32_t end = begin + share < frame_pixels ? begin + share : frame_pixels;
-  if (begin < end) {
-    std::uint32_t ring = __ldg(ring_of_sorted + begin);
-    unsigned long long partial = 0;
-    for (std::uint32_t i = begin; i < end; ++i) {
-      const std::uint32_t here = __ldg(ring_of_sorted + i);
-      if (here != ring) {
-        if (partial != 0) atomicAdd(bins + ring, partial);
-        partial = 0;
-        ring = here;
+  const std::uint32_t lane = threadIdx.x % 32;
+  const std::uint32_t warps = blockDim.x / 32;
+  const std::uint32_t share = (frame_pixels + warps * 32 - 1) / (warps * 32) * 32;  // a multiple of 32
+  const std::uint32_t begin = threadIdx.x / 32 * share;
+  const std::uint32_t end = min(begin + share, frame_pixels);
+  Bin running = 0;                   // lane 0: the running sum of running_ring
+  std::uint32_t running_ring = 0xffffffffu;
+  for (std::uint32_t base = begin; base < end; base += 32) {
+    const std::uint32_t i = base + lane;
+    const bool inside = i < end;
+    const std::uint32_t ring = inside ? __ldg(ring_of_sorted + i) : 0xffffu;
+    const Bin value = inside ? static_cast<Bin>(frame[__ldg(pixels_by_ring + i)]) : Bin{0};
+    const std::uint32_t first_ring = __shfl_sync(kernels::kFullWarp, ring, 0);
+    if (__all_sync(kernels::kFullWarp, !inside || ring == first_ring)) {
+      Bin sum;
+      if constexpr (sizeof(Bin) == 4) {
+        sum = __reduce_add_sync(kernels::kFullWarp, value);
+      } else {
+        sum = kernels::warp_sum_u64(value);
       }
-      partial += frame[__ldg(pixels_by_ring + i)];
+      if (lane == 0) {
+        if (first_ring != running_ring) {
+          if (running != 0) atomicAdd(bins + running_ring, running);
+          running = 0;
+          running_ring = first_ring;
+        }
+        running += sum;
+      }
+    } else if (inside && value != 0) {
+      atomicAdd(bins + ring, value);
     }
-    if (partial != 0) atomicAdd(bins + ring, partial);
   }
+  if (lane == 0 && running != 0) atomicAdd(bins + running_ring, running);
   __syncthreads();
   for (std::uint32_t r = threadIdx.x; r < ring_count; r += blockDim.x) {
-    ring_sums[std::uint64_t{r} * ring_stride + first_frame + blockIdx.x] = static_cast<Sum>(bins[r]);
+    ring_sums[std::uint64_t{r} * ring_stride + first_frame + blockIdx.x] = bins[r];
   }
 }
 
@@ -85,7 +106,7 @@ template <class T, class Sum>
 void launch_ring_sums(const T* frames, std::uint64_t frame_count, std::uint32_t frame_pixels,
                       const std::uint32_t* pixels_by_ring, const std::uint16_t* ring_of_sorted, std::uint32_t ring_count,
                       Sum* ring_sums, std::uint64_t ring_stride, std::uint64_t first_frame, cudaStream_t stream) {
-  const std::size_t shared_bytes = std::size_t{ring_count} * sizeof(unsigned long long);
+  const std::size_t shared_bytes = std::size_t{ring_count} * sizeof(Sum);
   QUANTEM_CUDA_TRY(cudaFuncSetAttribute(dense_ring_sums_kernel<T, Sum>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(shared_bytes)));
   dense_ring_sums_kernel<T, Sum><<<static_cast<unsigned>(frame_count), tuning::kRingSumThreads, shared_bytes, stream>>>(
@@ -149,11 +170,11 @@ void dense_ring_sums(const void* d_frames, DType dtype, std::uint64_t frame_coun
   if (d_frames == nullptr || d_pixels_by_ring == nullptr || d_ring_of_sorted == nullptr || d_ring_sums == nullptr)
     throw bad_request("dense_ring_sums: null pointer");
   if (ring_count == 0 || frame_count > 0x7fffffffu) throw bad_request("dense_ring_sums: bad ring or frame count");
-  if (std::uint64_t{ring_count} * 8 > 96 * 1024) throw bad_request("dense_ring_sums: more than 12288 rings");
+  if (std::uint64_t{ring_count} * sum_bytes > 96 * 1024) throw bad_request("dense_ring_sums: too many rings");
   if (first_frame + frame_count > ring_stride) throw bad_request("dense_ring_sums: frames outside the ring table");
   if (sum_bytes == 4) {
     launch_for_dtype(d_frames, dtype, frame_count, frame_pixels, d_pixels_by_ring, d_ring_of_sorted, ring_count,
-                     static_cast<std::uint32_t*>(d_ring_sums), ring_stride, first_frame, stream);
+                     static_cast<unsigned int*>(d_ring_sums), ring_stride, first_frame, stream);
   } else if (sum_bytes == 8) {
     launch_for_dtype(d_frames, dtype, frame_count, frame_pixels, d_pixels_by_ring, d_ring_of_sorted, ring_count,
                      static_cast<unsigned long long*>(d_ring_sums), ring_stride, first_frame, stream);

@@ -16,6 +16,7 @@
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/core/error.hpp"
+#include "quantem/plan/plan.hpp"
 #include "quantem/cuda/cuda_error.hpp"
 #include "quantem/cuda/device.hpp"
 
@@ -25,10 +26,45 @@ namespace {
 using namespace cuda_detail;
 
 // Idle release: hands the memory this process caches on the device but no
-// longer uses back to the driver. TODO(lead): bind the device and trim its
-// memory pool (cudaDeviceGetMemPool + cudaMemPoolTrimTo(pool, 0)) once the
-// load allocates from it; until then it returns nothing.
-void return_cached_device_memory(int device_index) { (void)device_index; }
+// longer uses back to the driver: the free blocks of the device's default
+// memory pool, which the products' stream-ordered scratch allocates from.
+void return_cached_device_memory(int device_index) {
+  cuda::set_device(device_index);
+  cudaMemPool_t pool = nullptr;
+  QUANTEM_CUDA_TRY(cudaDeviceGetDefaultMemPool(&pool, device_index));
+  QUANTEM_CUDA_TRY(cudaDeviceSynchronize());  // frees enqueued by finished requests have run
+  QUANTEM_CUDA_TRY(cudaMemPoolTrimTo(pool, 0));
+}
+
+// Every product kernel once on a tiny resident, so that the runtime's lazy
+// module loading happens at start-up and not in a user's first request.
+void warm_up_kernels(int device_index) {
+  catalog::Acquisition acquisition;
+  acquisition.name = "start-up warm-up";
+  acquisition.scan_rows = 4;
+  acquisition.scan_cols = 6;
+  acquisition.detector_rows = 16;
+  acquisition.detector_cols = 18;
+  acquisition.dtype = DType::uint16;
+  std::vector<std::uint16_t> counts(acquisition.frame_count() * acquisition.frame_pixels());
+  for (std::size_t i = 0; i < counts.size(); ++i) counts[i] = static_cast<std::uint16_t>((i * 2654435761u) % 97);
+  CudaResidentOptions options;
+  options.device_index = device_index;
+  const auto resident = make_cuda_resident(acquisition, counts.data(), counts.size() * 2, options);
+  const plan::PlanGeometry geometry = plan::resolve_plan({}, 4, 6, 16, 18);
+  std::vector<std::uint8_t> mask(geometry.detector_pixels(), 1);
+  (void)resident->masked_sum(geometry, mask);
+  mask.assign(mask.size(), 0);
+  mask[40] = 1;
+  (void)resident->masked_sum(geometry, mask);
+  (void)resident->center_of_mass_sums(geometry);
+  (void)resident->frame(geometry, 1, 2);
+  (void)resident->region_reduce(geometry, {0, 7}, RegionReduce::sum);
+  (void)resident->region_reduce(geometry, {0, 7}, RegionReduce::max);
+  const plan::PlanGeometry binned = plan::resolve_plan({std::nullopt, 2, 2}, 4, 6, 16, 18);
+  (void)resident->region_reduce(binned, {0, 1}, RegionReduce::max);
+  (void)resident->pattern_sum(binned);
+}
 
 class CudaBackendImpl final : public CudaBackend {
  public:
@@ -104,6 +140,14 @@ class CudaBackendImpl final : public CudaBackend {
                                                 " to load " + acquisition.name + ": " + error.what());
                       }
                     });
+  }
+
+  void prepare_devices() override {
+    for (const DeviceInfo& device : devices_) {
+      cuda::set_device(device.index);
+      pinned_pool_.give_back(pinned_pool_.take(default_device_slot_bytes(options_.tuning)));
+      warm_up_kernels(device.index);
+    }
   }
 
   void trim_device_memory(int device_index) override {

@@ -145,6 +145,12 @@ std::uint64_t CudaLoadPlan::transition_peak_bytes(bool with_staging) const {
          round_to_granularity(group_offsets_bytes) + round_to_granularity(ring_table_bound_bytes);
 }
 
+std::uint64_t default_device_slot_bytes(const CudaLoadTuning& tuning) {
+  const std::uint64_t staging = align16(tuning.staging_bytes != 0 ? tuning.staging_bytes : kDefaultStagingBytes);
+  const std::uint64_t frames = tuning.sub_batch_frames != 0 ? tuning.sub_batch_frames : kDefaultSubBatchFrames;
+  return staging + align16(frames * 8) + frames * 4;
+}
+
 bool gpu_decodes(const catalog::Acquisition& acquisition, const catalog::FrameLocation& location) {
   const std::size_t element = acquisition.chunk_format.element_size;
   return acquisition.chunk_format.filter == codec::ChunkFilter::bitshuffle_lz4 && (location.filter_mask & 1u) == 0 &&

@@ -84,6 +84,10 @@ struct CudaLoadPlan {
 };
 
 // Sizes for a load from files (with_staging) or from dense host counts.
+// Bytes of one pinned staging slot of a load with this tuning and at least
+// the default sub-batch of frames (the slot size start-up prepares).
+std::uint64_t default_device_slot_bytes(const CudaLoadTuning& tuning);
+
 // Throws Error(unprocessable) for a shape the resident cannot hold.
 CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaLoadTuning& tuning);
 

@@ -442,7 +442,21 @@ void start_background_threads(DaemonWiring& daemon, BackgroundThreads& threads) 
   });
   threads.first_catalog = std::thread([&daemon] {
     try {
-      daemon.catalog.catalog(false);
+      // The devices' one-time start-up work runs beside the catalog build.
+      std::thread devices([&daemon] {
+        try {
+          daemon.backend->prepare_devices();
+        } catch (const std::exception& error) {
+          spdlog::warn("preparing the devices failed (the first load pays for it): {}", error.what());
+        }
+      });
+      try {
+        daemon.catalog.catalog(false);
+      } catch (...) {
+        devices.join();
+        throw;
+      }
+      devices.join();
       daemon.service.set_ready(true);
       spdlog::info("ready");
       daemon.notifier.ready(status_line(daemon));

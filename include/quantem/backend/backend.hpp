@@ -196,6 +196,11 @@ class Backend {
   // uses (a CUDA memory pool's free blocks) to the driver. Called after idle
   // residents were released, from any thread; binds the device itself. No-op by default.
   virtual void trim_device_memory(int device_index) { (void)device_index; }
+  // Does once, at start-up, the work every device's first load would
+  // otherwise pay for (CUDA: pinned staging slots, the kernels' modules).
+  // The daemon runs it beside the first catalog build and turns ready after
+  // both. Thread-safe; no-op by default.
+  virtual void prepare_devices() {}
 };
 
 // --- Rules every backend's load shares (src/backend/backend.cpp) -------------
