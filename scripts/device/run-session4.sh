@@ -9,6 +9,8 @@
 #      52.2GB): the 1024x1024 acquisition, then seven 512x512 tilts beside it;
 #      an acquisition that cannot fit a 2 GB budget refused with 413.
 # Results: $OUT/*.json, summary.txt, backend.tar.gz.
+#
+#   bash scripts/device/run-session4.sh [all|request-path]   (request-path: steps 1 and 2, and bench_gpu_codec)
 set -uo pipefail
 bundle=$(pwd)/.bundle
 out=${OUT:-/tmp/quantem-device-out}
@@ -42,14 +44,22 @@ note "bench_http_viewer rc=$?"
 python3 - "$out/http_viewer.json" <<'PY' | tee -a "$summary"
 import json, sys
 r = json.load(open(sys.argv[1]))
-def walk(d, prefix=""):
-    for k, v in d.items():
-        if isinstance(v, dict) and "p50" in v:
-            print(f"{prefix}{k}: p50 {v['p50']:.3f} p90 {v.get('p90', 0):.3f} min {v.get('min', 0):.3f}")
-        elif isinstance(v, dict):
-            walk(v, prefix + k + ".")
-walk(r)
+for row in r["rows"]:
+    c, s = row["client_ms"], row["server_ms"]
+    print("%-28s %s p50 %.3f p90 %.3f min %.3f | server total %s compute %s encode %s" % (
+        row["name"], row["status"], c["p50"], c["p90"], c["min"], s.get("total", {}).get("p50"),
+        s.get("compute", {}).get("p50"), s.get("encode", {}).get("p50")))
+for cold in r.get("cold_start", []):
+    print("cold: start->first BF body %.3f s, first BF incl. load %.3f s | %s" % (
+        cold["start_to_first_bf_body_s"], cold["first_bf_request_including_load_s"], cold["first_bf_server_timing"]))
 PY
+
+if [ "${1:-all}" = "request-path" ]; then
+  "$bundle/bench_gpu_codec" --json "$out/bench_gpu_codec.json" > /dev/null 2>> "$out/http_viewer.log"
+  note "bench_gpu_codec rc=$?"
+  python3 -c "import json; r = json.load(open('$out/bench_gpu_codec.json')); m = r['masked_sum']; print('masked sum kernel: ans', m.get('ans_ms_median'), 'ms, dense', m.get('dense_ms_median'), 'ms, identical', m.get('sums_identical'))" | tee -a "$summary"
+  exit 0
+fi
 
 # 3. Admission with the users' budget.
 start=$(date +%s)
