@@ -35,7 +35,7 @@ done
 grep -q '^quantem-gpu ' <<<"$("$bin" version)" || fail "version"
 grep -q -- '--port' <<<"$("$bin" serve --help)" || fail "serve --help"
 grep -Eq '^CUDA: (not available in this build|driver)' <<<"$("$bin" info)" || fail "info"
-grep -qx "ExecStart=$bin serve \${QUANTEM_GPU_DATA_FOLDER} --port \${QUANTEM_GPU_PORT} \$QUANTEM_GPU_OPTIONS" "$unit" ||
+grep -qx "ExecStart=$bin serve \${QUANTEM_GPU_DATA_FOLDER} \$QUANTEM_GPU_LISTEN \$QUANTEM_GPU_OPTIONS" "$unit" ||
   fail "the unit's ExecStart does not name the installed binary"
 
 # --- the unit (deploy.md "The user service") ----------------------------------------
@@ -53,7 +53,7 @@ verify_output="$(XDG_RUNTIME_DIR="$work/xdg" systemd-analyze --user --man=no ver
 "$bin" synth "$work/data/session1" --scan 8x8 --detector 16x16 --threads 2 >/dev/null
 env_file="$HOME/.config/quantem-gpu/quantem-gpu.env"
 sed -i -e "s|^QUANTEM_GPU_DATA_FOLDER=.*|QUANTEM_GPU_DATA_FOLDER=$work/data|" \
-  -e "s|^QUANTEM_GPU_PORT=.*|QUANTEM_GPU_PORT=0|" \
+  -e "s|^QUANTEM_GPU_LISTEN=.*|QUANTEM_GPU_LISTEN=--port 0|" \
   -e "s|^QUANTEM_GPU_OPTIONS=.*|QUANTEM_GPU_OPTIONS=--backend cpu --port-file $work/port|" "$env_file"
 # EnvironmentFile= lines are KEY=VALUE, taken literally.
 while IFS= read -r line; do
@@ -100,6 +100,28 @@ receiver_pid=""
 grep -q 'STOPPING=1' "$work/notify.log" || fail "no STOPPING=1"
 [[ ! -e "$XDG_RUNTIME_DIR/quantem-gpu/server-$stopped_pid.json" ]] || fail "the runtime file outlived the daemon"
 unset NOTIFY_SOCKET
+
+# --- the unit listening on the Unix socket only (connect.md "Through SSH, to the Unix socket") ---
+socket_path="$XDG_RUNTIME_DIR/quantem-gpu/quantem.sock"
+sed -i -e "s|^QUANTEM_GPU_LISTEN=.*|QUANTEM_GPU_LISTEN=--unix-socket $socket_path|" \
+  -e "s|^QUANTEM_GPU_OPTIONS=.*|QUANTEM_GPU_OPTIONS=--backend cpu|" "$env_file"
+while IFS= read -r line; do
+  [[ "$line" =~ ^([A-Z_][A-Z0-9_]*)=(.*)$ ]] && export "${BASH_REMATCH[1]}=${BASH_REMATCH[2]}"
+done <"$env_file"
+eval "set -- $exec_start"
+"$@" 2>"$work/socket.log" &
+daemon_pid=$!
+for _ in $(seq 300); do
+  curl -fsS --unix-socket "$socket_path" http://localhost/api/health/ready >/dev/null 2>&1 && break
+  sleep 0.1
+done
+grep -q '"session1"' <<<"$(curl -fsS --unix-socket "$socket_path" http://localhost/api/browse/sessions)" ||
+  fail "the unix socket does not serve: $(cat "$work/socket.log")"
+[[ "$(stat -c %a "$socket_path")" == 600 ]] || fail "the socket is not 0600"
+grep -q "unix socket $socket_path" <<<"$("$bin" info)" || fail "info does not list the socket"
+kill -TERM "$daemon_pid"
+wait "$daemon_pid" || fail "the socket daemon exited with $? on SIGTERM"
+daemon_pid=""
 
 # --- token mode (deploy.md section 6, connect.md "Token mode") --------------------------
 python3 -c 'import secrets; print(secrets.token_hex(32))' > ~/.config/quantem-gpu/token
