@@ -314,21 +314,11 @@ std::optional<HttpResponse> BrowseService::not_modified(const HttpRequest& reque
 HttpResponse BrowseService::image_response(const protocol::WireImage& wire, const std::string& provenance_header,
                                            protocol::PayloadFormat format, const char* cache_control,
                                            const std::string& etag) const {
-  HttpResponse response;
-  response.status = 200;
-  response.headers.reserve(8);
-  response.set_header("x-width", std::to_string(wire.width));
-  response.set_header("x-height", std::to_string(wire.height));
-  response.set_header("x-dtype", wire.dtype);
-  response.set_header("x-value-divisor", std::to_string(wire.value_divisor));
-  response.set_header("cache-control", cache_control);
-  response.set_header("etag", etag);
-  response.set_header("x-quantem-provenance", provenance_header);
+  HttpResponse response = image_headers(wire, provenance_header, cache_control, etag);
   if (format == protocol::PayloadFormat::npy) {
     response.content_type = "application/x-npy";
     response.body = protocol::encode_npy(wire.dtype, 4, {wire.height, wire.width}, wire.body);
   } else {
-    response.content_type = wire.content_type;
     response.body = wire.body;
   }
   return response;
@@ -339,6 +329,15 @@ HttpResponse BrowseService::image_response(const products::Image& image, const p
                                            const std::string& etag, RequestTiming& timing) const {
   timing.lap("compute");
   protocol::WireImage wire = protocol::encode_wire_image(image, format);
+  HttpResponse response = image_headers(wire, protocol::provenance_header(provenance), cache_control, etag);
+  response.body = std::move(wire.body);
+  timing.lap("encode");
+  return response;
+}
+
+// Status 200 and the headers every array response carries.
+HttpResponse BrowseService::image_headers(const protocol::WireImage& wire, const std::string& provenance_header,
+                                          const char* cache_control, const std::string& etag) const {
   HttpResponse response;
   response.status = 200;
   response.content_type = wire.content_type;
@@ -349,9 +348,7 @@ HttpResponse BrowseService::image_response(const products::Image& image, const p
   response.set_header("x-value-divisor", std::to_string(wire.value_divisor));
   response.set_header("cache-control", cache_control);
   response.set_header("etag", etag);
-  response.set_header("x-quantem-provenance", protocol::provenance_header(provenance));
-  response.body = std::move(wire.body);
-  timing.lap("encode");
+  response.set_header("x-quantem-provenance", provenance_header);
   return response;
 }
 

@@ -92,8 +92,14 @@ std::optional<DeviceBudget> parse_device_budget(const std::string& raw) {
   return DeviceBudget{*bytes, 0.0};
 }
 
-std::optional<std::chrono::milliseconds> parse_duration(const std::string& raw) {
-  const std::string text = trim(raw);
+// "12.5 GiB" -> number "12.5" (digits and at most one dot), unit "gib" (lower
+// case, trimmed); nullopt without a digit.
+struct NumberWithUnit {
+  std::string number;
+  bool has_dot = false;
+  std::string unit;
+};
+std::optional<NumberWithUnit> split_number_and_unit(const std::string& text) {
   std::size_t number_end = 0;
   bool seen_digit = false, seen_dot = false;
   while (number_end < text.size()) {
@@ -110,35 +116,31 @@ std::optional<std::chrono::milliseconds> parse_duration(const std::string& raw) 
   if (!seen_digit) return std::nullopt;
   std::string unit = trim(text.substr(number_end));
   for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return NumberWithUnit{text.substr(0, number_end), seen_dot, unit};
+}
+
+std::optional<std::chrono::milliseconds> parse_duration(const std::string& raw) {
+  const std::string text = trim(raw);
+  const auto split = split_number_and_unit(text);
+  if (!split) return std::nullopt;
+  const std::string& unit = split->unit;
   double milliseconds_per_unit = 0;
   if (unit == "ms") milliseconds_per_unit = 1;
   else if (unit.empty() || unit == "s") milliseconds_per_unit = 1e3;
   else if (unit == "m" || unit == "min") milliseconds_per_unit = 60e3;
   else if (unit == "h") milliseconds_per_unit = 3600e3;
   else return std::nullopt;
-  const double milliseconds = std::strtod(text.substr(0, number_end).c_str(), nullptr) * milliseconds_per_unit;
+  const double milliseconds = std::strtod(split->number.c_str(), nullptr) * milliseconds_per_unit;
   if (!std::isfinite(milliseconds) || milliseconds < 0 || milliseconds > 1e15) return std::nullopt;
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(milliseconds)));
 }
 
 std::optional<std::uint64_t> parse_byte_size(const std::string& raw) {
   const std::string text = trim(raw);
-  std::size_t number_end = 0;
-  bool seen_digit = false, seen_dot = false;
-  while (number_end < text.size()) {
-    const char c = text[number_end];
-    if (std::isdigit(static_cast<unsigned char>(c))) {
-      seen_digit = true;
-    } else if (c == '.' && !seen_dot) {
-      seen_dot = true;
-    } else {
-      break;
-    }
-    ++number_end;
-  }
-  if (!seen_digit) return std::nullopt;
-  std::string unit = trim(text.substr(number_end));
-  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const auto split = split_number_and_unit(text);
+  if (!split) return std::nullopt;
+  const std::string& unit = split->unit;
+  const bool seen_dot = split->has_dot;
   double multiplier = 0;
   if (unit.empty() || unit == "b") multiplier = 1;
   else if (unit == "kb") multiplier = 1e3;
@@ -150,7 +152,7 @@ std::optional<std::uint64_t> parse_byte_size(const std::string& raw) {
   else if (unit == "g" || unit == "gib") multiplier = 1024.0 * 1024.0 * 1024.0;
   else if (unit == "t" || unit == "tib") multiplier = 1024.0 * 1024.0 * 1024.0 * 1024.0;
   else return std::nullopt;
-  const std::string number = text.substr(0, number_end);
+  const std::string& number = split->number;
   if (!seen_dot && multiplier == 1) {
     // Plain bytes: exact, no floating point.
     const auto value = python_int(number);

@@ -117,6 +117,8 @@ class BrowseService {
   // 304 when the request's If-None-Match names `etag`, else nullopt.
   std::optional<HttpResponse> not_modified(const HttpRequest& request, const std::string& etag,
                                            const char* cache_control, RequestTiming& timing) const;
+  HttpResponse image_headers(const protocol::WireImage& wire, const std::string& provenance_header,
+                             const char* cache_control, const std::string& etag) const;
   HttpResponse image_response(const protocol::WireImage& wire, const std::string& provenance_header,
                               protocol::PayloadFormat format, const char* cache_control, const std::string& etag) const;
   HttpResponse image_response(const products::Image& image, const protocol::Provenance& provenance,
