@@ -38,7 +38,10 @@ __global__ void dense_pattern_sum_kernel(const T* __restrict__ frames, std::uint
 // the running sum of the ring in a register; at a ring boundary inside the 32
 // every lane adds its value to the CTA's bins in shared memory. The bins are
 // `Bin` (32-bit: native shared atomics, exact when sums fit in 32 bits).
-template <class T, class Bin>
+// kStaged: the frame is first copied into shared memory with coalesced 16-byte
+// loads, so the gathers in ring order hit shared memory instead of sectors of
+// global memory fetched again and again (used when the frame fits).
+template <class T, class Bin, bool kStaged>
 __global__ void __launch_bounds__(tuning::kRingSumThreads)
     dense_ring_sums_kernel(const T* __restrict__ frames, std::uint32_t frame_pixels,
                            const std::uint32_t* __restrict__ pixels_by_ring,
@@ -47,8 +50,24 @@ __global__ void __launch_bounds__(tuning::kRingSumThreads)
   extern __shared__ __align__(16) std::uint8_t shared_bytes[];
   Bin* bins = reinterpret_cast<Bin*>(shared_bytes);
   for (std::uint32_t r = threadIdx.x; r < ring_count; r += blockDim.x) bins[r] = 0;
-  __syncthreads();
   const T* frame = frames + std::uint64_t{blockIdx.x} * frame_pixels;
+  if constexpr (kStaged) {
+    T* staged = reinterpret_cast<T*>(shared_bytes + (std::size_t{ring_count} * sizeof(Bin) + 15) / 16 * 16);
+    const std::uint64_t bytes = std::uint64_t{frame_pixels} * sizeof(T);
+    const auto* source = reinterpret_cast<const std::uint8_t*>(frame);
+    auto* target = reinterpret_cast<std::uint8_t*>(staged);
+    if ((reinterpret_cast<std::uintptr_t>(source) & 15u) == 0) {
+      const std::uint64_t vectors = bytes / 16;
+      for (std::uint64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
+        reinterpret_cast<uint4*>(target)[v] = __ldg(reinterpret_cast<const uint4*>(source) + v);
+      }
+      for (std::uint64_t b = vectors * 16 + threadIdx.x; b < bytes; b += blockDim.x) target[b] = source[b];
+    } else {
+      for (std::uint32_t p = threadIdx.x; p < frame_pixels; p += blockDim.x) staged[p] = frame[p];
+    }
+    frame = staged;
+  }
+  __syncthreads();
   const std::uint32_t lane = threadIdx.x % 32;
   const std::uint32_t warps = blockDim.x / 32;
   const std::uint32_t share = (frame_pixels + warps * 32 - 1) / (warps * 32) * 32;  // a multiple of 32
@@ -102,15 +121,29 @@ __global__ void add_ring_sums_kernel(const Sum* __restrict__ ring_sums, std::uin
   }
 }
 
+// Frames up to this many bytes are staged in shared memory (with the bins,
+// below the 227 KiB a CTA may have on sm_90 and sm_120).
+inline constexpr std::size_t kStagedFrameBytes = 160 * 1024;
+
 template <class T, class Sum>
 void launch_ring_sums(const T* frames, std::uint64_t frame_count, std::uint32_t frame_pixels,
                       const std::uint32_t* pixels_by_ring, const std::uint16_t* ring_of_sorted, std::uint32_t ring_count,
                       Sum* ring_sums, std::uint64_t ring_stride, std::uint64_t first_frame, cudaStream_t stream) {
-  const std::size_t shared_bytes = std::size_t{ring_count} * sizeof(Sum);
-  QUANTEM_CUDA_TRY(cudaFuncSetAttribute(dense_ring_sums_kernel<T, Sum>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(shared_bytes)));
-  dense_ring_sums_kernel<T, Sum><<<static_cast<unsigned>(frame_count), tuning::kRingSumThreads, shared_bytes, stream>>>(
-      frames, frame_pixels, pixels_by_ring, ring_of_sorted, ring_count, ring_sums, ring_stride, first_frame);
+  const std::size_t bins_bytes = (std::size_t{ring_count} * sizeof(Sum) + 15) / 16 * 16;
+  const std::size_t frame_bytes = std::size_t{frame_pixels} * sizeof(T);
+  const unsigned ctas = static_cast<unsigned>(frame_count);
+  if (frame_bytes <= kStagedFrameBytes) {
+    const std::size_t shared_bytes = bins_bytes + frame_bytes;
+    QUANTEM_CUDA_TRY(cudaFuncSetAttribute(dense_ring_sums_kernel<T, Sum, true>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes)));
+    dense_ring_sums_kernel<T, Sum, true><<<ctas, tuning::kRingSumThreads, shared_bytes, stream>>>(
+        frames, frame_pixels, pixels_by_ring, ring_of_sorted, ring_count, ring_sums, ring_stride, first_frame);
+  } else {
+    QUANTEM_CUDA_TRY(cudaFuncSetAttribute(dense_ring_sums_kernel<T, Sum, false>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bins_bytes)));
+    dense_ring_sums_kernel<T, Sum, false><<<ctas, tuning::kRingSumThreads, bins_bytes, stream>>>(
+        frames, frame_pixels, pixels_by_ring, ring_of_sorted, ring_count, ring_sums, ring_stride, first_frame);
+  }
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "dense_ring_sums_kernel");
 }
 

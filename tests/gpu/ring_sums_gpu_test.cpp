@@ -16,12 +16,14 @@
 namespace quantem::cuda {
 namespace {
 
+constexpr std::uint64_t first_frame_offset() { return 123; }
+
 template <class T>
-void check_ring_sums(DType dtype, std::uint32_t sum_bytes, std::uint64_t largest) {
-  const std::uint32_t rows = 37, cols = 45;
+void check_ring_sums(DType dtype, std::uint32_t sum_bytes, std::uint64_t largest, std::uint32_t rows = 37,
+                     std::uint32_t cols = 45, std::uint64_t frames = 150) {
   const std::uint64_t pixels = std::uint64_t{rows} * cols;
-  const std::uint64_t frames = 150, table_frames = 400, first_frame = 123;
-  const backend::RingPartition partition = backend::make_ring_partition(rows, cols, {14.6, 29.1});
+  const std::uint64_t table_frames = first_frame_offset() + frames + 127, first_frame = first_frame_offset();
+  const backend::RingPartition partition = backend::make_ring_partition(rows, cols, {rows * 0.4, cols * 0.65});
   std::mt19937_64 random(11 + sum_bytes);
   std::vector<T> host(frames * pixels);
   for (auto& v : host) v = static_cast<T>(random() % (largest + 1));
@@ -81,6 +83,9 @@ TEST(RingSumsGpu, MatchTheCpuReferenceForEveryDtypeAndWidth) {
   check_ring_sums<std::uint8_t>(DType::uint8, 4, 0xff);
   check_ring_sums<std::uint16_t>(DType::uint16, 4, 0xffff);
   check_ring_sums<std::uint32_t>(DType::uint32, 8, 0xffffffffu);
+  // Frames too large to stage in shared memory (210 x 210 x 4 bytes) take the global-memory path.
+  check_ring_sums<std::uint32_t>(DType::uint32, 8, 0xffffffffu, 210, 210, 6);
+  check_ring_sums<std::uint16_t>(DType::uint16, 4, 0xffff, 300, 290, 5);
 }
 
 TEST(RingSumsGpu, DensePatternSumMatchesTheHost) {
