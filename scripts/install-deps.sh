@@ -11,6 +11,9 @@ if [[ "${1:-}" == "--test" ]]; then
   # hdf5-filter-plugin: the HDF5 LZ4 filter (32004) that hdf5plugin.LZ4() fixtures need
   # (only recommended by python3-hdf5plugin, and recommends are not installed here).
   packages+=(python3 python3-h5py python3-hdf5plugin bitshuffle hdf5-filter-plugin python3-numpy)
+  # The fuzz targets (tests/fuzz): clang 14 and its libFuzzer/sanitizer runtimes
+  # (libclang-rt-14-dev is only recommended by clang-14).
+  packages+=(clang libclang-rt-14-dev)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -2,7 +2,9 @@
 # Quick start 2 (and CI): install, build and run every test.
 #   1. the full suite (Release with debug info; CUDA kernels compiled when nvcc exists,
 #      GPU tests skip with a message on machines without a GPU);
-#   2. the decoders' tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+#   2. the decoders' tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   3. every libFuzzer target (tests/fuzz, clang) for 20 s from its seed corpus:
+#      a crash, leak, timeout or out-of-memory fails the run (docs/testing.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test
@@ -16,3 +18,9 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DQUANTEM_SANITIZE=ON
 # Only the suites labelled "sanitize" (decoders of untrusted bytes) are built here.
 cmake --build build-asan -j "$jobs" --target codec_tests catalog_frame_index_test catalog_chunk_index_test
 ctest --test-dir build-asan -j "$jobs" --output-on-failure -L sanitize --timeout 600
+
+# Fuzz targets (clang + libFuzzer + ASan/UBSan); only the libraries they need are built.
+cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQUANTEM_FUZZ=ON -DQUANTEM_CUDA=OFF \
+  -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang
+cmake --build build-fuzz -j "$jobs" --target quantem_fuzzers
+tests/fuzz/run_fuzzers.sh build-fuzz "${QUANTEM_FUZZ_SECONDS:-20}"

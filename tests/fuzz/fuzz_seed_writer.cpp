@@ -134,7 +134,7 @@ bool has_detector_dataset(const std::string& path) {
 }
 
 // The chunk-index seed and real stored chunks of one file's /entry/data/data.
-void write_file_seeds(const std::string& path, const fs::path& out) {
+void write_file_seeds(const std::string& path, const std::string& label, const fs::path& out) {
   if (!has_detector_dataset(path)) return;
   const auto file = catalog::hdf5::File::open_read_only(path);
   const auto dataset = catalog::hdf5::open_dataset(file.id(), "/entry/data/data");
@@ -143,7 +143,7 @@ void write_file_seeds(const std::string& path, const fs::path& out) {
   std::vector<hsize_t> dims(static_cast<std::size_t>(rank)), max_dims(static_cast<std::size_t>(rank));
   H5Sget_simple_extent_dims(dataset.space().id(), dims.data(), max_dims.data());
   const std::size_t element_size = H5Tget_size(dataset.type().id());
-  const std::string name = fs::path(path).filename().string();
+  const std::string name = label + "_" + fs::path(path).filename().string();
 
   const catalog::detail::FileAddressing addressing{file.offset_size(), file.length_size(), file.user_block_size()};
   const std::uint64_t header_address = dataset.object_header_address();
@@ -228,14 +228,14 @@ int main(int argc, char** argv) {
     std::vector<std::string> files;
     for (const auto& entry : fs::directory_iterator(out / "synth")) files.push_back(entry.path().string());
     for (int i = 2; i < argc; ++i) files.emplace_back(argv[i]);
-    int masters = 0;
+    int masters = 0, n = 0;
     for (const std::string& path : files) {
       const std::string name = fs::path(path).filename().string();
       if (name.size() > 10 && name.compare(name.size() - 10, 10, "_master.h5") == 0 && fs::file_size(path) <= (1u << 20)) {
         write_seed(out / "inspect_master", std::to_string(masters++) + "_" + name, read_whole(path));
       }
       try {
-        write_file_seeds(path, out);
+        write_file_seeds(path, std::to_string(n++), out);
       } catch (const Error& error) {
         std::cerr << "fuzz_seed_writer: skipping " << path << ": " << error.what() << "\n";
       }
