@@ -3,14 +3,44 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/codec/chunk_codec.hpp"
 #include "quantem/core/error.hpp"
 
 namespace quantem::backend {
+namespace {
+
+// The installed test hook; null in production. Replaced hooks are kept (a
+// read in flight could still hold one); tests install a handful at most.
+std::atomic<const ShardReadHook*> installed_read_hook{nullptr};
+
+ssize_t pread_with_hook(int fd, std::uint8_t* out, std::uint64_t bytes, std::uint64_t offset, const std::string& path) {
+  if (const ShardReadHook* hook = installed_read_hook.load(std::memory_order_acquire)) {
+    if (const int injected = (*hook)(path, offset, bytes); injected != 0) {
+      errno = injected;
+      return -1;
+    }
+  }
+  return ::pread(fd, out, bytes, static_cast<off_t>(offset));
+}
+
+}  // namespace
+
+void set_shard_read_hook_for_testing(ShardReadHook hook) {
+  static std::vector<std::unique_ptr<const ShardReadHook>> kept;
+  const ShardReadHook* installed = nullptr;
+  if (hook) {
+    kept.push_back(std::make_unique<const ShardReadHook>(std::move(hook)));
+    installed = kept.back().get();
+  }
+  installed_read_hook.store(installed, std::memory_order_release);
+}
 
 ShardFiles::ShardFiles(const std::vector<std::string>& paths) {
   for (const std::string& path : paths) {
@@ -35,7 +65,7 @@ void read_exactly(int fd, std::uint8_t* out, std::uint64_t bytes, std::uint64_t 
                   std::uint64_t first_frame) {
   std::uint64_t done = 0;
   while (done < bytes) {
-    const ssize_t got = ::pread(fd, out + done, bytes - done, static_cast<off_t>(offset + done));
+    const ssize_t got = pread_with_hook(fd, out + done, bytes - done, offset + done, path);
     if (got < 0) {
       if (errno == EINTR) continue;
       throw IoError("reading " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) + " of " +

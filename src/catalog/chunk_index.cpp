@@ -353,8 +353,13 @@ ChunkGrid make_grid(const RawFile& file, const DataLayout& layout, const std::ve
     grid.chunks_per_dim.push_back(count);
     if (count != 0 && grid.chunk_count > (std::uint64_t{1} << 48) / count) corrupt(file, "chunk grid too large");
     grid.chunk_count *= count;
-    grid.chunk_bytes *= grid.chunk_dims[d];
+    // A wrapped chunk size would fool the implicit index's "within the file"
+    // bound (fuzz_chunk_index: 2^30 chunks of a wrapped size in a 758-byte file).
+    if (__builtin_mul_overflow(grid.chunk_bytes, grid.chunk_dims[d], &grid.chunk_bytes)) {
+      corrupt(file, "chunk size overflows 64 bits");
+    }
   }
+  if (grid.chunk_bytes == 0) corrupt(file, "zero element size");
   return grid;
 }
 

@@ -2,6 +2,7 @@
 // Reading stored chunks straight from the shard files with pread, for every
 // backend's loader (the frame index says where each chunk lives).
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,5 +45,14 @@ std::string describe_undecodable_frame(const catalog::Acquisition& acquisition, 
 void decode_stored_frame(const catalog::Acquisition& acquisition, const catalog::FrameIndex& index,
                          std::uint64_t frame, const std::uint8_t* stored, std::uint8_t* out,
                          std::uint64_t frame_bytes);
+
+// Fault injection for tests (docs/testing.md): when installed, the hook runs
+// before every pread of read_exactly with the shard's path, the read's offset
+// and size. It may act on the file (truncate, delete or rewrite it) or sleep;
+// returning a non-zero errno value makes that pread fail with it (EIO: a read
+// error), returning 0 lets the read run. Install and remove (an empty hook)
+// only while no load reads; the check costs one relaxed atomic load per read.
+using ShardReadHook = std::function<int(const std::string& path, std::uint64_t offset, std::uint64_t bytes)>;
+void set_shard_read_hook_for_testing(ShardReadHook hook);
 
 }  // namespace quantem::backend
