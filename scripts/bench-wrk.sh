@@ -7,14 +7,15 @@
 #
 #   scripts/bench-wrk.sh BUILD_DIR [SECONDS] [-- serve arguments, default --backend cpu]
 set -euo pipefail
-command -v wrk >/dev/null || { echo "bench-wrk: needs wrk (apt-get install wrk)" >&2; exit 2; }
+command -v "${WRK:-wrk}" >/dev/null || { echo "bench-wrk: needs wrk (apt-get install wrk)" >&2; exit 2; }
 build=${1:?build folder}
 seconds=${2:-60}
 shift 2 || shift $#
 [[ "${1:-}" == "--" ]] && shift
 serve_args=("$@")
 [[ ${#serve_args[@]} -eq 0 ]] && serve_args=(--backend cpu)
-bin="$build/src/cli/quantem-gpu"
+bin="${QUANTEM_BIN:-$build/src/cli/quantem-gpu}"
+wrk_bin="${WRK:-wrk}"
 work=$(mktemp -d)
 trap 'kill "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 "$bin" synth "$work/data/sess" --prefix a --scan 64x64 --detector 64x64 --threads 2 >/dev/null
@@ -30,7 +31,7 @@ samples=("/api/browse/realspace?$source&mode=BF&inner=0&outer=1.0300000"
          "/api/browse/realspace?$source&mode=CoMx")
 for i in "${!samples[@]}"; do curl -fsS "$base${samples[$i]}" -o "$work/before_$i"; done
 rss_before=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
-result=$(SOURCE="$source" wrk -t 4 -c 64 -d "${seconds}s" --latency -s "$(dirname "$0")/../tests/bench/wrk/mixed_routes.lua" "$base" |
+result=$(SOURCE="$source" "$wrk_bin" -t 4 -c 64 -d "${seconds}s" --latency -s "$(dirname "$0")/../tests/bench/wrk/mixed_routes.lua" "$base" |
          grep '^{')
 mismatches=0
 for i in "${!samples[@]}"; do

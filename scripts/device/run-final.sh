@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine over the bundle (plus .bundle/tools/wrk carried from
+# Debian with its libraries in .bundle/lib): every GPU suite, sanitizer and the
+# serve --gpus auto vs --backend cpu comparison (run-backend.sh quick), then
+# wrk with 64 connections for 60 s over the viewer's mixed routes against
+# serve --gpus auto (scripts/bench-wrk.sh).
+set -uo pipefail
+bundle=$(pwd)/.bundle
+out=${OUT:-/tmp/quantem-device-out}
+mkdir -p "$out/backend"
+export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+OUT="$out/backend" timeout 300 bash scripts/device/run-backend.sh quick > /dev/null 2>&1
+echo "run-backend.sh quick rc=$?"
+grep -E "^test |mismatches|ERROR SUMMARY|FAILED" "$out/backend/summary.txt"
+cp "$out/backend/summary.txt" "$out/summary_backend.txt"
+tar -C "$out" -czf "$out/backend.tar.gz" backend && rm -rf "$out/backend"
+QUANTEM_BIN="$bundle/quantem-gpu" WRK="$bundle/tools/wrk" timeout 200 bash scripts/bench-wrk.sh unused 60 -- --gpus auto \
+  | tee "$out/wrk_gpu.json"
+echo "bench-wrk rc=${PIPESTATUS[0]}"
