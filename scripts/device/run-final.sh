@@ -9,11 +9,16 @@ bundle=$(pwd)/.bundle
 out=${OUT:-/tmp/quantem-device-out}
 mkdir -p "$out/backend"
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-OUT="$out/backend" timeout 300 bash scripts/device/run-backend.sh quick > /dev/null 2>&1
+[ "${1:-}" = "wrk-only" ] || OUT="$out/backend" timeout 300 bash scripts/device/run-backend.sh quick > /dev/null 2>&1
 echo "run-backend.sh quick rc=$?"
 grep -E "^test |mismatches|ERROR SUMMARY|FAILED" "$out/backend/summary.txt"
 cp "$out/backend/summary.txt" "$out/summary_backend.txt"
 tar -C "$out" -czf "$out/backend.tar.gz" backend && rm -rf "$out/backend"
-QUANTEM_BIN="$bundle/quantem-gpu" WRK="$bundle/tools/wrk" timeout 200 bash scripts/bench-wrk.sh unused 60 -- --gpus auto \
+# The bundle's libraries only for the bundle's programs: the machine's curl needs its own libcurl.
+unset LD_LIBRARY_PATH
+printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib exec %s/quantem-gpu "$@"\n' "$bundle" "$bundle" > /tmp/quantem-gpu-run
+printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib exec %s/tools/wrk "$@"\n' "$bundle" "$bundle" > /tmp/wrk-run
+chmod +x /tmp/quantem-gpu-run /tmp/wrk-run
+QUANTEM_BIN=/tmp/quantem-gpu-run WRK=/tmp/wrk-run timeout 200 bash scripts/bench-wrk.sh unused 60 -- --gpus auto \
   | tee "$out/wrk_gpu.json"
 echo "bench-wrk rc=${PIPESTATUS[0]}"
