@@ -85,6 +85,16 @@ cuda::AnsResidentView CudaResident::view_of_groups(std::uint64_t first_group, st
 
 void CudaResident::bind_device() const { cuda::set_device(device_index_); }
 
+CudaResident::HostStaging::HostStaging(CudaResident& resident, std::size_t bytes) : lock_(resident.staging_mutex_) {
+  if (resident.staging_.size() < bytes) {
+    resident.staging_ = cuda::PinnedBuffer();  // the old one first: never both at once
+    std::size_t grown = std::size_t{1} << 20;
+    while (grown < bytes) grown *= 2;
+    resident.staging_ = cuda::PinnedBuffer(grown);
+  }
+  base_ = resident.staging_.data();
+}
+
 namespace {
 void throw_if_malformed(std::uint32_t error_flag, const std::string& name, const char* what) {
   if (error_flag != 0) {
@@ -128,14 +138,17 @@ std::vector<std::uint64_t> CudaResident::native_sum(const std::vector<std::uint6
     cuda::ans_accumulate_frames(all, d_jobs + first, count, d_bitmap, d_sums, maxima != nullptr ? d_maxima : nullptr,
                                 d_error, stream);
   }
-  std::uint32_t error_flag = 0;
-  QUANTEM_CUDA_TRY(cudaMemcpyAsync(sums.data(), d_sums, pixels * 8, cudaMemcpyDeviceToHost, stream));
-  if (maxima != nullptr) {
-    QUANTEM_CUDA_TRY(cudaMemcpyAsync(maxima->data(), d_maxima, pixels * 4, cudaMemcpyDeviceToHost, stream));
-  }
-  QUANTEM_CUDA_TRY(cudaMemcpyAsync(&error_flag, d_error, 4, cudaMemcpyDeviceToHost, stream));
+  // Sums, maxima and the error flag lie together in the scratch: one copy back.
+  const HostStaging host(*this, layout.total() - sums_at);
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(host.part<void>(0), d_sums, layout.total() - sums_at, cudaMemcpyDeviceToHost, stream));
   QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));
-  throw_if_malformed(error_flag, source_.name, "accumulate_frames_kernel");
+  throw_if_malformed(*host.part<std::uint32_t>(error_at - sums_at), source_.name, "accumulate_frames_kernel");
+  const auto* h_sums = host.part<std::uint64_t>(0);
+  std::copy(h_sums, h_sums + pixels, sums.begin());
+  if (maxima != nullptr) {
+    const auto* h_maxima = host.part<std::uint32_t>(maxima_at - sums_at);
+    std::copy(h_maxima, h_maxima + pixels, maxima->begin());
+  }
   return sums;
 }
 
@@ -202,13 +215,18 @@ std::vector<std::uint64_t> CudaResident::compute_masked_sum(const plan::PlanGeom
   // Only the frames from the region's first to its last come back; a region of
   // whole scan rows is exactly that span, in order.
   const std::uint64_t base_frame = first_group * frames_per_group_;
-  std::vector<std::uint64_t> span(last_frame - first_frame + 1);
-  std::uint32_t error_flag = 0;
-  QUANTEM_CUDA_TRY(cudaMemcpyAsync(span.data(), d_sums + (first_frame - base_frame), span.size() * 8,
+  const std::uint64_t span_frames = last_frame - first_frame + 1;
+  cuda::ScratchLayout host_layout;
+  const std::size_t host_span_at = host_layout.add(span_frames * 8);
+  const std::size_t host_error_at = host_layout.add(4);
+  const HostStaging host(*this, host_layout.total());
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(host.part<void>(host_span_at), d_sums + (first_frame - base_frame), span_frames * 8,
                                    cudaMemcpyDeviceToHost, stream));
-  QUANTEM_CUDA_TRY(cudaMemcpyAsync(&error_flag, d_error, 4, cudaMemcpyDeviceToHost, stream));
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(host.part<void>(host_error_at), d_error, 4, cudaMemcpyDeviceToHost, stream));
   QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));
-  throw_if_malformed(error_flag, source_.name, "masked_sum_kernel");
+  throw_if_malformed(*host.part<std::uint32_t>(host_error_at), source_.name, "masked_sum_kernel");
+  const auto* h_span = host.part<std::uint64_t>(host_span_at);
+  std::vector<std::uint64_t> span(h_span, h_span + span_frames);
 
   if (g.region.col_start == 0 && g.region.col_stop == g.source_scan_cols) {
     return plan::bin_scan_sums(g, std::move(span));
@@ -254,19 +272,22 @@ CenterOfMassSums CudaResident::compute_center_of_mass_sums(const plan::PlanGeome
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_col_weights, col_weights.data(), cols * 4, cudaMemcpyHostToDevice, stream));
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_error, 0, 4, stream));
   cuda::ans_frame_moments(groups, d_row_weights, d_col_weights, max_weight, d_total, d_row, d_col, d_error, stream);
-  std::vector<std::uint64_t> total(groups.total_frames);
-  std::vector<std::uint64_t> row_moment(groups.total_frames);
-  std::vector<std::uint64_t> col_moment(groups.total_frames);
-  std::uint32_t error_flag = 0;
-  QUANTEM_CUDA_TRY(cudaMemcpyAsync(total.data(), d_total, total.size() * 8, cudaMemcpyDeviceToHost, stream));
-  QUANTEM_CUDA_TRY(cudaMemcpyAsync(row_moment.data(), d_row, row_moment.size() * 8, cudaMemcpyDeviceToHost, stream));
-  QUANTEM_CUDA_TRY(cudaMemcpyAsync(col_moment.data(), d_col, col_moment.size() * 8, cudaMemcpyDeviceToHost, stream));
-  QUANTEM_CUDA_TRY(cudaMemcpyAsync(&error_flag, d_error, 4, cudaMemcpyDeviceToHost, stream));
+  // The three sums and the error flag lie together in the scratch: one copy back.
+  const HostStaging host(*this, layout.total() - total_at);
+  QUANTEM_CUDA_TRY(
+      cudaMemcpyAsync(host.part<void>(0), d_total, layout.total() - total_at, cudaMemcpyDeviceToHost, stream));
   QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));
-  throw_if_malformed(error_flag, source_.name, "frame_moments_kernel");
+  throw_if_malformed(*host.part<std::uint32_t>(error_at - total_at), source_.name, "frame_moments_kernel");
+  const auto* total = host.part<std::uint64_t>(0);
+  const auto* row_moment = host.part<std::uint64_t>(row_at - total_at);
+  const auto* col_moment = host.part<std::uint64_t>(col_at - total_at);
 
   const std::uint64_t base_frame = first_group * frames_per_group_;
   CenterOfMassSums sums;
+  const std::uint64_t frames = plan::region_frame_count(g);
+  sums.total.reserve(frames);
+  sums.row_moment.reserve(frames);
+  sums.col_moment.reserve(frames);
   plan::for_each_region_row(g, [&](std::uint64_t first, std::uint64_t end) {
     for (std::uint64_t frame = first; frame < end; ++frame) {
       sums.total.push_back(total[frame - base_frame]);
@@ -335,13 +356,17 @@ std::vector<std::uint64_t> CudaResident::binned_position_max(const plan::PlanGeo
                           d_result, stream);
     QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));  // the host arrays are rebuilt for the next pass
   }
-  std::vector<std::uint64_t> result(binned_pixels);
-  std::uint32_t error_flag = 0;
-  QUANTEM_CUDA_TRY(cudaMemcpyAsync(result.data(), d_result, binned_pixels * 8, cudaMemcpyDeviceToHost, stream));
-  QUANTEM_CUDA_TRY(cudaMemcpyAsync(&error_flag, d_error, 4, cudaMemcpyDeviceToHost, stream));
+  cuda::ScratchLayout host_layout;
+  const std::size_t host_result_at = host_layout.add(binned_pixels * 8);
+  const std::size_t host_error_at = host_layout.add(4);
+  const HostStaging host(*this, host_layout.total());
+  QUANTEM_CUDA_TRY(
+      cudaMemcpyAsync(host.part<void>(host_result_at), d_result, binned_pixels * 8, cudaMemcpyDeviceToHost, stream));
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(host.part<void>(host_error_at), d_error, 4, cudaMemcpyDeviceToHost, stream));
   QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));
-  throw_if_malformed(error_flag, source_.name, "accumulate_slots_kernel");
-  return result;
+  throw_if_malformed(*host.part<std::uint32_t>(host_error_at), source_.name, "accumulate_slots_kernel");
+  const auto* h_result = host.part<std::uint64_t>(host_result_at);
+  return std::vector<std::uint64_t>(h_result, h_result + binned_pixels);
 }
 
 std::vector<std::uint64_t> CudaResident::compute_region_reduce(const plan::PlanGeometry& geometry,

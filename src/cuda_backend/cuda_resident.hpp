@@ -5,7 +5,8 @@
 // piece, so one AnsResidentView spans every piece and one launch serves the
 // whole scan. Every primitive binds the resident's device on the calling
 // thread, works on that thread's per-thread stream with stream-ordered
-// scratch, and decodes only what it needs:
+// scratch, copies results back through the resident's pinned staging, and
+// decodes only what it needs:
 //   masked_sum           the ring sums of the rings the mask holds whole, plus
 //                        the streams its other pixels touch, of the groups the region touches;
 //   center_of_mass_sums  every stream of those groups, three weighted sums per frame;
@@ -22,6 +23,8 @@
 #include "quantem/backend/backend.hpp"
 #include "quantem/backend/ring_partition.hpp"
 #include "quantem/cuda/ans.hpp"
+#include "quantem/cuda/device.hpp"
+#include "quantem/cuda/scratch_layout.hpp"
 
 namespace quantem::backend::cuda_detail {
 
@@ -91,6 +94,25 @@ class CudaResident final : public Resident {
   const std::uint8_t* base_;
   CudaRingTable rings_;
   std::uint64_t resident_bytes_;
+
+  // Pinned host memory for the device<->host copies of a product, kept between
+  // requests and grown when a product needs more: a copy through pageable
+  // memory goes via the driver's bounce buffer and faults fresh pages in on
+  // every request. One product call holds it at a time (HostStaging).
+  class HostStaging {
+   public:
+    HostStaging(CudaResident& resident, std::size_t bytes);  // locks, then grows when needed
+    template <class T>
+    T* part(std::size_t offset) const {
+      return cuda::scratch_part<T>(base_, offset);
+    }
+
+   private:
+    std::unique_lock<std::mutex> lock_;
+    void* base_ = nullptr;
+  };
+  std::mutex staging_mutex_;
+  cuda::PinnedBuffer staging_;
 
   std::mutex full_pattern_mutex_;
   std::optional<std::vector<std::uint64_t>> full_pattern_;  // Σ over every frame (uncropped plans)

@@ -311,15 +311,16 @@ std::optional<HttpResponse> BrowseService::not_modified(const HttpRequest& reque
   return response;
 }
 
-HttpResponse BrowseService::image_response(const protocol::WireImage& wire, const std::string& provenance_header,
+HttpResponse BrowseService::image_response(const CachedImage& image, const std::string& provenance_header,
                                            protocol::PayloadFormat format, const char* cache_control,
                                            const std::string& etag) const {
+  const protocol::WireImage& wire = image.wire;
   HttpResponse response = image_headers(wire, provenance_header, cache_control, etag);
   if (format == protocol::PayloadFormat::npy) {
     response.content_type = "application/x-npy";
-    response.body = protocol::encode_npy(wire.dtype, 4, {wire.height, wire.width}, wire.body);
+    response.body = protocol::encode_npy(wire.dtype, 4, {wire.height, wire.width}, *image.body);
   } else {
-    response.body = wire.body;
+    response.shared_body = image.body;  // the cached bytes themselves
   }
   return response;
 }
@@ -360,25 +361,21 @@ std::shared_ptr<const BrowseService::CachedImage> BrowseService::cached_image(co
   return it->second->second;
 }
 
-namespace {
-std::uint64_t image_bytes(const protocol::WireImage& wire) { return wire.body.size(); }
-}  // namespace
-
 void BrowseService::store_image(const std::string& key, std::shared_ptr<const CachedImage> image) {
   std::lock_guard<std::mutex> lock(image_mutex_);
   auto it = image_index_.find(key);
   if (it != image_index_.end()) {
-    image_bytes_ -= image_bytes(it->second->second->wire);
+    image_bytes_ -= image_bytes(*it->second->second);
     image_lru_.erase(it->second);
     image_index_.erase(it);
   }
-  image_bytes_ += image_bytes(image->wire);
+  image_bytes_ += image_bytes(*image);
   image_lru_.emplace_front(key, std::move(image));
   image_index_[key] = image_lru_.begin();
   // Least recently used first; the newest image always stays.
   while (image_lru_.size() > 1 &&
          (image_lru_.size() > config_.image_cache_entries || image_bytes_ > config_.image_cache_bytes)) {
-    image_bytes_ -= image_bytes(image_lru_.back().second->wire);
+    image_bytes_ -= image_bytes(*image_lru_.back().second);
     image_index_.erase(image_lru_.back().first);
     image_lru_.pop_back();
   }
@@ -394,7 +391,7 @@ std::size_t BrowseService::drop_cached_images(const std::vector<std::string>& ma
     const auto second = first == std::string::npos ? std::string::npos : key.find('\n', first + 1);
     const std::string master = second == std::string::npos ? std::string() : key.substr(first + 1, second - first - 1);
     if (all || std::find(master_paths.begin(), master_paths.end(), master) != master_paths.end()) {
-      image_bytes_ -= image_bytes(it->second->wire);
+      image_bytes_ -= image_bytes(*it->second);
       image_index_.erase(key);
       it = image_lru_.erase(it);
       ++dropped;
@@ -459,7 +456,7 @@ HttpResponse BrowseService::realspace(const HttpRequest& request, const QueryPar
       header = protocol::provenance_header(provenance);
     }
     HttpResponse response =
-        image_response(cached->wire, same_names ? cached->provenance_header : header, query.format, "max-age=300", etag);
+        image_response(*cached, same_names ? cached->provenance_header : header, query.format, "max-age=300", etag);
     timing.lap("encode");
     return response;
   }
@@ -477,7 +474,9 @@ HttpResponse BrowseService::realspace(const HttpRequest& request, const QueryPar
   entry->provenance = provenance(query, resolved, *resident, image, std::move(geometry));
   entry->provenance_header = protocol::provenance_header(entry->provenance);
   entry->wire = protocol::encode_wire_image(image, protocol::PayloadFormat::raw);
-  HttpResponse response = image_response(entry->wire, entry->provenance_header, query.format, "max-age=300", etag);
+  entry->body = std::make_shared<const std::string>(std::move(entry->wire.body));
+  entry->wire.body.clear();
+  HttpResponse response = image_response(*entry, entry->provenance_header, query.format, "max-age=300", etag);
   store_image(key, std::move(entry));
   timing.lap("encode");
   return response;

@@ -210,7 +210,7 @@ struct Core {
       response.body = "Internal Server Error";
     }
     // The path only: a query may carry a token.
-    spdlog::debug("{} {} -> {} ({} bytes)", request.method, request.path, response.status, response.body.size());
+    spdlog::debug("{} {} -> {} ({} bytes)", request.method, request.path, response.status, response.sent_body().size());
     return response;
   }
 
@@ -386,7 +386,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void write_response(HttpResponse from, bool refusal) {
     if (state_ == State::closed) return;
     bool close_after = refusal || !keep_alive_ || core_.stopping;
-    auto response = std::make_shared<http::response<http::string_body>>();
+    // The body is written from where it lies: moved out of the service's
+    // response, or shared with the image cache; never copied.
+    std::shared_ptr<const std::string> body =
+        from.shared_body ? std::move(from.shared_body) : std::make_shared<const std::string>(std::move(from.body));
+    auto response = std::make_shared<http::response<http::span_body<const char>>>();
     try {  // a status above 999 or an allocation failure must not reach the I/O thread
       response->version(version_);
       response->result(static_cast<unsigned>(from.status));
@@ -400,11 +404,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       // Field names go out in lower case, as the service wrote them.
       if (!from.content_type.empty()) response->set("content-type", from.content_type);
-      const std::size_t length = from.body.size();
+      const std::size_t length = body->size();
       const bool bodiless_status = (from.status >= 100 && from.status < 200) || from.status == 204 || from.status == 304;
       if (!bodiless_status) {
         response->set("content-length", std::to_string(length));
-        if (!head_) response->body() = std::move(from.body);  // moved, never copied
+        if (!head_) response->body() = http::span_body<const char>::value_type(body->data(), length);
       }
       if (close_after) {
         response->set("connection", "close");
@@ -418,7 +422,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     state_ = State::writing;
     arm_timer(core_.options.write_timeout);
     http::async_write(socket_, *response,
-                      [self = shared_from_this(), response, close_after, refusal](error_code ec, std::size_t) {
+                      [self = shared_from_this(), response, body, close_after, refusal](error_code ec, std::size_t) {
                         self->on_written(ec, close_after, refusal);
                       });
   }

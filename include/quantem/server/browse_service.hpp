@@ -70,9 +70,11 @@ class BrowseService {
 
  private:
   // A realspace image as it goes on the wire: the raw body and the headers
-  // that do not depend on the request's names, so a hit is a lookup and a copy.
+  // that do not depend on the request's names, so a hit is a lookup, and its
+  // body goes to the socket from the cache's own bytes.
   struct CachedImage {
-    protocol::WireImage wire;  // raw format; npy is derived on request
+    protocol::WireImage wire;                  // the raw format's headers; its body is moved to `body`
+    std::shared_ptr<const std::string> body;   // raw values, shared with every response (no copy); npy derived on request
     protocol::Provenance provenance;
     std::string provenance_header;  // rendered for provenance.session/file
   };
@@ -119,7 +121,7 @@ class BrowseService {
                                            const char* cache_control, RequestTiming& timing) const;
   HttpResponse image_headers(const protocol::WireImage& wire, const std::string& provenance_header,
                              const char* cache_control, const std::string& etag) const;
-  HttpResponse image_response(const protocol::WireImage& wire, const std::string& provenance_header,
+  HttpResponse image_response(const CachedImage& image, const std::string& provenance_header,
                               protocol::PayloadFormat format, const char* cache_control, const std::string& etag) const;
   HttpResponse image_response(const products::Image& image, const protocol::Provenance& provenance,
                               protocol::PayloadFormat format, const char* cache_control, const std::string& etag,
@@ -131,6 +133,7 @@ class BrowseService {
   // catalog keeps handing out the same inspection (a shared pointer).
   std::string signature_digest(const std::shared_ptr<const catalog::Acquisition>& acquisition);
   std::shared_ptr<const CachedImage> cached_image(const std::string& key);
+  static std::uint64_t image_bytes(const CachedImage& image) { return image.body->size(); }
   void store_image(const std::string& key, std::shared_ptr<const CachedImage> image);
 
   BrowseConfig config_;

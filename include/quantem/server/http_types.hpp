@@ -2,6 +2,7 @@
 // The HTTP request and response as the service sees them: plain values, no
 // socket library. src/server/http_server.cpp (the only file that includes
 // Boost.Asio/Beast) converts to and from these.
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,6 +28,12 @@ struct HttpResponse {
   std::string content_type;  // sent as `content-type`
   std::vector<std::pair<std::string, std::string>> headers;  // names in lower case
   std::string body;
+  // When set, the body sent instead of `body`: bytes shared with a cache
+  // (the encoded-image cache), written to the socket without a copy.
+  std::shared_ptr<const std::string> shared_body;
+
+  // The bytes that go out: the shared body when set, else `body`.
+  const std::string& sent_body() const { return shared_body ? *shared_body : body; }
 
   // A compact JSON body (separators "," and ":"), content-type application/json.
   static HttpResponse json(int status, const nlohmann::ordered_json& document);

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Diagnostics of the request path on the GPU machine (issue 10): the viewer
+# benchmark against serve --gpus auto with glibc's default malloc and with
+# large-buffer reuse (mmap threshold 32 MB, trim threshold 1 GB), and the
+# loopback floor of moving a body of the same size. JSON under $OUT.
+#   bash scripts/device/diag-request-path.sh
+set -uo pipefail
+bundle=$(pwd)/.bundle
+out=${OUT:-/tmp/quantem-device-out}
+mkdir -p "$out"
+bin="$bundle/quantem-gpu"
+run_bundle() { LD_LIBRARY_PATH="$bundle/lib" "$@"; }
+data=/tmp/qv
+rm -rf "$data" && mkdir -p "$data/tilt0"
+start=$(date +%s)
+run_bundle "$bin" synth "$data/tilt0" --prefix tilt --scan 512x512 --detector 192x192 --dtype uint16 \
+  --preset realistic --threads "$(nproc)" > /dev/null 2>&1
+echo "synth rc=$? ($(( $(date +%s) - start )) s)"
+cat "$data"/tilt0/* > /dev/null
+python3 scripts/device/loopback_floor.py 0 147456 1048576 > "$out/loopback_floor.json"
+echo "loopback floor: $(cat "$out/loopback_floor.json")"
+summarise() {
+  python3 - "$1" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for row in r["rows"]:
+    c, s = row["client_ms"], row["server_ms"]
+    print("%-28s p50 %.3f min %.3f | %s" % (row["name"], c["p50"], c["min"],
+          " ".join("%s=%s" % (k, v.get("p50")) for k, v in s.items())))
+for cold in r.get("cold_start", []):
+    print("cold %.3f s first %.3f s | %s" % (cold["start_to_first_bf_body_s"],
+          cold["first_bf_request_including_load_s"], cold["first_bf_server_timing"]))
+PY
+}
+for variant in default reuse; do
+  tunables=""
+  [ "$variant" = reuse ] && tunables="glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
+  GLIBC_TUNABLES=$tunables LD_LIBRARY_PATH="$bundle/lib" timeout 200 "$bundle/bench_http_viewer" \
+    --start-daemon "$bin" --data "$data" --session tilt0 --file tilt_master.h5 \
+    --daemon-arg=--gpus --daemon-arg=auto --cold-starts 1 --requests 40 > "$out/http_$variant.json" 2> "$out/http_$variant.log"
+  echo "== $variant rc=$?"
+  summarise "$out/http_$variant.json"
+done
