@@ -1,6 +1,7 @@
-// Ring sums of dense frames at load time, and their use in masked sums
-// (declared in include/quantem/cuda/resident_products.hpp; the partition and
-// the mask split are host code: include/quantem/backend/ring_partition.hpp).
+// Per-frame tables of dense frames at load time — ring sums (and their use in
+// masked sums) and frame moments — declared in
+// include/quantem/cuda/resident_products.hpp; the ring partition and the mask
+// split are host code: include/quantem/backend/ring_partition.hpp.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -104,6 +105,49 @@ __global__ void __launch_bounds__(tuning::kRingSumThreads)
   __syncthreads();
   for (std::uint32_t r = threadIdx.x; r < ring_count; r += blockDim.x) {
     ring_sums[std::uint64_t{r} * ring_stride + first_frame + blockIdx.x] = bins[r];
+  }
+}
+
+// One CTA per frame: Σ I, Σ row·I and Σ col·I over the frame's pixels (native
+// detector coordinates), exact in 64 bits. Each thread walks the frame with a
+// stride of blockDim.x pixels (coalesced) keeping its row and column
+// incrementally; warp reductions, then one warp adds the warps' partial sums.
+template <class T>
+__global__ void __launch_bounds__(256)
+    dense_frame_moments_kernel(const T* __restrict__ frames, std::uint32_t rows, std::uint32_t cols,
+                               unsigned long long* moments, std::uint64_t table_stride, std::uint64_t first_frame) {
+  __shared__ unsigned long long partial[3][8];
+  const std::uint32_t pixels = rows * cols;
+  const T* frame = frames + std::uint64_t{blockIdx.x} * pixels;
+  const std::uint32_t stride_rows = blockDim.x / cols, stride_cols = blockDim.x % cols;
+  std::uint32_t row = threadIdx.x / cols, col = threadIdx.x % cols;
+  unsigned long long total = 0, row_moment = 0, col_moment = 0;
+  for (std::uint32_t p = threadIdx.x; p < pixels; p += blockDim.x) {
+    const unsigned long long value = frame[p];
+    total += value;
+    row_moment += value * row;
+    col_moment += value * col;
+    row += stride_rows;
+    col += stride_cols;
+    if (col >= cols) {
+      col -= cols;
+      ++row;
+    }
+  }
+  total = kernels::warp_sum_u64(total);
+  row_moment = kernels::warp_sum_u64(row_moment);
+  col_moment = kernels::warp_sum_u64(col_moment);
+  const std::uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    partial[0][warp] = total;
+    partial[1][warp] = row_moment;
+    partial[2][warp] = col_moment;
+  }
+  __syncthreads();
+  if (threadIdx.x < 3) {
+    unsigned long long sum = 0;
+    for (std::uint32_t w = 0; w < blockDim.x / 32; ++w) sum += partial[threadIdx.x][w];
+    moments[std::uint64_t{threadIdx.x} * table_stride + first_frame + blockIdx.x] = sum;
   }
 }
 
@@ -214,6 +258,37 @@ void dense_ring_sums(const void* d_frames, DType dtype, std::uint64_t frame_coun
   } else {
     throw bad_request("dense_ring_sums: sums are 4 or 8 bytes");
   }
+}
+
+void dense_frame_moments(const void* d_frames, DType dtype, std::uint64_t frame_count, std::uint32_t detector_rows,
+                         std::uint32_t detector_cols, std::uint64_t* d_moments, std::uint64_t table_stride,
+                         std::uint64_t first_frame, StreamHandle stream) {
+  if (frame_count == 0) return;
+  if (d_frames == nullptr || d_moments == nullptr) throw bad_request("dense_frame_moments: null pointer");
+  if (detector_rows == 0 || detector_cols == 0 || frame_count > 0x7fffffffu)
+    throw bad_request("dense_frame_moments: bad shape or frame count");
+  if (first_frame + frame_count > table_stride) throw bad_request("dense_frame_moments: frames outside the table");
+  constexpr unsigned threads = 256;  // at most 8 warps: the kernel's partial sums
+  const unsigned ctas = static_cast<unsigned>(frame_count);
+  auto* out = reinterpret_cast<unsigned long long*>(d_moments);
+  switch (dtype) {
+    case DType::uint8:
+      dense_frame_moments_kernel<<<ctas, threads, 0, stream>>>(static_cast<const std::uint8_t*>(d_frames),
+                                                               detector_rows, detector_cols, out, table_stride,
+                                                               first_frame);
+      break;
+    case DType::uint16:
+      dense_frame_moments_kernel<<<ctas, threads, 0, stream>>>(static_cast<const std::uint16_t*>(d_frames),
+                                                               detector_rows, detector_cols, out, table_stride,
+                                                               first_frame);
+      break;
+    case DType::uint32:
+      dense_frame_moments_kernel<<<ctas, threads, 0, stream>>>(static_cast<const std::uint32_t*>(d_frames),
+                                                               detector_rows, detector_cols, out, table_stride,
+                                                               first_frame);
+      break;
+  }
+  QUANTEM_CUDA_CHECK_LAUNCH(stream, "dense_frame_moments_kernel");
 }
 
 void add_ring_sums(const void* d_ring_sums, std::uint32_t sum_bytes, std::uint64_t ring_stride,

@@ -43,7 +43,8 @@ std::uint32_t ring_sum_bytes_for(const RingPartition& partition, DType dtype) {
 
 CudaResident::CudaResident(catalog::Acquisition source, DType resident_dtype, std::string encoding, int device_index,
                            std::uint32_t frames_per_group, std::vector<TrackedBuffer> pieces,
-                           TrackedBuffer group_offsets, const std::uint8_t* base, CudaRingTable rings)
+                           TrackedBuffer group_offsets, const std::uint8_t* base, CudaRingTable rings,
+                           TrackedBuffer frame_moments)
     : source_(std::move(source)),
       resident_dtype_(resident_dtype),
       encoding_(std::move(encoding)),
@@ -54,7 +55,8 @@ CudaResident::CudaResident(catalog::Acquisition source, DType resident_dtype, st
       group_offsets_(std::move(group_offsets)),
       base_(base),
       rings_(std::move(rings)),
-      resident_bytes_(group_offsets_.size() + rings_.d_ring_sums.size()) {
+      frame_moments_(std::move(frame_moments)),
+      resident_bytes_(group_offsets_.size() + rings_.d_ring_sums.size() + frame_moments_.size()) {
   for (const TrackedBuffer& piece : pieces_) resident_bytes_ += piece.size();
 }
 
@@ -240,6 +242,7 @@ std::vector<std::uint64_t> CudaResident::compute_masked_sum(const plan::PlanGeom
 }
 
 CenterOfMassSums CudaResident::compute_center_of_mass_sums(const plan::PlanGeometry& g) {
+  if (g.detector_bin == 1 && frame_moments_.size() != 0) return center_of_mass_from_table(g);
   const std::uint64_t rows = source_.detector_rows;
   const std::uint64_t cols = source_.detector_cols;
   std::vector<std::uint32_t> row_weights(rows);
@@ -278,22 +281,38 @@ CenterOfMassSums CudaResident::compute_center_of_mass_sums(const plan::PlanGeome
       cudaMemcpyAsync(host.part<void>(0), d_total, layout.total() - total_at, cudaMemcpyDeviceToHost, stream));
   QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));
   throw_if_malformed(*host.part<std::uint32_t>(error_at - total_at), source_.name, "frame_moments_kernel");
-  const auto* total = host.part<std::uint64_t>(0);
-  const auto* row_moment = host.part<std::uint64_t>(row_at - total_at);
-  const auto* col_moment = host.part<std::uint64_t>(col_at - total_at);
+  return region_moments(g, host.part<std::uint64_t>(0), host.part<std::uint64_t>(row_at - total_at),
+                        host.part<std::uint64_t>(col_at - total_at), first_group * frames_per_group_);
+}
 
-  const std::uint64_t base_frame = first_group * frames_per_group_;
+CenterOfMassSums CudaResident::center_of_mass_from_table(const plan::PlanGeometry& g) {
+  // The span of frames from the region's first to its last, of each of the three tables.
+  const RegionSpan span_of_region = region_span(g);
+  const std::uint64_t span_frames = span_of_region.last_frame - span_of_region.first_frame + 1;
+  const std::uint64_t frames = source_.frame_count();
+  bind_device();
+  const cudaStream_t stream = cudaStreamPerThread;
+  const HostStaging host(*this, 3 * span_frames * 8);
+  const auto* d_table = frame_moments_.as<const std::uint64_t>();
+  QUANTEM_CUDA_TRY(cudaMemcpy2DAsync(host.part<void>(0), span_frames * 8, d_table + span_of_region.first_frame,
+                                     frames * 8, span_frames * 8, 3, cudaMemcpyDeviceToHost, stream));
+  QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));
+  const auto* h_table = host.part<std::uint64_t>(0);
+  return region_moments(g, h_table, h_table + span_frames, h_table + 2 * span_frames, span_of_region.first_frame);
+}
+
+CenterOfMassSums CudaResident::region_moments(const plan::PlanGeometry& g, const std::uint64_t* total,
+                                              const std::uint64_t* row_moment, const std::uint64_t* col_moment,
+                                              std::uint64_t base_frame) const {
   CenterOfMassSums sums;
   const std::uint64_t frames = plan::region_frame_count(g);
   sums.total.reserve(frames);
   sums.row_moment.reserve(frames);
   sums.col_moment.reserve(frames);
   plan::for_each_region_row(g, [&](std::uint64_t first, std::uint64_t end) {
-    for (std::uint64_t frame = first; frame < end; ++frame) {
-      sums.total.push_back(total[frame - base_frame]);
-      sums.row_moment.push_back(row_moment[frame - base_frame]);
-      sums.col_moment.push_back(col_moment[frame - base_frame]);
-    }
+    sums.total.insert(sums.total.end(), total + (first - base_frame), total + (end - base_frame));
+    sums.row_moment.insert(sums.row_moment.end(), row_moment + (first - base_frame), row_moment + (end - base_frame));
+    sums.col_moment.insert(sums.col_moment.end(), col_moment + (first - base_frame), col_moment + (end - base_frame));
   });
   sums.total = plan::bin_scan_sums(g, std::move(sums.total));
   sums.row_moment = plan::bin_scan_sums(g, std::move(sums.row_moment));

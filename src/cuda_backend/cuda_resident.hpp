@@ -9,7 +9,8 @@
 // decodes only what it needs:
 //   masked_sum           the ring sums of the rings the mask holds whole, plus
 //                        the streams its other pixels touch, of the groups the region touches;
-//   center_of_mass_sums  every stream of those groups, three weighted sums per frame;
+//   center_of_mass_sums  nothing at detector bin 1 (the per-frame moments table);
+//                        otherwise every stream of those groups, three weighted sums per frame;
 //   frame, region sums, cropped pattern sums
 //                        the groups holding the frames, each up to its last needed frame;
 //   region max           the same, per position (scan-binned frames built in slots).
@@ -43,7 +44,7 @@ class CudaResident final : public Resident {
  public:
   CudaResident(catalog::Acquisition source, DType resident_dtype, std::string encoding, int device_index,
                std::uint32_t frames_per_group, std::vector<TrackedBuffer> pieces, TrackedBuffer group_offsets,
-               const std::uint8_t* base, CudaRingTable rings);
+               const std::uint8_t* base, CudaRingTable rings, TrackedBuffer frame_moments);
   // Binds the resident's device so its pieces are freed there (on whichever thread drops it).
   ~CudaResident() override;
 
@@ -82,6 +83,12 @@ class CudaResident final : public Resident {
                                         std::vector<std::uint32_t>* maxima);
   std::vector<std::uint64_t> binned_position_max(const plan::PlanGeometry& geometry,
                                                  const std::vector<std::uint64_t>& positions);
+  // Centre-of-mass sums at detector bin 1, read from frame_moments_ (no decode).
+  CenterOfMassSums center_of_mass_from_table(const plan::PlanGeometry& geometry);
+  // The region's per-position sums from per-frame arrays whose index 0 is `base_frame`.
+  CenterOfMassSums region_moments(const plan::PlanGeometry& geometry, const std::uint64_t* total,
+                                  const std::uint64_t* row_moment, const std::uint64_t* col_moment,
+                                  std::uint64_t base_frame) const;
 
   catalog::Acquisition source_;
   DType resident_dtype_;
@@ -93,6 +100,10 @@ class CudaResident final : public Resident {
   TrackedBuffer group_offsets_;
   const std::uint8_t* base_;
   CudaRingTable rings_;
+  // Per-frame Σ I, Σ row·I, Σ col·I at native detector coordinates, filled
+  // during the load: [k * frames + frame]. The centre of mass of any plan at
+  // detector bin 1 is read from it; other bins decode.
+  TrackedBuffer frame_moments_;
   std::uint64_t resident_bytes_;
 
   // Pinned host memory for the device<->host copies of a product, kept between

@@ -119,6 +119,7 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
   plan.ring_table_bound_bytes = std::uint64_t{max_ring_count(encode.detector_rows, encode.detector_cols)} *
                                 plan.frames * widest_sum;
   plan.ring_setup_bytes = plan.frame_pixels * (8 + 4 + 2);
+  plan.frame_moments_bytes = plan.frames * 3 * 8;
   plan.provisional_resident_bytes = std::min(plan.resident_bytes_bound(), acquisition.size_bytes / 2);
   return plan;
 }
@@ -140,9 +141,10 @@ std::uint64_t CudaLoadPlan::working_bytes(bool with_staging) const {
 
 std::uint64_t CudaLoadPlan::transition_peak_bytes(bool with_staging) const {
   // The resident at its bound: every piece (one per batch, each may waste up
-  // to one granule), the ring table and the group table.
+  // to one granule), the ring table, the frame moments and the group table.
   return working_bytes(with_staging) + resident_bound_bytes + batches * kAllocationGranularity +
-         round_to_granularity(group_offsets_bytes) + round_to_granularity(ring_table_bound_bytes);
+         round_to_granularity(group_offsets_bytes) + round_to_granularity(ring_table_bound_bytes) +
+         round_to_granularity(frame_moments_bytes);
 }
 
 std::uint64_t default_device_slot_bytes(const CudaLoadTuning& tuning) {

@@ -52,6 +52,8 @@ ResidentEncoder::ResidentEncoder(const catalog::Acquisition& source, const CudaL
     slots_.push_back(std::move(dense));
   }
   misc_ = TrackedBuffer(plan.batch_misc_bytes, ledger_);
+  reservation_.take(plan.frame_moments_bytes);
+  d_frame_moments_ = TrackedBuffer(plan.frame_moments_bytes, ledger_);
   scratch_ = TrackedBuffer(plan.encode_scratch_bytes, ledger_);
   host_offsets_ = cuda::PinnedBuffer(std::size_t{plan.groups_per_batch} * 8);
   QUANTEM_CUDA_TRY(cudaMemsetAsync(misc_.data(), 0, plan.batch_misc_bytes, stream_));  // the max value starts at 0
@@ -73,6 +75,9 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
   cuda::dense_ring_sums(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
                         d_pixels_by_ring_.as<std::uint32_t>(), d_ring_of_sorted_.as<std::uint16_t>(),
                         rings_->ring_count(), d_ring_sums_.data(), ring_sum_bytes_, plan_.frames, first_frame, stream_);
+  cuda::dense_frame_moments(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(source_.detector_rows),
+                            static_cast<std::uint32_t>(source_.detector_cols), d_frame_moments_.as<std::uint64_t>(),
+                            plan_.frames, first_frame, stream_);
 
   cuda::AnsEncodeBatch batch;
   batch.d_frames = d_frames;
@@ -167,7 +172,8 @@ std::shared_ptr<CudaResident> ResidentEncoder::finish(int device_index, const st
   if (!note.empty()) encoding += " (" + note + ")";
   CudaRingTable ring_table{std::move(*rings_), ring_sum_bytes_, std::move(d_ring_sums_)};
   return std::make_shared<CudaResident>(source_, held, encoding, device_index, plan_.frames_per_group,
-                                        std::move(pieces_), std::move(group_offsets), base, std::move(ring_table));
+                                        std::move(pieces_), std::move(group_offsets), base, std::move(ring_table),
+                                        std::move(d_frame_moments_));
 }
 
 }  // namespace quantem::backend::cuda_detail

@@ -114,6 +114,7 @@ class ResidentEncoder {
   TrackedBuffer d_pixels_by_ring_;  // load only
   TrackedBuffer d_ring_of_sorted_;  // load only
   TrackedBuffer d_ring_sums_;       // [ring][frame], kept by the resident
+  TrackedBuffer d_frame_moments_;   // [Σ I | Σ row·I | Σ col·I][frame], kept by the resident
 };
 
 }  // namespace quantem::backend::cuda_detail

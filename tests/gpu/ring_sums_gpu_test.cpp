@@ -1,7 +1,8 @@
 // The ring-sum kernels against their CPU reference (frame_ring_sums in
 // include/quantem/backend/ring_partition.hpp): per-frame ring sums of dense
 // u8/u16/u32 frames, 4- and 8-byte sums, written at an offset of the ring
-// table, and their per-frame addition for a list of rings.
+// table, and their per-frame addition for a list of rings; the per-frame
+// moments table (Σ I, Σ row·I, Σ col·I) against a host loop.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -106,6 +107,47 @@ TEST(RingSumsGpu, DensePatternSumMatchesTheHost) {
     for (std::uint64_t f = 0; f < frames; ++f) want += host[f * pixels + p];
     ASSERT_EQ(got[p], want) << "pixel " << p;
   }
+}
+
+template <class T>
+void check_frame_moments(DType dtype, std::uint64_t largest, std::uint32_t rows, std::uint32_t cols,
+                         std::uint64_t frames) {
+  const std::uint64_t pixels = std::uint64_t{rows} * cols;
+  const std::uint64_t first_frame = 17, stride = first_frame + frames + 9;
+  std::mt19937_64 random(rows * 131 + cols);
+  std::vector<T> host(frames * pixels);
+  for (auto& v : host) v = static_cast<T>(random() % (largest + 1));
+  for (std::uint64_t p = 0; p < host.size(); p += 5) host[p] = static_cast<T>(largest);  // extremes
+  DeviceBuffer d_frames(host.size() * sizeof(T)), d_table(3 * stride * 8);
+  copy_to_device(d_frames.data(), host.data(), host.size() * sizeof(T));
+  std::vector<std::uint64_t> table(3 * stride, 0x5a5a5a5a5a5a5a5aull);
+  copy_to_device(d_table.data(), table.data(), table.size() * 8);
+  dense_frame_moments(d_frames.data(), dtype, frames, rows, cols, static_cast<std::uint64_t*>(d_table.data()), stride,
+                      first_frame, nullptr);
+  copy_to_host(table.data(), d_table.data(), table.size() * 8);
+  for (std::uint64_t f = 0; f < frames; ++f) {
+    std::uint64_t total = 0, row_moment = 0, col_moment = 0;
+    for (std::uint64_t p = 0; p < pixels; ++p) {
+      const std::uint64_t value = host[f * pixels + p];
+      total += value;
+      row_moment += value * (p / cols);
+      col_moment += value * (p % cols);
+    }
+    ASSERT_EQ(table[first_frame + f], total) << "frame " << f;
+    ASSERT_EQ(table[stride + first_frame + f], row_moment) << "frame " << f;
+    ASSERT_EQ(table[2 * stride + first_frame + f], col_moment) << "frame " << f;
+  }
+  EXPECT_EQ(table[first_frame - 1], 0x5a5a5a5a5a5a5a5aull);  // nothing written outside the batch
+  EXPECT_EQ(table[stride + first_frame + frames], 0x5a5a5a5a5a5a5a5aull);
+}
+
+TEST(RingSumsGpu, FrameMomentsMatchTheHostForEveryDtypeAndShape) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  check_frame_moments<std::uint8_t>(DType::uint8, 0xff, 37, 45, 40);
+  check_frame_moments<std::uint16_t>(DType::uint16, 0xffff, 192, 192, 12);
+  check_frame_moments<std::uint32_t>(DType::uint32, 0xffffffffu, 7, 300, 20);    // rows wider than a CTA
+  check_frame_moments<std::uint32_t>(DType::uint32, 0xffffffffu, 300, 1, 20);    // one column
+  check_frame_moments<std::uint16_t>(DType::uint16, 0xffff, 256, 256, 3);
 }
 
 }  // namespace

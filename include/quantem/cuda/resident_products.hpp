@@ -87,6 +87,14 @@ void dense_ring_sums(const void* d_frames, DType dtype, std::uint64_t frame_coun
                      std::uint32_t ring_count, void* d_ring_sums, std::uint32_t sum_bytes, std::uint64_t ring_stride,
                      std::uint64_t first_frame, StreamHandle stream);
 
+// Exact per-frame moments of a dense batch at native detector coordinates:
+// for frame f of the batch, d_moments[k * table_stride + first_frame + f] =
+// Σ I (k = 0), Σ row·I (k = 1), Σ col·I (k = 2) over the frame's pixels. The
+// centre of mass of any plan at detector bin 1 is read from this table.
+void dense_frame_moments(const void* d_frames, DType dtype, std::uint64_t frame_count, std::uint32_t detector_rows,
+                         std::uint32_t detector_cols, std::uint64_t* d_moments, std::uint64_t table_stride,
+                         std::uint64_t first_frame, StreamHandle stream);
+
 // d_sums[f] += Σ_{r in d_rings} ring_sums[r * ring_stride + first_frame + f] for f < frame_count.
 void add_ring_sums(const void* d_ring_sums, std::uint32_t sum_bytes, std::uint64_t ring_stride,
                    const std::uint32_t* d_rings, std::uint32_t ring_list_count, std::uint64_t first_frame,
