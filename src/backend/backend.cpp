@@ -4,6 +4,7 @@
 #include "quantem/backend/backend.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <new>
 #include <string>
 
@@ -38,15 +39,36 @@ std::vector<std::uint64_t> Resident::pattern_sum(const plan::PlanGeometry& geome
   return compute_pattern_sum(geometry);
 }
 
-std::vector<std::uint64_t> Resident::masked_sum(const plan::PlanGeometry& geometry,
-                                                const std::vector<std::uint8_t>& binned_detector_mask) {
+void Resident::check_mask(const plan::PlanGeometry& geometry, const std::vector<std::uint8_t>& binned_detector_mask) const {
   check_geometry(geometry);
   if (binned_detector_mask.size() != geometry.detector_pixels()) {
     throw bad_request("detector mask has " + std::to_string(binned_detector_mask.size()) + " values; the plan's " +
                       std::to_string(geometry.detector_rows) + " x " + std::to_string(geometry.detector_cols) +
                       " detector needs " + std::to_string(geometry.detector_pixels()));
   }
+}
+
+std::vector<std::uint64_t> Resident::masked_sum(const plan::PlanGeometry& geometry,
+                                                const std::vector<std::uint8_t>& binned_detector_mask) {
+  check_mask(geometry, binned_detector_mask);
   return compute_masked_sum(geometry, binned_detector_mask);
+}
+
+std::optional<std::vector<std::uint32_t>> Resident::masked_sum_u32(const plan::PlanGeometry& geometry,
+                                                                   const std::vector<std::uint8_t>& binned_detector_mask) {
+  check_mask(geometry, binned_detector_mask);
+  return compute_masked_sum_u32(geometry, binned_detector_mask);
+}
+
+std::optional<std::vector<std::uint32_t>> Resident::compute_masked_sum_u32(
+    const plan::PlanGeometry& geometry, const std::vector<std::uint8_t>& binned_detector_mask) {
+  const std::vector<std::uint64_t> sums = compute_masked_sum(geometry, binned_detector_mask);
+  std::vector<std::uint32_t> narrow(sums.size());
+  for (std::size_t p = 0; p < sums.size(); ++p) {
+    if (sums[p] > std::numeric_limits<std::uint32_t>::max()) return std::nullopt;
+    narrow[p] = static_cast<std::uint32_t>(sums[p]);
+  }
+  return narrow;
 }
 
 CenterOfMassSums Resident::center_of_mass_sums(const plan::PlanGeometry& geometry) {

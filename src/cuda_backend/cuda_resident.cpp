@@ -173,6 +173,16 @@ std::vector<std::uint64_t> CudaResident::compute_pattern_sum(const plan::PlanGeo
 
 std::vector<std::uint64_t> CudaResident::compute_masked_sum(const plan::PlanGeometry& g,
                                                             const std::vector<std::uint8_t>& binned_mask) {
+  return std::move(masked_sums(g, binned_mask, false).wide);
+}
+
+std::optional<std::vector<std::uint32_t>> CudaResident::compute_masked_sum_u32(
+    const plan::PlanGeometry& g, const std::vector<std::uint8_t>& binned_mask) {
+  return std::move(masked_sums(g, binned_mask, true).narrow);
+}
+
+CudaResident::MaskedSums CudaResident::masked_sums(const plan::PlanGeometry& g,
+                                                   const std::vector<std::uint8_t>& binned_mask, bool narrow) {
   const std::uint64_t rows = source_.detector_rows;
   const std::uint64_t cols = source_.detector_cols;
   const std::vector<std::uint8_t> native = plan::source_detector_mask(g, binned_mask);
@@ -185,6 +195,7 @@ std::vector<std::uint64_t> CudaResident::compute_masked_sum(const plan::PlanGeom
   const std::uint64_t last_frame = span_of_region.last_frame;
   const std::uint64_t first_group = span_of_region.first_group;
   const cuda::AnsResidentView groups = view_of_groups(first_group, span_of_region.end_group);
+  const std::uint64_t base_frame = first_group * frames_per_group_;
 
   bind_device();
   const cudaStream_t stream = cudaStreamPerThread;
@@ -197,13 +208,15 @@ std::vector<std::uint64_t> CudaResident::compute_masked_sum(const plan::PlanGeom
   const std::size_t sums_at = layout.add(groups.total_frames * 8);
   const std::size_t entries_at = layout.add(entries.size() * 4);
   const std::size_t rings_at = layout.add(whole_rings.size() * 4);
-  const std::size_t error_at = layout.add(4);
+  const std::size_t error_at = layout.add(8);  // the decode error flag, then the overflow flag
+  const std::size_t narrow_at = layout.add(narrow ? g.positions() * 4 : 0);
   ScratchBuffer scratch(layout.total(), stream);
   auto* d_sums = cuda::scratch_part<std::uint64_t>(scratch.data(), sums_at);
   auto* d_entries = cuda::scratch_part<std::uint32_t>(scratch.data(), entries_at);
   auto* d_rings = cuda::scratch_part<std::uint32_t>(scratch.data(), rings_at);
   auto* d_error = cuda::scratch_part<std::uint32_t>(scratch.data(), error_at);
-  QUANTEM_CUDA_TRY(cudaMemsetAsync(d_error, 0, 4, stream));
+  auto* d_narrow = cuda::scratch_part<std::uint32_t>(scratch.data(), narrow_at);
+  QUANTEM_CUDA_TRY(cudaMemsetAsync(d_error, 0, 8, stream));
   // From pageable memory: staged before the calls return.
   if (!entries.empty())
     QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_entries, entries.data(), entries.size() * 4, cudaMemcpyHostToDevice, stream));
@@ -212,11 +225,36 @@ std::vector<std::uint64_t> CudaResident::compute_masked_sum(const plan::PlanGeom
                                      stream));
   cuda::ans_masked_sum(groups, d_entries, static_cast<std::uint32_t>(entries.size()), d_sums, d_error, stream);
   cuda::add_ring_sums(rings_.d_ring_sums.data(), rings_.sum_bytes, source_.frame_count(), d_rings,
-                      static_cast<std::uint32_t>(whole_rings.size()), first_group * frames_per_group_,
-                      groups.total_frames, d_sums, stream);
+                      static_cast<std::uint32_t>(whole_rings.size()), base_frame, groups.total_frames, d_sums, stream);
+
+  MaskedSums result;
+  if (narrow) {
+    // Gathered into plan positions and narrowed where the sums are: 4 bytes
+    // per position come back.
+    cuda::PlanRegionView region;
+    region.row_start = g.region.row_start;
+    region.row_stop = g.region.row_stop;
+    region.col_start = g.region.col_start;
+    region.col_stop = g.region.col_stop;
+    region.source_cols = g.source_scan_cols;
+    region.scan_bin = g.scan_bin;
+    region.plan_rows = g.scan_rows;
+    region.plan_cols = g.scan_cols;
+    cuda::narrow_plan_sums(d_sums, base_frame, region, d_narrow, d_error + 1, stream);
+    const HostStaging host(*this, layout.total() - error_at);
+    QUANTEM_CUDA_TRY(
+        cudaMemcpyAsync(host.part<void>(0), d_error, layout.total() - error_at, cudaMemcpyDeviceToHost, stream));
+    QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));
+    const auto* flags = host.part<std::uint32_t>(0);
+    throw_if_malformed(flags[0], source_.name, "masked_sum_kernel");
+    if (flags[1] == 0) {
+      const auto* h_narrow = host.part<std::uint32_t>(narrow_at - error_at);
+      result.narrow.emplace(h_narrow, h_narrow + g.positions());
+    }
+    return result;
+  }
   // Only the frames from the region's first to its last come back; a region of
   // whole scan rows is exactly that span, in order.
-  const std::uint64_t base_frame = first_group * frames_per_group_;
   const std::uint64_t span_frames = last_frame - first_frame + 1;
   cuda::ScratchLayout host_layout;
   const std::size_t host_span_at = host_layout.add(span_frames * 8);
@@ -228,17 +266,13 @@ std::vector<std::uint64_t> CudaResident::compute_masked_sum(const plan::PlanGeom
   QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));
   throw_if_malformed(*host.part<std::uint32_t>(host_error_at), source_.name, "masked_sum_kernel");
   const auto* h_span = host.part<std::uint64_t>(host_span_at);
-  std::vector<std::uint64_t> span(h_span, h_span + span_frames);
-
-  if (g.region.col_start == 0 && g.region.col_stop == g.source_scan_cols) {
-    return plan::bin_scan_sums(g, std::move(span));
-  }
   std::vector<std::uint64_t> per_frame;
   per_frame.reserve(plan::region_frame_count(g));
   plan::for_each_region_row(g, [&](std::uint64_t first, std::uint64_t end) {
-    per_frame.insert(per_frame.end(), span.begin() + (first - first_frame), span.begin() + (end - first_frame));
+    per_frame.insert(per_frame.end(), h_span + (first - first_frame), h_span + (end - first_frame));
   });
-  return plan::bin_scan_sums(g, std::move(per_frame));
+  result.wide = plan::bin_scan_sums(g, std::move(per_frame));
+  return result;
 }
 
 CenterOfMassSums CudaResident::compute_center_of_mass_sums(const plan::PlanGeometry& g) {

@@ -58,6 +58,8 @@ class CudaResident final : public Resident {
   std::vector<std::uint64_t> compute_pattern_sum(const plan::PlanGeometry& geometry) override;
   std::vector<std::uint64_t> compute_masked_sum(const plan::PlanGeometry& geometry,
                                                 const std::vector<std::uint8_t>& binned_detector_mask) override;
+  std::optional<std::vector<std::uint32_t>> compute_masked_sum_u32(
+      const plan::PlanGeometry& geometry, const std::vector<std::uint8_t>& binned_detector_mask) override;
   CenterOfMassSums compute_center_of_mass_sums(const plan::PlanGeometry& geometry) override;
   std::vector<std::uint64_t> compute_frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
                                            std::uint64_t scan_col) override;
@@ -83,6 +85,15 @@ class CudaResident final : public Resident {
                                         std::vector<std::uint32_t>* maxima);
   std::vector<std::uint64_t> binned_position_max(const plan::PlanGeometry& geometry,
                                                  const std::vector<std::uint64_t>& positions);
+  // The masked sum per plan position: `wide` (uint64, copied back per frame
+  // and binned on the host), or with `narrow` gathered, binned and narrowed
+  // to uint32 on the device (`narrow` empty when a sum exceeds 2^32 - 1).
+  struct MaskedSums {
+    std::vector<std::uint64_t> wide;
+    std::optional<std::vector<std::uint32_t>> narrow;
+  };
+  MaskedSums masked_sums(const plan::PlanGeometry& geometry, const std::vector<std::uint8_t>& binned_detector_mask,
+                         bool narrow);
   // Centre-of-mass sums at detector bin 1, read from frame_moments_ (no decode).
   CenterOfMassSums center_of_mass_from_table(const plan::PlanGeometry& geometry);
   // The region's per-position sums from per-frame arrays whose index 0 is `base_frame`.

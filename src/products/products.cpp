@@ -62,6 +62,21 @@ Image count_image(std::uint64_t height, std::uint64_t width, std::vector<std::ui
   return image;
 }
 
+// A masked-sum image: narrowed to the wire's uint32 where the sums are when
+// every value fits; otherwise the exact uint64 sums (the wire encoder then
+// reports the overflow, never a wrapped value).
+Image masked_sum_image(backend::Resident& resident, const plan::PlanGeometry& geometry,
+                       const std::vector<std::uint8_t>& mask) {
+  if (auto narrow = resident.masked_sum_u32(geometry, mask)) {
+    Image image;
+    image.height = geometry.scan_rows;
+    image.width = geometry.scan_cols;
+    image.narrow_counts = std::move(*narrow);
+    return image;
+  }
+  return count_image(geometry.scan_rows, geometry.scan_cols, resident.masked_sum(geometry, mask));
+}
+
 Image float_image(std::uint64_t height, std::uint64_t width, std::vector<float> values) {
   Image image;
   image.height = height;
@@ -233,7 +248,7 @@ Image realspace(backend::Resident& resident, const plan::PlanGeometry& geometry,
   if (!disk) used.inner_radius_px = inner_px;
   used.outer_radius_px = outer_px;
   used.bright_field = bright_field;
-  return count_image(geometry.scan_rows, geometry.scan_cols, resident.masked_sum(geometry, mask));
+  return masked_sum_image(resident, geometry, mask);
 }
 
 Image realspace_shape(backend::Resident& resident, const plan::PlanGeometry& geometry, const ShapeRequest& request,
@@ -262,7 +277,7 @@ Image realspace_shape(backend::Resident& resident, const plan::PlanGeometry& geo
   used.center_row = request.center_row;
   used.center_col = request.center_col;
   used.outer_radius_px = request.outer;
-  return count_image(geometry.scan_rows, geometry.scan_cols, resident.masked_sum(geometry, mask));
+  return masked_sum_image(resident, geometry, mask);
 }
 
 Image selected_diffraction(backend::Resident& resident, const plan::PlanGeometry& geometry, std::int64_t scan_row,

@@ -132,6 +132,11 @@ class Resident {
   // detector pixels whose mask byte is non-zero. mask has detector_pixels() bytes.
   std::vector<std::uint64_t> masked_sum(const plan::PlanGeometry& geometry,
                                         const std::vector<std::uint8_t>& binned_detector_mask);
+  // masked_sum narrowed to uint32 (the wire's dtype), or nullopt when some
+  // position's exact sum exceeds 2^32 - 1 (the caller reports the overflow;
+  // nothing is ever wrapped). The same checks as masked_sum.
+  std::optional<std::vector<std::uint32_t>> masked_sum_u32(const plan::PlanGeometry& geometry,
+                                                           const std::vector<std::uint8_t>& binned_detector_mask);
   CenterOfMassSums center_of_mass_sums(const plan::PlanGeometry& geometry);
   // The binned frame at a plan position (scan bin sums up to bin² frames).
   std::vector<std::uint64_t> frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
@@ -150,6 +155,10 @@ class Resident {
   virtual std::vector<std::uint64_t> compute_pattern_sum(const plan::PlanGeometry& geometry) = 0;
   virtual std::vector<std::uint64_t> compute_masked_sum(const plan::PlanGeometry& geometry,
                                                         const std::vector<std::uint8_t>& binned_detector_mask) = 0;
+  // By default masked_sum narrowed on the host; a device backend narrows
+  // where the sums are (the CUDA resident: only 4 bytes per position come back).
+  virtual std::optional<std::vector<std::uint32_t>> compute_masked_sum_u32(
+      const plan::PlanGeometry& geometry, const std::vector<std::uint8_t>& binned_detector_mask);
   virtual CenterOfMassSums compute_center_of_mass_sums(const plan::PlanGeometry& geometry) = 0;
   virtual std::vector<std::uint64_t> compute_frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
                                                    std::uint64_t scan_col) = 0;
@@ -160,6 +169,7 @@ class Resident {
 
  private:
   void check_geometry(const plan::PlanGeometry& geometry) const;
+  void check_mask(const plan::PlanGeometry& geometry, const std::vector<std::uint8_t>& binned_detector_mask) const;
   mutable DerivedCache derived_cache_;
 };
 

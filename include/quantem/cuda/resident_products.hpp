@@ -87,6 +87,23 @@ void dense_ring_sums(const void* d_frames, DType dtype, std::uint64_t frame_coun
                      std::uint32_t ring_count, void* d_ring_sums, std::uint32_t sum_bytes, std::uint64_t ring_stride,
                      std::uint64_t first_frame, StreamHandle stream);
 
+// A plan's region of the source scan and its scan bin, in the plain integers
+// a kernel takes (plan::PlanGeometry stays host-side).
+struct PlanRegionView {
+  std::uint64_t row_start = 0, row_stop = 0, col_start = 0, col_stop = 0;  // source scan region, half-open
+  std::uint64_t source_cols = 0;
+  std::uint64_t scan_bin = 1;
+  std::uint64_t plan_rows = 0, plan_cols = 0;  // ceil(region / scan_bin)
+};
+
+// Gathers per-frame sums (d_frame_sums[f - base_frame] for source frame f) into
+// the plan's positions: d_out[p] = Σ over position p's frames (up to
+// scan_bin², partial bins at the region's edges), as uint32. A position whose
+// exact sum exceeds 2^32 - 1 gets 0 and sets *d_overflow non-zero (the caller
+// zeroes it first and then reports the overflow; never a wrapped value).
+void narrow_plan_sums(const std::uint64_t* d_frame_sums, std::uint64_t base_frame, const PlanRegionView& region,
+                      std::uint32_t* d_out, std::uint32_t* d_overflow, StreamHandle stream);
+
 // Exact per-frame moments of a dense batch at native detector coordinates:
 // for frame f of the batch, d_moments[k * table_stride + first_frame + f] =
 // Σ I (k = 0), Σ row·I (k = 1), Σ col·I (k = 2) over the frame's pixels. The

@@ -24,9 +24,15 @@ struct Image {
   std::uint64_t height = 0;
   std::uint64_t width = 0;
   bool is_float = false;
-  std::vector<std::uint64_t> counts;  // when !is_float, height*width values
+  std::vector<std::uint64_t> counts;  // when !is_float, height*width values (or, instead:)
+  std::vector<std::uint32_t> narrow_counts;  // the same values, already known to fit uint32 (narrowed where computed)
   std::vector<float> values;          // when is_float
   std::uint64_t value_divisor = 1;    // x-value-divisor (cbed-region mean)
+
+  // The integer values, whichever way they are held.
+  std::vector<std::uint64_t> integer_values() const {
+    return narrow_counts.empty() ? counts : std::vector<std::uint64_t>(narrow_counts.begin(), narrow_counts.end());
+  }
 };
 
 // The fitted bright-field disk, in binned detector pixels (float64 from the

@@ -216,8 +216,6 @@ decltype(auto) CpuResident::with_code_type(Visit&& visit) const {
 template <class Code>
 std::vector<std::uint64_t> CpuResident::masked_frame_sums(const plan::PlanGeometry& g,
                                                           const std::vector<std::uint8_t>& binned_mask) {
-  const std::uint64_t rows = source_.detector_rows;
-  const std::uint64_t cols = source_.detector_cols;
   // The mask at source resolution: a source pixel belongs to its detector bin.
   const std::vector<std::uint8_t> native = plan::source_detector_mask(g, binned_mask);
   const std::uint64_t selected = static_cast<std::uint64_t>(std::count(native.begin(), native.end(), 1));

@@ -50,19 +50,19 @@ TEST(RealspaceShape, ReferenceWorkedExampleOnAnAllOnesDetector) {
   request.outer = 1.6;
   UsedGeometry used;
   request.shape = DetectorShape::circle;
-  EXPECT_EQ(realspace_shape(*resident, g, request, used).counts, std::vector<std::uint64_t>{12});
+  EXPECT_EQ(realspace_shape(*resident, g, request, used).integer_values(), std::vector<std::uint64_t>{12});
   request.shape = DetectorShape::square;
-  EXPECT_EQ(realspace_shape(*resident, g, request, used).counts, std::vector<std::uint64_t>{16});
+  EXPECT_EQ(realspace_shape(*resident, g, request, used).integer_values(), std::vector<std::uint64_t>{16});
   request.shape = DetectorShape::annulus;
   request.inner = 0.0;
-  EXPECT_EQ(realspace_shape(*resident, g, request, used).counts, std::vector<std::uint64_t>{12});
+  EXPECT_EQ(realspace_shape(*resident, g, request, used).integer_values(), std::vector<std::uint64_t>{12});
   EXPECT_EQ(used.center_row, 1.5);
   EXPECT_EQ(used.outer_radius_px, 1.6);
   request.inner = 1.0;  // excludes the 4 pixels at d² = 0.5
-  EXPECT_EQ(realspace_shape(*resident, g, request, used).counts, std::vector<std::uint64_t>{8});
+  EXPECT_EQ(realspace_shape(*resident, g, request, used).integer_values(), std::vector<std::uint64_t>{8});
   request.shape = DetectorShape::circle;
   request.inner = -5.0;  // ignored by circles
-  EXPECT_EQ(realspace_shape(*resident, g, request, used).counts, std::vector<std::uint64_t>{12});
+  EXPECT_EQ(realspace_shape(*resident, g, request, used).integer_values(), std::vector<std::uint64_t>{12});
 }
 
 TEST(ScanRoi, ReferenceWorkedExamples) {
@@ -203,7 +203,7 @@ TEST(Realspace, AnnulusModesShareOneRuleAndDefaultsGiveTheBrightFieldDisk) {
   EXPECT_FALSE(used.inner_radius_px.has_value());
   for (const RealspaceMode mode : {RealspaceMode::ABF, RealspaceMode::ADF, RealspaceMode::HAADF, RealspaceMode::DF}) {
     request.mode = mode;
-    EXPECT_EQ(realspace(*resident, g, request, used).counts, bf.counts);  // inner 0, outer 1: the BF disk
+    EXPECT_EQ(realspace(*resident, g, request, used).integer_values(), bf.integer_values());  // inner 0, outer 1: the BF disk
   }
   request.inner = 0.6;
   request.outer = 1.4;
@@ -212,8 +212,25 @@ TEST(Realspace, AnnulusModesShareOneRuleAndDefaultsGiveTheBrightFieldDisk) {
   EXPECT_DOUBLE_EQ(*used.inner_radius_px, 0.6 * used.bright_field->radius);
   for (const RealspaceMode mode : {RealspaceMode::ADF, RealspaceMode::HAADF, RealspaceMode::DF}) {
     request.mode = mode;
-    EXPECT_EQ(realspace(*resident, g, request, used).counts, abf.counts);
+    EXPECT_EQ(realspace(*resident, g, request, used).integer_values(), abf.integer_values());
   }
+}
+
+TEST(RealspaceShape, SumsFittingUint32ComeNarrowAndLargerOnesStayExactInUint64) {
+  DenseCase c = constant_case(1, 2, 4, 4, 1);
+  ShapeRequest request;
+  request.center_col = 1.5;
+  request.center_row = 1.5;
+  request.outer = 1.6;  // 12 pixels
+  UsedGeometry used;
+  const Image small = realspace_shape(*resident_of(c), full_plan(c), request, used);
+  EXPECT_EQ(small.narrow_counts, (std::vector<std::uint32_t>{12, 12}));
+  EXPECT_TRUE(small.counts.empty());
+  c.dtype = DType::uint32;
+  c.counts.assign(c.frames() * c.frame_pixels(), 0x80000000ull);  // 12 x 2^31 > 2^32 - 1
+  const Image large = realspace_shape(*resident_of(c), full_plan(c), request, used);
+  EXPECT_TRUE(large.narrow_counts.empty());  // never wrapped: the wire encoder reports the overflow
+  EXPECT_EQ(large.counts, (std::vector<std::uint64_t>{12ull << 31, 12ull << 31}));
 }
 
 TEST(Realspace, OuterRadiusIsAtLeastOnePixelBeyondTheInner) {
@@ -225,11 +242,11 @@ TEST(Realspace, OuterRadiusIsAtLeastOnePixelBeyondTheInner) {
   request.center_row = 4.0;
   request.center_col = 4.0;
   UsedGeometry used;
-  EXPECT_EQ(realspace(*resident, g, request, used).counts, (std::vector<std::uint64_t>{5, 5}));
+  EXPECT_EQ(realspace(*resident, g, request, used).integer_values(), (std::vector<std::uint64_t>{5, 5}));
   EXPECT_DOUBLE_EQ(*used.outer_radius_px, 1.0);
   request.inner = std::nan("");  // Python max(0, nan) keeps 0
   request.outer = std::nan("");
-  EXPECT_EQ(realspace(*resident, g, request, used).counts, (std::vector<std::uint64_t>{5, 5}));
+  EXPECT_EQ(realspace(*resident, g, request, used).integer_values(), (std::vector<std::uint64_t>{5, 5}));
 }
 
 TEST(Realspace, CenterOfMassIsAbsoluteInBinnedPixelsAndZeroForEmptyFrames) {

@@ -59,6 +59,25 @@ TEST(WireImage, FloatsKeepTheirBitsIncludingNan) {
   EXPECT_TRUE(std::isnan(second));
 }
 
+TEST(WireImage, NarrowCountsEncodeAsTheirUint64Equivalents) {
+  Image wide;
+  wide.height = 2;
+  wide.width = 3;
+  wide.counts = {0, 1, 65536, 16777217, 4294967295ULL, 7};
+  Image narrow = wide;
+  narrow.counts.clear();
+  narrow.narrow_counts = {0, 1, 65536, 16777217, 4294967295u, 7};
+  for (const auto format : {PayloadFormat::raw, PayloadFormat::npy}) {
+    const auto a = encode_wire_image(wide, format);
+    const auto b = encode_wire_image(narrow, format);
+    EXPECT_EQ(a.body, b.body);
+    EXPECT_EQ(a.dtype, "<u4");
+    EXPECT_EQ(b.dtype, "<u4");
+  }
+  narrow.narrow_counts.pop_back();
+  EXPECT_THROW(encode_wire_image(narrow, PayloadFormat::raw), quantem::Error);  // size does not match the shape
+}
+
 TEST(WireImage, NpyCarriesTheSameValuesAfterANumpyHeader) {
   Image image;
   image.height = 2;
