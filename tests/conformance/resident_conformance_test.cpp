@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -171,7 +172,14 @@ TYPED_TEST(ResidentConformance, EveryPrimitiveMatchesTheNaiveReferenceForEveryGe
         EXPECT_EQ(resident->pattern_sum(g), reference.pattern_sum()) << where;
         std::uint64_t seed = 1;
         for (const auto& mask : masks_for(g, seed++)) {
-          EXPECT_EQ(resident->masked_sum(g, mask), reference.masked_sum(mask)) << where;
+          const std::vector<std::uint64_t> want = reference.masked_sum(mask);
+          EXPECT_EQ(resident->masked_sum(g, mask), want) << where;
+          // Narrowed to uint32 exactly when every sum fits; never wrapped.
+          const bool fits = std::all_of(want.begin(), want.end(),
+                                        [](std::uint64_t v) { return v <= std::numeric_limits<std::uint32_t>::max(); });
+          const auto narrow = resident->masked_sum_u32(g, mask);
+          ASSERT_EQ(narrow.has_value(), fits) << where;
+          if (narrow) EXPECT_EQ(std::vector<std::uint64_t>(narrow->begin(), narrow->end()), want) << where;
         }
         const backend::CenterOfMassSums got = resident->center_of_mass_sums(g);
         const backend::CenterOfMassSums want = reference.center_of_mass_sums();
