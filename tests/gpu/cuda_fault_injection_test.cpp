@@ -128,11 +128,6 @@ Products products_of(Resident& resident) {
   return products;
 }
 
-std::shared_ptr<Resident> load_from_cpu(const catalog::Acquisition& acquisition) {
-  LoadProgress progress;
-  return cpu_backend()->load(acquisition, 0, progress);
-}
-
 std::uint64_t device_free_bytes() {
   std::size_t free_bytes = 0;
   std::size_t total_bytes = 0;
@@ -166,8 +161,11 @@ class CudaAllocationFault : public ::testing::Test {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: GPU test skipped";
     resident_a_ = synthesize(dir_, "resident", 16, 19, 11);
     faulted_b_ = synthesize(dir_, "faulted", 24, 27, 12);  // 648 frames in three shards
-    expected_a_ = products_of(*load_from_cpu(resident_a_));
-    expected_b_ = products_of(*load_from_cpu(faulted_b_));
+    // The exact reference: the CPU backend's products of the same files.
+    const std::unique_ptr<Backend> cpu = cpu_backend();
+    LoadProgress progress_a, progress_b;
+    expected_a_ = products_of(*cpu->load(resident_a_, cpu->devices().front().index, progress_a));
+    expected_b_ = products_of(*cpu->load(faulted_b_, cpu->devices().front().index, progress_b));
     backend_ = cuda_backend();
   }
 
