@@ -17,7 +17,7 @@ source_dir=${1:-$repo_root}
 build_dir=${2:-$source_dir/build-bundle}
 bundle=$repo_root/.bundle
 # QUANTEM_BUNDLE_TARGETS (space separated) overrides the list, e.g. to keep the bundle small.
-read -r -a targets <<< "${QUANTEM_BUNDLE_TARGETS:-lz4_block_host_tests ans_tests ans_reader_host_tests bitshuffle_lz4_gpu_tests ans_conformance_tests bench_gpu_codec cuda_backend_tests resident_conformance_test ring_sums_gpu_tests cuda_backend_bench bench_http_viewer quantem-gpu}"
+read -r -a targets <<< "${QUANTEM_BUNDLE_TARGETS:-lz4_block_host_tests ans_tests ans_reader_host_tests bitshuffle_lz4_gpu_tests ans_conformance_tests bench_gpu_codec cuda_backend_tests resident_conformance_test ring_sums_gpu_tests cuda_backend_bench bench_http_viewer quantem-gpu cuda_fault_injection_tests bench_dense_peers}"
 
 cmake -S "$source_dir" -B "$build_dir" -G Ninja -DQUANTEM_CUDA=ON -DQUANTEM_CUDA_ARCHITECTURES=90 \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \

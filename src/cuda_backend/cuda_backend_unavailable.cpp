@@ -23,4 +23,8 @@ std::shared_ptr<Resident> make_cuda_resident(const catalog::Acquisition&, const 
   throw unavailable(kNoCudaSupport);
 }
 
+void set_device_allocation_failure_for_testing(std::uint64_t) {}
+
+DeviceAllocationFaultReport clear_device_allocation_failure_for_testing() { return {}; }
+
 }  // namespace quantem::backend

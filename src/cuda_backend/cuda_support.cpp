@@ -2,7 +2,46 @@
 
 #include <algorithm>
 
+#include "quantem/backend/cuda_backend.hpp"
+
 namespace quantem::backend::cuda_detail {
+namespace {
+
+// The allocation fault of set_device_allocation_failure_for_testing. `armed`
+// is the only state production reads; the rest is under the mutex.
+struct AllocationFault {
+  std::atomic<bool> armed{false};
+  std::mutex mutex;
+  std::uint64_t counted = 0;
+  std::uint64_t fail_at = 0;
+  bool injected = false;
+};
+
+AllocationFault& allocation_fault() {
+  static AllocationFault fault;
+  return fault;
+}
+
+// Counts one allocation while the fault is armed; true when it is the one to fail.
+bool allocation_fails_for_testing() {
+  AllocationFault& fault = allocation_fault();
+  if (!fault.armed.load(std::memory_order_relaxed)) return false;
+  std::lock_guard<std::mutex> lock(fault.mutex);
+  ++fault.counted;
+  if (fault.counted != fault.fail_at) return false;
+  fault.injected = true;
+  return true;
+}
+
+cuda::DeviceBuffer allocate_device_buffer(std::size_t bytes) {
+  if (bytes > 0 && allocation_fails_for_testing()) {
+    cuda::detail::throw_cuda_error(cudaErrorMemoryAllocation, "cudaMalloc (failure injected for testing)", __FILE__,
+                                   __LINE__);
+  }
+  return cuda::DeviceBuffer(bytes);
+}
+
+}  // namespace
 
 std::atomic<std::uint64_t>& process_bytes_in_use() noexcept {
   static std::atomic<std::uint64_t> bytes{0};
@@ -22,7 +61,7 @@ void Ledger::remove(std::uint64_t bytes) noexcept {
 }
 
 TrackedBuffer::TrackedBuffer(std::size_t bytes, std::shared_ptr<Ledger> ledger)
-    : buffer_(bytes), ledger_(std::move(ledger)) {
+    : buffer_(allocate_device_buffer(bytes)), ledger_(std::move(ledger)) {
   process_bytes_in_use() += bytes;
   if (ledger_) ledger_->add(bytes);
 }
@@ -120,3 +159,29 @@ std::uint64_t FreeMemoryLowWater::peak_used_bytes() const noexcept {
 }
 
 }  // namespace quantem::backend::cuda_detail
+
+namespace quantem::backend {
+
+void set_device_allocation_failure_for_testing(std::uint64_t fail_at) {
+  cuda_detail::AllocationFault& fault = cuda_detail::allocation_fault();
+  std::lock_guard<std::mutex> lock(fault.mutex);
+  fault.counted = 0;
+  fault.fail_at = fail_at;
+  fault.injected = false;
+  fault.armed.store(true, std::memory_order_relaxed);
+}
+
+DeviceAllocationFaultReport clear_device_allocation_failure_for_testing() {
+  cuda_detail::AllocationFault& fault = cuda_detail::allocation_fault();
+  std::lock_guard<std::mutex> lock(fault.mutex);
+  fault.armed.store(false, std::memory_order_relaxed);
+  DeviceAllocationFaultReport report;
+  report.allocations_counted = fault.counted;
+  report.failure_injected = fault.injected;
+  fault.counted = 0;
+  fault.fail_at = 0;
+  fault.injected = false;
+  return report;
+}
+
+}  // namespace quantem::backend

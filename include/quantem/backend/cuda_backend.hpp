@@ -119,4 +119,22 @@ struct CudaResidentOptions {
 std::shared_ptr<Resident> make_cuda_resident(const catalog::Acquisition& acquisition, const void* counts,
                                              std::size_t count_bytes, const CudaResidentOptions& options = {});
 
+// Fault injection for tests (docs/testing.md): from this call on, counts the
+// device allocations of CUDA loads and resident builds (every cudaMalloc of the
+// load pipeline, its encoder and the resident it builds: staging slots, decode
+// scratch, dense batches, ring tables, ANS pieces, the group table), on every
+// thread, and makes the `fail_at`-th one (1-based) fail once as cudaMalloc does
+// on a full device: cudaErrorMemoryAllocation, thrown as
+// cuda::OutOfDeviceMemory, which load() maps to Error(payload_too_large) like a
+// real one. fail_at = 0 only counts. Product scratch is not counted. Set and
+// clear only while no load runs; unset, an allocation pays one relaxed atomic
+// load. Without CUDA both calls do nothing.
+void set_device_allocation_failure_for_testing(std::uint64_t fail_at);
+struct DeviceAllocationFaultReport {
+  std::uint64_t allocations_counted = 0;  // since set_device_allocation_failure_for_testing
+  bool failure_injected = false;          // the fail_at-th allocation came and failed
+};
+// Stops counting and failing; returns what happened since the set call.
+DeviceAllocationFaultReport clear_device_allocation_failure_for_testing();
+
 }  // namespace quantem::backend
