@@ -43,7 +43,8 @@ for cold in r.get("cold_start", []):
           cold["first_bf_request_including_load_s"], cold["first_bf_server_timing"]))
 PY
 }
-for variant in default reuse; do
+# QUANTEM_DIAG_VARIANTS: "default reuse" (default) or a subset.
+for variant in ${QUANTEM_DIAG_VARIANTS:-default reuse}; do
   tunables=""
   [ "$variant" = reuse ] && tunables="glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
   GLIBC_TUNABLES=$tunables LD_LIBRARY_PATH="$bundle/lib" timeout 200 "$bundle/bench_http_viewer" \
