@@ -179,7 +179,9 @@ TYPED_TEST(ResidentConformance, EveryPrimitiveMatchesTheNaiveReferenceForEveryGe
                                         [](std::uint64_t v) { return v <= std::numeric_limits<std::uint32_t>::max(); });
           const auto narrow = resident->masked_sum_u32(g, mask);
           ASSERT_EQ(narrow.has_value(), fits) << where;
-          if (narrow) EXPECT_EQ(std::vector<std::uint64_t>(narrow->begin(), narrow->end()), want) << where;
+          if (narrow) {
+            EXPECT_EQ(std::vector<std::uint64_t>(narrow->begin(), narrow->end()), want) << where;
+          }
         }
         const backend::CenterOfMassSums got = resident->center_of_mass_sums(g);
         const backend::CenterOfMassSums want = reference.center_of_mass_sums();
