@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Bundles the libFuzzer targets (built here in build-fuzz, clang + ASan/UBSan)
+# for the GPU machine's 16 CPU cores: .fuzzbundle/ holds the targets (run with LD_LIBRARY_PATH=lib
+# there), their non-glibc shared libraries, the seed corpora written by
+# fuzz_seed_writer (QUANTEM_FUZZ_WORK's seeds/ and corpus/ when given, so a
+# long run continues from a local one), the committed regression inputs and
+# the LSan suppressions. Then: run tool with carry [".fuzzbundle"] and
+#   bash scripts/device/run-fuzz-long.sh SECONDS JOBS TARGET...
+#
+#   scripts/device/build-fuzz-bundle.sh [BUILD_DIR=build-fuzz]
+set -euo pipefail
+repo_root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$repo_root/build-fuzz}
+bundle=$repo_root/.fuzzbundle
+work=${QUANTEM_FUZZ_WORK:-$(mktemp -d /tmp/quantem-fuzz-bundle-XXXXXX)}
+rm -rf "$bundle"
+mkdir -p "$bundle/lib" "$bundle/corpus"
+for target in "$build"/tests/fuzz/fuzz_*; do
+  name=$(basename "$target")
+  [ "$name" = fuzz_seed_writer ] && continue
+  cp "$target" "$bundle/"
+  ldd "$target" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libresolv.so*|ld-linux*) ;;
+      *) cp -L -n "$lib" "$bundle/lib/" ;;
+    esac
+  done
+done
+if [ ! -d "$work/seeds" ]; then
+  QUANTEM_FUZZ_WORK=$work "$repo_root/tests/fuzz/run_fuzzers.sh" "$build" 1 query > /dev/null
+fi
+cp -r "$work/seeds" "$bundle/seeds"
+[ -d "$work/corpus" ] && cp -r "$work/corpus/." "$bundle/corpus/"
+cp -r "$repo_root/tests/fuzz/regressions" "$bundle/regressions"
+cp "$repo_root/tests/fuzz/lsan_suppressions.txt" "$bundle/"
+git -C "$repo_root" rev-parse HEAD > "$bundle/COMMIT"
+du -sh "$bundle"
