@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <thread>
 
 namespace quantem::test {
@@ -19,6 +20,11 @@ namespace {
 
 // Reads what is available within the remaining time; 0: closed, -1: timeout or error.
 ssize_t receive_some(int fd, char* buffer, std::size_t size, std::chrono::steady_clock::time_point deadline) {
+  // What is already there first, without a poll.
+  const ssize_t ready = ::recv(fd, buffer, size, MSG_DONTWAIT);
+  if (ready > 0 || ready == 0) return ready;
+  if (errno == ECONNRESET) return 0;
+  if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
   if (left.count() <= 0) return -1;
   pollfd wait{fd, POLLIN, 0};
@@ -88,8 +94,10 @@ bool send_all(int fd, const std::string& data) {
 std::optional<RawResponse> read_response(int fd, int timeout_ms, bool head_request) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   // Peek until the head is complete, then take exactly the head and the body:
-  // pipelined responses after this one stay in the socket.
-  std::string peeked(1 << 20, '\0');
+  // pipelined responses after this one stay in the socket. The peek buffer is
+  // kept per thread (a response head is small), the body is received in place:
+  // a benchmark's client costs no more than a viewer's would.
+  thread_local std::string peeked(64 * 1024, '\0');
   std::size_t header_end = std::string::npos;
   std::size_t available = 0;
   while (true) {
@@ -99,8 +107,9 @@ std::optional<RawResponse> read_response(int fd, int timeout_ms, bool head_reque
     if (::poll(&wait, 1, static_cast<int>(left.count())) <= 0) return std::nullopt;
     const ssize_t n = ::recv(fd, peeked.data(), peeked.size(), MSG_PEEK);
     if (n <= 0) return std::nullopt;
-    header_end = peeked.substr(0, static_cast<std::size_t>(n)).find("\r\n\r\n");
+    header_end = std::string_view(peeked.data(), static_cast<std::size_t>(n)).find("\r\n\r\n");
     if (header_end != std::string::npos) break;
+    if (static_cast<std::size_t>(n) == peeked.size()) return std::nullopt;  // a head larger than any we send
     if (static_cast<std::size_t>(n) == available) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     available = static_cast<std::size_t>(n);
   }
@@ -124,11 +133,12 @@ std::optional<RawResponse> read_response(int fd, int timeout_ms, bool head_reque
   }
   const std::string length_text = response.header("content-length");
   const std::size_t length = head_request || length_text.empty() ? 0 : std::strtoull(length_text.c_str(), nullptr, 10);
-  char buffer[65536];
-  while (response.body.size() < length) {
-    const ssize_t n = receive_some(fd, buffer, std::min(sizeof buffer, length - response.body.size()), deadline);
+  response.body.resize(length);
+  std::size_t received = 0;
+  while (received < length) {
+    const ssize_t n = receive_some(fd, response.body.data() + received, length - received, deadline);
     if (n <= 0) return std::nullopt;
-    response.body.append(buffer, static_cast<std::size_t>(n));
+    received += static_cast<std::size_t>(n);
   }
   return response;
 }
