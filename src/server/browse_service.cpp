@@ -477,8 +477,9 @@ HttpResponse BrowseService::realspace(const HttpRequest& request, const QueryPar
   entry->body = std::make_shared<const std::string>(std::move(entry->wire.body));
   entry->wire.body.clear();
   HttpResponse response = image_response(*entry, entry->provenance_header, query.format, "max-age=300", etag);
-  store_image(key, std::move(entry));
   timing.lap("encode");
+  store_image(key, std::move(entry));
+  timing.lap("store");
   return response;
 }
 
