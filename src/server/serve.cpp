@@ -29,6 +29,7 @@
 #include "quantem/core/error.hpp"
 #include "quantem/catalog/catalog.hpp"
 #include "quantem/core/version.hpp"
+#include "quantem/inspector/inspector.hpp"
 #include "quantem/residency/residency_manager.hpp"
 #include "quantem/server/browse_service.hpp"
 #include "quantem/server/catalog_service.hpp"
@@ -73,6 +74,9 @@ void add_serve_options(CLI::App& serve, ServeOptions& options) {
                    "Seconds requests in flight may finish after SIGTERM/SIGINT (default 2)");
   serve.add_option("--header-timeout", options.header_timeout_seconds,
                    "Seconds a client has to send a whole request line and headers; also the keep-alive idle timeout (default 5)");
+  serve.add_option("--inspect-timeout", options.inspect_timeout_seconds,
+                   "Seconds the master inspector may take for one master before it is stopped and the master "
+                   "reported not loadable (default 10)");
   serve.add_option("--auth", options.auth,
                    "none (default) or token (from $QUANTEM_GPU_TOKEN, $QUANTEM_GPU_TOKEN_FILE, else generated; "
                    "written to the 0600 runtime file)");
@@ -307,7 +311,8 @@ struct DaemonWiring {
         backend(std::move(resources.backend)),
         token(std::move(resources.token)),
         residency(*backend, residency_options(settings)),
-        catalog(settings.data_folder, watching_catalog_options()),
+        inspector(inspector_options(settings)),
+        catalog(settings.data_folder, catalog_options(inspector)),
         service(browse_config(settings, token), *backend, residency, catalog, metrics),
         http([this](const HttpRequest& request) { return service.handle(request); }, http_options(settings)) {
     // Changed files invalidate the residents and cached images built from them
@@ -318,6 +323,16 @@ struct DaemonWiring {
     });
   }
 
+  static inspector::InspectorOptions inspector_options(const ServeSettings& settings) {
+    inspector::InspectorOptions options;
+    options.deadline = settings.inspect_timeout;
+    return options;
+  }
+  static CatalogServiceOptions catalog_options(inspector::Inspector& inspector) {
+    CatalogServiceOptions options = watching_catalog_options();
+    options.inspect = inspector.inspect_function();
+    return options;
+  }
   static residency::ResidencyOptions residency_options(const ServeSettings& settings) {
     residency::ResidencyOptions options;
     options.max_entries_per_device = settings.cache_entries;
@@ -345,6 +360,7 @@ struct DaemonWiring {
   std::unique_ptr<backend::Backend> backend;
   std::optional<TokenSource> token;
   residency::ResidencyManager residency;
+  inspector::Inspector inspector;
   CatalogService catalog;
   Metrics metrics;
   BrowseService service;
