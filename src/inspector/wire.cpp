@@ -242,10 +242,8 @@ catalog::Acquisition acquisition_from_json(const json& d) {
   // loaders rely on.
   if (a.status.loadable) {
     std::uint64_t frames = 0, shard_frames = 0;
-    if (!a.dtype || pixels == 0 || a.shards.empty() || a.signature.empty()) {
-      throw malformed("a loadable acquisition without dtype, detector shape, shards or signature");
-    }
-    if (!multiply_fits(a.scan_rows, a.scan_cols, frames) || frames == 0 || frames != a.stored_frames) {
+    if (!a.dtype || a.signature.empty()) throw malformed("a loadable acquisition without dtype or signature");
+    if (!multiply_fits(a.scan_rows, a.scan_cols, frames) || (a.scan_shape_known() && frames != a.stored_frames)) {
       throw malformed("a loadable acquisition whose scan shape does not cover its stored frames");
     }
     for (const auto& shard : a.shards) {
