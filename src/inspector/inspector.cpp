@@ -207,9 +207,53 @@ bool Inspector::read_line_locked(std::chrono::steady_clock::time_point deadline,
   }
 }
 
+bool Inspector::exchange_locked(const std::string& request, std::string& reply, std::string& why) {
+  if (pid_ <= 0) {
+    std::string problem;
+    bool started = false;
+    for (int attempt = 0; attempt < kStartAttempts && !started; ++attempt) started = start_worker_locked(problem);
+    if (!started) {
+      ++failures_;
+      throw Error(ErrorKind::unavailable, "the master inspector cannot start: " + problem);
+    }
+  }
+  if (!send_all(socket_, request + "\n")) {
+    why = std::string("sending the request failed: ") + std::strerror(errno);
+  } else if (read_line_locked(std::chrono::steady_clock::now() + options_.deadline, reply, why)) {
+    return true;
+  }
+  ++failures_;
+  return false;
+}
+
+catalog::ShardStorageFunction Inspector::shard_storage_function() {
+  return [this](const std::string& file_path, const std::string& dataset_path) {
+    return shard_storage(file_path, dataset_path);
+  };
+}
+
+catalog::ShardStorage Inspector::shard_storage(const std::string& file_path, const std::string& dataset_path) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::string where = file_path + ":" + dataset_path;
+  std::string reply, why;
+  if (exchange_locked(storage_request(file_path, dataset_path), reply, why)) {
+    try {
+      return parse_storage_reply(reply);
+    } catch (const ProtocolError& e) {
+      why = e.what();
+      ++failures_;
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::internal) throw;  // the worker's typed answer about the file
+      why = e.what();                              // the worker refused our request
+      ++failures_;
+    }
+  }
+  stop_worker_locked(why + " while reading the storage of " + where);
+  throw Error(ErrorKind::corrupt_data, "the inspector stopped while reading the storage of " + where + " (" + why + ")");
+}
+
 catalog::Acquisition Inspector::failure_locked(const std::string& master_path, const catalog::SignatureEntry& master,
                                                const std::string& why) {
-  ++failures_;
   stop_worker_locked(why + " while inspecting " + master_path);
   catalog::Acquisition acquisition = catalog::named_acquisition(master_path);
   acquisition.status = {false, stopped_reason(acquisition.master_path),
@@ -234,25 +278,12 @@ catalog::Acquisition Inspector::inspect(const std::string& master_path) {
     remembered_.erase(known);  // the file changed: try it again
   }
 
-  if (pid_ <= 0) {
-    std::string problem;
-    bool started = false;
-    for (int attempt = 0; attempt < kStartAttempts && !started; ++attempt) started = start_worker_locked(problem);
-    if (!started) {
-      ++failures_;
-      throw Error(ErrorKind::unavailable, "the master inspector cannot start: " + problem);
-    }
-  }
   std::string reply, why;
-  if (!send_all(socket_, inspect_request(path) + "\n")) {
-    return failure_locked(path, master_entry, std::string("sending the request failed: ") + std::strerror(errno));
-  }
-  if (!read_line_locked(std::chrono::steady_clock::now() + options_.deadline, reply, why)) {
-    return failure_locked(path, master_entry, why);
-  }
+  if (!exchange_locked(inspect_request(path), reply, why)) return failure_locked(path, master_entry, why);
   try {
     return parse_reply(reply, path);
   } catch (const std::exception& e) {
+    ++failures_;
     return failure_locked(path, master_entry, e.what());
   }
 }

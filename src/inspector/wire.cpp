@@ -17,7 +17,7 @@ using nlohmann::json;
 constexpr std::size_t kMaxShards = 1u << 20;
 constexpr std::size_t kMaxStringBytes = 1u << 16;
 
-Error malformed(const std::string& what) { return Error(ErrorKind::corrupt_data, "malformed inspector reply: " + what); }
+ProtocolError malformed(const std::string& what) { return ProtocolError("malformed inspector reply: " + what); }
 
 const json& member(const json& object, const char* key) {
   if (!object.is_object()) throw malformed(std::string("expected an object holding '") + key + "'");
@@ -259,7 +259,121 @@ catalog::Acquisition acquisition_from_json(const json& d) {
   return a;
 }
 
-std::string inspect_request(const std::string& master_path) { return json({{"inspect", master_path}}).dump(); }
+json shard_storage_to_json(const catalog::ShardStorage& s) {
+  json chunks = json::array();
+  for (const auto& chunk : s.chunks) {
+    chunks.push_back(json::array({chunk.element_offsets, chunk.file_offset, chunk.stored_bytes, chunk.filter_mask}));
+  }
+  const char* layout = s.layout == catalog::ShardLayout::contiguous ? "contiguous"
+                       : s.layout == catalog::ShardLayout::chunked  ? "chunked"
+                                                                    : "other";
+  return {{"dims", s.dims},
+          {"max_dims", s.max_dims},
+          {"offset_size", s.offset_size},
+          {"length_size", s.length_size},
+          {"base_address", s.base_address},
+          {"layout", layout},
+          {"chunk_dims", s.chunk_dims},
+          {"object_header_address", s.object_header_address},
+          {"contiguous_offset", optional_json(s.contiguous_offset)},
+          {"chunks_listed", s.chunks_listed},
+          {"chunks", std::move(chunks)}};
+}
+
+namespace {
+
+constexpr std::size_t kMaxRank = 32;  // H5S_MAX_RANK
+
+std::vector<std::uint64_t> unsigned_array(const json& value, const char* what, std::size_t max_size) {
+  if (!value.is_array() || value.size() > max_size) throw malformed(std::string("'") + what + "' is not a short array");
+  std::vector<std::uint64_t> numbers;
+  for (const json& number : value) {
+    if (!number.is_number_unsigned()) throw malformed(std::string("'") + what + "' holds a non-count");
+    numbers.push_back(number.get<std::uint64_t>());
+  }
+  return numbers;
+}
+
+bool is_address_size(std::uint64_t bytes) { return bytes == 2 || bytes == 4 || bytes == 8; }
+
+}  // namespace
+
+catalog::ShardStorage shard_storage_from_json(const json& d) {
+  if (!d.is_object()) throw malformed("the storage is not an object");
+  catalog::ShardStorage s;
+  s.dims = unsigned_array(member(d, "dims"), "dims", kMaxRank);
+  s.max_dims = unsigned_array(member(d, "max_dims"), "max_dims", kMaxRank);
+  if (s.max_dims.size() != s.dims.size()) throw malformed("dims and max_dims differ in rank");
+  s.offset_size = unsigned_of(d, "offset_size");
+  s.length_size = unsigned_of(d, "length_size");
+  if (!is_address_size(s.offset_size) || !is_address_size(s.length_size)) throw malformed("address sizes out of range");
+  s.base_address = unsigned_of(d, "base_address");
+  const std::string layout = string_of(d, "layout");
+  if (layout == "contiguous") {
+    s.layout = catalog::ShardLayout::contiguous;
+  } else if (layout == "chunked") {
+    s.layout = catalog::ShardLayout::chunked;
+  } else if (layout == "other") {
+    s.layout = catalog::ShardLayout::other;
+  } else {
+    throw malformed("unknown layout '" + layout + "'");
+  }
+  s.chunk_dims = unsigned_array(member(d, "chunk_dims"), "chunk_dims", kMaxRank + 1);
+  s.object_header_address = unsigned_of(d, "object_header_address");
+  s.contiguous_offset = optional_unsigned_of(d, "contiguous_offset");
+  s.chunks_listed = bool_of(d, "chunks_listed");
+  const json& chunks = member(d, "chunks");
+  if (!chunks.is_array()) throw malformed("'chunks' is not an array");
+  if (!s.chunks_listed && !chunks.empty()) throw malformed("chunks listed without chunks_listed");
+  s.chunks.reserve(chunks.size());
+  for (const json& c : chunks) {
+    if (!c.is_array() || c.size() != 4) throw malformed("a chunk is not [offsets, file offset, bytes, mask]");
+    catalog::ShardChunk chunk;
+    chunk.element_offsets = unsigned_array(c[0], "element offsets", kMaxRank);
+    if (chunk.element_offsets.size() != s.dims.size()) throw malformed("a chunk's offsets differ in rank");
+    if (!c[1].is_number_unsigned() || !c[2].is_number_unsigned() || !c[3].is_number_unsigned()) {
+      throw malformed("a chunk holds a non-count");
+    }
+    chunk.file_offset = c[1].get<std::uint64_t>();
+    chunk.stored_bytes = c[2].get<std::uint64_t>();
+    const auto mask = c[3].get<std::uint64_t>();
+    if (mask > std::numeric_limits<std::uint32_t>::max()) throw malformed("a chunk's filter mask is out of range");
+    chunk.filter_mask = static_cast<std::uint32_t>(mask);
+    s.chunks.push_back(std::move(chunk));
+  }
+  return s;
+}
+
+std::string storage_request(const std::string& file_path, const std::string& dataset_path) {
+  return json({{"storage", {{"file", file_path}, {"dataset", dataset_path}}}})
+      .dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+catalog::ShardStorage parse_storage_reply(const std::string& line) {
+  if (line.size() > kMaxLineBytes) throw malformed("the reply is too long");
+  const json reply = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (reply.is_discarded()) throw malformed("the reply is not JSON");
+  if (!reply.is_object() || reply.size() != 1) throw malformed("the reply is not an object with one member");
+  if (reply.contains("error")) {
+    const json& message = reply["error"];
+    throw Error(ErrorKind::internal,
+                "the inspector refused the request: " + (message.is_string() ? message.get<std::string>() : message.dump()));
+  }
+  if (reply.contains("failed")) {
+    const json& failed = reply["failed"];
+    const std::string kind = string_of(failed, "kind");
+    const std::string message = string_of(failed, "message");
+    for (const ErrorKind allowed : {ErrorKind::io, ErrorKind::corrupt_data, ErrorKind::conflict, ErrorKind::not_found}) {
+      if (kind == error_kind_name(allowed)) throw Error(allowed, message);
+    }
+    throw malformed("an error of kind '" + kind + "'");
+  }
+  return shard_storage_from_json(member(reply, "storage"));
+}
+
+std::string inspect_request(const std::string& master_path) {
+  return json({{"inspect", master_path}}).dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 catalog::Acquisition parse_reply(const std::string& line, const std::string& requested_path) {
   if (line.size() > kMaxLineBytes) throw malformed("the reply is too long");

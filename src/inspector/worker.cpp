@@ -14,6 +14,8 @@
 #include <spdlog/spdlog.h>
 
 #include "quantem/catalog/acquisition.hpp"
+#include "quantem/catalog/shard_storage.hpp"
+#include "quantem/core/error.hpp"
 #include "quantem/inspector/wire.hpp"
 
 namespace quantem::inspector {
@@ -47,24 +49,59 @@ bool write_all(int fd, const std::string& text) {
   return true;
 }
 
+const std::string& abort_on() {
+  static const std::string name = env_or_empty("QUANTEM_TEST_INSPECTOR_ABORT_ON");
+  return name;
+}
+const std::string& hang_on() {
+  static const std::string name = env_or_empty("QUANTEM_TEST_INSPECTOR_HANG_ON");
+  return name;
+}
+void run_test_hooks(const std::string& path) {
+  if (!abort_on().empty() && base_name(path) == abort_on()) std::abort();
+  if (!hang_on().empty() && base_name(path) == hang_on()) {
+    while (true) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
+}
+
+std::string dump(const json& reply) { return reply.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string answer_storage(const json& request) {
+  if (!request.is_object() || !request.contains("file") || !request.contains("dataset") || !request["file"].is_string() ||
+      !request["dataset"].is_string()) {
+    return error_reply("expected {\"storage\": {\"file\": PATH, \"dataset\": PATH}}");
+  }
+  run_test_hooks(request["file"].get<std::string>());
+  try {
+    const auto storage =
+        catalog::read_shard_storage(request["file"].get<std::string>(), request["dataset"].get<std::string>());
+    return dump({{"storage", shard_storage_to_json(storage)}});
+  } catch (const Error& e) {
+    return dump({{"failed", {{"kind", error_kind_name(e.kind())}, {"message", e.what()}}}});
+  } catch (const std::bad_alloc&) {
+    // RLIMIT_AS: a size read from the file asked for more memory than a shard's facts need.
+    return dump({{"failed", {{"kind", "corrupt_data"}, {"message", "reading the shard's storage ran out of memory"}}}});
+  } catch (const std::exception& e) {
+    return dump({{"failed", {{"kind", "io"}, {"message", e.what()}}}});
+  }
+}
+
 }  // namespace
 
 std::string answer_request(const std::string& line) {
   try {
     const json request = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!request.is_discarded() && request.is_object() && request.size() == 1 && request.contains("storage")) {
+      return answer_storage(request["storage"]);
+    }
     if (request.is_discarded() || !request.is_object() || request.size() != 1 || !request.contains("inspect") ||
         !request["inspect"].is_string()) {
-      return error_reply("expected {\"inspect\": PATH}");
+      return error_reply("expected {\"inspect\": PATH} or {\"storage\": {\"file\": PATH, \"dataset\": PATH}}");
     }
     const std::string path = request["inspect"].get<std::string>();
-    static const std::string abort_on = env_or_empty("QUANTEM_TEST_INSPECTOR_ABORT_ON");
-    static const std::string hang_on = env_or_empty("QUANTEM_TEST_INSPECTOR_HANG_ON");
-    if (!abort_on.empty() && base_name(path) == abort_on) std::abort();
-    if (!hang_on.empty() && base_name(path) == hang_on) {
-      while (true) std::this_thread::sleep_for(std::chrono::hours(1));
-    }
+    run_test_hooks(path);
     const catalog::Acquisition acquisition = catalog::inspect_master(path);
-    return json({{"acquisition", acquisition_to_json(acquisition)}}).dump(-1, ' ', false, json::error_handler_t::replace);
+    return dump({{"acquisition", acquisition_to_json(acquisition)}});
   } catch (const std::exception& e) {
     return error_reply(e.what());
   }

@@ -28,6 +28,7 @@
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/catalog/catalog.hpp"
+#include "quantem/catalog/shard_storage.hpp"
 #include "quantem/core/version.hpp"
 #include "quantem/inspector/inspector.hpp"
 #include "quantem/residency/residency_manager.hpp"
@@ -303,15 +304,29 @@ StartupResources acquire_startup_resources(const ServeSettings& settings, const 
   return resources;
 }
 
+// build_frame_index gets libhdf5's facts about the shards from the inspector
+// worker while this lives (decision 0012): no libhdf5 call on a data-folder
+// file in the daemon's process.
+struct ShardStorageThroughInspector {
+  explicit ShardStorageThroughInspector(inspector::Inspector& inspector) {
+    catalog::set_shard_storage_source(inspector.shard_storage_function());
+  }
+  ~ShardStorageThroughInspector() { catalog::set_shard_storage_source({}); }
+  ShardStorageThroughInspector(const ShardStorageThroughInspector&) = delete;
+  ShardStorageThroughInspector& operator=(const ShardStorageThroughInspector&) = delete;
+};
+
 // Step 3. The daemon's long-lived objects, wired in dependency order (and so
-// destroyed in reverse): backend -> residency -> catalog -> service -> HTTP.
+// destroyed in reverse): backend -> inspector -> residency -> catalog -> service
+// -> HTTP.
 struct DaemonWiring {
   DaemonWiring(const ServeSettings& settings, StartupResources resources)
       : notifier(),
         backend(std::move(resources.backend)),
         token(std::move(resources.token)),
-        residency(*backend, residency_options(settings)),
         inspector(inspector_options(settings)),
+        shard_storage(inspector),
+        residency(*backend, residency_options(settings)),
         catalog(settings.data_folder, catalog_options(inspector)),
         service(browse_config(settings, token), *backend, residency, catalog, metrics),
         http([this](const HttpRequest& request) { return service.handle(request); }, http_options(settings)) {
@@ -359,8 +374,11 @@ struct DaemonWiring {
   ServiceManagerNotifier notifier;
   std::unique_ptr<backend::Backend> backend;
   std::optional<TokenSource> token;
-  residency::ResidencyManager residency;
+  // Before residency: loads (on the residency's loader threads) read each
+  // shard's libhdf5 facts through the inspector until the residency is gone.
   inspector::Inspector inspector;
+  ShardStorageThroughInspector shard_storage;
+  residency::ResidencyManager residency;
   CatalogService catalog;
   Metrics metrics;
   BrowseService service;

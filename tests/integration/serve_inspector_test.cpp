@@ -138,3 +138,25 @@ TEST_F(ServeInspector, CatalogCommandSurvivesAKnownCrash) {
 }
 
 }  // namespace
+
+namespace {
+
+// Loads read each shard's libhdf5 facts through the worker too: a worker that
+// dies there fails that load with a typed error, and the daemon goes on.
+TEST_F(ServeInspector, LoadsReadShardStorageThroughTheWorker) {
+  auto daemon = Daemon::start(data_folder(), {}, {{"QUANTEM_TEST_INSPECTOR_ABORT_ON", "a_data_000001.h5"}});
+  ASSERT_NE(daemon, nullptr);
+  auto found = statuses(*daemon);
+  EXPECT_EQ(found["a_master.h5"]["loadable"], true);  // inspection never asks about the shard by name
+  auto failed = daemon->get("/api/browse/cbed?session=sess&file=a_master.h5&sx=1&sy=2&ensure_resident=true");
+  ASSERT_TRUE(failed);
+  EXPECT_EQ(failed->status, 422) << failed->body;
+  EXPECT_NE(failed->body.find("the inspector stopped while reading the storage of " + session_dir() +
+                              "/a_data_000001.h5:"),
+            std::string::npos)
+      << failed->body;
+  expect_serves(*daemon, "b");
+  EXPECT_EQ(daemon->stop(), 0);
+}
+
+}  // namespace

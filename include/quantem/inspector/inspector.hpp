@@ -20,6 +20,8 @@
 //    line within the deadline, three times in a row) makes inspect() throw
 //    quantem::Error (unavailable) without remembering the master;
 //  - the worker runs with RLIMIT_AS = options.address_space_limit_bytes.
+// The same worker reads the libhdf5 facts build_frame_index needs about each
+// shard (shard_storage), under the same deadline.
 // Thread-safe; requests are serialised (one worker).
 #include <sys/types.h>
 
@@ -32,6 +34,7 @@
 
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/catalog/catalog.hpp"
+#include "quantem/catalog/shard_storage.hpp"
 
 namespace quantem::inspector {
 
@@ -59,6 +62,14 @@ class Inspector {
   // inspect() as a catalog::InspectFunction (valid while this object lives).
   catalog::InspectFunction inspect_function();
 
+  // catalog::read_shard_storage in the worker, for build_frame_index. Throws
+  // what it throws there (quantem::Error: io, corrupt_data, conflict,
+  // not_found); corrupt_data "the inspector stopped ..." when the worker dies,
+  // misses the deadline or breaks the protocol (not remembered: a load is
+  // asked for, not retried in a loop); unavailable when no worker starts.
+  catalog::ShardStorage shard_storage(const std::string& file_path, const std::string& dataset_path);
+  catalog::ShardStorageFunction shard_storage_function();
+
   // For tests and metrics.
   std::uint64_t worker_starts() const;
   std::uint64_t worker_failures() const;     // deaths, missed deadlines, protocol violations
@@ -71,6 +82,10 @@ class Inspector {
     catalog::Acquisition acquisition;
   };
   bool start_worker_locked(std::string& problem);
+  // Starts the worker when none runs (throws unavailable when it cannot),
+  // sends one request and reads the reply; false (with why) when the worker
+  // failed, which is then stopped and counted.
+  bool exchange_locked(const std::string& request, std::string& reply, std::string& why);
   void stop_worker_locked(const std::string& why);
   // One line from the worker before `deadline`; false (with why) otherwise.
   bool read_line_locked(std::chrono::steady_clock::time_point deadline, std::string& line, std::string& why);

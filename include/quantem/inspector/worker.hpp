@@ -5,9 +5,10 @@
 // Logs go to stderr (the daemon's).
 //
 // Test hooks, read from the environment at start (never set by the daemon):
-//   QUANTEM_TEST_INSPECTOR_ABORT_ON=NAME  abort() when asked to inspect a
-//                                         master whose file name is NAME;
-//   QUANTEM_TEST_INSPECTOR_HANG_ON=NAME   never answer for that master.
+//   QUANTEM_TEST_INSPECTOR_ABORT_ON=NAME  abort() when asked about a file
+//                                         named NAME (a master to inspect, or
+//                                         a shard whose storage to read);
+//   QUANTEM_TEST_INSPECTOR_HANG_ON=NAME   never answer about that file.
 #include <cstdint>
 #include <string>
 

@@ -19,10 +19,13 @@
 #include <nlohmann/json.hpp>
 
 #include "acquisition_equality.hpp"
+#include "catalog_fixtures.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/catalog/catalog.hpp"
 #include "quantem/core/error.hpp"
+#include "quantem/catalog/shard_storage.hpp"
 #include "quantem/inspector/inspector.hpp"
+#include "quantem/inspector/wire.hpp"
 #include "quantem/synth/synth.hpp"
 #include "test_support.hpp"
 
@@ -236,6 +239,69 @@ TEST_F(InspectorProcess, CatalogThroughTheWorkerEqualsInProcess) {
   EXPECT_EQ(catalog::sessions_document(isolated).dump(), catalog::sessions_document(catalog::build_catalog(root)).dump());
   ASSERT_EQ(isolated.sessions.size(), 1u);
   EXPECT_EQ(isolated.sessions[0].files.size(), 2u);
+}
+
+// build_frame_index with each shard's libhdf5 facts read in the worker equals
+// the in-process build for every storage kind: v1 B-tree, fixed array, single
+// chunk, implicit, contiguous, an inline master, user blocks, and the
+// extensible array (chunks listed by H5Dget_chunk_info in the worker).
+TEST_F(InspectorProcess, FrameIndexThroughTheWorkerEqualsInProcess) {
+  test::TempDir fixtures;
+  const std::vector<std::pair<std::string, std::string>> kinds = {
+      {"btree", "--shard-frames 300,200 --ntrigger 500 --dtype uint16"},
+      {"fixed", "--shard-frames 1500 --libver latest"},
+      {"single", "--shard-frames 1 --libver latest"},
+      {"implicit", "--shard-frames 7 --libver latest --filter none --alloc-early"},
+      {"ext", "--shard-frames 300 --libver latest --unlimited --userblock 512"},
+      {"contig", "--shard-frames 5 --filter contiguous"},
+      {"inl", "--shard-frames inline:3,2 --ntrigger 5 --dtype uint32"}};
+  std::vector<std::string> specs;
+  for (const auto& [stem, spec] : kinds) specs.push_back(fixtures.path() + " " + stem + " " + spec);
+  test::make_acquisitions(fixtures, specs);
+  Inspector inspector(options());
+  for (const auto& [stem, spec] : kinds) {
+    SCOPED_TRACE(stem);
+    const auto acquisition = inspector.inspect(fixtures.file(stem + "_master.h5"));
+    ASSERT_TRUE(acquisition.status.loadable) << acquisition.status.reason;
+    const auto isolated = catalog::build_frame_index(acquisition, inspector.shard_storage_function());
+    const auto in_process = catalog::build_frame_index(acquisition, catalog::read_shard_storage);
+    EXPECT_EQ(isolated.shard_paths, in_process.shard_paths);
+    EXPECT_EQ(isolated.stored_bytes_total, in_process.stored_bytes_total);
+    ASSERT_EQ(isolated.frames.size(), in_process.frames.size());
+    for (std::size_t i = 0; i < isolated.frames.size(); ++i) {
+      EXPECT_EQ(isolated.frames[i].shard, in_process.frames[i].shard);
+      EXPECT_EQ(isolated.frames[i].file_offset, in_process.frames[i].file_offset);
+      EXPECT_EQ(isolated.frames[i].stored_bytes, in_process.frames[i].stored_bytes);
+      EXPECT_EQ(isolated.frames[i].filter_mask, in_process.frames[i].filter_mask);
+    }
+  }
+  EXPECT_EQ(inspector.worker_starts(), 1u);
+  EXPECT_EQ(inspector.worker_failures(), 0u);
+}
+
+TEST_F(InspectorProcess, ShardStorageErrorsKeepTheirKind) {
+  Inspector inspector(options());
+  try {
+    (void)inspector.shard_storage(dir_->file("no_such_data.h5"), "/entry/data/data");
+    ADD_FAILURE() << "read a missing file";
+  } catch (const ProtocolError& e) {
+    ADD_FAILURE() << e.what();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::io) << e.what();
+  }
+  EXPECT_EQ(inspector.worker_failures(), 0u);  // an answer, not a failure
+  ::setenv("QUANTEM_TEST_INSPECTOR_ABORT_ON", "first_data_000001.h5", 1);
+  Inspector aborting(options());
+  try {
+    (void)aborting.shard_storage(dir_->file("first_data_000001.h5"), "/entry/data/data");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::corrupt_data) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the inspector stopped while reading the storage of"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(aborting.worker_failures(), 1u);
+  EXPECT_EQ(aborting.remembered_failures(), 0u);
 }
 
 }  // namespace
