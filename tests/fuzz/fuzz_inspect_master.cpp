@@ -5,7 +5,8 @@
 // catalog::inspect_master through libhdf5) answers in this process, and the
 // daemon's parser (inspector::parse_reply) must accept that answer: a reply
 // of a real inspection that the daemon refuses is a bug of one side. When the
-// acquisition is loadable, the frame index is built too.
+// acquisition is loadable, the frame index is built too, with each shard's
+// libhdf5 facts through the protocol (storage request, parse_storage_reply).
 // Contract: inspect_master never throws for a malformed file; the reply
 // round-trips; build_frame_index throws only quantem::Error. libhdf5 itself is
 // not instrumented and runs in this process here: a crash inside it stops the
@@ -23,6 +24,7 @@
 #include <string>
 
 #include "quantem/catalog/acquisition.hpp"
+#include "quantem/catalog/shard_storage.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/inspector/wire.hpp"
 #include "quantem/inspector/worker.hpp"
@@ -80,8 +82,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::abort();
   }
   if (acquisition.status.loadable) {
+    // Each shard's libhdf5 facts through the protocol as well, as in the daemon.
+    const auto storage_through_protocol = [](const std::string& file_path, const std::string& dataset_path) {
+      const std::string storage_reply =
+          quantem::inspector::answer_request(quantem::inspector::storage_request(file_path, dataset_path));
+      try {
+        return quantem::inspector::parse_storage_reply(storage_reply);
+      } catch (const quantem::inspector::ProtocolError& error) {
+        std::fprintf(stderr, "the daemon refused the worker's reply (%s): %.2000s\n", error.what(), storage_reply.c_str());
+        std::abort();
+      }
+    };
     try {
-      (void)quantem::catalog::build_frame_index(acquisition);
+      (void)quantem::catalog::build_frame_index(acquisition, storage_through_protocol);
+    } catch (const quantem::inspector::ProtocolError&) {
+      std::abort();
     } catch (const quantem::Error&) {
     }
   }
