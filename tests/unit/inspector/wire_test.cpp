@@ -9,6 +9,7 @@
 
 #include "acquisition_equality.hpp"
 #include "quantem/catalog/acquisition.hpp"
+#include "quantem/catalog/shard_storage.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/inspector/wire.hpp"
 #include "quantem/synth/synth.hpp"
@@ -128,6 +129,47 @@ TEST_F(InspectorWire, WorkerErrorIsInternal) {
     ADD_FAILURE() << "accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::internal);
+  }
+}
+
+TEST_F(InspectorWire, StorageRoundTripAndHostileStorageReplies) {
+  const auto& shard = acquisition_->shards.front();
+  const catalog::ShardStorage storage = catalog::read_shard_storage(shard.file_path, shard.dataset_path);
+  ASSERT_EQ(storage.layout, catalog::ShardLayout::chunked);
+  const json good_reply = {{"storage", shard_storage_to_json(storage)}};
+  const catalog::ShardStorage back = parse_storage_reply(good_reply.dump());
+  EXPECT_EQ(shard_storage_to_json(back), shard_storage_to_json(storage));
+  EXPECT_EQ(back.dims, storage.dims);
+  EXPECT_EQ(back.object_header_address, storage.object_header_address);
+
+  auto refused = [](const json& reply, const std::string& why) {
+    SCOPED_TRACE(why);
+    EXPECT_THROW((void)parse_storage_reply(reply.dump()), ProtocolError);
+  };
+  auto with = [&](const char* key, const json& value) {
+    json reply = good_reply;
+    reply["storage"][key] = value;
+    return reply;
+  };
+  refused(with("max_dims", json::array({1, 2})), "rank mismatch");
+  refused(with("offset_size", 3), "odd address size");
+  refused(with("layout", "virtual"), "unknown layout");
+  refused(with("dims", json::array({-1, 8, 8})), "negative extent");
+  refused(with("chunks", json::array({json::array({json::array({0, 0, 0}), 1, 1, 0})})), "chunks without chunks_listed");
+  json listed = with("chunks_listed", true);
+  listed["storage"]["chunks"] = json::array({json::array({json::array({0, 0}), 1, 1, 0})});
+  refused(listed, "chunk offsets of another rank");
+  listed["storage"]["chunks"] = json::array({json::array({json::array({0, 0, 0}), 1, 1, std::uint64_t{1} << 33})});
+  refused(listed, "filter mask beyond 32 bits");
+  refused(json({{"failed", {{"kind", "unavailable"}, {"message", "x"}}}}), "a kind the worker may not report");
+  try {
+    (void)parse_storage_reply(json({{"failed", {{"kind", "io"}, {"message", "cannot open"}}}}).dump());
+    ADD_FAILURE() << "accepted";
+  } catch (const ProtocolError&) {
+    ADD_FAILURE() << "a typed answer taken for a protocol violation";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::io);
+    EXPECT_STREQ(e.what(), "cannot open");
   }
 }
 
