@@ -151,7 +151,7 @@ bool Inspector::start_worker_locked(std::string& problem) {
   socket_ = sockets[0];
   buffer_.clear();
   std::string hello, why;
-  if (!read_line_locked(std::chrono::steady_clock::now() + options_.deadline, hello, why) || hello != kWorkerHello) {
+  if (!read_line_locked(options_.deadline, hello, why) || hello != kWorkerHello) {
     problem = why.empty() ? "it did not greet (got '" + hello.substr(0, 200) + "')" : why;
     stop_worker_locked(problem);
     return false;
@@ -171,7 +171,8 @@ void Inspector::stop_worker_locked(const std::string& why) {
   buffer_.clear();
 }
 
-bool Inspector::read_line_locked(std::chrono::steady_clock::time_point deadline, std::string& line, std::string& why) {
+bool Inspector::read_line_locked(std::chrono::milliseconds limit, std::string& line, std::string& why) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
   char chunk[65536];
   while (true) {
     const auto newline = buffer_.find('\n');
@@ -186,7 +187,7 @@ bool Inspector::read_line_locked(std::chrono::steady_clock::time_point deadline,
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
-      why = "no answer within " + std::to_string(options_.deadline.count()) + " ms";
+      why = "no answer within " + std::to_string(limit.count()) + " ms";
       return false;
     }
     pollfd readable{socket_, POLLIN, 0};
@@ -207,7 +208,8 @@ bool Inspector::read_line_locked(std::chrono::steady_clock::time_point deadline,
   }
 }
 
-bool Inspector::exchange_locked(const std::string& request, std::string& reply, std::string& why) {
+bool Inspector::exchange_locked(const std::string& request, std::chrono::milliseconds deadline, std::string& reply,
+                                std::string& why) {
   if (pid_ <= 0) {
     std::string problem;
     bool started = false;
@@ -219,7 +221,7 @@ bool Inspector::exchange_locked(const std::string& request, std::string& reply, 
   }
   if (!send_all(socket_, request + "\n")) {
     why = std::string("sending the request failed: ") + std::strerror(errno);
-  } else if (read_line_locked(std::chrono::steady_clock::now() + options_.deadline, reply, why)) {
+  } else if (read_line_locked(deadline, reply, why)) {
     return true;
   }
   ++failures_;
@@ -236,7 +238,7 @@ catalog::ShardStorage Inspector::shard_storage(const std::string& file_path, con
   std::lock_guard<std::mutex> lock(mutex_);
   const std::string where = file_path + ":" + dataset_path;
   std::string reply, why;
-  if (exchange_locked(storage_request(file_path, dataset_path), reply, why)) {
+  if (exchange_locked(storage_request(file_path, dataset_path), options_.storage_deadline, reply, why)) {
     try {
       return parse_storage_reply(reply);
     } catch (const ProtocolError& e) {
@@ -279,7 +281,9 @@ catalog::Acquisition Inspector::inspect(const std::string& master_path) {
   }
 
   std::string reply, why;
-  if (!exchange_locked(inspect_request(path), reply, why)) return failure_locked(path, master_entry, why);
+  if (!exchange_locked(inspect_request(path), options_.deadline, reply, why)) {
+    return failure_locked(path, master_entry, why);
+  }
   try {
     return parse_reply(reply, path);
   } catch (const std::exception& e) {

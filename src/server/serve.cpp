@@ -341,6 +341,7 @@ struct DaemonWiring {
   static inspector::InspectorOptions inspector_options(const ServeSettings& settings) {
     inspector::InspectorOptions options;
     options.deadline = settings.inspect_timeout;
+    options.storage_deadline = std::max(options.storage_deadline, settings.inspect_timeout);
     return options;
   }
   static CatalogServiceOptions catalog_options(inspector::Inspector& inspector) {

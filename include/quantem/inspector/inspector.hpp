@@ -7,7 +7,8 @@
 // (one JSON line each way, wire.hpp).
 //
 // Supervision:
-//  - every request has a deadline (options.deadline);
+//  - every request has a deadline (options.deadline; a shard's storage:
+//    options.storage_deadline);
 //  - when the worker dies, misses the deadline or breaks the protocol, the
 //    master in flight is reported not loadable with the reason
 //    "master file is not readable HDF5: PATH (the inspector stopped on this
@@ -21,7 +22,7 @@
 //    quantem::Error (unavailable) without remembering the master;
 //  - the worker runs with RLIMIT_AS = options.address_space_limit_bytes.
 // The same worker reads the libhdf5 facts build_frame_index needs about each
-// shard (shard_storage), under the same deadline.
+// shard (shard_storage), under options.storage_deadline.
 // Thread-safe; requests are serialised (one worker).
 #include <sys/types.h>
 
@@ -40,7 +41,11 @@ namespace quantem::inspector {
 
 struct InspectorOptions {
   std::string executable = "/proc/self/exe";  // a quantem-gpu binary (tests name the built one)
-  std::chrono::milliseconds deadline{std::chrono::seconds(10)};
+  std::chrono::milliseconds deadline{std::chrono::seconds(10)};  // an inspection, and the worker's start
+  // A shard's storage: longer, since listing the chunks of an extensible
+  // array or v2 B-tree through H5Dget_chunk_info is O(N^2) (20,000 chunks:
+  // about 30 s), as it was in-process.
+  std::chrono::milliseconds storage_deadline{std::chrono::minutes(2)};
   std::uint64_t address_space_limit_bytes = std::uint64_t{4} << 30;  // 0: no limit
   std::chrono::milliseconds restart_interval{100};
 };
@@ -85,10 +90,11 @@ class Inspector {
   // Starts the worker when none runs (throws unavailable when it cannot),
   // sends one request and reads the reply; false (with why) when the worker
   // failed, which is then stopped and counted.
-  bool exchange_locked(const std::string& request, std::string& reply, std::string& why);
+  bool exchange_locked(const std::string& request, std::chrono::milliseconds deadline, std::string& reply,
+                       std::string& why);
   void stop_worker_locked(const std::string& why);
-  // One line from the worker before `deadline`; false (with why) otherwise.
-  bool read_line_locked(std::chrono::steady_clock::time_point deadline, std::string& line, std::string& why);
+  // One line from the worker within `limit`; false (with why) otherwise.
+  bool read_line_locked(std::chrono::milliseconds limit, std::string& line, std::string& why);
   catalog::Acquisition failure_locked(const std::string& master_path, const catalog::SignatureEntry& master,
                                       const std::string& why);
 
