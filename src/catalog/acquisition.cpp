@@ -790,8 +790,7 @@ class Inspector {
 
 }  // namespace
 
-Acquisition inspect_master(const std::string& master_path) {
-  const std::lock_guard<std::recursive_mutex> hdf5_lock(hdf5::library_mutex());
+Acquisition named_acquisition(const std::string& master_path) {
   Acquisition acquisition;
   acquisition.master_path = lexically_absolute(master_path);
   acquisition.name = base_name(acquisition.master_path);
@@ -801,6 +800,12 @@ Acquisition inspect_master(const std::string& master_path) {
       acquisition.stem.compare(acquisition.stem.size() - suffix.size(), suffix.size(), suffix) == 0) {
     acquisition.stem.resize(acquisition.stem.size() - suffix.size());
   }
+  return acquisition;
+}
+
+Acquisition inspect_master(const std::string& master_path) {
+  const std::lock_guard<std::recursive_mutex> hdf5_lock(hdf5::library_mutex());
+  Acquisition acquisition = named_acquisition(master_path);
   try {
     Inspector(acquisition).run();
   } catch (const std::exception& e) {

@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "quantem/core/error.hpp"
+
 namespace quantem::catalog {
 
 namespace {
@@ -221,7 +223,9 @@ std::vector<std::string> discover_masters(const std::string& data_folder) {
   return masters;
 }
 
-Catalog build_catalog(const std::string& data_folder) {
+Catalog build_catalog(const std::string& data_folder) { return build_catalog(data_folder, inspect_master); }
+
+Catalog build_catalog(const std::string& data_folder, const InspectFunction& inspect) {
   Catalog catalog;
   catalog.data_folder = absolute_folder(data_folder);
   const std::string& root = catalog.data_folder;
@@ -233,7 +237,11 @@ Catalog build_catalog(const std::string& data_folder) {
     const std::string session_path = relative_directory.empty() ? "." : relative_directory;
     Acquisition acquisition;
     try {
-      acquisition = inspect_master(master);
+      acquisition = inspect(master);
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::unavailable) throw;
+      spdlog::warn("catalog: skipping {}: {}", master, e.what());
+      continue;
     } catch (const std::exception& e) {
       spdlog::warn("catalog: skipping {}: {}", master, e.what());
       continue;

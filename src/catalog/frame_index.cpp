@@ -1,9 +1,12 @@
 // Frame -> (shard, file offset, stored bytes, filter mask), read from each
 // shard's chunk index without per-chunk HDF5 calls (see chunk_index.hpp).
 //
-// Threads: every HDF5 call (opening shards, the H5Dget_chunk_info fallback)
-// is made by the calling thread, one shard after the other, because the
-// system's HDF5 is not thread-safe. The chunk indexes read directly are then
+// libhdf5: only read_shard_storage calls it (opening the shard, its extent,
+// layout and addresses, and the H5Dget_chunk_info fallback), under the
+// process-wide HDF5 lock; the daemon runs it in the inspector worker
+// (shard_storage.hpp, decision 0012). Everything else here is pread.
+// Threads: the shards' facts are fetched by the calling thread, one shard
+// after the other. The chunk indexes read directly are then
 // cut into parts (B-tree subtrees, entry ranges) that worker threads walk at
 // once; each writes the frames its chunks hold into the one result, every frame
 // claimed once (atomically). Errors are reported in shard order, as a serial
@@ -14,14 +17,15 @@
 #include <atomic>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <system_error>
 #include <thread>
 
 #include "chunk_index.hpp"
-#include "dataset_storage.hpp"
 #include "hdf5_handles.hpp"
 #include "quantem/catalog/acquisition.hpp"
+#include "quantem/catalog/shard_storage.hpp"
 #include "quantem/core/error.hpp"
 
 namespace quantem::catalog {
@@ -53,12 +57,11 @@ struct ShardWalk {
   std::uint64_t file_size = 0;
   std::unique_ptr<detail::RawFile> raw;
   // Exactly one of: the chunk index read directly (cut into parts), the
-  // H5Dget_chunk_info fallback (the handles kept open for it), contiguous data.
+  // chunks HDF5 listed (H5Dget_chunk_info fallback), contiguous data.
   std::optional<detail::ChunkIndexParts> chunk_index;
-  hdf5::File file;
-  hdf5::Dataset dataset;
   detail::FileAddressing addressing;
   bool hdf5_fallback = false;
+  std::vector<ShardChunk> listed_chunks;
   bool contiguous = false;
   std::uint64_t contiguous_offset = 0;
   std::uint64_t frame_bytes = 0;
@@ -128,8 +131,9 @@ class FrameSink {
 };
 
 // O(N^2) on HDF5 1.10.8, but correct for every index kind HDF5 supports.
-void visit_chunks_with_hdf5(const hdf5::Dataset& dataset, const detail::FileAddressing& addressing,
-                            std::size_t rank, const detail::ChunkVisitor& visit) {
+std::vector<ShardChunk> list_chunks_with_hdf5(const hdf5::Dataset& dataset, const detail::FileAddressing& addressing,
+                                              std::size_t rank) {
+  std::vector<ShardChunk> chunks;
   const hdf5::Dataspace space = dataset.space();
   hsize_t chunk_count = 0;
   if (H5Dget_num_chunks(dataset.id(), space.id(), &chunk_count) < 0) hdf5::throw_error("H5Dget_num_chunks");
@@ -145,41 +149,51 @@ void visit_chunks_with_hdf5(const hdf5::Dataset& dataset, const detail::FileAddr
     if (address == HADDR_UNDEF) continue;
     std::copy(offsets.begin(), offsets.end(), element_offsets.begin());
     // H5Dget_chunk_info reports addresses relative to the base address (1.10.8).
-    visit(element_offsets.data(), addressing.base_address + address, stored_bytes, filter_mask);
+    chunks.push_back(ShardChunk{element_offsets, addressing.base_address + address, stored_bytes, filter_mask});
   }
+  return chunks;
 }
 
-// Opens a shard and checks it against the inspection (HDF5 calls: the calling
-// thread only). Reads the top of its chunk index to cut it into parts.
-ShardWalk open_shard(const Shard& shard, const Acquisition& acquisition, std::uint32_t shard_number) {
+std::mutex& shard_storage_source_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+ShardStorageFunction& shard_storage_source() {
+  static ShardStorageFunction source;
+  return source;
+}
+
+// Checks a shard's facts against the inspection and opens it for pread.
+// Reads the top of its chunk index to cut it into parts.
+ShardWalk open_shard(const Shard& shard, const Acquisition& acquisition, std::uint32_t shard_number,
+                     const ShardStorageFunction& storage_source) {
   ShardWalk walk;
   walk.where = shard.file_path + ":" + shard.dataset_path;
   walk.shard_number = shard_number;
   const std::string& where = walk.where;
-  walk.file = hdf5::File::open_read_only(shard.file_path);
-  walk.dataset = hdf5::open_dataset(walk.file.id(), shard.dataset_path);
-  const hdf5::Dataspace space = walk.dataset.space();
-  const int rank = H5Sget_simple_extent_ndims(space.id());
+  ShardStorage storage = storage_source(shard.file_path, shard.dataset_path);
+  const std::size_t rank = storage.dims.size();
   if (rank < 3) throw Error(ErrorKind::conflict, where + " changed since inspection (rank)");
-  std::vector<hsize_t> dims(static_cast<std::size_t>(rank)), max_dims(static_cast<std::size_t>(rank));
-  if (H5Sget_simple_extent_dims(space.id(), dims.data(), max_dims.data()) < 0) {
-    hdf5::throw_error("H5Sget_simple_extent_dims");
-  }
-  walk.dims.assign(dims.begin(), dims.end());
-  const std::vector<std::uint64_t> max_dims64(max_dims.begin(), max_dims.end());
-  if (walk.dims[walk.dims.size() - 2] != acquisition.detector_rows || walk.dims.back() != acquisition.detector_cols) {
+  if (storage.max_dims.size() != rank) throw Error(ErrorKind::corrupt_data, where + ": extent and maximum differ in rank");
+  walk.dims = storage.dims;
+  if (walk.dims[rank - 2] != acquisition.detector_rows || walk.dims.back() != acquisition.detector_cols) {
     throw Error(ErrorKind::conflict, where + " changed since inspection (detector shape)");
   }
 
-  walk.addressing.offset_size = walk.file.offset_size();
-  walk.addressing.length_size = walk.file.length_size();
-  walk.addressing.base_address = walk.file.user_block_size();
+  walk.addressing.offset_size = static_cast<std::size_t>(storage.offset_size);
+  walk.addressing.length_size = static_cast<std::size_t>(storage.length_size);
+  walk.addressing.base_address = storage.base_address;
   walk.raw = std::make_unique<detail::RawFile>(shard.file_path, walk.addressing);
   walk.file_size = walk.raw->size();
 
   walk.frame_count = 1;
-  for (std::size_t d = 0; d + 2 < walk.dims.size(); ++d) walk.frame_count *= walk.dims[d];
-  // Every frame needs at least one stored byte: a larger count is a corrupt header.
+  for (std::size_t d = 0; d + 2 < rank; ++d) {
+    // Every frame needs at least one stored byte: a larger count is a corrupt header.
+    if (walk.dims[d] != 0 && walk.frame_count > walk.file_size / walk.dims[d]) {
+      throw Error(ErrorKind::corrupt_data, where + ": more frames than bytes in the file");
+    }
+    walk.frame_count *= walk.dims[d];
+  }
   if (walk.frame_count > walk.file_size) {
     throw Error(ErrorKind::corrupt_data, where + ": more frames than bytes in the file");
   }
@@ -190,34 +204,40 @@ ShardWalk open_shard(const Shard& shard, const Acquisition& acquisition, std::ui
   const std::size_t element_size = dtype_size(acquisition.dtype.value());
   const std::size_t wanted_parts = kPartsPerThread * useful_threads(walk.frame_count);
 
-  const auto storage = detail::describe_storage(walk.dataset, element_size);
-  if (storage.layout == H5D_CONTIGUOUS) {
-    const auto offset = walk.dataset.contiguous_offset();
-    if (!offset) throw Error(ErrorKind::conflict, where + " has no data written");
+  if (storage.layout == ShardLayout::contiguous) {
+    if (!storage.contiguous_offset) throw Error(ErrorKind::conflict, where + " has no data written");
+    const std::uint64_t offset = *storage.contiguous_offset;
     walk.frame_bytes = acquisition.detector_rows * acquisition.detector_cols * element_size;
-    if (walk.frame_bytes == 0 || *offset > walk.file_size ||
-        walk.frame_count > (walk.file_size - *offset) / walk.frame_bytes) {
+    if (walk.frame_bytes == 0 || offset > walk.file_size ||
+        walk.frame_count > (walk.file_size - offset) / walk.frame_bytes) {
       throw Error(ErrorKind::corrupt_data, where + ": the contiguous data extends beyond the end of the file");
     }
     walk.contiguous = true;
-    walk.contiguous_offset = *offset;
+    walk.contiguous_offset = offset;
     const std::uint64_t part_frames = std::max<std::uint64_t>(kFramesPerThread, walk.frame_count / wanted_parts + 1);
     for (std::uint64_t first = 0; first < walk.frame_count; first += part_frames) {
       walk.contiguous_part_starts.push_back(first);
     }
     walk.contiguous_part_starts.push_back(walk.frame_count);
-  } else if (storage.layout == H5D_CHUNKED) {
-    const detail::DataLayout layout = detail::read_data_layout(*walk.raw, walk.dataset.object_header_address());
-    if (layout.layout_class != 2 || layout.element_size != element_size ||
-        layout.chunk_dims != std::vector<std::uint64_t>(storage.chunk_dims.begin(), storage.chunk_dims.end())) {
+  } else if (storage.layout == ShardLayout::chunked) {
+    const detail::DataLayout layout = detail::read_data_layout(*walk.raw, storage.object_header_address);
+    if (layout.layout_class != 2 || layout.element_size != element_size || layout.chunk_dims != storage.chunk_dims) {
       throw Error(ErrorKind::corrupt_data, where + ": the data layout message disagrees with HDF5's chunk shape");
     }
-    walk.chunk_index = detail::split_chunk_index(*walk.raw, layout, walk.dims, max_dims64, wanted_parts);
+    walk.chunk_index = detail::split_chunk_index(*walk.raw, layout, walk.dims, storage.max_dims, wanted_parts);
     if (!walk.chunk_index) {
-      spdlog::warn("catalog: {}: chunk index kind '{}' is not read directly; using H5Dget_chunk_info (slow for many "
-                   "chunks)",
-                   where, detail::chunk_index_kind_name(layout.index_kind));
+      if (!storage.chunks_listed) {
+        throw Error(ErrorKind::corrupt_data, where + ": chunk index kind '" +
+                                                 detail::chunk_index_kind_name(layout.index_kind) +
+                                                 "' is not read directly and HDF5 listed no chunks");
+      }
+      for (const auto& chunk : storage.chunks) {
+        if (chunk.element_offsets.size() != rank) {
+          throw Error(ErrorKind::corrupt_data, where + ": a listed chunk's offsets differ in rank");
+        }
+      }
       walk.hdf5_fallback = true;
+      walk.listed_chunks = std::move(storage.chunks);
     }
   } else {
     throw Error(ErrorKind::conflict, where + " changed since inspection (storage layout)");
@@ -278,17 +298,79 @@ void run_tasks(const std::vector<ShardWalk>& shards, FrameSink& sink, std::vecto
   for (auto& worker : workers) worker.join();
 }
 
+
 }  // namespace
 
+ShardStorage read_shard_storage(const std::string& file_path, const std::string& dataset_path) {
+  // The handles close before the lock is released.
+  const std::lock_guard<std::recursive_mutex> hdf5_lock(hdf5::library_mutex());
+  ShardStorage storage;
+  const hdf5::File file = hdf5::File::open_read_only(file_path);
+  const hdf5::Dataset dataset = hdf5::open_dataset(file.id(), dataset_path);
+  const hdf5::Dataspace space = dataset.space();
+  const int rank = H5Sget_simple_extent_ndims(space.id());
+  if (rank < 0) hdf5::throw_error("H5Sget_simple_extent_ndims");
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank)), max_dims(static_cast<std::size_t>(rank));
+  if (rank > 0 && H5Sget_simple_extent_dims(space.id(), dims.data(), max_dims.data()) < 0) {
+    hdf5::throw_error("H5Sget_simple_extent_dims");
+  }
+  storage.dims.assign(dims.begin(), dims.end());
+  storage.max_dims.assign(max_dims.begin(), max_dims.end());
+  detail::FileAddressing addressing;
+  addressing.offset_size = file.offset_size();
+  addressing.length_size = file.length_size();
+  addressing.base_address = file.user_block_size();
+  storage.offset_size = addressing.offset_size;
+  storage.length_size = addressing.length_size;
+  storage.base_address = addressing.base_address;
+  const hdf5::PropertyList creation = dataset.creation_properties();
+  const H5D_layout_t layout_class = H5Pget_layout(creation.id());
+  if (layout_class == H5D_LAYOUT_ERROR) hdf5::throw_error("H5Pget_layout");
+  if (layout_class == H5D_CONTIGUOUS) {
+    storage.layout = ShardLayout::contiguous;
+    storage.contiguous_offset = dataset.contiguous_offset();
+  } else if (layout_class == H5D_CHUNKED) {
+    storage.layout = ShardLayout::chunked;
+    std::vector<hsize_t> chunk_dims(H5S_MAX_RANK);
+    const int chunk_rank = H5Pget_chunk(creation.id(), H5S_MAX_RANK, chunk_dims.data());
+    if (chunk_rank < 0) hdf5::throw_error("H5Pget_chunk");
+    storage.chunk_dims.assign(chunk_dims.begin(), chunk_dims.begin() + chunk_rank);
+    storage.object_header_address = dataset.object_header_address();
+    // The index kinds not read directly get their chunks listed by HDF5.
+    const detail::RawFile raw(file_path, addressing);
+    const detail::DataLayout layout = detail::read_data_layout(raw, storage.object_header_address);
+    if (layout.index_kind == detail::ChunkIndexKind::extensible_array ||
+        layout.index_kind == detail::ChunkIndexKind::btree_v2) {
+      spdlog::warn("catalog: {}:{}: chunk index kind '{}' is not read directly; using H5Dget_chunk_info (slow for "
+                   "many chunks)",
+                   file_path, dataset_path, detail::chunk_index_kind_name(layout.index_kind));
+      storage.chunks_listed = true;
+      storage.chunks = list_chunks_with_hdf5(dataset, addressing, storage.dims.size());
+    }
+  }
+  return storage;
+}
+
+void set_shard_storage_source(ShardStorageFunction source) {
+  std::lock_guard<std::mutex> lock(shard_storage_source_mutex());
+  shard_storage_source() = std::move(source);
+}
+
 FrameIndex build_frame_index(const Acquisition& acquisition) {
+  ShardStorageFunction source;
+  {
+    std::lock_guard<std::mutex> lock(shard_storage_source_mutex());
+    source = shard_storage_source();
+  }
+  return build_frame_index(acquisition, source ? source : ShardStorageFunction(read_shard_storage));
+}
+
+FrameIndex build_frame_index(const Acquisition& acquisition, const ShardStorageFunction& storage) {
   if (!acquisition.status.loadable || !acquisition.dtype || !acquisition.detector_shape_known()) {
     throw conflict("acquisition is not loadable: " + acquisition.master_path + " (" + acquisition.status.reason + ")");
   }
-  // HDF5 runs on this thread only, under the process-wide lock (the shard
-  // handles close before it is released); the chunk-index walkers never call it.
-  const std::lock_guard<std::recursive_mutex> hdf5_lock(hdf5::library_mutex());
   FrameIndex index;
-  // Open every shard (HDF5: this thread only), up to the first that fails:
+  // Open every shard (its facts fetched by this thread), up to the first that fails:
   // that error comes after any error of the shards before it.
   std::vector<ShardWalk> shards;
   shards.reserve(acquisition.shards.size());
@@ -299,7 +381,7 @@ FrameIndex build_frame_index(const Acquisition& acquisition) {
     const auto shard_number = static_cast<std::uint32_t>(found - index.shard_paths.begin());
     if (found == index.shard_paths.end()) index.shard_paths.push_back(shard.file_path);
     try {
-      shards.push_back(open_shard(shard, acquisition, shard_number));
+      shards.push_back(open_shard(shard, acquisition, shard_number, storage));
     } catch (...) {
       open_error = std::current_exception();
       break;
@@ -313,12 +395,10 @@ FrameIndex build_frame_index(const Acquisition& acquisition) {
   for (auto& shard : shards) {
     if (!shard.hdf5_fallback) continue;
     try {
-      visit_chunks_with_hdf5(shard.dataset, shard.addressing, shard.dims.size(),
-                             [&](const std::uint64_t* element_offsets, std::uint64_t file_offset,
-                                 std::uint64_t stored_bytes, std::uint32_t filter_mask) {
-                               index.stored_bytes_total +=
-                                   sink.add(shard, element_offsets, file_offset, stored_bytes, filter_mask);
-                             });
+      for (const auto& chunk : shard.listed_chunks) {
+        index.stored_bytes_total +=
+            sink.add(shard, chunk.element_offsets.data(), chunk.file_offset, chunk.stored_bytes, chunk.filter_mask);
+      }
     } catch (...) {
       shard.error = std::current_exception();
     }

@@ -25,9 +25,10 @@ namespace quantem::catalog::hdf5 {
 // libhdf5 built without --enable-threadsafe (the default of a source build;
 // Debian's package reports H5is_library_threadsafe = 1) must never be called
 // from two threads at once: every catalog entry point that calls HDF5
-// (inspect_master, build_frame_index) holds this process-wide lock for its
-// whole run, so the watcher's inspections and the loaders' index builds never
-// overlap in HDF5 whatever the build. Recursive: an entry point may call another.
+// (inspect_master, read_shard_storage) holds this process-wide lock for its
+// whole run, so inspections and the loaders' index builds never overlap in
+// HDF5 whatever the build. Recursive: an entry point may call another. (The
+// daemon runs both in its inspector worker, decision 0012.)
 std::recursive_mutex& library_mutex();
 
 // Silences HDF5's automatic error printing for the calling thread (the setting

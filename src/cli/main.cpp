@@ -19,6 +19,8 @@
 #include "quantem/catalog/catalog.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/core/version.hpp"
+#include "quantem/inspector/inspector.hpp"
+#include "quantem/inspector/worker.hpp"
 #include "quantem/server/host_info.hpp"
 #include "quantem/server/serve.hpp"
 #include "quantem/server/serve_options.hpp"
@@ -103,6 +105,13 @@ int main(int argc, char** argv) {
   auto* catalog_cmd = app.add_subcommand("catalog", "Print the catalog of a data folder as JSON (GET /api/browse/sessions)");
   catalog_cmd->add_option("data_folder", catalog_folder, "Data folder")->required();
 
+  quantem::inspector::WorkerOptions worker_options;
+  auto* worker_cmd = app.add_subcommand("inspect-worker", "Internal: the master inspector that serve and catalog start "
+                                                          "(JSON lines on stdin/stdout, decision 0012)");
+  worker_cmd->add_option("--address-space-limit", worker_options.address_space_limit_bytes,
+                         "RLIMIT_AS in bytes (0: unchanged)");
+  worker_cmd->group("");  // not listed in --help
+
   quantem::synth::SynthOptions synth_options;
   std::string scan_text = "16x16", detector_text = "64x64", dtype_text = "uint16", preset_text = "realistic";
   auto* synth_cmd = app.add_subcommand("synth", "Write a synthetic Arina-style acquisition");
@@ -144,6 +153,7 @@ int main(int argc, char** argv) {
 
   try {
     if (serve_cmd->parsed()) return quantem::server::run_serve(serve_options);
+    if (worker_cmd->parsed()) return quantem::inspector::run_inspect_worker(worker_options);
     if (version_cmd->parsed()) {
       std::printf("quantem-gpu %s (%s)\n", quantem::version_string(), quantem::build_git_revision());
       return 0;
@@ -163,7 +173,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (catalog_cmd->parsed()) {
-      const auto catalog = quantem::catalog::build_catalog(catalog_folder);
+      // Like the daemon: libhdf5 runs on the folder's masters in the inspector only.
+      quantem::inspector::Inspector inspector;
+      const auto catalog = quantem::catalog::build_catalog(catalog_folder, inspector.inspect_function());
       std::cout << quantem::catalog::sessions_document(catalog).dump() << "\n";
       return 0;
     }

@@ -350,7 +350,8 @@ std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
   std::optional<std::string> error;
   try {
     const auto started = std::chrono::steady_clock::now();
-    built = std::make_shared<const catalog::Catalog>(options_.build(data_folder_));
+    built = std::make_shared<const catalog::Catalog>(options_.build ? options_.build(data_folder_)
+                                                                    : catalog::build_catalog(data_folder_, options_.inspect));
     masters = catalog::discover_masters(data_folder_);
     std::size_t files = 0;
     for (const auto& session : built->sessions) files += session.files.size();
@@ -477,7 +478,7 @@ std::shared_ptr<const catalog::Acquisition> CatalogService::resolve_shared(const
   ++signature_restats_;
   if (catalog::restat_signature(acquisition.signature) != acquisition.signature) {
     spdlog::info("{} changed since its inspection; inspecting it again", acquisition.master_path);
-    acquisition = catalog::inspect_master(acquisition.master_path);
+    acquisition = options_.inspect(acquisition.master_path);
     ++inspections_made_;
     std::lock_guard<std::mutex> lock(mutex_);
     fresh_[acquisition.master_path] = acquisition;
@@ -540,7 +541,7 @@ nlohmann::ordered_json CatalogService::acquisitions_document() {
       if (it != inspections_.end()) cached = it->second;
     }
     if (!cached || catalog::restat_signature(cached->signature) != cached->signature) {
-      cached = catalog::inspect_master(path);
+      cached = options_.inspect(path);
       ++inspections_made_;
       std::lock_guard<std::mutex> lock(mutex_);
       inspections_[path] = *cached;

@@ -28,7 +28,9 @@
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/catalog/catalog.hpp"
+#include "quantem/catalog/shard_storage.hpp"
 #include "quantem/core/version.hpp"
+#include "quantem/inspector/inspector.hpp"
 #include "quantem/residency/residency_manager.hpp"
 #include "quantem/server/browse_service.hpp"
 #include "quantem/server/catalog_service.hpp"
@@ -73,6 +75,9 @@ void add_serve_options(CLI::App& serve, ServeOptions& options) {
                    "Seconds requests in flight may finish after SIGTERM/SIGINT (default 2)");
   serve.add_option("--header-timeout", options.header_timeout_seconds,
                    "Seconds a client has to send a whole request line and headers; also the keep-alive idle timeout (default 5)");
+  serve.add_option("--inspect-timeout", options.inspect_timeout_seconds,
+                   "Seconds the master inspector may take for one master before it is stopped and the master "
+                   "reported not loadable (default 10)");
   serve.add_option("--auth", options.auth,
                    "none (default) or token (from $QUANTEM_GPU_TOKEN, $QUANTEM_GPU_TOKEN_FILE, else generated; "
                    "written to the 0600 runtime file)");
@@ -299,15 +304,30 @@ StartupResources acquire_startup_resources(const ServeSettings& settings, const 
   return resources;
 }
 
+// build_frame_index gets libhdf5's facts about the shards from the inspector
+// worker while this lives (decision 0012): no libhdf5 call on a data-folder
+// file in the daemon's process.
+struct ShardStorageThroughInspector {
+  explicit ShardStorageThroughInspector(inspector::Inspector& inspector) {
+    catalog::set_shard_storage_source(inspector.shard_storage_function());
+  }
+  ~ShardStorageThroughInspector() { catalog::set_shard_storage_source({}); }
+  ShardStorageThroughInspector(const ShardStorageThroughInspector&) = delete;
+  ShardStorageThroughInspector& operator=(const ShardStorageThroughInspector&) = delete;
+};
+
 // Step 3. The daemon's long-lived objects, wired in dependency order (and so
-// destroyed in reverse): backend -> residency -> catalog -> service -> HTTP.
+// destroyed in reverse): backend -> inspector -> residency -> catalog -> service
+// -> HTTP.
 struct DaemonWiring {
   DaemonWiring(const ServeSettings& settings, StartupResources resources)
       : notifier(),
         backend(std::move(resources.backend)),
         token(std::move(resources.token)),
+        inspector(inspector_options(settings)),
+        shard_storage(inspector),
         residency(*backend, residency_options(settings)),
-        catalog(settings.data_folder, watching_catalog_options()),
+        catalog(settings.data_folder, catalog_options(inspector)),
         service(browse_config(settings, token), *backend, residency, catalog, metrics),
         http([this](const HttpRequest& request) { return service.handle(request); }, http_options(settings)) {
     // Changed files invalidate the residents and cached images built from them
@@ -318,6 +338,17 @@ struct DaemonWiring {
     });
   }
 
+  static inspector::InspectorOptions inspector_options(const ServeSettings& settings) {
+    inspector::InspectorOptions options;
+    options.deadline = settings.inspect_timeout;
+    options.storage_deadline = std::max(options.storage_deadline, settings.inspect_timeout);
+    return options;
+  }
+  static CatalogServiceOptions catalog_options(inspector::Inspector& inspector) {
+    CatalogServiceOptions options = watching_catalog_options();
+    options.inspect = inspector.inspect_function();
+    return options;
+  }
   static residency::ResidencyOptions residency_options(const ServeSettings& settings) {
     residency::ResidencyOptions options;
     options.max_entries_per_device = settings.cache_entries;
@@ -344,6 +375,10 @@ struct DaemonWiring {
   ServiceManagerNotifier notifier;
   std::unique_ptr<backend::Backend> backend;
   std::optional<TokenSource> token;
+  // Before residency: loads (on the residency's loader threads) read each
+  // shard's libhdf5 facts through the inspector until the residency is gone.
+  inspector::Inspector inspector;
+  ShardStorageThroughInspector shard_storage;
   residency::ResidencyManager residency;
   CatalogService catalog;
   Metrics metrics;

@@ -243,6 +243,10 @@ ServeSettings validate_serve_options(const ServeOptions& options) {
     throw ServeUsageError("--header-timeout must be between 0.05 and 3600 seconds");
   }
   settings.header_timeout = std::chrono::milliseconds(std::llround(options.header_timeout_seconds * 1000));
+  if (!(options.inspect_timeout_seconds >= 0.05 && options.inspect_timeout_seconds <= 3600)) {
+    throw ServeUsageError("--inspect-timeout must be between 0.05 and 3600 seconds");
+  }
+  settings.inspect_timeout = std::chrono::milliseconds(std::llround(options.inspect_timeout_seconds * 1000));
   // Absolute, so the runtime file and the logs name it wherever they are read.
   if (!options.unix_socket.empty()) settings.unix_socket = std::filesystem::absolute(options.unix_socket).lexically_normal().string();
   settings.data_folder = catalog::absolute_folder(options.data_folder);

@@ -1,10 +1,16 @@
-// libFuzzer target: master-file inspection (catalog::inspect_master, through
-// libhdf5) on an arbitrary master file, beside a valid synthesized shard set of
-// the same stem, so links that survive mutation reach real data files. When
-// the inspection calls the master loadable, the frame index is built too.
-// Contract (acquisition.hpp): inspect_master never throws for a malformed file;
-// build_frame_index throws only quantem::Error. libhdf5 itself is not
-// instrumented: a crash inside it still stops the run (decision 0012).
+// libFuzzer target: master-file inspection through the inspector protocol
+// (decision 0012) on an arbitrary master file, beside a valid synthesized
+// shard set of the same stem, so links that survive mutation reach real data
+// files. The worker's request handler (inspector::answer_request, which runs
+// catalog::inspect_master through libhdf5) answers in this process, and the
+// daemon's parser (inspector::parse_reply) must accept that answer: a reply
+// of a real inspection that the daemon refuses is a bug of one side. When the
+// acquisition is loadable, the frame index is built too, with each shard's
+// libhdf5 facts through the protocol (storage request, parse_storage_reply).
+// Contract: inspect_master never throws for a malformed file; the reply
+// round-trips; build_frame_index throws only quantem::Error. libhdf5 itself is
+// not instrumented and runs in this process here: a crash inside it stops the
+// run (in the daemon it stops only the worker; tests/fuzz/known-crashes/).
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -18,7 +24,10 @@
 #include <string>
 
 #include "quantem/catalog/acquisition.hpp"
+#include "quantem/catalog/shard_storage.hpp"
 #include "quantem/core/error.hpp"
+#include "quantem/inspector/wire.hpp"
+#include "quantem/inspector/worker.hpp"
 #include "quantem/synth/synth.hpp"
 
 namespace {
@@ -64,10 +73,30 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (file == nullptr) std::abort();
   if (size > 0 && std::fwrite(data, 1, size, file) != size) std::abort();
   std::fclose(file);
-  const quantem::catalog::Acquisition acquisition = quantem::catalog::inspect_master(master_path);
+  const std::string reply = quantem::inspector::answer_request(quantem::inspector::inspect_request(master_path));
+  quantem::catalog::Acquisition acquisition;
+  try {
+    acquisition = quantem::inspector::parse_reply(reply, master_path);
+  } catch (const quantem::Error& error) {
+    std::fprintf(stderr, "the daemon refused the worker's reply (%s): %.2000s\n", error.what(), reply.c_str());
+    std::abort();
+  }
   if (acquisition.status.loadable) {
+    // Each shard's libhdf5 facts through the protocol as well, as in the daemon.
+    const auto storage_through_protocol = [](const std::string& file_path, const std::string& dataset_path) {
+      const std::string storage_reply =
+          quantem::inspector::answer_request(quantem::inspector::storage_request(file_path, dataset_path));
+      try {
+        return quantem::inspector::parse_storage_reply(storage_reply);
+      } catch (const quantem::inspector::ProtocolError& error) {
+        std::fprintf(stderr, "the daemon refused the worker's reply (%s): %.2000s\n", error.what(), storage_reply.c_str());
+        std::abort();
+      }
+    };
     try {
-      (void)quantem::catalog::build_frame_index(acquisition);
+      (void)quantem::catalog::build_frame_index(acquisition, storage_through_protocol);
+    } catch (const quantem::inspector::ProtocolError&) {
+      std::abort();
     } catch (const quantem::Error&) {
     }
   }

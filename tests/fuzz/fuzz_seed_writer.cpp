@@ -10,6 +10,10 @@
 //                   behind the header fuzz_chunk_index.cpp reads, filled in
 //                   from what HDF5 reports for it;
 //   inspect_master: every given *_master.h5 (at most 1 MiB);
+//   inspector_reply: the worker's reply to an inspection of each of those,
+//                   written for the path fuzz_inspector_reply asks for (a 0
+//                   selector byte first), and its reply to a storage request
+//                   for each of their shards (a 1 selector byte first);
 //   query:          queries of every route.
 // A synthesized acquisition (prefix "fuzz", the stem fuzz_inspect_master
 // keeps its shards under) is written to OUT_DIR/synth and used like a given file.
@@ -24,12 +28,17 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "chunk_index.hpp"
 #include "dataset_storage.hpp"
 #include "hdf5_handles.hpp"
 #include "quantem/ans/ans_codec.hpp"
 #include "quantem/codec/chunk_codec.hpp"
+#include "quantem/catalog/acquisition.hpp"
+#include "quantem/catalog/shard_storage.hpp"
 #include "quantem/core/error.hpp"
+#include "quantem/inspector/wire.hpp"
 #include "quantem/synth/synth.hpp"
 
 namespace {
@@ -54,6 +63,34 @@ void append(Bytes& bytes, T value) {
 Bytes read_whole(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return Bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// The inspector's reply for `master`, as if it lay at /fuzz/fuzz_master.h5.
+Bytes reply_seed(const std::string& master) {
+  catalog::Acquisition acquisition = catalog::inspect_master(master);
+  acquisition.master_path = "/fuzz/fuzz_master.h5";
+  acquisition.name = "fuzz_master.h5";
+  acquisition.stem = "fuzz";
+  const std::string line =
+      std::string(1, '\0') + nlohmann::json({{"acquisition", inspector::acquisition_to_json(acquisition)}})
+                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return Bytes(line.begin(), line.end());
+}
+
+// The inspector's replies to storage requests for the shards of `master`.
+std::vector<Bytes> storage_reply_seeds(const std::string& master) {
+  std::vector<Bytes> seeds;
+  for (const auto& shard : catalog::inspect_master(master).shards) {
+    nlohmann::json reply;
+    try {
+      reply = {{"storage", inspector::shard_storage_to_json(catalog::read_shard_storage(shard.file_path, shard.dataset_path))}};
+    } catch (const Error& error) {
+      reply = {{"failed", {{"kind", error_kind_name(error.kind())}, {"message", error.what()}}}};
+    }
+    const std::string line = std::string(1, '\1') + reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    seeds.emplace_back(line.begin(), line.end());
+  }
+  return seeds;
 }
 
 // fuzz_chunk_decoder's selector: filter + 3 * index of the element size in {1, 2, 4, 3, 8}.
@@ -232,7 +269,14 @@ int main(int argc, char** argv) {
     for (const std::string& path : files) {
       const std::string name = fs::path(path).filename().string();
       if (name.size() > 10 && name.compare(name.size() - 10, 10, "_master.h5") == 0 && fs::file_size(path) <= (1u << 20)) {
-        write_seed(out / "inspect_master", std::to_string(masters++) + "_" + name, read_whole(path));
+        write_seed(out / "inspect_master", std::to_string(masters) + "_" + name, read_whole(path));
+        write_seed(out / "inspector_reply", std::to_string(masters) + "_" + name, reply_seed(path));
+        int shard = 0;
+        for (const Bytes& seed : storage_reply_seeds(path)) {
+          write_seed(out / "inspector_reply", std::to_string(masters) + "_storage" + std::to_string(shard++) + "_" + name,
+                     seed);
+        }
+        ++masters;
       }
       try {
         write_file_seeds(path, std::to_string(n++), out);

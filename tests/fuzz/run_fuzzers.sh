@@ -17,7 +17,7 @@ build="$(cd "${1:?usage: run_fuzzers.sh BUILD_DIR [SECONDS] [TARGET...]}" && pwd
 seconds="${2:-20}"
 shift $(( $# >= 2 ? 2 : 1 ))
 targets=("$@")
-((${#targets[@]})) || targets=(chunk_decoder ans_reader chunk_index inspect_master query)
+((${#targets[@]})) || targets=(chunk_decoder ans_reader chunk_index inspect_master inspector_reply query)
 
 work="${QUANTEM_FUZZ_WORK:-$(mktemp -d /tmp/quantem-fuzz-XXXXXX)}"
 mkdir -p "$work"

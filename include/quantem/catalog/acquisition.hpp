@@ -108,6 +108,12 @@ struct Acquisition {
 // unreadable file; never hangs on one.
 Acquisition inspect_master(const std::string& master_path);
 
+// An acquisition that names `master_path` and knows nothing else: master_path
+// made absolute (no symlink resolution), name and stem filled in. Inspection
+// starts from it; the inspector (inspector/inspector.hpp) reports a file it
+// could not inspect with it.
+Acquisition named_acquisition(const std::string& master_path);
+
 // Stats every file of a signature again (cheap: no HDF5).
 SourceSignature restat_signature(const SourceSignature& signature);
 

@@ -2,6 +2,7 @@
 // The catalog of a data folder: sessions (directories that directly contain
 // masters) and their acquisitions, with the reference's discovery, exclusion,
 // ordering and alias rules (reference/browse-protocol.md §2.1-§2.2).
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -38,8 +39,16 @@ std::string absolute_folder(const std::string& folder);
 // (reference §8.17). A missing or unreadable folder gives an empty list.
 std::vector<std::string> discover_masters(const std::string& data_folder);
 
-// Walks and inspects everything.
+// How a master is inspected: inspect_master in this process, or the daemon's
+// crash-isolated inspector (inspector/inspector.hpp).
+using InspectFunction = std::function<Acquisition(const std::string& master_path)>;
+
+// Walks and inspects everything (with inspect_master, or with `inspect`). A
+// master whose inspection throws is left out with a warning, except a
+// quantem::Error of kind `unavailable` (the inspector cannot run), which ends
+// the build.
 Catalog build_catalog(const std::string& data_folder);
+Catalog build_catalog(const std::string& data_folder, const InspectFunction& inspect);
 
 // The JSON document of GET /api/browse/sessions (reference §4.2) with the
 // reference's key order, byte-compatible when dumped with dump() (compact

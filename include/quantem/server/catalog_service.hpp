@@ -59,8 +59,12 @@ namespace quantem::server {
 
 struct CatalogServiceOptions {
   std::chrono::milliseconds rewalk_interval{std::chrono::seconds(10)};
-  // How a catalog is built (tests substitute a builder they can hold).
-  std::function<catalog::Catalog(const std::string&)> build = catalog::build_catalog;
+  // How one master is inspected: in this process by default; the daemon
+  // passes its crash-isolated inspector (inspector/inspector.hpp).
+  catalog::InspectFunction inspect = catalog::inspect_master;
+  // How a catalog is built: empty means catalog::build_catalog with `inspect`
+  // (tests substitute a builder they can hold).
+  std::function<catalog::Catalog(const std::string&)> build;
   std::chrono::milliseconds unknown_name_rebuild_interval{std::chrono::seconds(5)};
   std::chrono::milliseconds rebuild_wait_limit{std::chrono::minutes(10)};
 

@@ -31,6 +31,7 @@ struct ServeOptions {
   std::string unix_socket;                      // --unix-socket PATH: listen there instead of TCP
   double shutdown_grace_seconds = 2.0;          // --shutdown-grace
   double header_timeout_seconds = 5.0;          // --header-timeout
+  double inspect_timeout_seconds = 10.0;        // --inspect-timeout: the inspector's deadline per master
 };
 
 // A start-up refusal: the message goes to stderr and the process exits 1
@@ -61,6 +62,7 @@ struct ServeSettings {
   std::string unix_socket;  // empty: TCP on host:port
   std::chrono::milliseconds shutdown_grace{2000};
   std::chrono::milliseconds header_timeout{5000};
+  std::chrono::milliseconds inspect_timeout{10000};
 };
 
 // Checks every option; throws ServeUsageError with the reference's texts:

@@ -1,5 +1,6 @@
 // Crafted hostile masters (tests/support/python/malformed_masters.py) inspected
-// in-process, as the daemon does (decision 0012): every one is reported as not
+// in-process, as the inspector worker does (decision 0012; inspector_test checks
+// the worker gives the same answers): every one is reported as not
 // loadable with a reason, none throws, crashes the test process or hangs
 // (the FIFO and the link cycles), and a valid master inspected afterwards in
 // the same process is still loadable.
