@@ -31,9 +31,9 @@ cat "$data"/tilt0/* > /dev/null
 python3 scripts/device/loopback_floor.py 0 147456 1048576 > "$out/loopback_floor.json"
 # The cold-start floor: a process that only initialises CUDA and lists the GPUs.
 for i in 1 2 3; do
-  start=$(date +%s.%N)
+  start=$EPOCHREALTIME
   run_bundle "$bin" info > /dev/null 2>&1
-  echo "quantem-gpu info (process start + CUDA initialisation): $(echo "$(date +%s.%N) - $start" | bc) s"
+  echo "quantem-gpu info (process start + CUDA initialisation): $(python3 -c "print(round($EPOCHREALTIME - $start, 3))") s"
 done
 echo "loopback floor: $(cat "$out/loopback_floor.json")"
 summarise() {
