@@ -49,7 +49,9 @@ if [ "$mode" = all ] || [ "$mode" = fault ]; then
   : > "$log"
   run_test cuda_fault_injection_tests 240 "$log" "$bundle/cuda_fault_injection_tests"
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  if [ -x "$sanitizer" ]; then
+  if [ "${QUANTEM_SKIP_MEMCHECK:-0}" = 1 ]; then
+    note "memcheck skipped (QUANTEM_SKIP_MEMCHECK=1)"
+  elif [ -x "$sanitizer" ]; then
     run_test "memcheck cuda_fault_injection_tests (manager case)" 240 "$log" \
       "$sanitizer" --tool memcheck --error-exitcode 9 --leak-check full "$bundle/cuda_fault_injection_tests" \
       --gtest_filter='*ResidencyManager*'
@@ -62,7 +64,7 @@ fi
 
 if [ "$mode" = all ] || [ "$mode" = dense ]; then
   start=$(date +%s)
-  timeout 300 "$bundle/bench_dense_peers" --json "$out/dense_peers.json" --repeats 15 > "$out/dense_peers.log" 2>&1
+  timeout 300 "$bundle/bench_dense_peers" --json "$out/dense_peers.json" --repeats "${QUANTEM_DENSE_REPEATS:-15}" > "$out/dense_peers.log" 2>&1
   note "bench_dense_peers rc=$? ($(( $(date +%s) - start )) s)"
   tail -n 30 "$out/dense_peers.log" | tee -a "$summary"
 fi
