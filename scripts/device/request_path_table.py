@@ -36,6 +36,9 @@ def main():
     for cold in http.get("cold_start", []):
         print("\ncold: start → first BF body %.3f s; first BF request including the load %.3f s (%s)" % (
             cold["start_to_first_bf_body_s"], cold["first_bf_request_including_load_s"], cold["first_bf_server_timing"]))
+    for first in http.get("first_bf_on_a_ready_daemon", []):
+        print("first BF request on a ready daemon (acquisition evicted first), load included: %.3f s (%s)" % (
+            first["first_bf_request_including_load_s"], first["server_timing"]))
     for size, f in floor.items():
         print("loopback floor for a %s-byte body: p50 %.3f ms (min %.3f)" % (size, f["p50"], f["min"]))
 

@@ -42,38 +42,43 @@ WireImage encode_wire_image(const products::Image& image, PayloadFormat format) 
   wire.height = image.height;
   wire.value_divisor = std::max<std::uint64_t>(1, image.value_divisor);
 
-  // One allocation of the final size, then plain loops over raw pointers
-  // (the compiler vectorises them; nothing aliases the output).
-  std::string data(count * 4, '\0');
-  char* const out = data.data();
+  // One allocation of the final size: values already in the wire's layout
+  // (floats and narrowed counts on a little-endian host) are copied once, the
+  // rest written by plain loops over raw pointers (nothing aliases the output).
+  const char* const size_mismatch = "Remote compute produced an image whose size does not match its shape.";
+  std::string data;
   if (image.is_float) {
-    if (image.values.size() != count) throw internal_error("Remote compute produced an image whose size does not match its shape.");
+    if (image.values.size() != count) throw internal_error(size_mismatch);
     wire.dtype = "<f4";
     static_assert(sizeof(std::uint32_t) == sizeof(float), "float32 expected");
     if constexpr (kLittleEndianHost) {
-      std::memcpy(out, image.values.data(), count * 4);
+      data.assign(reinterpret_cast<const char*>(image.values.data()), count * 4);
     } else {
+      data.assign(count * 4, '\0');
       for (std::uint64_t i = 0; i < count; ++i) {
         std::uint32_t bits = 0;
         std::memcpy(&bits, &image.values[i], sizeof(bits));
-        store_u32_le(out + 4 * i, bits);
+        store_u32_le(data.data() + 4 * i, bits);
       }
     }
   } else if (!image.narrow_counts.empty()) {
-    if (image.narrow_counts.size() != count) throw internal_error("Remote compute produced an image whose size does not match its shape.");
+    if (image.narrow_counts.size() != count) throw internal_error(size_mismatch);
     wire.dtype = "<u4";
     if constexpr (kLittleEndianHost) {
-      std::memcpy(out, image.narrow_counts.data(), count * 4);
+      data.assign(reinterpret_cast<const char*>(image.narrow_counts.data()), count * 4);
     } else {
-      for (std::uint64_t i = 0; i < count; ++i) store_u32_le(out + 4 * i, image.narrow_counts[i]);
+      data.assign(count * 4, '\0');
+      for (std::uint64_t i = 0; i < count; ++i) store_u32_le(data.data() + 4 * i, image.narrow_counts[i]);
     }
   } else {
-    if (image.counts.size() != count) throw internal_error("Remote compute produced an image whose size does not match its shape.");
+    if (image.counts.size() != count) throw internal_error(size_mismatch);
     wire.dtype = "<u4";
     const std::uint64_t* const in = image.counts.data();
     std::uint64_t high_bits = 0;  // any bit above the 32nd of any count
     for (std::uint64_t i = 0; i < count; ++i) high_bits |= in[i] >> 32;
     if (high_bits != 0) throw conflict(kCountOverflowMessage);
+    data.assign(count * 4, '\0');
+    char* const out = data.data();
     for (std::uint64_t i = 0; i < count; ++i) store_u32_le(out + 4 * i, static_cast<std::uint32_t>(in[i]));
   }
 

@@ -124,11 +124,15 @@ class Bench {
   }
 
   std::optional<Reply> get(const std::string& target, httplib::Headers headers = {}) {
+    return send("GET", target, std::move(headers));
+  }
+
+  std::optional<Reply> send(const std::string& method, const std::string& target, httplib::Headers headers = {}) {
     if (!token_.empty()) headers.emplace("Authorization", "Bearer " + token_);
     std::string extra;
     for (const auto& [name, value] : headers) extra += name + ": " + value + "\r\n";
     const std::string request =
-        quantem::test::request_text("GET", target, "127.0.0.1:" + std::to_string(port_), extra);
+        quantem::test::request_text(method, target, "127.0.0.1:" + std::to_string(port_), extra);
     for (int attempt = 0; attempt < 2; ++attempt) {  // the server may have closed an idle connection
       if (fd_ < 0) fd_ = quantem::test::connect_tcp(port_);
       if (fd_ < 0) return std::nullopt;
@@ -405,6 +409,27 @@ int main(int argc, char** argv) {
   json results = json::array();
   for (const auto& row : rows) results.push_back(bench.run(row, requests));
   report["rows"] = results;
+
+  // The first BF request of a viewer on a daemon that is up: the acquisition
+  // evicted, then a BF (a new radius: no cached image) loads it again.
+  json first_loads = json::array();
+  for (int k = 0; k < 3; ++k) {
+    auto evicted = bench.send("DELETE", "/api/browse/resident?" + source);
+    if (!evicted || evicted->status != 200) {
+      std::cerr << "DELETE /api/browse/resident failed\n";
+      return 1;
+    }
+    const auto start = Clock::now();
+    auto first = bench.get(realspace + "&mode=BF&inner=0&ensure_resident=true&outer=" + number(1 + (9000 + k) * 1e-7));
+    const double ms = ms_since(start);
+    if (!first || first->status != 200) {
+      std::cerr << "BF after eviction failed\n";
+      return 1;
+    }
+    first_loads.push_back({{"first_bf_request_including_load_s", ms / 1000},
+                           {"server_timing", first->get_header_value("server-timing")}});
+  }
+  report["first_bf_on_a_ready_daemon"] = first_loads;
   std::cout << report.dump(2) << std::endl;
 
   if (daemon) {
