@@ -55,7 +55,7 @@ for variant in ${QUANTEM_DIAG_VARIANTS:-default reuse}; do
   [ "$variant" = reuse ] && tunables="glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
   GLIBC_TUNABLES=$tunables LD_LIBRARY_PATH="$bundle/lib" timeout 200 "$bundle/bench_http_viewer" \
     --start-daemon "$bin" --data "$data" --session tilt0 --file tilt_master.h5 \
-    --daemon-arg=--gpus --daemon-arg=auto --cold-starts 1 --requests 40 > "$out/http_$variant.json" 2> "$out/http_$variant.log"
+    --daemon-arg=--gpus --daemon-arg=auto --cold-starts "${QUANTEM_DIAG_COLD_STARTS:-1}" --requests 40 > "$out/http_$variant.json" 2> "$out/http_$variant.log"
   echo "== $variant rc=$?"
   summarise "$out/http_$variant.json"
 done
