@@ -37,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_gpu_kernels.hpp"
+#include "bench_support.hpp"
 #include "dense_peer_kernels.hpp"
 #include "quantem/cuda/device.hpp"
 #include "quantem/products/products.hpp"
@@ -52,23 +53,8 @@ double milliseconds_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  if (n == 0) return 0.0;
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-template <class F>
-void parallel_for(std::size_t count, F&& body) {
-  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      for (std::size_t i = t; i < count; i += threads) body(i);
-    });
-  for (auto& thread : pool) thread.join();
-}
+using bench::median;
+using bench::parallel_for;
 
 // Python's max(a, b), as products.cpp uses it for the annulus radii.
 double python_max(double a, double b) { return b > a ? b : a; }

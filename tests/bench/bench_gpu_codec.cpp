@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_gpu_kernels.hpp"
+#include "bench_support.hpp"
 #include "quantem/codec/chunk_codec.hpp"
 #include "quantem/cuda/ans.hpp"
 #include "quantem/cuda/bitshuffle_lz4.hpp"
@@ -41,22 +42,8 @@ namespace {
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-template <class F>
-void parallel_for(std::size_t count, F&& body) {
-  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      for (std::size_t i = t; i < count; i += threads) body(i);
-    });
-  for (auto& thread : pool) thread.join();
-}
+using bench::median;
+using bench::parallel_for;
 
 std::size_t align_up(std::size_t value, std::size_t alignment) { return (value + alignment - 1) / alignment * alignment; }
 
