@@ -44,7 +44,7 @@ std::uint32_t ring_sum_bytes_for(const RingPartition& partition, DType dtype) {
 CudaResident::CudaResident(catalog::Acquisition source, DType resident_dtype, std::string encoding, int device_index,
                            std::uint32_t frames_per_group, std::vector<TrackedBuffer> pieces,
                            TrackedBuffer group_offsets, const std::uint8_t* base, CudaRingTable rings,
-                           TrackedBuffer frame_moments)
+                           TrackedBuffer frame_moments, std::vector<std::uint64_t> full_pattern)
     : source_(std::move(source)),
       resident_dtype_(resident_dtype),
       encoding_(std::move(encoding)),
@@ -56,7 +56,8 @@ CudaResident::CudaResident(catalog::Acquisition source, DType resident_dtype, st
       base_(base),
       rings_(std::move(rings)),
       frame_moments_(std::move(frame_moments)),
-      resident_bytes_(group_offsets_.size() + rings_.d_ring_sums.size() + frame_moments_.size()) {
+      resident_bytes_(group_offsets_.size() + rings_.d_ring_sums.size() + frame_moments_.size()),
+      full_pattern_(std::move(full_pattern)) {
   for (const TrackedBuffer& piece : pieces_) resident_bytes_ += piece.size();
 }
 

@@ -44,7 +44,8 @@ class CudaResident final : public Resident {
  public:
   CudaResident(catalog::Acquisition source, DType resident_dtype, std::string encoding, int device_index,
                std::uint32_t frames_per_group, std::vector<TrackedBuffer> pieces, TrackedBuffer group_offsets,
-               const std::uint8_t* base, CudaRingTable rings, TrackedBuffer frame_moments);
+               const std::uint8_t* base, CudaRingTable rings, TrackedBuffer frame_moments,
+               std::vector<std::uint64_t> full_pattern);
   // Binds the resident's device so its pieces are freed there (on whichever thread drops it).
   ~CudaResident() override;
 
@@ -137,7 +138,9 @@ class CudaResident final : public Resident {
   cuda::PinnedBuffer staging_;
 
   std::mutex full_pattern_mutex_;
-  std::optional<std::vector<std::uint64_t>> full_pattern_;  // Σ over every frame (uncropped plans)
+  // Σ over every frame (uncropped plans): summed from the dense batches during
+  // the load, so the first bright-field fit decodes nothing.
+  std::optional<std::vector<std::uint64_t>> full_pattern_;
 };
 
 }  // namespace quantem::backend::cuda_detail

@@ -54,6 +54,8 @@ ResidentEncoder::ResidentEncoder(const catalog::Acquisition& source, const CudaL
   misc_ = TrackedBuffer(plan.batch_misc_bytes, ledger_);
   reservation_.take(plan.frame_moments_bytes);
   d_frame_moments_ = TrackedBuffer(plan.frame_moments_bytes, ledger_);
+  d_pattern_ = TrackedBuffer(plan.frame_pixels * 8, ledger_);  // within the plan's ring_setup_bytes
+  QUANTEM_CUDA_TRY(cudaMemsetAsync(d_pattern_.data(), 0, plan.frame_pixels * 8, stream_));
   scratch_ = TrackedBuffer(plan.encode_scratch_bytes, ledger_);
   host_offsets_ = cuda::PinnedBuffer(std::size_t{plan.groups_per_batch} * 8);
   QUANTEM_CUDA_TRY(cudaMemsetAsync(misc_.data(), 0, plan.batch_misc_bytes, stream_));  // the max value starts at 0
@@ -71,7 +73,9 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
   const bool track_max = plan_.source_dtype == DType::uint32;
   cuda::prepare_frames(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
                        masked_.as<std::uint32_t>(), masked_count_, track_max ? d_max : nullptr, stream_);
-  if (!rings_) set_up_rings(d_frames, frame_count);
+  cuda::dense_pattern_sum(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
+                          d_pattern_.as<std::uint64_t>(), stream_);
+  if (!rings_) set_up_rings();  // from the first batch's pattern, which d_pattern_ holds now
   cuda::dense_ring_sums(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
                         d_pixels_by_ring_.as<std::uint32_t>(), d_ring_of_sorted_.as<std::uint16_t>(),
                         rings_->ring_count(), d_ring_sums_.data(), ring_sum_bytes_, plan_.frames, first_frame, stream_);
@@ -113,19 +117,13 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
   pieces_.push_back(std::move(piece));
 }
 
-void ResidentEncoder::set_up_rings(const void* d_frames, std::uint64_t frame_count) {
+void ResidentEncoder::set_up_rings() {
   const auto rows = static_cast<std::uint32_t>(source_.detector_rows);
   const auto cols = static_cast<std::uint32_t>(source_.detector_cols);
   const std::uint64_t pixels = plan_.frame_pixels;
   std::vector<std::uint64_t> pattern(pixels);
-  {
-    TrackedBuffer d_pattern(pixels * 8, ledger_);
-    QUANTEM_CUDA_TRY(cudaMemsetAsync(d_pattern.data(), 0, pixels * 8, stream_));
-    cuda::dense_pattern_sum(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(pixels),
-                            d_pattern.as<std::uint64_t>(), stream_);
-    QUANTEM_CUDA_TRY(cudaMemcpyAsync(pattern.data(), d_pattern.data(), pixels * 8, cudaMemcpyDeviceToHost, stream_));
-    QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream_));
-  }
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(pattern.data(), d_pattern_.data(), pixels * 8, cudaMemcpyDeviceToHost, stream_));
+  QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream_));
   rings_ = make_ring_partition(rows, cols, bright_centroid(pattern, rows, cols));
   ring_sum_bytes_ = ring_sum_bytes_for(*rings_, plan_.source_dtype);
   d_pixels_by_ring_ = TrackedBuffer(pixels * 4, ledger_);
@@ -146,8 +144,12 @@ std::shared_ptr<CudaResident> ResidentEncoder::finish(int device_index, const st
                          std::to_string(plan_.frames) + " frames encoded");
   }
   std::uint32_t max_value = 0;
+  std::vector<std::uint64_t> pattern(plan_.frame_pixels);
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(&max_value, misc_.data(), 4, cudaMemcpyDeviceToHost, stream_));
+  QUANTEM_CUDA_TRY(
+      cudaMemcpyAsync(pattern.data(), d_pattern_.data(), pattern.size() * 8, cudaMemcpyDeviceToHost, stream_));
   QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream_));
+  d_pattern_.release();
   masked_.release();
   slots_.clear();
   misc_.release();
@@ -173,7 +175,7 @@ std::shared_ptr<CudaResident> ResidentEncoder::finish(int device_index, const st
   CudaRingTable ring_table{std::move(*rings_), ring_sum_bytes_, std::move(d_ring_sums_)};
   return std::make_shared<CudaResident>(source_, held, encoding, device_index, plan_.frames_per_group,
                                         std::move(pieces_), std::move(group_offsets), base, std::move(ring_table),
-                                        std::move(d_frame_moments_));
+                                        std::move(d_frame_moments_), std::move(pattern));
 }
 
 }  // namespace quantem::backend::cuda_detail

@@ -4,8 +4,10 @@
 // the encoder's dense slots (two during a load from files, so that one is
 // decoded into while the other is encoded); for each one
 // the encoder zeroes masked pixels (and tracks the largest count), adds the
-// batch's exact per-frame ring sums to the resident's ring table (rings
-// around the bright-field centre of the first batch: ring_partition.hpp),
+// batch to the acquisition's pattern sum (the resident keeps it for
+// uncropped plans), adds the batch's exact per-frame ring sums to the
+// resident's ring table (rings around the bright-field centre of the first
+// batch: ring_partition.hpp) and its per-frame moments to the moments table,
 // measures every group's encoded size, checks the running total against the
 // plan's bound, allocates one exactly sized piece and writes the groups into it.
 // Used by the file loader and by make_cuda_resident (dense host counts).
@@ -86,7 +88,7 @@ class ResidentEncoder {
  private:
   // On the first batch: the ring partition around the batch's bright-field
   // centre, its device tables and the resident's ring table (blocks on the stream).
-  void set_up_rings(const void* d_frames, std::uint64_t frame_count);
+  void set_up_rings();  // from d_pattern_ after the first batch
 
   struct DenseSlot {
     TrackedBuffer frames;
@@ -111,6 +113,7 @@ class ResidentEncoder {
   ResidentReservation reservation_;
   std::optional<RingPartition> rings_;
   std::uint32_t ring_sum_bytes_ = 0;
+  TrackedBuffer d_pattern_;         // load only: Σ of every frame so far (uint64 per pixel)
   TrackedBuffer d_pixels_by_ring_;  // load only
   TrackedBuffer d_ring_of_sorted_;  // load only
   TrackedBuffer d_ring_sums_;       // [ring][frame], kept by the resident
