@@ -4,7 +4,10 @@
 A server thread answers each request line with a ready-made response of
 N bytes (no work per request); the client sends a request, reads the whole
 response and times it. JSON on stdout: p50/p90/min in ms for each size.
+With QUANTEM_FLOOR_SOCKET_BUFFER=BYTES both ends set SO_SNDBUF/SO_RCVBUF to
+that size (the daemon's --socket-buffer question: does one write fit?).
 """
+import os
 import json
 import socket
 import sys
@@ -12,10 +15,15 @@ import threading
 import time
 
 
+SOCKET_BUFFER = int(os.environ.get("QUANTEM_FLOOR_SOCKET_BUFFER", "0"))
+
+
 def serve(listener, body_sizes):
     bodies = {n: (b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % n) + b"\0" * n for n in body_sizes}
     connection, _ = listener.accept()
     connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if SOCKET_BUFFER:
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
     pending = b""
     while True:
         chunk = connection.recv(65536)
@@ -36,6 +44,8 @@ def main():
     threading.Thread(target=serve, args=(listener, sizes), daemon=True).start()
     client = socket.create_connection(listener.getsockname())
     client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if SOCKET_BUFFER:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
     buffer = bytearray(4 << 20)
     view = memoryview(buffer)
     report = {}
