@@ -70,6 +70,48 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
   if ((!reader.finished_cleanly() || overflow) && error != nullptr) atomicOr(error, 1u);
 }
 
+// grid: (stream blocks, groups). One thread per stream decodes its whole
+// chain and writes its reader's states and word index before every frame
+// s·seek_frames (s = 1 .. seek_points) to the seek table.
+__global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
+    record_seek_points_kernel(ResidentParams p, std::uint32_t seek_frames, std::uint32_t seek_points,
+                              std::uint32_t* points, std::uint32_t* error) {
+  extern __shared__ __align__(16) std::uint8_t shared[];
+  auto* table = reinterpret_cast<std::uint32_t*>(shared);
+  auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
+  const OpenedGroup opened = open_group_or_flag(p, blockIdx.y, error);
+  if (!opened.valid) return;
+  const auto& [blob, header, first_frame, frame_count, valid] = opened;
+  dev::build_decode_tables(blob, header, table, cdf_scratch);
+  const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
+  if (stream >= header.stream_count) return;
+  std::uint32_t pixels[4];
+  const std::uint32_t present = dev::quad_pixels(stream, p.quad_cols, p.rows, p.cols, pixels);
+  std::uint32_t class_offset[4];
+  std::uint32_t shift[4];
+  dev::quad_class_tables(blob, header, pixels, present, class_offset, shift);
+  dev::StreamReader reader;
+  reader.open(blob + header.stream_data_offset,
+              reinterpret_cast<const std::uint32_t*>(blob + header.stream_offsets_offset), stream,
+              header.stream_count, header.stream_data_bytes);
+  const bool raw_bits = __any_sync(__activemask(), (shift[0] | shift[1] | shift[2] | shift[3]) != 0);
+  std::uint32_t* group_points = points + std::uint64_t{blockIdx.y} * seek_points * 5 * p.stream_count + stream;
+  std::uint32_t next_point = 1;
+  for (std::uint32_t f = 0; f < frame_count; ++f) {
+    if (f == next_point * seek_frames && next_point <= seek_points) {
+      std::uint32_t* at = group_points + std::uint64_t{next_point - 1} * 5 * p.stream_count;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) at[k * p.stream_count] = reader.state[k];
+      at[4 * p.stream_count] = reader.word_index();
+      ++next_point;
+    }
+    reader.top_up();
+    std::uint32_t values[4];
+    reader.decode_frame(table, class_offset, shift, raw_bits, values);
+  }
+  if (!reader.finished_cleanly() && error != nullptr) atomicOr(error, 1u);
+}
+
 // grid: (blocks of active streams, groups). Each thread decodes one active
 // stream; per frame a warp sums its lanes' masked values (redux) and adds the
 // result to the CTA's per-frame sums in shared memory (16-bit groups: through
@@ -78,7 +120,8 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
 // independent of the launch shape.
 __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
     masked_sum_kernel(ResidentParams p, const std::uint32_t* __restrict__ entries, std::uint32_t active_streams,
-                      unsigned long long* sums, std::uint32_t* error) {
+                      std::uint32_t padded_streams, std::uint32_t segments, unsigned long long* sums,
+                      std::uint32_t* error) {
   extern __shared__ __align__(16) std::uint8_t shared[];
   auto* table = reinterpret_cast<std::uint32_t*>(shared);
   auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
@@ -93,8 +136,15 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
   for (std::uint32_t f = threadIdx.x; f < frame_count; f += blockDim.x) frame_sums[f] = 0;
   dev::build_decode_tables(blob, header, table, cdf_scratch);  // ends with __syncthreads()
 
-  const std::uint32_t index = blockIdx.x * blockDim.x + threadIdx.x;
-  const bool active = index < active_streams;
+  // Work item = (segment, active stream); padded_streams is a multiple of 32,
+  // so a warp's lanes share one segment (and its frames).
+  const std::uint32_t item = blockIdx.x * blockDim.x + threadIdx.x;
+  const std::uint32_t segment = item / padded_streams;
+  const std::uint32_t index = item % padded_streams;
+  const std::uint32_t segment_begin = segment * p.seek_frames;  // 0 without seek points (one segment)
+  const std::uint32_t segment_end =
+      segment < p.seek_points ? min(frame_count, segment_begin + p.seek_frames) : frame_count;
+  const bool active = segment < segments && segment_begin < frame_count && index < active_streams;
   const bool warp_active = __any_sync(0xffffffffu, active);
   if (warp_active) {
     const std::uint32_t entry = active ? entries[index] : 0u;
@@ -110,6 +160,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
       reader.open(blob + header.stream_data_offset,
                   reinterpret_cast<const std::uint32_t*>(blob + header.stream_offsets_offset), stream,
                   header.stream_count, header.stream_data_bytes);
+      if (segment > 0) kernels::ans_resident::seek_to_segment(p, blockIdx.y, segment, stream, reader);
     } else {
       dev::no_quad(class_offset, shift, reader);
     }
@@ -130,9 +181,10 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
       // them to the CTA's sums every 32 frames: one predicated add per frame
       // instead of a shared atomic, which the compiler turns into a
       // warp-aggregated sequence of a dozen instructions.
-      for (std::uint32_t first = 0; first < frame_count; first += 32) {
-        const std::uint32_t frames_here = min(32u, frame_count - first);
-        std::uint32_t mine = 0;  // the warp sum of frame first + lane
+      const std::uint32_t segment_frames = segment_begin < frame_count ? segment_end - segment_begin : 0u;
+      for (std::uint32_t first = 0; first < segment_frames; first += 32) {
+        const std::uint32_t frames_here = min(32u, segment_frames - first);
+        std::uint32_t mine = 0;  // the warp sum of frame segment_begin + first + lane
         for (std::uint32_t j = 0; j < frames_here; ++j) {
           reader.top_up();
           std::uint32_t frame_entries[4];
@@ -151,11 +203,12 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
           const std::uint32_t warp_sum = __reduce_add_sync(0xffffffffu, lane_sum);
           if (lane == j) mine = warp_sum;
         }
-        if (lane < frames_here && mine != 0) atomicAdd(frame_sums32 + first + lane, mine);
+        if (lane < frames_here && mine != 0) atomicAdd(frame_sums32 + segment_begin + first + lane, mine);
       }
     } else {  // 32-bit groups: 64-bit sums, the same register-held per-frame sums
-      for (std::uint32_t first = 0; first < frame_count; first += 32) {
-        const std::uint32_t frames_here = min(32u, frame_count - first);
+      const std::uint32_t segment_frames = segment_begin < frame_count ? segment_end - segment_begin : 0u;
+      for (std::uint32_t first = 0; first < segment_frames; first += 32) {
+        const std::uint32_t frames_here = min(32u, segment_frames - first);
         unsigned long long mine = 0;
         for (std::uint32_t j = 0; j < frames_here; ++j) {
           reader.top_up();
@@ -167,10 +220,16 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
           lane_sum = kernels::warp_sum_u64(lane_sum);
           if (lane == j) mine = lane_sum;
         }
-        if (lane < frames_here && mine != 0) atomicAdd(frame_sums + first + lane, mine);
+        if (lane < frames_here && mine != 0) atomicAdd(frame_sums + segment_begin + first + lane, mine);
       }
     }
-    if (active && !reader.finished_cleanly() && error != nullptr) atomicOr(error, 1u);
+    // The last segment ends the stream cleanly; any other ends exactly at the next seek point.
+    if (active && error != nullptr) {
+      const bool bad = segment_end == frame_count ? !reader.finished_cleanly()
+                                                  : reader.corrupt || !kernels::ans_resident::at_seek_point(
+                                                                          p, blockIdx.y, segment + 1, stream, reader);
+      if (bad) atomicOr(error, 1u);
+    }
   }
   __syncthreads();
   for (std::uint32_t f = threadIdx.x; f < frame_count; f += blockDim.x) {
@@ -240,6 +299,30 @@ void ans_decode_frames(const AnsResidentView& resident, std::size_t first_group,
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "decode_frames_kernel");
 }
 
+void ans_record_seek_points(const AnsResidentView& resident, std::uint32_t frames_per_seek_point,
+                            std::uint32_t* d_points, std::uint32_t* d_error, StreamHandle stream) {
+  AnsResidentView plain = resident;
+  plain.d_seek_points = nullptr;
+  const ResidentParams p = make_resident_params(plain, "ANS seek points");
+  const std::uint32_t seek_points = ans_seek_points_per_group(resident.frames_per_group, frames_per_seek_point);
+  if (seek_points == 0 || resident.group_count == 0) return;
+  if (d_points == nullptr) throw bad_request("ANS seek points: null table");
+  if (resident.group_count > 65535) throw bad_request("ANS seek points: more than 65535 groups");
+  const int threads = kernels::tuning::kAnsDecodeThreads;
+  const std::size_t shared_bytes = table_shared_bytes(threads);
+  QUANTEM_CUDA_TRY(cudaFuncSetAttribute(record_seek_points_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(shared_bytes)));
+  // Points past a short last group's frames are never read; zero them all the same.
+  QUANTEM_CUDA_TRY(cudaMemsetAsync(
+      d_points, 0,
+      ans_seek_table_words(resident.group_count, resident.frames_per_group, frames_per_seek_point, p.stream_count) * 4,
+      stream));
+  const dim3 grid((p.stream_count + threads - 1) / threads, static_cast<unsigned>(resident.group_count));
+  record_seek_points_kernel<<<grid, threads, shared_bytes, stream>>>(p, frames_per_seek_point, seek_points, d_points,
+                                                                     d_error);
+  QUANTEM_CUDA_CHECK_LAUNCH(stream, "record_seek_points_kernel");
+}
+
 void ans_masked_sum(const AnsResidentView& resident, const std::uint32_t* d_entries, std::uint32_t entry_count,
                     std::uint64_t* d_sums, std::uint32_t* d_error, StreamHandle stream) {
   const ResidentParams p = make_resident_params(resident, "ANS decode");
@@ -253,9 +336,14 @@ void ans_masked_sum(const AnsResidentView& resident, const std::uint32_t* d_entr
       table_shared_bytes(threads) + std::size_t{resident.frames_per_group} * sizeof(std::uint64_t);
   QUANTEM_CUDA_TRY(cudaFuncSetAttribute(masked_sum_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(shared_bytes)));
-  const dim3 grid((entry_count + threads - 1) / threads, static_cast<unsigned>(resident.group_count));
-  masked_sum_kernel<<<grid, threads, shared_bytes, stream>>>(p, d_entries, entry_count,
-                                                             reinterpret_cast<unsigned long long*>(d_sums), d_error);
+  // One work item per (segment, stream): the chains a group's streams decode
+  // are seek_frames long instead of frames_per_group (more, shorter chains).
+  const std::uint32_t padded = (entry_count + 31) / 32 * 32;
+  const std::uint32_t segments = p.seek_points + 1;
+  const std::uint64_t items = std::uint64_t{padded} * segments;
+  const dim3 grid(static_cast<unsigned>((items + threads - 1) / threads), static_cast<unsigned>(resident.group_count));
+  masked_sum_kernel<<<grid, threads, shared_bytes, stream>>>(
+      p, d_entries, entry_count, padded, segments, reinterpret_cast<unsigned long long*>(d_sums), d_error);
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "masked_sum_kernel");
 }
 

@@ -29,6 +29,9 @@ struct ResidentParams {
   std::uint32_t cols;
   std::uint32_t quad_cols;
   std::uint32_t stream_count;
+  const std::uint32_t* d_seek_points;  // null: no seek points (cuda::AnsResidentView)
+  std::uint32_t seek_frames;           // frames between seek points (0 without)
+  std::uint32_t seek_points;           // per group (ans_seek_points_per_group)
 };
 
 // Checks a resident view (Error(bad_request) prefixed with `who`) and returns its parameters.
@@ -42,8 +45,55 @@ inline ResidentParams make_resident_params(const cuda::AnsResidentView& resident
   if (resident.group_count != cuda::ans_group_count(resident.total_frames, resident.frames_per_group))
     throw bad_request(std::string(who) + ": group_count does not match total_frames / frames_per_group");
   const AnsGroupLayout layout = ans_group_layout(resident.detector_rows, resident.detector_cols);
-  return {resident.d_blobs,       resident.d_group_offsets, resident.total_frames, resident.frames_per_group,
-          resident.detector_rows, resident.detector_cols,   layout.quad_cols,      layout.stream_count};
+  const bool seekable = resident.d_seek_points != nullptr && resident.frames_per_seek_point != 0;
+  const std::uint32_t seek_frames = seekable ? resident.frames_per_seek_point : 0;
+  return {resident.d_blobs,
+          resident.d_group_offsets,
+          resident.total_frames,
+          resident.frames_per_group,
+          resident.detector_rows,
+          resident.detector_cols,
+          layout.quad_cols,
+          layout.stream_count,
+          seekable ? resident.d_seek_points : nullptr,
+          seek_frames,
+          cuda::ans_seek_points_per_group(resident.frames_per_group, seek_frames)};
+}
+
+// The segment of a group's frames a decode may start at: frame s·seek_frames
+// for s <= seek_points, else 0 (no seek points).
+__host__ __device__ inline std::uint32_t seek_segment_of(const ResidentParams& p, std::uint32_t frame) {
+  if (p.seek_points == 0) return 0;
+  const std::uint32_t segment = frame / p.seek_frames;
+  return segment < p.seek_points ? segment : p.seek_points;
+}
+
+// Where seek point `point` (1-based) of stream `stream` of group `group` lies:
+// value j (0..3 the states, 4 the word index) at [j * stream_count].
+__device__ inline const std::uint32_t* seek_point(const ResidentParams& p, std::uint32_t group, std::uint32_t point,
+                                                  std::uint32_t stream) {
+  return p.d_seek_points + (std::uint64_t{group} * p.seek_points + (point - 1)) * 5 * p.stream_count + stream;
+}
+
+// Moves an opened reader to the start of segment `segment` (> 0) of its group.
+__device__ inline void seek_to_segment(const ResidentParams& p, std::uint32_t group, std::uint32_t segment,
+                                       std::uint32_t stream, dev::StreamReader& reader) {
+  const std::uint32_t* at = seek_point(p, group, segment, stream);
+  std::uint32_t states[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) states[k] = __ldg(at + k * p.stream_count);
+  reader.seek(states, __ldg(at + 4 * p.stream_count));
+}
+
+// True when a reader that decoded up to the start of segment `segment` (> 0)
+// is where the seek table says (a check of the table, and of the stream).
+__device__ inline bool at_seek_point(const ResidentParams& p, std::uint32_t group, std::uint32_t segment,
+                                     std::uint32_t stream, const dev::StreamReader& reader) {
+  const std::uint32_t* at = seek_point(p, group, segment, stream);
+  bool same = __ldg(at + 4 * p.stream_count) == reader.word_index();
+#pragma unroll
+  for (int k = 0; k < 4; ++k) same = same && __ldg(at + k * p.stream_count) == reader.state[k];
+  return same;
 }
 
 // Decode tables + per-warp cdf scratch, rounded up to 16 bytes.

@@ -162,6 +162,23 @@ struct StreamReader {
     ahead = load_quad(2);
   }
 
+  // The index of the next unread 16-bit word (after the state header).
+  QUANTEM_ANS_READER_HD std::uint32_t word_index() const { return 4 * window + pos / 16; }
+
+  // After open(): continues as if the stream had been decoded up to the point
+  // where its states were `states` and its next unread word `word`
+  // (ans_record_seek_points). A word past the stream's end marks it corrupt.
+  QUANTEM_ANS_READER_HD void seek(const std::uint32_t states[ans::kAnsStatesPerStream], std::uint32_t word) {
+    if (words == nullptr) return;  // an empty reader stays empty
+    if (word > 4 * quads) corrupt = true;
+    for (std::uint32_t k = 0; k < ans::kAnsStatesPerStream; ++k) state[k] = states[k];
+    window = word / 4;
+    pos = 16 * (word % 4);
+    low = load_quad(window);
+    high = load_quad(window + 1);
+    ahead = load_quad(window + 2);
+  }
+
   QUANTEM_ANS_READER_HD std::uint64_t load_quad(std::uint32_t index) const {
     return QUANTEM_ANS_READER_LOAD(words + (index < last_quad ? index : last_quad));
   }

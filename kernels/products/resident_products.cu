@@ -75,6 +75,19 @@ struct QuadDecoder {
   }
 };
 
+// Opens a job's group for one stream and moves its reader to the job's first
+// frame; false (error flagged) when that frame is not a seek point.
+__device__ inline bool start_job(QuadDecoder& q, const ResidentParams& p, const OpenedGroup& opened,
+                                 const std::uint32_t* table, std::uint32_t stream, const FrameJob& job,
+                                 std::uint32_t group_in_view) {
+  q.open(p, opened, table, stream, true);
+  if (job.frame_begin == 0) return true;
+  const std::uint32_t segment = p.seek_points == 0 ? 0u : job.frame_begin / p.seek_frames;
+  if (segment == 0 || segment > p.seek_points || segment * p.seek_frames != job.frame_begin) return false;
+  kernels::ans_resident::seek_to_segment(p, group_in_view, segment, stream, q.reader);
+  return true;
+}
+
 __device__ inline bool frame_selected(const std::uint32_t* bitmap, std::uint64_t frame) {
   return ((__ldg(bitmap + (frame >> 5)) >> (frame & 31u)) & 1u) != 0;
 }
@@ -98,11 +111,14 @@ __global__ void __launch_bounds__(tuning::kAccumulateThreads)
   const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
   if (stream >= p.stream_count) return;
   QuadDecoder q;
-  q.open(p, opened, table, stream, true);
+  if (!start_job(q, p, opened, table, stream, job, job.group)) {
+    if (error != nullptr) atomicOr(error, 1u);
+    return;
+  }
   q.agree_on_raw_bits();
   unsigned long long sum[4] = {0, 0, 0, 0};
   std::uint32_t largest[4] = {0, 0, 0, 0};
-  for (std::uint32_t f = 0; f < job.frame_end; ++f) {
+  for (std::uint32_t f = job.frame_begin; f < job.frame_end; ++f) {
     const bool selected = frame_selected(bitmap, opened.first_frame + f);
     std::uint32_t values[4];
     q.decode_frame(values);
@@ -146,10 +162,13 @@ __global__ void __launch_bounds__(tuning::kAccumulateThreads)
   const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
   if (stream >= p.stream_count) return;
   QuadDecoder q;
-  q.open(p, opened, table, stream, true);
+  if (!start_job(q, p, opened, table, stream, job, job.group)) {
+    if (error != nullptr) atomicOr(error, 1u);
+    return;
+  }
   q.agree_on_raw_bits();
   const std::uint64_t pixels = std::uint64_t{p.rows} * p.cols;
-  for (std::uint32_t f = 0; f < job.frame_end; ++f) {
+  for (std::uint32_t f = job.frame_begin; f < job.frame_end; ++f) {
     const std::int32_t slot = __ldg(frame_slots + opened.first_frame + f);
     std::uint32_t values[4];
     q.decode_frame(values);

@@ -17,8 +17,8 @@ GOALS = {
 
 def main():
     http = json.load(open(sys.argv[1]))
-    dense = json.load(open(sys.argv[2]))["products"] if len(sys.argv) > 2 else {}
-    floor = json.load(open(sys.argv[3])) if len(sys.argv) > 3 else {}
+    dense = json.load(open(sys.argv[2]))["products"] if len(sys.argv) > 2 and sys.argv[2] else {}
+    floor = json.load(open(sys.argv[3])) if len(sys.argv) > 3 and sys.argv[3] else {}
     print("| request | p50 (p90, min) ms | in the daemon: total / compute / encode | dense peer: kernel / host ms "
           "| p50 ÷ dense host | goal |")
     print("|---|---|---|---|---|---|")

@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "quantem/ans/ans_format.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/resident_products.hpp"
 #include "quantem/cuda/scratch_layout.hpp"
@@ -15,16 +16,20 @@ namespace {
 // Largest slot buffer of a binned region max (whole native frames in uint64).
 constexpr std::uint64_t kSlotBufferBytes = std::uint64_t{64} << 20;
 
-// Jobs for ascending frames: each touched group, decoded up to its last needed frame.
-std::vector<cuda::FrameJob> jobs_for(const std::vector<std::uint64_t>& sorted_frames, std::uint32_t frames_per_group) {
+// Jobs for ascending frames: each touched segment of a group (the frames
+// from one seek point to the next; the whole group without seek points),
+// decoded from its start up to its last needed frame.
+std::vector<cuda::FrameJob> jobs_for(const std::vector<std::uint64_t>& sorted_frames, std::uint32_t frames_per_group,
+                                     std::uint32_t frames_per_seek_point) {
   std::vector<cuda::FrameJob> jobs;
   for (const std::uint64_t frame : sorted_frames) {
     const auto group = static_cast<std::uint32_t>(frame / frames_per_group);
-    const auto end = static_cast<std::uint32_t>(frame % frames_per_group + 1);
-    if (jobs.empty() || jobs.back().group != group) {
-      jobs.push_back({group, end});
+    const auto in_group = static_cast<std::uint32_t>(frame % frames_per_group);
+    const std::uint32_t begin = cuda::ans_seek_job_begin(in_group, frames_per_group, frames_per_seek_point);
+    if (jobs.empty() || jobs.back().group != group || jobs.back().frame_begin != begin) {
+      jobs.push_back({group, in_group + 1, begin});
     } else {
-      jobs.back().frame_end = std::max(jobs.back().frame_end, end);
+      jobs.back().frame_end = std::max(jobs.back().frame_end, in_group + 1);
     }
   }
   return jobs;
@@ -44,7 +49,7 @@ std::uint32_t ring_sum_bytes_for(const RingPartition& partition, DType dtype) {
 CudaResident::CudaResident(catalog::Acquisition source, DType resident_dtype, std::string encoding, int device_index,
                            std::uint32_t frames_per_group, std::vector<TrackedBuffer> pieces,
                            TrackedBuffer group_offsets, const std::uint8_t* base, CudaRingTable rings,
-                           TrackedBuffer frame_moments, std::vector<std::uint64_t> full_pattern)
+                           TrackedBuffer frame_moments, CudaSeekTable seek, std::vector<std::uint64_t> full_pattern)
     : source_(std::move(source)),
       resident_dtype_(resident_dtype),
       encoding_(std::move(encoding)),
@@ -56,7 +61,9 @@ CudaResident::CudaResident(catalog::Acquisition source, DType resident_dtype, st
       base_(base),
       rings_(std::move(rings)),
       frame_moments_(std::move(frame_moments)),
-      resident_bytes_(group_offsets_.size() + rings_.d_ring_sums.size() + frame_moments_.size()),
+      seek_(std::move(seek)),
+      resident_bytes_(group_offsets_.size() + rings_.d_ring_sums.size() + frame_moments_.size() +
+                      seek_.d_points.size()),
       full_pattern_(std::move(full_pattern)) {
   for (const TrackedBuffer& piece : pieces_) resident_bytes_ += piece.size();
 }
@@ -83,6 +90,13 @@ cuda::AnsResidentView CudaResident::view_of_groups(std::uint64_t first_group, st
   view.total_frames = std::min(source_.frame_count(), end_group * frames_per_group_) - first_group * frames_per_group_;
   view.detector_rows = static_cast<std::uint32_t>(source_.detector_rows);
   view.detector_cols = static_cast<std::uint32_t>(source_.detector_cols);
+  if (seek_.frames_per_point != 0 && seek_.d_points.size() != 0) {
+    const quantem::ans::AnsGroupLayout layout = quantem::ans::ans_group_layout(view.detector_rows, view.detector_cols);
+    view.frames_per_seek_point = seek_.frames_per_point;
+    view.d_seek_points = seek_.d_points.as<const std::uint32_t>() +
+                         cuda::ans_seek_table_words(first_group, frames_per_group_, seek_.frames_per_point,
+                                                    layout.stream_count);
+  }
   return view;
 }
 
@@ -115,7 +129,7 @@ std::vector<std::uint64_t> CudaResident::native_sum(const std::vector<std::uint6
   const std::uint64_t total_frames = source_.frame_count();
   std::vector<std::uint32_t> bitmap((total_frames + 31) / 32, 0);
   for (const std::uint64_t frame : frames) bitmap[frame / 32] |= 1u << (frame % 32);
-  const std::vector<cuda::FrameJob> jobs = jobs_for(frames, frames_per_group_);
+  const std::vector<cuda::FrameJob> jobs = jobs_for(frames, frames_per_group_, seek_.frames_per_point);
 
   bind_device();
   const cudaStream_t stream = cudaStreamPerThread;
@@ -376,7 +390,10 @@ std::vector<std::uint64_t> CudaResident::binned_position_max(const plan::PlanGeo
   const std::size_t result_at = layout.add(binned_pixels * 8);
   const std::size_t slots_at = layout.add(slots_per_pass * pixels * 8);
   const std::size_t frame_slots_at = layout.add(total_frames * 4);
-  const std::size_t jobs_at = layout.add(group_count_ * sizeof(cuda::FrameJob));
+  // At most one job per segment of every group (jobs_for).
+  const std::uint64_t max_jobs =
+      group_count_ * (cuda::ans_seek_points_per_group(frames_per_group_, seek_.frames_per_point) + 1);
+  const std::size_t jobs_at = layout.add(max_jobs * sizeof(cuda::FrameJob));
   const std::size_t error_at = layout.add(4);
   ScratchBuffer scratch(layout.total(), stream);
   auto* d_result = cuda::scratch_part<std::uint64_t>(scratch.data(), result_at);
@@ -399,7 +416,7 @@ std::vector<std::uint64_t> CudaResident::binned_position_max(const plan::PlanGeo
       }
     }
     std::sort(frames.begin(), frames.end());
-    const std::vector<cuda::FrameJob> jobs = jobs_for(frames, frames_per_group_);
+    const std::vector<cuda::FrameJob> jobs = jobs_for(frames, frames_per_group_, seek_.frames_per_point);
     QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_frame_slots, frame_slots.data(), total_frames * 4, cudaMemcpyHostToDevice, stream));
     QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_jobs, jobs.data(), jobs.size() * sizeof(cuda::FrameJob), cudaMemcpyHostToDevice,
                                      stream));

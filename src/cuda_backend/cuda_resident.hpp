@@ -37,6 +37,14 @@ struct CudaRingTable {
   TrackedBuffer d_ring_sums;
 };
 
+// The resident's stream seek points (cuda::ans_record_seek_points), filled
+// during the load: decodes start at the nearest point before the first frame
+// they need, and a masked sum decodes each group as several shorter chains.
+struct CudaSeekTable {
+  std::uint32_t frames_per_point = 0;  // 0: none
+  TrackedBuffer d_points;
+};
+
 // 4 (uint32) when no ring sum of `dtype` values can reach 2^32, else 8.
 std::uint32_t ring_sum_bytes_for(const RingPartition& partition, DType dtype);
 
@@ -44,7 +52,7 @@ class CudaResident final : public Resident {
  public:
   CudaResident(catalog::Acquisition source, DType resident_dtype, std::string encoding, int device_index,
                std::uint32_t frames_per_group, std::vector<TrackedBuffer> pieces, TrackedBuffer group_offsets,
-               const std::uint8_t* base, CudaRingTable rings, TrackedBuffer frame_moments,
+               const std::uint8_t* base, CudaRingTable rings, TrackedBuffer frame_moments, CudaSeekTable seek,
                std::vector<std::uint64_t> full_pattern);
   // Binds the resident's device so its pieces are freed there (on whichever thread drops it).
   ~CudaResident() override;
@@ -116,6 +124,7 @@ class CudaResident final : public Resident {
   // during the load: [k * frames + frame]. The centre of mass of any plan at
   // detector bin 1 is read from it; other bins decode.
   TrackedBuffer frame_moments_;
+  CudaSeekTable seek_;
   std::uint64_t resident_bytes_;
 
   // Pinned host memory for the device<->host copies of a product, kept between

@@ -15,6 +15,9 @@ namespace quantem::backend::cuda_detail {
 namespace {
 
 constexpr std::uint32_t kDefaultFramesPerGroup = 2048;
+// Frames between a stream's seek points: a group of 2048 frames decodes as
+// chains of at most 512 (3 points per stream, 20 bytes each).
+constexpr std::uint32_t kDefaultFramesPerSeekPoint = 512;
 constexpr std::uint64_t kDefaultBatchDenseBytes = std::uint64_t{1} << 30;
 constexpr std::uint32_t kMaxGroupsPerBatch = 64;
 constexpr std::uint64_t kDefaultStagingBytes = std::uint64_t{64} << 20;
@@ -120,6 +123,13 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
                                 plan.frames * widest_sum;
   plan.ring_setup_bytes = plan.frame_pixels * (8 + 4 + 2);
   plan.frame_moments_bytes = plan.frames * 3 * 8;
+  const std::uint32_t seek_frames =
+      tuning.frames_per_seek_point == CudaLoadTuning::kNoSeekPoints ? 0
+      : tuning.frames_per_seek_point != 0                          ? tuning.frames_per_seek_point
+                                                                   : kDefaultFramesPerSeekPoint;
+  plan.frames_per_seek_point = cuda::ans_seek_points_per_group(plan.frames_per_group, seek_frames) != 0 ? seek_frames : 0;
+  plan.seek_table_bytes =
+      cuda::ans_seek_table_words(plan.groups, plan.frames_per_group, plan.frames_per_seek_point, layout.stream_count) * 4;
   plan.provisional_resident_bytes = std::min(plan.resident_bytes_bound(), acquisition.size_bytes / 2);
   return plan;
 }
@@ -144,7 +154,7 @@ std::uint64_t CudaLoadPlan::transition_peak_bytes(bool with_staging) const {
   // to one granule), the ring table, the frame moments and the group table.
   return working_bytes(with_staging) + resident_bound_bytes + batches * kAllocationGranularity +
          round_to_granularity(group_offsets_bytes) + round_to_granularity(ring_table_bound_bytes) +
-         round_to_granularity(frame_moments_bytes);
+         round_to_granularity(frame_moments_bytes) + round_to_granularity(seek_table_bytes);
 }
 
 std::uint64_t default_device_slot_bytes(const CudaLoadTuning& tuning) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "quantem/ans/ans_format.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/ans.hpp"
 #include "quantem/cuda/resident_products.hpp"
@@ -54,6 +55,9 @@ ResidentEncoder::ResidentEncoder(const catalog::Acquisition& source, const CudaL
   misc_ = TrackedBuffer(plan.batch_misc_bytes, ledger_);
   reservation_.take(plan.frame_moments_bytes);
   d_frame_moments_ = TrackedBuffer(plan.frame_moments_bytes, ledger_);
+  reservation_.take(plan.seek_table_bytes);
+  d_seek_points_ = TrackedBuffer(plan.seek_table_bytes, ledger_);
+
   d_pattern_ = TrackedBuffer(plan.frame_pixels * 8, ledger_);  // within the plan's ring_setup_bytes
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_pattern_.data(), 0, plan.frame_pixels * 8, stream_));
   scratch_ = TrackedBuffer(plan.encode_scratch_bytes, ledger_);
@@ -111,6 +115,25 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
   TrackedBuffer piece(piece_bytes, ledger_);
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_batch_offsets, offsets, sizes.size() * 8, cudaMemcpyHostToDevice, stream_));
   cuda::ans_encode_write(batch, scratch_.data(), scratch_.size(), piece.as<std::uint8_t>(), d_batch_offsets, stream_);
+  if (plan_.frames_per_seek_point != 0) {
+    // The batch's streams decoded once more, on this worker's stream, for
+    // their seek points (overlapped with the loader's next batch).
+    cuda::AnsResidentView written;
+    written.d_blobs = piece.as<std::uint8_t>();
+    written.d_group_offsets = d_batch_offsets;
+    written.group_count = sizes.size();
+    written.frames_per_group = plan_.frames_per_group;
+    written.total_frames = frame_count;
+    written.detector_rows = batch.detector_rows;
+    written.detector_cols = batch.detector_cols;
+    const quantem::ans::AnsGroupLayout layout = quantem::ans::ans_group_layout(batch.detector_rows, batch.detector_cols);
+    const std::uint64_t first_group = first_frame / plan_.frames_per_group;
+    cuda::ans_record_seek_points(written, plan_.frames_per_seek_point,
+                                 d_seek_points_.as<std::uint32_t>() +
+                                     cuda::ans_seek_table_words(first_group, plan_.frames_per_group,
+                                                                plan_.frames_per_seek_point, layout.stream_count),
+                                 misc_.as<std::uint32_t>() + 1, stream_);  // the seek error flag: misc_ bytes 4..7
+  }
   for (std::size_t g = 0; g < sizes.size(); ++g) group_addresses_.push_back(piece.as<std::uint8_t>() + offsets[g]);
   encoded_bytes_ += piece_bytes;
   encoded_frames_ += frame_count;
@@ -144,12 +167,18 @@ std::shared_ptr<CudaResident> ResidentEncoder::finish(int device_index, const st
                          std::to_string(plan_.frames) + " frames encoded");
   }
   std::uint32_t max_value = 0;
+  std::uint32_t seek_error = 0;
   std::vector<std::uint64_t> pattern(plan_.frame_pixels);
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(&max_value, misc_.data(), 4, cudaMemcpyDeviceToHost, stream_));
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(&seek_error, misc_.as<std::uint32_t>() + 1, 4, cudaMemcpyDeviceToHost, stream_));
   QUANTEM_CUDA_TRY(
       cudaMemcpyAsync(pattern.data(), d_pattern_.data(), pattern.size() * 8, cudaMemcpyDeviceToHost, stream_));
   QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream_));
   d_pattern_.release();
+  if (seek_error != 0) {
+    throw internal_error("the ANS groups just encoded for " + source_.name +
+                         " do not decode cleanly (found while recording their seek points)");
+  }
   masked_.release();
   slots_.clear();
   misc_.release();
@@ -175,7 +204,9 @@ std::shared_ptr<CudaResident> ResidentEncoder::finish(int device_index, const st
   CudaRingTable ring_table{std::move(*rings_), ring_sum_bytes_, std::move(d_ring_sums_)};
   return std::make_shared<CudaResident>(source_, held, encoding, device_index, plan_.frames_per_group,
                                         std::move(pieces_), std::move(group_offsets), base, std::move(ring_table),
-                                        std::move(d_frame_moments_), std::move(pattern));
+                                        std::move(d_frame_moments_),
+                                        CudaSeekTable{plan_.frames_per_seek_point, std::move(d_seek_points_)},
+                                        std::move(pattern));
 }
 
 }  // namespace quantem::backend::cuda_detail

@@ -36,18 +36,24 @@ struct CpuResidentFactory {
 };
 
 // The CUDA resident: the ANS-encoded groups on device 0. Its "launch shapes"
-// are group layouts: one group for the whole scan, groups of 7 frames with two
-// per encoded batch (several device pieces), and groups of 32 frames one per batch.
+// are group layouts: one group for the whole scan with a seek point every 5
+// frames, groups of 7 frames with two per encoded batch (several device
+// pieces) and seek points at frames 3 and 6, and groups of 32 frames one per
+// batch without seek points (every decode from a group's first frame).
 struct CudaResidentFactory {
   static std::shared_ptr<backend::Resident> make(const DenseCase& c, unsigned shape) {
     const std::vector<std::uint8_t> bytes = c.source_bytes();
     backend::CudaResidentOptions options;
-    if (shape == 2) {
+    if (shape == 1) {
+      options.tuning.frames_per_seek_point = 5;
+    } else if (shape == 2) {
       options.tuning.frames_per_group = 7;
       options.tuning.groups_per_batch = 2;
+      options.tuning.frames_per_seek_point = 3;
     } else if (shape == 3) {
       options.tuning.frames_per_group = 32;
       options.tuning.groups_per_batch = 1;
+      options.tuning.frames_per_seek_point = backend::CudaLoadTuning::kNoSeekPoints;
     }
     return backend::make_cuda_resident(c.acquisition(), bytes.data(), bytes.size(), options);
   }

@@ -295,5 +295,69 @@ TEST(AnsCudaDecoder, ReportsMalformedStreams) {
   }
 }
 
+// Seek points: recorded on the GPU for groups of 20 frames every 6 frames
+// (segments [0,6) [6,12) [12,18) [18,20); the last group holds 5 frames, fewer
+// than one segment), a masked sum that starts every segment at its point
+// equals the dense sums; a tampered point is reported, never summed silently.
+TEST(AnsCudaSeekPoints, MaskedSumsFromSeekPointsEqualDenseSums) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  for (DType dtype : {DType::uint16, DType::uint32}) {
+    const TestFrames frames = ans_test::make_frames(dtype == DType::uint16 ? "disc" : "uniform32", dtype, 45, 41, 39, 7);
+    SCOPED_TRACE(frames.label);
+    const std::uint32_t frames_per_group = 20;
+    const std::uint32_t seek_frames = 6;
+    const auto blobs = CudaAns::encode(frames, frames_per_group);
+    DeviceResident resident = upload(blobs, frames, frames_per_group);
+    const ans::AnsGroupLayout layout = ans::ans_group_layout(frames.rows, frames.cols);
+    const std::uint64_t words = cuda::ans_seek_table_words(blobs.size(), frames_per_group, seek_frames, layout.stream_count);
+    ASSERT_EQ(words, std::uint64_t{3} * 3 * 5 * layout.stream_count);
+    cuda::DeviceBuffer d_points(words * 4);
+    cuda::DeviceBuffer d_error(sizeof(std::uint32_t));
+    cuda::fill_device(d_error.data(), 0, d_error.size());
+    cuda::ans_record_seek_points(resident.view, seek_frames, d_points.as<std::uint32_t>(), d_error.as<std::uint32_t>(),
+                                 nullptr);
+    cuda::synchronize_device();
+    std::uint32_t error = 1;
+    cuda::copy_to_host(&error, d_error.data(), sizeof error);
+    ASSERT_EQ(error, 0u);
+    resident.view.d_seek_points = d_points.as<std::uint32_t>();
+    resident.view.frames_per_seek_point = seek_frames;
+
+    std::vector<std::uint8_t> disc(41 * 39, 0), full(41 * 39, 1);
+    for (int r = 0; r < 41; ++r)
+      for (int c = 0; c < 39; ++c) disc[static_cast<std::size_t>(r * 39 + c)] = std::hypot(r - 20.3, c - 18.6) < 9.5;
+    auto sums_of = [&](const std::vector<std::uint8_t>& mask, std::uint32_t& reported) {
+      const cuda::AnsMaskedStreams streams(mask, frames.rows, frames.cols);
+      cuda::DeviceBuffer d_sums(frames.frame_count * sizeof(std::uint64_t));
+      cuda::fill_device(d_error.data(), 0, d_error.size());
+      cuda::ans_masked_sum(resident.view, streams, d_sums.as<std::uint64_t>(), d_error.as<std::uint32_t>(), nullptr);
+      cuda::synchronize_device();
+      cuda::copy_to_host(&reported, d_error.data(), sizeof reported);
+      std::vector<std::uint64_t> out(frames.frame_count);
+      cuda::copy_to_host(out.data(), d_sums.data(), d_sums.size());
+      return out;
+    };
+    for (const auto& mask : {disc, full}) {
+      std::vector<std::uint64_t> expected(frames.frame_count, 0);
+      for (std::uint32_t f = 0; f < frames.frame_count; ++f)
+        for (std::size_t p = 0; p < mask.size(); ++p)
+          if (mask[p]) expected[f] += ans_test::get(frames, f * mask.size() + p);
+      std::uint32_t reported = 1;
+      EXPECT_EQ(sums_of(mask, reported), expected);
+      EXPECT_EQ(reported, 0u);
+    }
+    // Group 1, point 2 (frame 12), stream 3's first state changed: the
+    // segment before it no longer ends where the table says.
+    std::uint32_t* tampered = d_points.as<std::uint32_t>() + (std::uint64_t{1} * 3 + 1) * 5 * layout.stream_count + 3;
+    std::uint32_t state = 0;
+    cuda::copy_to_host(&state, tampered, 4);
+    state ^= 0x100u;
+    cuda::copy_to_device(tampered, &state, 4);
+    std::uint32_t reported = 0;
+    sums_of(full, reported);
+    EXPECT_NE(reported, 0u) << "a wrong seek point must be reported";
+  }
+}
+
 }  // namespace
 }  // namespace quantem

@@ -3,6 +3,7 @@
 // the clean end of every stream, and malformed streams. Needs no GPU.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -98,6 +99,62 @@ TEST(AnsStreamReaderHost, DecodesEveryValueAndEndsCleanly) {
         EXPECT_EQ(unclean, 0);
         for (std::size_t i = 0; i < values.size(); ++i) ASSERT_EQ(values[i], ans_test::get(frames, i)) << "element " << i;
       }
+}
+
+// A reader moved with seek() to the states and word index another reader had
+// before frame f decodes frames f.. exactly as that reader did and ends
+// cleanly (what ans_record_seek_points stores and the kernels rely on).
+TEST(AnsStreamReaderHost, SeekingToARecordedPointContinuesExactly) {
+  std::uint64_t seed = 70;
+  for (DType dtype : {DType::uint16, DType::uint32})
+    for (const char* pattern : {"zero", "uniform16", "uniform32", "hot_pixel", "bright", "disc"}) {
+      const TestFrames frames = ans_test::make_frames(pattern, dtype, 29, 9, 11, seed++);
+      SCOPED_TRACE(frames.label);
+      const auto blob = encode(frames);
+      const ans::AnsGroupHeader header = ans::read_group_header(blob.data(), blob.size());
+      const std::vector<std::uint32_t> table = decode_tables(blob, header);
+      const ans::AnsGroupLayout layout = ans::ans_group_layout(frames.rows, frames.cols);
+      const auto* offsets = reinterpret_cast<const std::uint32_t*>(blob.data() + header.stream_offsets_offset);
+      for (std::uint32_t stream = 0; stream < header.stream_count; ++stream) {
+        std::uint32_t class_offset[4], shift[4];
+        for (std::uint32_t k = 0; k < 4; ++k) {
+          const std::uint32_t r = 2 * (stream / layout.quad_cols) + k / 2;
+          const std::uint32_t c = 2 * (stream % layout.quad_cols) + k % 2;
+          const bool here = r < frames.rows && c < frames.cols;
+          const std::uint32_t cls = here ? blob[header.class_map_offset + r * frames.cols + c] : 0u;
+          class_offset[k] = here ? cls * ans::kAnsProbabilityScale : kernels::ans_device::kNeutralTableOffset;
+          shift[k] = here ? ans::class_shift(cls, header.class_scale) : 0u;
+        }
+        auto open = [&](kernels::ans_device::StreamReader& reader) {
+          reader.open(blob.data() + header.stream_data_offset, offsets, stream, header.stream_count,
+                      header.stream_data_bytes);
+        };
+        kernels::ans_device::StreamReader whole;
+        open(whole);
+        std::vector<std::array<std::uint32_t, 5>> points;  // before each frame: states, word index
+        std::vector<std::array<std::uint32_t, 4>> values;
+        for (std::uint32_t f = 0; f < frames.frame_count; ++f) {
+          points.push_back({whole.state[0], whole.state[1], whole.state[2], whole.state[3], whole.word_index()});
+          whole.top_up();
+          std::array<std::uint32_t, 4> v{};
+          whole.decode_frame(table.data(), class_offset, shift, true, v.data());
+          values.push_back(v);
+        }
+        ASSERT_TRUE(whole.finished_cleanly());
+        for (std::uint32_t start : {1u, 6u, 13u, 28u}) {
+          kernels::ans_device::StreamReader resumed;
+          open(resumed);
+          resumed.seek(points[start].data(), points[start][4]);
+          for (std::uint32_t f = start; f < frames.frame_count; ++f) {
+            resumed.top_up();
+            std::array<std::uint32_t, 4> v{};
+            resumed.decode_frame(table.data(), class_offset, shift, true, v.data());
+            ASSERT_EQ(v, values[f]) << "stream " << stream << " from frame " << start << ", frame " << f;
+          }
+          EXPECT_TRUE(resumed.finished_cleanly()) << "stream " << stream << " from frame " << start;
+        }
+      }
+    }
 }
 
 TEST(AnsStreamReaderHost, BrightClassesSendRawLowBits) {

@@ -40,6 +40,10 @@ struct CudaLoadTuning {
   std::uint32_t groups_per_batch = 0;      // dense frames decoded before encoding: default ~1 GiB of frames
   std::uint64_t staging_bytes = 0;         // per staging slot (pinned host and device): default 64 MiB
   std::uint32_t sub_batch_frames = 0;      // chunks per decode launch: default 4096
+  // Frames between a stream's seek points (docs/kernels.md, "Seek points"):
+  // default 512; kNoSeekPoints: none (every decode starts at a group's first frame).
+  std::uint32_t frames_per_seek_point = 0;
+  static constexpr std::uint32_t kNoSeekPoints = 0xffffffffu;
 };
 
 struct CudaBackendOptions {

@@ -61,7 +61,39 @@ struct AnsResidentView {
   std::uint64_t total_frames = 0;
   std::uint32_t detector_rows = 0;
   std::uint32_t detector_cols = 0;
+  // Optional seek points (ans_record_seek_points) of these groups: a stream's
+  // decoding may start at any multiple of frames_per_seek_point instead of at
+  // the group's first frame. Null: every decode starts at frame 0.
+  const std::uint32_t* d_seek_points = nullptr;
+  std::uint32_t frames_per_seek_point = 0;
 };
+
+// Seek points: a stream of a group is a chain of frames_per_group frames, each
+// decoded after the previous one, so reaching frame f costs f frames and a
+// kernel's latency is one whole chain. For every group, every stream and every
+// point s = 1 .. ans_seek_points_per_group() - the group's frame s·K (K =
+// frames_per_seek_point) - the table holds what a reader has before decoding
+// that frame: its 4 rANS states and the index of its next unread 16-bit word.
+// Layout, uint32: [group][point s - 1][5][stream] (states 0..3, then the word
+// index), so one warp's loads are coalesced. Not part of the stored format: it
+// is derived from the groups once (at load) and kept beside them.
+inline std::uint32_t ans_seek_points_per_group(std::uint32_t frames_per_group,
+                                               std::uint32_t frames_per_seek_point) noexcept {
+  return frames_per_seek_point == 0 || frames_per_group == 0 ? 0 : (frames_per_group - 1) / frames_per_seek_point;
+}
+// uint32 values of the seek table of group_count groups of stream_count streams.
+inline std::uint64_t ans_seek_table_words(std::uint64_t group_count, std::uint32_t frames_per_group,
+                                          std::uint32_t frames_per_seek_point, std::uint32_t stream_count) noexcept {
+  return group_count * ans_seek_points_per_group(frames_per_group, frames_per_seek_point) * 5 *
+         std::uint64_t{stream_count};
+}
+
+// Decodes every stream of every group of `resident` (its own seek points are
+// ignored) and writes the seek table of these groups at d_points
+// (ans_seek_table_words values). d_error (may be null) is set non-zero when a
+// stream is malformed. Asynchronous.
+void ans_record_seek_points(const AnsResidentView& resident, std::uint32_t frames_per_seek_point,
+                            std::uint32_t* d_points, std::uint32_t* d_error, StreamHandle stream);
 
 // Decodes groups [first_group, first_group + group_count) into dense frames of
 // out_dtype (uint16 or uint32; a value that does not fit uint16 is truncated

@@ -26,12 +26,25 @@ void prepare_frames(void* d_frames, DType dtype, std::uint64_t frame_count, std:
                     const std::uint32_t* d_masked_pixels, std::uint32_t masked_count, std::uint32_t* d_max,
                     StreamHandle stream);
 
-// One group of the resident that a product reads: its frames [0, frame_end)
-// are decoded (frame_end <= the group's frame count).
+// One group of the resident that a product reads: its frames
+// [frame_begin, frame_end) are decoded (frame_end <= the group's frame count).
+// frame_begin is 0 or the frame of one of the resident's seek points (a
+// multiple of AnsResidentView::frames_per_seek_point; see ans_seek_job_begin).
 struct FrameJob {
   std::uint32_t group = 0;
   std::uint32_t frame_end = 0;
+  std::uint32_t frame_begin = 0;
 };
+
+// The first frame a job that needs frame `frame_in_group` of a group may
+// start at: its seek point, or 0 when the resident has none.
+inline std::uint32_t ans_seek_job_begin(std::uint32_t frame_in_group, std::uint32_t frames_per_group,
+                                        std::uint32_t frames_per_seek_point) {
+  const std::uint32_t points = ans_seek_points_per_group(frames_per_group, frames_per_seek_point);
+  if (points == 0) return 0;
+  const std::uint32_t segment = frame_in_group / frames_per_seek_point;
+  return (segment < points ? segment : points) * frames_per_seek_point;
+}
 
 // Largest job list one call takes (grid.y).
 inline constexpr std::size_t kMaxFrameJobs = 65535;

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Session 6 on the GPU machine (issue 10): the GPU suites (seek points and the
+# load-time pattern sum included), what fresh vs recycled body memory costs,
+# the loopback floor with default and 4 MiB socket buffers, the in-process
+# load, and the viewer benchmark against serve --gpus auto. JSON under $OUT.
+#   bash scripts/device/run-session6.sh [suites|bench|all]   (default all)
+set -uo pipefail
+bundle=$(pwd)/.bundle
+out=${OUT:-/tmp/quantem-device-out}
+mkdir -p "$out"
+bin="$bundle/quantem-gpu"
+what=${1:-all}
+run_bundle() { LD_LIBRARY_PATH="$bundle/lib" "$@"; }
+echo "commit $(cat "$bundle/COMMIT") $(date -u +%FT%TZ)"
+if [ "$what" = all ] || [ "$what" = suites ]; then
+  for suite in ans_reader_host_tests ans_conformance_tests ring_sums_gpu_tests resident_conformance_test \
+               cuda_backend_tests cuda_fault_injection_tests; do
+    [ -x "$bundle/$suite" ] || continue
+    QUANTEM_REAL_DATA_DIR="$bundle/data/real" QUANTEM_GPU_FIXTURES="$bundle/data/fixtures" \
+      LD_LIBRARY_PATH="$bundle/lib" timeout 240 "$bundle/$suite" --gtest_brief=1 > "$out/$suite.log" 2>&1
+    echo "$suite rc=$? $(grep -E "tests? from .* ran|^\[  (PASSED|FAILED) " "$out/$suite.log" | tr '\n' ' ')"
+    grep -E "^\[  FAILED|Failure|Expected|Which is|error" "$out/$suite.log" | head -12
+  done
+fi
+[ "$what" = suites ] && exit 0
+run_bundle "$bundle/bench_host_memory" > "$out/host_memory.json" 2>&1
+echo "host memory (µs per 1 MiB body): $(cat "$out/host_memory.json")"
+python3 scripts/device/loopback_floor.py 0 147456 1048576 > "$out/loopback_floor.json"
+QUANTEM_FLOOR_SOCKET_BUFFER=4194304 python3 scripts/device/loopback_floor.py 0 147456 1048576 \
+  > "$out/loopback_floor_4mib.json"
+echo "loopback floor, default buffers: $(cat "$out/loopback_floor.json")"
+echo "loopback floor, 4 MiB buffers:   $(cat "$out/loopback_floor_4mib.json")"
+data=/tmp/qv
+rm -rf "$data" && mkdir -p "$data/tilt0"
+start=$(date +%s)
+run_bundle "$bin" synth "$data/tilt0" --prefix tilt --scan 512x512 --detector 192x192 --dtype uint16 \
+  --preset realistic --threads "$(nproc)" > /dev/null 2>&1
+echo "synth rc=$? ($(( $(date +%s) - start )) s)"
+cat "$data"/tilt0/* > /dev/null
+if [ -x "$bundle/cuda_backend_bench" ]; then
+  LD_LIBRARY_PATH="$bundle/lib" timeout 150 "$bundle/cuda_backend_bench" "$data/tilt0/tilt_master.h5" --repeats 5 \
+    --json "$out/load_u16_512.json" > /dev/null 2> "$out/load_u16_512.log"
+  echo "cuda_backend_bench rc=$?"
+  python3 - "$out/load_u16_512.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(json.dumps(r)[:1500])
+PY
+fi
+for i in 1 2; do
+  start=$EPOCHREALTIME
+  run_bundle "$bin" info > /dev/null 2>&1
+  echo "quantem-gpu info: $(python3 -c "print(round($EPOCHREALTIME - $start, 3))") s"
+done
+extra=()
+if run_bundle "$bundle/bench_http_viewer" --help 2>&1 | grep -q fill-image-cache; then
+  extra=(--fill-image-cache 64)
+fi
+LD_LIBRARY_PATH="$bundle/lib" timeout 240 "$bundle/bench_http_viewer" \
+  --start-daemon "$bin" --data "$data" --session tilt0 --file tilt_master.h5 \
+  --daemon-arg=--gpus --daemon-arg=auto --cold-starts "${QUANTEM_COLD_STARTS:-2}" --requests 40 "${extra[@]}" \
+  > "$out/http.json" 2> "$out/http.log"
+echo "== bench_http_viewer rc=$?"
+python3 scripts/device/request_path_table.py "$out/http.json" "" "$out/loopback_floor.json" 2>&1 | tee "$out/table.md"
+python3 - "$out/http.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for row in r["rows"]:
+    c, s = row["client_ms"], row["server_ms"]
+    print("%-34s p50 %.3f min %.3f | %s" % (row["name"], c["p50"], c["min"],
+          " ".join("%s=%s" % (k, v.get("p50")) for k, v in s.items())))
+for cold in r.get("cold_start", []):
+    print("cold %.3f s first %.3f s | %s" % (cold["start_to_first_bf_body_s"],
+          cold["first_bf_request_including_load_s"], cold["first_bf_server_timing"]))
+for first in r.get("first_bf_on_a_ready_daemon", []):
+    print("first BF on a ready daemon %.3f s | %s" % (first["first_bf_request_including_load_s"], first["server_timing"]))
+PY
