@@ -22,8 +22,10 @@ ctest --test-dir build-test -j "$jobs" --output-on-failure --timeout 600
 scripts/test-install.sh build-test
 
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DQUANTEM_SANITIZE=ON -DQUANTEM_CUDA=OFF
-# Only the suites labelled "sanitize" (decoders of untrusted bytes) are built here.
-cmake --build build-asan -j "$jobs" --target codec_tests catalog_frame_index_test catalog_chunk_index_test
+# Only the suites labelled "sanitize" (decoders of untrusted bytes, the body pool shared across
+# threads) are built here.
+cmake --build build-asan -j "$jobs" --target codec_tests catalog_frame_index_test catalog_chunk_index_test \
+  protocol_body_pool_test
 ctest --test-dir build-asan -j "$jobs" --output-on-failure -L sanitize --timeout 600
 
 # Fuzz targets (clang + libFuzzer + ASan/UBSan); only the libraries they need are built.

@@ -97,7 +97,12 @@ std::uint64_t clamp_index(std::int64_t value, std::uint64_t extent) {
 
 BrowseService::BrowseService(BrowseConfig config, backend::Backend& backend, residency::ResidencyManager& residency,
                              CatalogService& catalog, Metrics& metrics)
-    : config_(std::move(config)), backend_(backend), residency_(residency), catalog_(catalog), metrics_(metrics) {
+    : config_(std::move(config)),
+      backend_(backend),
+      residency_(residency),
+      catalog_(catalog),
+      metrics_(metrics),
+      body_pool_(config_.body_pool) {
   routes_["/api/browse/capabilities"] = {"GET", &BrowseService::capabilities};
   routes_["/api/browse/sessions"] = {"GET", &BrowseService::sessions};
   routes_["/api/browse/acquisitions"] = {"GET", &BrowseService::acquisitions};
@@ -327,11 +332,12 @@ HttpResponse BrowseService::image_response(const CachedImage& image, const std::
 
 HttpResponse BrowseService::image_response(const products::Image& image, const protocol::Provenance& provenance,
                                            protocol::PayloadFormat format, const char* cache_control,
-                                           const std::string& etag, RequestTiming& timing) const {
+                                           const std::string& etag, RequestTiming& timing) {
   timing.lap("compute");
-  protocol::WireImage wire = protocol::encode_wire_image(image, format);
+  protocol::WireImage wire =
+      protocol::encode_wire_image(image, format, body_pool_.acquire(protocol::wire_body_bytes(image, format)));
   HttpResponse response = image_headers(wire, protocol::provenance_header(provenance), cache_control, etag);
-  response.body = std::move(wire.body);
+  response.shared_body = body_pool_.share(std::move(wire.body));  // back to the pool once written
   timing.lap("encode");
   return response;
 }
@@ -473,8 +479,10 @@ HttpResponse BrowseService::realspace(const HttpRequest& request, const QueryPar
   auto entry = std::make_shared<CachedImage>();
   entry->provenance = provenance(query, resolved, *resident, image, std::move(geometry));
   entry->provenance_header = protocol::provenance_header(entry->provenance);
-  entry->wire = protocol::encode_wire_image(image, protocol::PayloadFormat::raw);
-  entry->body = std::make_shared<const std::string>(std::move(entry->wire.body));
+  constexpr auto raw = protocol::PayloadFormat::raw;
+  entry->wire = protocol::encode_wire_image(image, raw, body_pool_.acquire(protocol::wire_body_bytes(image, raw)));
+  // Shared by the cache and the responses; back to the pool when the last lets go.
+  entry->body = body_pool_.share(std::move(entry->wire.body));
   entry->wire.body.clear();
   HttpResponse response = image_response(*entry, entry->provenance_header, query.format, "max-age=300", etag);
   timing.lap("encode");

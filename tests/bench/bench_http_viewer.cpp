@@ -5,8 +5,13 @@
 // plus an image-cache-hit row and a 304 row. Per row: client wall time
 // p50/p90/min/mean, statuses, body bytes, and the daemon's server-timing
 // stages (p50/mean per stage, cache descriptions). JSON on stdout.
+// Before the rows, --fill-image-cache N (default 64, the daemon's image-cache
+// entries) distinct BF images fill the daemon's image cache, so the rows
+// measure its steady state; the fill is the first row,
+// "image-cache fill (first N images)" (0: no fill, the rows fill the cache).
 //
 //   bench_http_viewer --url http://127.0.0.1:8780 --session S --file F_master.h5 [--requests 40]
+//                     [--fill-image-cache 64]
 //   bench_http_viewer --start-daemon build/src/cli/quantem-gpu --data DIR --session S --file F_master.h5
 //                     [--daemon-arg=--backend --daemon-arg=cpu ...]
 // The second form starts the daemon itself and first measures cold start ->
@@ -245,6 +250,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> daemon_arguments;
   int requests = 40;
   int cold_starts = 1;
+  int fill_image_cache = 64;
   app.add_option("--url", url, "Daemon URL, e.g. http://127.0.0.1:8780");
   app.add_option("--session", session, "Session id")->required();
   app.add_option("--file", file, "Master file name")->required();
@@ -254,6 +260,10 @@ int main(int argc, char** argv) {
   app.add_option("--data", data_folder, "Data folder for --start-daemon");
   app.add_option("--daemon-arg", daemon_arguments, "Extra serve argument for --start-daemon (repeat)");
   app.add_option("--cold-starts", cold_starts, "Cold starts to measure with --start-daemon")->capture_default_str();
+  app.add_option("--fill-image-cache", fill_image_cache,
+                 "Distinct BF images requested before the rows, timed as their own first row (0: none)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   if (url.empty() == daemon_binary.empty()) {
     std::cerr << "give exactly one of --url and --start-daemon\n";
@@ -407,6 +417,14 @@ int main(int argc, char** argv) {
                   });
 
   json results = json::array();
+  if (fill_image_cache > 0) {
+    // New images the rows never ask for (outer 1 + (20000 + i) * 1e-7): each
+    // is a miss that stores a fresh body, until the cache holds N of them.
+    Row fill("image-cache fill (first " + std::to_string(fill_image_cache) + " images)",
+             [&](int i) { return realspace + "&mode=BF&inner=0&outer=" + number(1 + (20000 + i) * 1e-7); });
+    fill.warmup = 0;
+    results.push_back(bench.run(fill, fill_image_cache));
+  }
   for (const auto& row : rows) results.push_back(bench.run(row, requests));
   report["rows"] = results;
 

@@ -28,4 +28,14 @@ struct WireImage {
 // Error(internal) when the image's value count does not match its shape.
 WireImage encode_wire_image(const products::Image& image, PayloadFormat format);
 
+// The same, with the body written into `into` (its contents are discarded):
+// a recycled string (BodyPool::acquire) whose capacity is at least
+// wire_body_bytes() is written in place, without a new allocation. On a
+// throw, `into` is freed.
+WireImage encode_wire_image(const products::Image& image, PayloadFormat format, std::string into);
+
+// The size of encode_wire_image's body for this image and format (the .npy
+// header included), from the shape alone.
+std::size_t wire_body_bytes(const products::Image& image, PayloadFormat format);
+
 }  // namespace quantem::protocol

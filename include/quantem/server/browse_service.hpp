@@ -30,6 +30,7 @@
 
 #include "quantem/backend/backend.hpp"
 #include "quantem/products/products.hpp"
+#include "quantem/protocol/body_pool.hpp"
 #include "quantem/protocol/documents.hpp"
 #include "quantem/protocol/requests.hpp"
 #include "quantem/protocol/wire_image.hpp"
@@ -46,6 +47,7 @@ struct BrowseConfig {
   AccessPolicy access;
   std::size_t image_cache_entries = 64;                   // realspace images kept (the reference's 64)...
   std::uint64_t image_cache_bytes = 256ull << 20;         // ...within this many bytes of values
+  protocol::BodyPoolLimits body_pool;                     // recycled image bodies (body_pool.hpp)
 };
 
 class BrowseService {
@@ -68,13 +70,19 @@ class BrowseService {
   // Returns how many were dropped.
   std::size_t drop_cached_images(const std::vector<std::string>& master_paths, bool all = false);
 
+  // The recycled image bodies: every image response's body (raw, and .npy
+  // of the uncached routes) is written into a buffer from this pool and
+  // returns to it once the response is written and the image cache drops it.
+  protocol::BodyPool::Stats body_pool_stats() const { return body_pool_.stats(); }
+
  private:
   // A realspace image as it goes on the wire: the raw body and the headers
   // that do not depend on the request's names, so a hit is a lookup, and its
   // body goes to the socket from the cache's own bytes.
   struct CachedImage {
     protocol::WireImage wire;                  // the raw format's headers; its body is moved to `body`
-    std::shared_ptr<const std::string> body;   // raw values, shared with every response (no copy); npy derived on request
+    // Raw values from body_pool_, shared with every response (no copy); npy derived on request.
+    std::shared_ptr<const std::string> body;
     protocol::Provenance provenance;
     std::string provenance_header;  // rendered for provenance.session/file
   };
@@ -123,9 +131,10 @@ class BrowseService {
                              const char* cache_control, const std::string& etag) const;
   HttpResponse image_response(const CachedImage& image, const std::string& provenance_header,
                               protocol::PayloadFormat format, const char* cache_control, const std::string& etag) const;
+  // Encodes an uncached image into a recycled body (body_pool_).
   HttpResponse image_response(const products::Image& image, const protocol::Provenance& provenance,
                               protocol::PayloadFormat format, const char* cache_control, const std::string& etag,
-                              RequestTiming& timing) const;
+                              RequestTiming& timing);
   nlohmann::ordered_json residency_document(const protocol::SourceRef& source, const catalog::Acquisition& acquisition,
                                             const residency::ResidencyStatus& status) const;
 
@@ -143,6 +152,7 @@ class BrowseService {
   Metrics& metrics_;
   std::map<std::string, Route> routes_;  // by path
   std::atomic<bool> ready_{false};
+  protocol::BodyPool body_pool_;  // image bodies; declared before the image cache, which returns them
 
   std::mutex digest_mutex_;
   std::unordered_map<const catalog::Acquisition*,

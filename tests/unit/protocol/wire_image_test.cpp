@@ -137,3 +137,44 @@ TEST(WireImage, ImagesLargerThanTheStagingBufferKeepEveryValueInOrder) {
   counts.counts.back() = 4294967296ULL;  // the last value, in the last partial block
   EXPECT_THROW(encode_wire_image(counts, PayloadFormat::raw), quantem::Error);
 }
+
+TEST(WireImage, WritesIntoAGivenBufferLargeEnoughWithoutReallocating) {
+  Image counts;
+  counts.height = 16;
+  counts.width = 32;
+  Image narrow = counts;
+  Image floats = counts;
+  floats.is_float = true;
+  for (std::uint64_t i = 0; i < counts.height * counts.width; ++i) {
+    counts.counts.push_back(i * 977);
+    narrow.narrow_counts.push_back(static_cast<std::uint32_t>(i * 977));
+    floats.values.push_back(static_cast<float>(i) * 0.25f);
+  }
+  for (const Image* image : {&counts, &narrow, &floats}) {
+    for (const auto format : {PayloadFormat::raw, PayloadFormat::npy}) {
+      const std::size_t bytes = wire_body_bytes(*image, format);
+      std::string buffer = "stale contents of an earlier body";
+      buffer.reserve(bytes + 100);
+      const char* const memory = buffer.data();
+      const auto into = encode_wire_image(*image, format, std::move(buffer));
+      const auto fresh = encode_wire_image(*image, format);
+      EXPECT_EQ(into.body, fresh.body);
+      EXPECT_EQ(into.body.size(), bytes);
+      EXPECT_EQ(fresh.body.size(), bytes);
+      EXPECT_EQ(into.body.data(), memory) << "the given buffer was reallocated";
+      EXPECT_EQ(into.dtype, fresh.dtype);
+      EXPECT_EQ(into.content_type, fresh.content_type);
+    }
+  }
+}
+
+TEST(WireImage, WritesIntoABufferTooSmallByGrowingIt) {
+  Image image;
+  image.height = 4;
+  image.width = 4;
+  image.counts.assign(16, 5);
+  std::string small = "x";
+  const auto wire = encode_wire_image(image, PayloadFormat::npy, std::move(small));
+  EXPECT_EQ(wire.body, encode_wire_image(image, PayloadFormat::npy).body);
+  EXPECT_EQ(wire.body.size(), npy_header("<u4", {4, 4}).size() + 64);
+}

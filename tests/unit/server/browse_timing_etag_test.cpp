@@ -217,3 +217,53 @@ TEST_F(BrowseTimingTest, ImageCacheHitsServeTheSameBytesAndHeadersAsTheMiss) {
   const auto provenance = json::parse(*hit.header("x-quantem-provenance"));
   EXPECT_EQ(provenance["file"], "beta_master.h5");
 }
+
+TEST_F(BrowseTimingTest, ImageBodiesComeFromTheBodyPoolAndReturnToIt) {
+  BrowseConfig config;
+  config.implementation_revision = "rev-test";
+  config.image_cache_entries = 1;  // the second image evicts the first
+  service = std::make_unique<BrowseService>(config, *backend, *residency, *catalog, metrics);
+  const std::string adf = "/api/browse/realspace?session=sess&file=beta_master.h5&mode=ADF&outer=2&inner=";
+
+  const char* first_memory = nullptr;
+  std::string first_bytes;
+  {
+    const auto first = get(adf + "0.5");
+    ASSERT_EQ(first.status, 200);
+    ASSERT_TRUE(first.shared_body);
+    EXPECT_TRUE(first.body.empty());
+    first_memory = first.shared_body->data();
+    first_bytes = *first.shared_body;
+  }
+  EXPECT_EQ(service->body_pool_stats().free_buffers, 0u);  // the image cache holds it
+  const auto second = get(adf + "0.6");
+  ASSERT_EQ(second.status, 200);
+  EXPECT_EQ(service->body_pool_stats().free_buffers, 1u);  // the first image left the cache
+  const auto third = get(adf + "0.7");
+  ASSERT_EQ(third.status, 200);
+  EXPECT_EQ(third.shared_body->data(), first_memory);  // written into the first image's buffer
+  EXPECT_EQ(service->body_pool_stats().reused, 1u);
+  const auto first_again = get(adf + "0.5");  // evicted: computed again, the same bytes
+  ASSERT_NE(first_again.header("server-timing")->find("cache;desc=miss"), std::string::npos);
+  EXPECT_EQ(*first_again.shared_body, first_bytes);
+
+  // Uncached routes: the body is shared from the pool and returns once the response is gone.
+  const auto before = service->body_pool_stats();
+  for (const auto& target : kArrayTargets) {
+    {
+      const auto response = get(target);
+      ASSERT_EQ(response.status, 200) << target;
+      ASSERT_TRUE(response.shared_body) << target;
+      EXPECT_TRUE(response.body.empty()) << target;
+      EXPECT_EQ(response.sent_body().size(), std::stoull(*response.header("x-width")) *
+                                                 std::stoull(*response.header("x-height")) * 4)
+          << target;
+    }
+    const auto npy = get(target + "&format=npy");
+    ASSERT_EQ(npy.status, 200) << target;
+    EXPECT_EQ(npy.sent_body().substr(0, 6), "\x93NUMPY") << target;
+  }
+  const auto after = service->body_pool_stats();
+  EXPECT_GT(after.free_buffers, before.free_buffers);
+  EXPECT_GT(after.reused, before.reused);
+}
