@@ -28,6 +28,33 @@ using kernels::ans_resident::OpenedGroup;
 using kernels::ans_resident::ResidentParams;
 using kernels::ans_resident::table_shared_bytes;
 
+// One thread's stream of an opened group: its quad's pixels, their class
+// tables and shifts, and its reader at the group's first frame. raw_bits is
+// agreed on by the threads of the warp still running (call from all of them).
+struct GroupStream {
+  std::uint32_t pixels[4];
+  std::uint32_t present;
+  std::uint32_t class_offset[4];
+  std::uint32_t shift[4];
+  bool raw_bits;
+  dev::StreamReader reader;
+
+  __device__ void open(const ResidentParams& p, const OpenedGroup& opened, std::uint32_t stream) {
+    const auto& header = opened.header;
+    present = dev::quad_pixels(stream, p.quad_cols, p.rows, p.cols, pixels);
+    dev::quad_class_tables(opened.blob, header, pixels, present, class_offset, shift);
+    reader.open(opened.blob + header.stream_data_offset,
+                reinterpret_cast<const std::uint32_t*>(opened.blob + header.stream_offsets_offset), stream,
+                header.stream_count, header.stream_data_bytes);
+    raw_bits = __any_sync(__activemask(), (shift[0] | shift[1] | shift[2] | shift[3]) != 0);
+  }
+
+  __device__ void decode_frame(const std::uint32_t* table, std::uint32_t values[4]) {
+    reader.top_up();
+    reader.decode_frame(table, class_offset, shift, raw_bits, values);
+  }
+};
+
 // grid: (stream blocks, groups). One thread per stream writes its quad of every frame.
 template <class Out>
 __global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
@@ -41,33 +68,24 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
   dev::build_decode_tables(blob, header, table, cdf_scratch);
   const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
   if (stream >= header.stream_count) return;
-  std::uint32_t pixels[4];
-  const std::uint32_t present = dev::quad_pixels(stream, p.quad_cols, p.rows, p.cols, pixels);
-  std::uint32_t class_offset[4];
-  std::uint32_t shift[4];
-  dev::quad_class_tables(blob, header, pixels, present, class_offset, shift);
-  dev::StreamReader reader;
-  reader.open(blob + header.stream_data_offset,
-              reinterpret_cast<const std::uint32_t*>(blob + header.stream_offsets_offset), stream,
-              header.stream_count, header.stream_data_bytes);
+  GroupStream s;
+  s.open(p, opened, stream);
   const std::uint64_t pixels_per_frame = std::uint64_t{p.rows} * p.cols;
   Out* group_out = out + (first_frame - std::uint64_t{first_group} * p.frames_per_group) * pixels_per_frame;
-  const bool raw_bits = __any_sync(__activemask(), (shift[0] | shift[1] | shift[2] | shift[3]) != 0);
   bool overflow = false;
   for (std::uint32_t f = 0; f < frame_count; ++f) {
     Out* frame_out = group_out + f * pixels_per_frame;
-    reader.top_up();
     std::uint32_t values[4];
-    reader.decode_frame(table, class_offset, shift, raw_bits, values);
+    s.decode_frame(table, values);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      if ((present >> k) & 1u) {
+      if ((s.present >> k) & 1u) {
         if (sizeof(Out) == 2 && values[k] > 0xffffu) overflow = true;
-        frame_out[pixels[k]] = static_cast<Out>(values[k]);
+        frame_out[s.pixels[k]] = static_cast<Out>(values[k]);
       }
     }
   }
-  if ((!reader.finished_cleanly() || overflow) && error != nullptr) atomicOr(error, 1u);
+  if ((!s.reader.finished_cleanly() || overflow) && error != nullptr) atomicOr(error, 1u);
 }
 
 // grid: (stream blocks, groups). One thread per stream decodes its whole
@@ -85,31 +103,22 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
   dev::build_decode_tables(blob, header, table, cdf_scratch);
   const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
   if (stream >= header.stream_count) return;
-  std::uint32_t pixels[4];
-  const std::uint32_t present = dev::quad_pixels(stream, p.quad_cols, p.rows, p.cols, pixels);
-  std::uint32_t class_offset[4];
-  std::uint32_t shift[4];
-  dev::quad_class_tables(blob, header, pixels, present, class_offset, shift);
-  dev::StreamReader reader;
-  reader.open(blob + header.stream_data_offset,
-              reinterpret_cast<const std::uint32_t*>(blob + header.stream_offsets_offset), stream,
-              header.stream_count, header.stream_data_bytes);
-  const bool raw_bits = __any_sync(__activemask(), (shift[0] | shift[1] | shift[2] | shift[3]) != 0);
+  GroupStream s;
+  s.open(p, opened, stream);
   std::uint32_t* group_points = points + std::uint64_t{blockIdx.y} * seek_points * 5 * p.stream_count + stream;
   std::uint32_t next_point = 1;
   for (std::uint32_t f = 0; f < frame_count; ++f) {
     if (f == next_point * seek_frames && next_point <= seek_points) {
       std::uint32_t* at = group_points + std::uint64_t{next_point - 1} * 5 * p.stream_count;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) at[k * p.stream_count] = reader.state[k];
-      at[4 * p.stream_count] = reader.word_index();
+      for (int k = 0; k < 4; ++k) at[k * p.stream_count] = s.reader.state[k];
+      at[4 * p.stream_count] = s.reader.word_index();
       ++next_point;
     }
-    reader.top_up();
     std::uint32_t values[4];
-    reader.decode_frame(table, class_offset, shift, raw_bits, values);
+    s.decode_frame(table, values);
   }
-  if (!reader.finished_cleanly() && error != nullptr) atomicOr(error, 1u);
+  if (!s.reader.finished_cleanly() && error != nullptr) atomicOr(error, 1u);
 }
 
 // grid: (blocks of active streams, groups). Each thread decodes one active
