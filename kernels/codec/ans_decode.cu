@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
 // grid: (stream blocks, groups). One thread per stream decodes its whole
 // chain and writes its reader's states and word index before every frame
 // s·seek_frames (s = 1 .. seek_points) to the seek table.
-__global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
+__global__ void __launch_bounds__(kernels::tuning::kAnsSeekPointThreads)
     record_seek_points_kernel(ResidentParams p, std::uint32_t seek_frames, std::uint32_t seek_points,
                               std::uint32_t* points, std::uint32_t* error) {
   extern __shared__ __align__(16) std::uint8_t shared[];
@@ -317,7 +317,7 @@ void ans_record_seek_points(const AnsResidentView& resident, std::uint32_t frame
   if (seek_points == 0 || resident.group_count == 0) return;
   if (d_points == nullptr) throw bad_request("ANS seek points: null table");
   if (resident.group_count > 65535) throw bad_request("ANS seek points: more than 65535 groups");
-  const int threads = kernels::tuning::kAnsDecodeThreads;
+  const int threads = kernels::tuning::kAnsSeekPointThreads;
   const std::size_t shared_bytes = table_shared_bytes(threads);
   QUANTEM_CUDA_TRY(cudaFuncSetAttribute(record_seek_points_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(shared_bytes)));

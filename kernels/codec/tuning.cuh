@@ -30,5 +30,8 @@ inline constexpr int kAnsScanThreads = 1024;
 // ANS decoders: 128 KiB of decode tables per CTA -> one CTA per SM, so CTAs are wide.
 inline constexpr int kAnsDecodeThreads = 512;
 inline constexpr int kAnsMaskedSumThreads = 1024;
+// The seek-point recorder decodes every stream of a batch once, at load: one
+// CTA per SM (the 128 KiB decode tables), so as many threads as a CTA holds.
+inline constexpr int kAnsSeekPointThreads = 1024;
 
 }  // namespace quantem::kernels::tuning

@@ -38,14 +38,21 @@ run_bundle "$bin" synth "$data/tilt0" --prefix tilt --scan 512x512 --detector 19
 echo "synth rc=$? ($(( $(date +%s) - start )) s)"
 cat "$data"/tilt0/* > /dev/null
 if [ -x "$bundle/cuda_backend_bench" ]; then
-  LD_LIBRARY_PATH="$bundle/lib" timeout 150 "$bundle/cuda_backend_bench" "$data/tilt0/tilt_master.h5" --repeats 5 \
-    --json "$out/load_u16_512.json" > /dev/null 2> "$out/load_u16_512.log"
-  echo "cuda_backend_bench rc=$?"
-  python3 - "$out/load_u16_512.json" <<'PY'
+  # The in-process load and request primitives with seek points every 512
+  # frames (the default), every 256, and none.
+  for k in ${QUANTEM_SEEK_VARIANTS:-512 256 0}; do
+    LD_LIBRARY_PATH="$bundle/lib" timeout 150 "$bundle/cuda_backend_bench" "$data/tilt0/tilt_master.h5" --repeats 5 \
+      --frames-per-seek-point "$k" --json "$out/load_u16_512_seek$k.json" > /dev/null 2> "$out/load_u16_512_seek$k.log"
+    echo "cuda_backend_bench seek $k rc=$?"
+    python3 - "$out/load_u16_512_seek$k.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
-print(json.dumps(r)[:1500])
+s = r["stage_split_of_median_run"]
+print("  load %.3f s (encode gpu %.3f, decode gpu %.3f) resident %.3f GB (%.3f of stored) | %s" % (
+    r["load_seconds_median"], s["encode_seconds_gpu"], s["decode_seconds_gpu"], r["resident_bytes"] / 1e9,
+    r["resident_over_stored"], json.dumps(r["request_primitives_ms"])))
 PY
+  done
 fi
 for i in 1 2; do
   start=$EPOCHREALTIME

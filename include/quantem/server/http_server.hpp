@@ -40,6 +40,7 @@ namespace quantem::server {
 struct HttpServerOptions {
   int threads = 16;    // handler workers
   int io_threads = 1;  // threads running the sockets (no handler ever runs on them)
+  int socket_send_buffer_bytes = 4 << 20;  // SO_SNDBUF of accepted TCP connections (0: the kernel's default)
   std::size_t max_body_bytes = 1 << 20;
   std::size_t max_header_bytes = 64 << 10;  // request line + header fields
   std::size_t max_header_fields = 128;
