@@ -36,21 +36,6 @@ void return_cached_device_memory(int device_index) {
   QUANTEM_CUDA_TRY(cudaMemPoolTrimTo(pool, 0));
 }
 
-// Freed product scratch (stream-ordered, from the device's default memory
-// pool) that the pool keeps instead of returning it to the driver at the next
-// synchronisation: with the default threshold of 0 every request mapped fresh
-// device memory for its scratch and unmapped it again when it synchronised.
-// Idle release still trims the pool to nothing (return_cached_device_memory).
-constexpr std::uint64_t kCachedProductScratchBytes = std::uint64_t{128} << 20;
-
-void keep_product_scratch_cached(int device_index) {
-  cuda::set_device(device_index);
-  cudaMemPool_t pool = nullptr;
-  QUANTEM_CUDA_TRY(cudaDeviceGetDefaultMemPool(&pool, device_index));
-  std::uint64_t threshold = kCachedProductScratchBytes;
-  QUANTEM_CUDA_TRY(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
-}
-
 // Every product kernel once on a tiny resident, so that the runtime's lazy
 // module loading happens at start-up and not in a user's first request.
 void warm_up_kernels(int device_index) {
@@ -160,7 +145,6 @@ class CudaBackendImpl final : public CudaBackend {
   void prepare_devices() override {
     for (const DeviceInfo& device : devices_) {
       cuda::set_device(device.index);
-      keep_product_scratch_cached(device.index);
       pinned_pool_.give_back(pinned_pool_.take(default_device_slot_bytes(options_.tuning)));
       warm_up_kernels(device.index);
     }
