@@ -525,10 +525,10 @@ void Core::accept_on(Acceptor& acceptor) {
       // Responses go out as headers then body: without TCP_NODELAY, Nagle holds
       // the body until the client's delayed ACK (~40 ms per keep-alive request).
       socket.set_option(Tcp::no_delay(true), ignored);
-      // Room for a whole image body in one write: with the kernel's starting
-      // buffer a 1 MB body goes out in several writes, each waiting for the
-      // client to read (loopback floor of 1 MB on the H200: 0.237 -> 0.200 ms
-      // with 4 MiB buffers, docs/benchmarks.md session 6).
+      // Room for most of an image body in one write (the kernel caps the size
+      // at net.core.wmem_max, doubled; an explicit size turns autotuning off,
+      // which loopback clients do not need). Loopback floor of 1 MB on the
+      // H200: 0.237 -> 0.200 and 0.171 -> 0.164 ms (docs/benchmarks.md, session 6).
       if (options.socket_send_buffer_bytes > 0) {
         socket.set_option(asio::socket_base::send_buffer_size(options.socket_send_buffer_bytes), ignored);
       }
