@@ -23,6 +23,21 @@ if [ "$what" = all ] || [ "$what" = suites ]; then
   done
 fi
 [ "$what" = suites ] && exit 0
+if [ "$what" = all ] || [ "$what" = checks ]; then
+  # compute-sanitizer memcheck over the seek points (recorder, segmented masked
+  # sum, seek-started frame jobs) and every CUDA resident primitive.
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  export QUANTEM_REAL_DATA_DIR="$bundle/data/real" QUANTEM_GPU_FIXTURES="$bundle/data/fixtures"
+  LD_LIBRARY_PATH="$bundle/lib" timeout 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
+    "$bundle/ans_conformance_tests" --gtest_filter='*Seek*:*Cuda*' --gtest_brief=1 > "$out/memcheck_ans.log" 2>&1
+  echo "memcheck ans_conformance (seek points, CUDA codec) rc=$? $(grep -E "ERROR SUMMARY" "$out/memcheck_ans.log")"
+  LD_LIBRARY_PATH="$bundle/lib" timeout 160 "$sanitizer" --tool memcheck --error-exitcode 9 \
+    "$bundle/resident_conformance_test" --gtest_filter='ResidentConformance/1.*' --gtest_brief=1 \
+    > "$out/memcheck_resident.log" 2>&1
+  echo "memcheck resident_conformance (CUDA resident) rc=$? $(grep -E "ERROR SUMMARY" "$out/memcheck_resident.log")"
+  grep -E "^\[  FAILED|Invalid|out of bounds" "$out/memcheck_resident.log" "$out/memcheck_ans.log" | head -8
+  [ "$what" = checks ] && exit 0
+fi
 run_bundle "$bundle/bench_host_memory" > "$out/host_memory.json" 2>&1
 echo "host memory (µs per 1 MiB body): $(cat "$out/host_memory.json")"
 python3 scripts/device/loopback_floor.py 0 147456 1048576 > "$out/loopback_floor.json"
@@ -40,7 +55,7 @@ cat "$data"/tilt0/* > /dev/null
 if [ -x "$bundle/cuda_backend_bench" ]; then
   # The in-process load and request primitives with seek points every 512
   # frames (the default), every 256, and none.
-  for k in ${QUANTEM_SEEK_VARIANTS:-512 256 0}; do
+  for k in ${QUANTEM_SEEK_VARIANTS:-512 0}; do
     LD_LIBRARY_PATH="$bundle/lib" timeout 150 "$bundle/cuda_backend_bench" "$data/tilt0/tilt_master.h5" --repeats 5 \
       --frames-per-seek-point "$k" --json "$out/load_u16_512_seek$k.json" > /dev/null 2> "$out/load_u16_512_seek$k.log"
     echo "cuda_backend_bench seek $k rc=$?"
@@ -53,6 +68,29 @@ print("  load %.3f s (encode gpu %.3f, decode gpu %.3f) resident %.3f GB (%.3f o
     r["resident_over_stored"], json.dumps(r["request_primitives_ms"])))
 PY
   done
+fi
+if [ "${QUANTEM_NCU:-1}" = 1 ] && command -v ncu > /dev/null; then
+  # Kernel durations of the request primitives (the BF masked sum narrowed to
+  # uint32, a frame at a new position), after the warm-up's launches.
+  LD_LIBRARY_PATH="$bundle/lib" timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum \
+    --kernel-name regex:'masked_sum_kernel|add_ring_sums|narrow_plan|accumulate_frames' --launch-skip 56 \
+    --launch-count 75 --csv "$bundle/cuda_backend_bench" "$data/tilt0/tilt_master.h5" --repeats 1 \
+    > "$out/ncu_request_kernels.csv" 2> "$out/ncu.log"
+  echo "ncu rc=$?"
+  python3 - "$out/ncu_request_kernels.csv" <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if rows:
+    head = rows[0]
+    k, v, u = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Unit")
+    import collections, statistics
+    by = collections.defaultdict(list)
+    for r in rows[1:]:
+        if r[k] != "Kernel Name":
+            by[r[k].split("(")[0][-40:]].append(float(r[v].replace(",", "")))
+    for name, values in by.items():
+        print("  %-40s n=%d median %.1f %s" % (name, len(values), statistics.median(values), head and rows[1][u]))
+PY
 fi
 for i in 1 2; do
   start=$EPOCHREALTIME
