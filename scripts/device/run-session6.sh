@@ -23,6 +23,18 @@ if [ "$what" = all ] || [ "$what" = suites ]; then
   done
 fi
 [ "$what" = suites ] && exit 0
+if [ "$what" = primitives ]; then
+  data=/tmp/qv
+  rm -rf "$data" && mkdir -p "$data/tilt0"
+  run_bundle "$bin" synth "$data/tilt0" --prefix tilt --scan 512x512 --detector 192x192 --dtype uint16 \
+    --preset realistic --threads "$(nproc)" > /dev/null 2>&1
+  for k in 512 0; do
+    LD_LIBRARY_PATH="$bundle/lib" timeout 150 "$bundle/cuda_backend_bench" "$data/tilt0/tilt_master.h5" --repeats 2 \
+      --frames-per-seek-point "$k" --json "$out/primitives_seek$k.json" > /dev/null 2> "$out/primitives_seek$k.log"
+    echo "seek $k rc=$? $(python3 -c "import json; print(json.load(open('$out/primitives_seek$k.json'))['request_primitives_ms'])")"
+  done
+  exit 0
+fi
 if [ "$what" = all ] || [ "$what" = checks ]; then
   # compute-sanitizer memcheck over the seek points (recorder, segmented masked
   # sum, seek-started frame jobs) and every CUDA resident primitive.

@@ -121,6 +121,11 @@ int main(int argc, char** argv) {
       nlohmann::ordered_json row;
       row["masked_sum_bf"] = time_ms([&](int) { (void)resident->masked_sum(g, disk); });
       row["masked_sum_u32_bf"] = time_ms([&](int) { (void)resident->masked_sum_u32(g, disk); });
+      // The fixed cost of the path: no pixel selected (nothing decoded, no
+      // ring), and every pixel (every ring whole, nothing decoded).
+      const std::vector<std::uint8_t> none(g.detector_pixels(), 0), all(g.detector_pixels(), 1);
+      row["masked_sum_u32_empty_mask"] = time_ms([&](int) { (void)resident->masked_sum_u32(g, none); });
+      row["masked_sum_u32_full_mask"] = time_ms([&](int) { (void)resident->masked_sum_u32(g, all); });
       row["frame_new_position"] = time_ms([&](int i) {
         const std::uint64_t k = (static_cast<std::uint64_t>(i) * 7919 + 1000) % (g.scan_rows * g.scan_cols);
         (void)resident->frame(g, k / g.scan_cols, k % g.scan_cols);
