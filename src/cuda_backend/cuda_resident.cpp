@@ -232,12 +232,26 @@ CudaResident::MaskedSums CudaResident::masked_sums(const plan::PlanGeometry& g,
   auto* d_error = cuda::scratch_part<std::uint32_t>(scratch.data(), error_at);
   auto* d_narrow = cuda::scratch_part<std::uint32_t>(scratch.data(), narrow_at);
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_error, 0, 8, stream));
-  // From pageable memory: staged before the calls return.
-  if (!entries.empty())
-    QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_entries, entries.data(), entries.size() * 4, cudaMemcpyHostToDevice, stream));
-  if (!whole_rings.empty())
-    QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_rings, whole_rings.data(), whole_rings.size() * 4, cudaMemcpyHostToDevice,
-                                     stream));
+  // The uploads (mask entries, whole rings) and the result share the
+  // resident's pinned staging, so every copy is asynchronous (a copy from
+  // pageable memory is staged by the driver before the call returns).
+  const std::uint64_t span_frames = last_frame - first_frame + 1;
+  cuda::ScratchLayout host_layout;
+  const std::size_t host_result_at = host_layout.add(narrow ? layout.total() - error_at : span_frames * 8);
+  const std::size_t host_error_at = host_layout.add(narrow ? 0 : 4);  // the wide path's decode error flag
+  const std::size_t host_entries_at = host_layout.add(entries.size() * 4);
+  const std::size_t host_rings_at = host_layout.add(whole_rings.size() * 4);
+  const HostStaging host(*this, host_layout.total());
+  if (!entries.empty()) {
+    std::copy(entries.begin(), entries.end(), host.part<std::uint32_t>(host_entries_at));
+    QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_entries, host.part<void>(host_entries_at), entries.size() * 4,
+                                     cudaMemcpyHostToDevice, stream));
+  }
+  if (!whole_rings.empty()) {
+    std::copy(whole_rings.begin(), whole_rings.end(), host.part<std::uint32_t>(host_rings_at));
+    QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_rings, host.part<void>(host_rings_at), whole_rings.size() * 4,
+                                     cudaMemcpyHostToDevice, stream));
+  }
   cuda::ans_masked_sum(groups, d_entries, static_cast<std::uint32_t>(entries.size()), d_sums, d_error, stream);
   cuda::add_ring_sums(rings_.d_ring_sums.data(), rings_.sum_bytes, source_.frame_count(), d_rings,
                       static_cast<std::uint32_t>(whole_rings.size()), base_frame, groups.total_frames, d_sums, stream);
@@ -256,25 +270,20 @@ CudaResident::MaskedSums CudaResident::masked_sums(const plan::PlanGeometry& g,
     region.plan_rows = g.scan_rows;
     region.plan_cols = g.scan_cols;
     cuda::narrow_plan_sums(d_sums, base_frame, region, d_narrow, d_error + 1, stream);
-    const HostStaging host(*this, layout.total() - error_at);
-    QUANTEM_CUDA_TRY(
-        cudaMemcpyAsync(host.part<void>(0), d_error, layout.total() - error_at, cudaMemcpyDeviceToHost, stream));
+    QUANTEM_CUDA_TRY(cudaMemcpyAsync(host.part<void>(host_result_at), d_error, layout.total() - error_at,
+                                     cudaMemcpyDeviceToHost, stream));
     QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));
-    const auto* flags = host.part<std::uint32_t>(0);
+    const auto* flags = host.part<std::uint32_t>(host_result_at);
     throw_if_malformed(flags[0], source_.name, "masked_sum_kernel");
     if (flags[1] == 0) {
-      const auto* h_narrow = host.part<std::uint32_t>(narrow_at - error_at);
+      const auto* h_narrow = host.part<std::uint32_t>(host_result_at + (narrow_at - error_at));
       result.narrow.emplace(h_narrow, h_narrow + g.positions());
     }
     return result;
   }
   // Only the frames from the region's first to its last come back; a region of
   // whole scan rows is exactly that span, in order.
-  const std::uint64_t span_frames = last_frame - first_frame + 1;
-  cuda::ScratchLayout host_layout;
-  const std::size_t host_span_at = host_layout.add(span_frames * 8);
-  const std::size_t host_error_at = host_layout.add(4);
-  const HostStaging host(*this, host_layout.total());
+  const std::size_t host_span_at = host_result_at;
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(host.part<void>(host_span_at), d_sums + (first_frame - base_frame), span_frames * 8,
                                    cudaMemcpyDeviceToHost, stream));
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(host.part<void>(host_error_at), d_error, 4, cudaMemcpyDeviceToHost, stream));
