@@ -127,14 +127,13 @@ std::vector<std::uint64_t> CudaResident::native_sum(const std::vector<std::uint6
   if (maxima != nullptr) maxima->assign(pixels, 0);
   if (frames.empty()) return sums;
   const std::uint64_t total_frames = source_.frame_count();
-  std::vector<std::uint32_t> bitmap((total_frames + 31) / 32, 0);
-  for (const std::uint64_t frame : frames) bitmap[frame / 32] |= 1u << (frame % 32);
+  const std::uint64_t bitmap_words = (total_frames + 31) / 32;
   const std::vector<cuda::FrameJob> jobs = jobs_for(frames, frames_per_group_, seek_.frames_per_point);
 
   bind_device();
   const cudaStream_t stream = cudaStreamPerThread;
   cuda::ScratchLayout layout;
-  const std::size_t bitmap_at = layout.add(bitmap.size() * 4);
+  const std::size_t bitmap_at = layout.add(bitmap_words * 4);
   const std::size_t jobs_at = layout.add(jobs.size() * sizeof(cuda::FrameJob));
   const std::size_t sums_at = layout.add(pixels * 8);  // sums, maxima and the error flag: zeroed together
   const std::size_t maxima_at = layout.add(pixels * 4);
@@ -145,10 +144,22 @@ std::vector<std::uint64_t> CudaResident::native_sum(const std::vector<std::uint6
   auto* d_sums = cuda::scratch_part<std::uint64_t>(scratch.data(), sums_at);
   auto* d_maxima = cuda::scratch_part<std::uint32_t>(scratch.data(), maxima_at);
   auto* d_error = cuda::scratch_part<std::uint32_t>(scratch.data(), error_at);
-  QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_bitmap, bitmap.data(), bitmap.size() * 4, cudaMemcpyHostToDevice, stream));
-  QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_jobs, jobs.data(), jobs.size() * sizeof(cuda::FrameJob), cudaMemcpyHostToDevice,
-                                   stream));
-  QUANTEM_CUDA_TRY(cudaMemsetAsync(d_sums, 0, layout.total() - sums_at, stream));
+  // The frame bitmap and the jobs go up through the resident's pinned staging
+  // (asynchronous copies), placed after where the result comes back.
+  const std::size_t result_bytes = layout.total() - sums_at;  // sums, maxima and the error flag
+  cuda::ScratchLayout host_layout;
+  const std::size_t host_result_at = host_layout.add(result_bytes);
+  const std::size_t host_bitmap_at = host_layout.add(bitmap_words * 4);
+  const std::size_t host_jobs_at = host_layout.add(jobs.size() * sizeof(cuda::FrameJob));
+  const HostStaging host(*this, host_layout.total());
+  auto* bitmap = host.part<std::uint32_t>(host_bitmap_at);
+  std::fill(bitmap, bitmap + bitmap_words, 0u);
+  for (const std::uint64_t frame : frames) bitmap[frame / 32] |= 1u << (frame % 32);
+  std::copy(jobs.begin(), jobs.end(), host.part<cuda::FrameJob>(host_jobs_at));
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_bitmap, bitmap, bitmap_words * 4, cudaMemcpyHostToDevice, stream));
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_jobs, host.part<void>(host_jobs_at), jobs.size() * sizeof(cuda::FrameJob),
+                                   cudaMemcpyHostToDevice, stream));
+  QUANTEM_CUDA_TRY(cudaMemsetAsync(d_sums, 0, result_bytes, stream));
   const cuda::AnsResidentView all = view();
   for (std::size_t first = 0; first < jobs.size(); first += cuda::kMaxFrameJobs) {
     const std::size_t count = std::min(cuda::kMaxFrameJobs, jobs.size() - first);
@@ -156,14 +167,15 @@ std::vector<std::uint64_t> CudaResident::native_sum(const std::vector<std::uint6
                                 d_error, stream);
   }
   // Sums, maxima and the error flag lie together in the scratch: one copy back.
-  const HostStaging host(*this, layout.total() - sums_at);
-  QUANTEM_CUDA_TRY(cudaMemcpyAsync(host.part<void>(0), d_sums, layout.total() - sums_at, cudaMemcpyDeviceToHost, stream));
+  QUANTEM_CUDA_TRY(
+      cudaMemcpyAsync(host.part<void>(host_result_at), d_sums, result_bytes, cudaMemcpyDeviceToHost, stream));
   QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));
-  throw_if_malformed(*host.part<std::uint32_t>(error_at - sums_at), source_.name, "accumulate_frames_kernel");
-  const auto* h_sums = host.part<std::uint64_t>(0);
+  throw_if_malformed(*host.part<std::uint32_t>(host_result_at + (error_at - sums_at)), source_.name,
+                     "accumulate_frames_kernel");
+  const auto* h_sums = host.part<std::uint64_t>(host_result_at);
   std::copy(h_sums, h_sums + pixels, sums.begin());
   if (maxima != nullptr) {
-    const auto* h_maxima = host.part<std::uint32_t>(maxima_at - sums_at);
+    const auto* h_maxima = host.part<std::uint32_t>(host_result_at + (maxima_at - sums_at));
     std::copy(h_maxima, h_maxima + pixels, maxima->begin());
   }
   return sums;
