@@ -255,17 +255,20 @@ std::vector<std::uint32_t> ans_mask_entries(const std::vector<std::uint8_t>& det
     throw bad_request("masked sum: the mask must hold detector_rows * detector_cols bytes");
   const AnsGroupLayout layout = ans_group_layout(detector_rows, detector_cols);
   if (layout.stream_count >= (1u << 28)) throw bad_request("masked sum: detector too large");
+  // Quad rows then quad columns (no division per stream: this runs on every
+  // masked-sum request); a quad past an odd edge has no pixel there.
   std::vector<std::uint32_t> entries;
-  for (std::uint32_t stream = 0; stream < layout.stream_count; ++stream) {
-    const std::uint32_t row = 2 * (stream / layout.quad_cols);
-    const std::uint32_t col = 2 * (stream % layout.quad_cols);
-    std::uint32_t mask = 0;
-    for (std::uint32_t k = 0; k < 4; ++k) {
-      const std::uint32_t r = row + k / 2;
-      const std::uint32_t c = col + k % 2;
-      if (r < detector_rows && c < detector_cols && detector_mask[std::size_t{r} * detector_cols + c] != 0) mask |= 1u << k;
+  std::uint32_t stream = 0;
+  for (std::uint32_t row = 0; row < detector_rows; row += 2) {
+    const std::uint8_t* top = detector_mask.data() + std::size_t{row} * detector_cols;
+    const std::uint8_t* bottom = row + 1 < detector_rows ? top + detector_cols : nullptr;
+    for (std::uint32_t col = 0; col < detector_cols; col += 2, ++stream) {
+      const bool right = col + 1 < detector_cols;
+      const std::uint32_t mask = (top[col] != 0 ? 1u : 0u) | (right && top[col + 1] != 0 ? 2u : 0u) |
+                                 (bottom != nullptr && bottom[col] != 0 ? 4u : 0u) |
+                                 (bottom != nullptr && right && bottom[col + 1] != 0 ? 8u : 0u);
+      if (mask != 0) entries.push_back(stream | (mask << 28));
     }
-    if (mask != 0) entries.push_back(stream | (mask << 28));
   }
   return entries;
 }

@@ -21,15 +21,25 @@ constexpr std::uint64_t kSlotBufferBytes = std::uint64_t{64} << 20;
 // decoded from its start up to its last needed frame.
 std::vector<cuda::FrameJob> jobs_for(const std::vector<std::uint64_t>& sorted_frames, std::uint32_t frames_per_group,
                                      std::uint32_t frames_per_seek_point) {
+  // Divisions only when a frame leaves the current job's segment (a region's
+  // frames number tens of thousands on every request).
   std::vector<cuda::FrameJob> jobs;
+  std::uint64_t segment_first = 1;  // the current job's frames [segment_first, segment_end): none yet
+  std::uint64_t segment_end = 0;
+  std::uint64_t group_first = 0;
+  const std::uint32_t last_begin = cuda::ans_seek_job_begin(frames_per_group - 1, frames_per_group, frames_per_seek_point);
   for (const std::uint64_t frame : sorted_frames) {
-    const auto group = static_cast<std::uint32_t>(frame / frames_per_group);
-    const auto in_group = static_cast<std::uint32_t>(frame % frames_per_group);
-    const std::uint32_t begin = cuda::ans_seek_job_begin(in_group, frames_per_group, frames_per_seek_point);
-    if (jobs.empty() || jobs.back().group != group || jobs.back().frame_begin != begin) {
+    if (frame < segment_first || frame >= segment_end) {
+      const auto group = static_cast<std::uint32_t>(frame / frames_per_group);
+      group_first = std::uint64_t{group} * frames_per_group;
+      const auto in_group = static_cast<std::uint32_t>(frame - group_first);
+      const std::uint32_t begin = cuda::ans_seek_job_begin(in_group, frames_per_group, frames_per_seek_point);
+      const std::uint32_t next = begin == last_begin ? frames_per_group : begin + frames_per_seek_point;
+      segment_first = group_first + begin;
+      segment_end = group_first + next;
       jobs.push_back({group, in_group + 1, begin});
     } else {
-      jobs.back().frame_end = std::max(jobs.back().frame_end, in_group + 1);
+      jobs.back().frame_end = std::max(jobs.back().frame_end, static_cast<std::uint32_t>(frame - group_first + 1));
     }
   }
   return jobs;

@@ -123,10 +123,23 @@ std::vector<std::uint8_t> source_detector_mask(const PlanGeometry& g, const std:
   const std::uint64_t rows = g.source_detector_rows;
   const std::uint64_t cols = g.source_detector_cols;
   std::vector<std::uint8_t> source(rows * cols);
+  if (g.detector_bin == 1) {
+    for (std::uint64_t i = 0; i < rows * cols; ++i) source[i] = binned_mask[i] != 0 ? 1 : 0;
+    return source;
+  }
+  // Bin indices advance with counters: no division per pixel (this runs on every masked-sum request).
+  std::uint64_t binned_row = 0;
+  std::uint64_t row_in_bin = 0;
   for (std::uint64_t r = 0; r < rows; ++r) {
-    const std::uint8_t* mask_row = binned_mask.data() + (r / g.detector_bin) * g.detector_cols;
+    const std::uint8_t* mask_row = binned_mask.data() + binned_row * g.detector_cols;
     std::uint8_t* out_row = source.data() + r * cols;
-    for (std::uint64_t c = 0; c < cols; ++c) out_row[c] = mask_row[c / g.detector_bin] != 0 ? 1 : 0;
+    std::uint64_t binned_col = 0;
+    std::uint64_t col_in_bin = 0;
+    for (std::uint64_t c = 0; c < cols; ++c) {
+      out_row[c] = mask_row[binned_col] != 0 ? 1 : 0;
+      if (++col_in_bin == g.detector_bin) col_in_bin = 0, ++binned_col;
+    }
+    if (++row_in_bin == g.detector_bin) row_in_bin = 0, ++binned_row;
   }
   return source;
 }
@@ -143,7 +156,10 @@ void bin_detector_sums(const std::uint64_t* source, std::uint64_t rows, std::uin
   for (std::uint64_t r = 0; r < rows; ++r) {
     std::uint64_t* out_row = out + (r / bin) * out_cols;
     const std::uint64_t* in_row = source + r * cols;
-    for (std::uint64_t c = 0; c < cols; ++c) out_row[c / bin] += in_row[c];
+    for (std::uint64_t first = 0, binned = 0; first < cols; first += bin, ++binned) {
+      const std::uint64_t end = std::min(cols, first + bin);
+      for (std::uint64_t c = first; c < end; ++c) out_row[binned] += in_row[c];
+    }
   }
 }
 
@@ -163,7 +179,10 @@ std::vector<std::uint64_t> bin_scan_sums(const PlanGeometry& g, std::vector<std:
   for (std::uint64_t r = 0; r < region_rows; ++r) {
     std::uint64_t* out_row = out.data() + (r / g.scan_bin) * g.scan_cols;
     const std::uint64_t* in_row = per_region_frame.data() + r * region_cols;
-    for (std::uint64_t c = 0; c < region_cols; ++c) out_row[c / g.scan_bin] += in_row[c];
+    for (std::uint64_t first = 0, binned = 0; first < region_cols; first += g.scan_bin, ++binned) {
+      const std::uint64_t end = std::min(region_cols, first + g.scan_bin);
+      for (std::uint64_t c = first; c < end; ++c) out_row[binned] += in_row[c];
+    }
   }
   return out;
 }
