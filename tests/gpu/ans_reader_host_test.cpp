@@ -5,12 +5,15 @@
 
 #include <array>
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "../../kernels/codec/ans_stream_reader.cuh"
 #include "../unit/ans/ans_test_data.hpp"
 #include "quantem/ans/ans_codec.hpp"
 #include "quantem/ans/ans_model.hpp"
+#include "quantem/cuda/ans.hpp"
 
 namespace quantem {
 namespace {
@@ -196,6 +199,30 @@ TEST(AnsStreamReaderHost, FlagsMalformedStreams) {
   flipped[header.stream_data_offset + 20] ^= 0x5a;  // inside stream 0's words
   decode_with_reader(flipped, unclean);
   EXPECT_GE(unclean, 1);
+}
+
+// The masked sum's stream entries (host code, no GPU): one entry per stream
+// with a masked pixel, `stream | quad mask << 28`, against the quad layout of
+// ans_format.hpp computed with plain index arithmetic, on even and odd shapes.
+TEST(AnsMaskEntries, EqualThePlainQuadArithmetic) {
+  for (auto [rows, cols] : {std::pair{1u, 1u}, std::pair{4u, 6u}, std::pair{5u, 9u}, std::pair{41u, 39u}, std::pair{8u, 3u}}) {
+    SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols));
+    std::vector<std::uint8_t> mask(std::size_t{rows} * cols);
+    for (std::size_t i = 0; i < mask.size(); ++i) mask[i] = static_cast<std::uint8_t>((i * 5 + i / 3) % 4 == 0 ? 2 : 0);
+    const ans::AnsGroupLayout layout = ans::ans_group_layout(rows, cols);
+    std::vector<std::uint32_t> expected;
+    for (std::uint32_t stream = 0; stream < layout.stream_count; ++stream) {
+      std::uint32_t bits = 0;
+      for (std::uint32_t k = 0; k < 4; ++k) {
+        const std::uint32_t r = 2 * (stream / layout.quad_cols) + k / 2;
+        const std::uint32_t c = 2 * (stream % layout.quad_cols) + k % 2;
+        if (r < rows && c < cols && mask[std::size_t{r} * cols + c] != 0) bits |= 1u << k;
+      }
+      if (bits != 0) expected.push_back(stream | (bits << 28));
+    }
+    EXPECT_EQ(cuda::ans_mask_entries(mask, rows, cols), expected);
+    EXPECT_FALSE(expected.empty());
+  }
 }
 
 }  // namespace

@@ -163,5 +163,43 @@ TEST(PlanGeometry, EqualityComparesEveryField) {
   EXPECT_EQ(to_string(a), to_string(b = a));
 }
 
+// The binning helpers the request paths use (written with counters instead of
+// a division per pixel) against the plain index arithmetic, for every bin
+// from 1 to 4 on odd sizes (partial edge bins).
+TEST(PlanBinning, SourceMaskAndBinnedSumsEqualThePlainIndexArithmetic) {
+  for (std::uint64_t bin = 1; bin <= 4; ++bin) {
+    BrowsePlan plan;
+    plan.detector_bin = bin;
+    plan.scan_bin = bin;
+    plan.crop = ScanRegion{1, 8, 2, 11};  // 7 x 9 positions of a 9 x 13 scan
+    const PlanGeometry g = resolve_plan(plan, 9, 13, 11, 7);
+    SCOPED_TRACE("bin " + std::to_string(bin));
+    std::vector<std::uint8_t> binned(g.detector_pixels());
+    for (std::size_t i = 0; i < binned.size(); ++i) binned[i] = static_cast<std::uint8_t>((i * 7) % 3);
+    const std::vector<std::uint8_t> source = source_detector_mask(g, binned);
+    ASSERT_EQ(source.size(), std::size_t{11 * 7});
+    for (std::uint64_t r = 0; r < 11; ++r)
+      for (std::uint64_t c = 0; c < 7; ++c)
+        EXPECT_EQ(source[r * 7 + c], binned[(r / bin) * g.detector_cols + c / bin] != 0 ? 1 : 0) << r << "," << c;
+
+    std::vector<std::uint64_t> pixels(11 * 7);
+    for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = i * i + 3;
+    const std::vector<std::uint64_t> detector = bin_detector_sums(pixels, 11, 7, bin);
+    std::vector<std::uint64_t> expected_detector(g.detector_pixels(), 0);
+    for (std::uint64_t r = 0; r < 11; ++r)
+      for (std::uint64_t c = 0; c < 7; ++c) expected_detector[(r / bin) * g.detector_cols + c / bin] += pixels[r * 7 + c];
+    EXPECT_EQ(detector, expected_detector);
+
+    const std::uint64_t region_rows = 7, region_cols = 9;
+    std::vector<std::uint64_t> frames(region_rows * region_cols);
+    for (std::size_t i = 0; i < frames.size(); ++i) frames[i] = 1000 + i * 17;
+    const std::vector<std::uint64_t> scan = bin_scan_sums(g, frames);
+    std::vector<std::uint64_t> expected_scan(g.positions(), 0);
+    for (std::uint64_t r = 0; r < region_rows; ++r)
+      for (std::uint64_t c = 0; c < region_cols; ++c) expected_scan[(r / bin) * g.scan_cols + c / bin] += frames[r * region_cols + c];
+    EXPECT_EQ(scan, expected_scan);
+  }
+}
+
 }  // namespace
 }  // namespace quantem::plan
