@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "quantem/ans/ans_format.hpp"
+#include "quantem/backend/stage_clock.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/resident_products.hpp"
 #include "quantem/cuda/scratch_layout.hpp"
@@ -241,6 +242,7 @@ CudaResident::MaskedSums CudaResident::masked_sums(const plan::PlanGeometry& g,
   const std::vector<std::uint32_t> entries =
       cuda::ans_mask_entries(decoded_mask, static_cast<std::uint32_t>(rows), static_cast<std::uint32_t>(cols));
   const std::vector<std::uint32_t>& whole_rings = split.whole_rings;
+  stage_lap("mask");  // source mask, ring split, stream entries
   cuda::ScratchLayout layout;
   const std::size_t sums_at = layout.add(groups.total_frames * 8);
   const std::size_t entries_at = layout.add(entries.size() * 4);
@@ -294,13 +296,16 @@ CudaResident::MaskedSums CudaResident::masked_sums(const plan::PlanGeometry& g,
     cuda::narrow_plan_sums(d_sums, base_frame, region, d_narrow, d_error + 1, stream);
     QUANTEM_CUDA_TRY(cudaMemcpyAsync(host.part<void>(host_result_at), d_error, layout.total() - error_at,
                                      cudaMemcpyDeviceToHost, stream));
+    stage_lap("enqueue");  // scratch, uploads, kernels, the copy back
     QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));
+    stage_lap("wait");
     const auto* flags = host.part<std::uint32_t>(host_result_at);
     throw_if_malformed(flags[0], source_.name, "masked_sum_kernel");
     if (flags[1] == 0) {
       const auto* h_narrow = host.part<std::uint32_t>(host_result_at + (narrow_at - error_at));
       result.narrow.emplace(h_narrow, h_narrow + g.positions());
     }
+    stage_lap("result");
     return result;
   }
   // Only the frames from the region's first to its last come back; a region of

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "quantem/backend/cuda_backend.hpp"
+#include "quantem/backend/stage_clock.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/plan/plan.hpp"
 
@@ -126,6 +128,23 @@ int main(int argc, char** argv) {
       const std::vector<std::uint8_t> none(g.detector_pixels(), 0), all(g.detector_pixels(), 1);
       row["masked_sum_u32_empty_mask"] = time_ms([&](int) { (void)resident->masked_sum_u32(g, none); });
       row["masked_sum_u32_full_mask"] = time_ms([&](int) { (void)resident->masked_sum_u32(g, all); });
+      // The narrowed BF masked sum stage by stage (backend::StageClock).
+      {
+        backend::StageClock clock;
+        backend::StageClock::current() = &clock;
+        std::map<std::string, std::vector<double>> stages;
+        for (int i = 0; i < 21; ++i) {
+          clock.start();
+          (void)resident->masked_sum_u32(g, disk);
+          clock.lap("return");
+          if (i > 0)
+            for (const auto& [name, ms] : clock.laps()) stages[name].push_back(ms);
+        }
+        backend::StageClock::current() = nullptr;
+        nlohmann::ordered_json split;
+        for (auto& [name, values] : stages) split[name] = median(values);
+        row["masked_sum_u32_bf_stages"] = split;
+      }
       row["frame_new_position"] = time_ms([&](int i) {
         const std::uint64_t k = (static_cast<std::uint64_t>(i) * 7919 + 1000) % (g.scan_rows * g.scan_cols);
         (void)resident->frame(g, k / g.scan_cols, k % g.scan_cols);
