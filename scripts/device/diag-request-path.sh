@@ -36,19 +36,7 @@ for i in 1 2 3; do
   echo "quantem-gpu info (process start + CUDA initialisation): $(python3 -c "print(round($EPOCHREALTIME - $start, 3))") s"
 done
 echo "loopback floor: $(cat "$out/loopback_floor.json")"
-summarise() {
-  python3 - "$1" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-for row in r["rows"]:
-    c, s = row["client_ms"], row["server_ms"]
-    print("%-28s p50 %.3f min %.3f | %s" % (row["name"], c["p50"], c["min"],
-          " ".join("%s=%s" % (k, v.get("p50")) for k, v in s.items())))
-for cold in r.get("cold_start", []):
-    print("cold %.3f s first %.3f s | %s" % (cold["start_to_first_bf_body_s"],
-          cold["first_bf_request_including_load_s"], cold["first_bf_server_timing"]))
-PY
-}
+summarise() { python3 scripts/device/summarise_http.py "$1"; }
 # QUANTEM_DIAG_VARIANTS: "default reuse" (default) or a subset.
 for variant in ${QUANTEM_DIAG_VARIANTS:-default reuse}; do
   tunables=""

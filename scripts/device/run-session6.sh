@@ -119,16 +119,4 @@ LD_LIBRARY_PATH="$bundle/lib" timeout 240 "$bundle/bench_http_viewer" \
   > "$out/http.json" 2> "$out/http.log"
 echo "== bench_http_viewer rc=$?"
 python3 scripts/device/request_path_table.py "$out/http.json" "" "$out/loopback_floor.json" 2>&1 | tee "$out/table.md"
-python3 - "$out/http.json" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-for row in r["rows"]:
-    c, s = row["client_ms"], row["server_ms"]
-    print("%-34s p50 %.3f min %.3f | %s" % (row["name"], c["p50"], c["min"],
-          " ".join("%s=%s" % (k, v.get("p50")) for k, v in s.items())))
-for cold in r.get("cold_start", []):
-    print("cold %.3f s first %.3f s | %s" % (cold["start_to_first_bf_body_s"],
-          cold["first_bf_request_including_load_s"], cold["first_bf_server_timing"]))
-for first in r.get("first_bf_on_a_ready_daemon", []):
-    print("first BF on a ready daemon %.3f s | %s" % (first["first_bf_request_including_load_s"], first["server_timing"]))
-PY
+python3 scripts/device/summarise_http.py "$out/http.json"
