@@ -60,14 +60,6 @@ inline ResidentParams make_resident_params(const cuda::AnsResidentView& resident
           cuda::ans_seek_points_per_group(resident.frames_per_group, seek_frames)};
 }
 
-// The segment of a group's frames a decode may start at: frame s·seek_frames
-// for s <= seek_points, else 0 (no seek points).
-__host__ __device__ inline std::uint32_t seek_segment_of(const ResidentParams& p, std::uint32_t frame) {
-  if (p.seek_points == 0) return 0;
-  const std::uint32_t segment = frame / p.seek_frames;
-  return segment < p.seek_points ? segment : p.seek_points;
-}
-
 // Where seek point `point` (1-based) of stream `stream` of group `group` lies:
 // value j (0..3 the states, 4 the word index) at [j * stream_count].
 __device__ inline const std::uint32_t* seek_point(const ResidentParams& p, std::uint32_t group, std::uint32_t point,
