@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cctype>
 #include <condition_variable>
 #include <deque>
@@ -78,10 +79,30 @@ std::string percent_decode_path(std::string_view raw) {
 
 void name_this_thread(const std::string& name) { pthread_setname_np(pthread_self(), name.substr(0, 15).c_str()); }
 
-// Runs handler calls on a fixed set of threads, first come first served.
+// Busy-waits until `ready()` or `window` has passed; true if ready.
+template <class Ready>
+bool spin_until(Ready ready, std::chrono::microseconds window) {
+  if (window.count() <= 0) return ready();
+  const auto deadline = std::chrono::steady_clock::now() + window;
+  while (true) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return ready();
+  }
+}
+
+// Runs handler calls on a fixed set of threads, first come first served. A
+// worker that finished a job busy-waits for the next one for `spin` before
+// it sleeps on the condition variable, so a keep-alive client's next request
+// finds an awake thread; submit() wakes a sleeping worker only when none is
+// busy-waiting.
 class WorkerPool {
  public:
-  explicit WorkerPool(int threads) {
+  WorkerPool(int threads, std::chrono::microseconds spin) : spin_(spin) {
     for (int index = 0; index < std::max(1, threads); ++index) {
       threads_.emplace_back([this, index] {
         name_this_thread("quantem-http-" + std::to_string(index));
@@ -96,12 +117,18 @@ class WorkerPool {
 
   // False once stopped (the job is not run).
   bool submit(std::function<void()> job) {
+    int queued = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (stopped_) return false;
       jobs_.push_back(std::move(job));
+      queued = queued_.fetch_add(1) + 1;
     }
-    wake_.notify_one();
+    // Wake a sleeping worker unless a busy-waiting one is there for every
+    // queued job. A busy-waiting worker stops counting itself before it
+    // checks the queue under the lock and sleeps, so a skipped wake-up never
+    // strands a job.
+    if (queued > spinning_.load()) wake_.notify_one();
     return true;
   }
 
@@ -111,7 +138,9 @@ class WorkerPool {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stopped_ = true;
+      stopping_.store(true);
       dropped.swap(jobs_);
+      queued_.store(0);
     }
     wake_.notify_all();
   }
@@ -123,7 +152,13 @@ class WorkerPool {
 
  private:
   void work() {
+    bool after_job = false;
     while (true) {
+      if (after_job && spin_.count() > 0) {
+        spinning_.fetch_add(1);
+        spin_until([this] { return queued_.load(std::memory_order_relaxed) > 0 || stopping_.load(); }, spin_);
+        spinning_.fetch_sub(1);
+      }
       std::function<void()> job;
       {
         std::unique_lock<std::mutex> lock(mutex_);
@@ -131,15 +166,21 @@ class WorkerPool {
         if (stopped_) return;
         job = std::move(jobs_.front());
         jobs_.pop_front();
+        queued_.fetch_sub(1);
       }
       job();
+      after_job = true;
     }
   }
 
+  const std::chrono::microseconds spin_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::function<void()>> jobs_;
   bool stopped_ = false;
+  std::atomic<int> queued_{0};    // jobs_.size(), readable without the lock
+  std::atomic<int> spinning_{0};  // workers busy-waiting for a job
+  std::atomic<bool> stopping_{false};
   std::vector<std::thread> threads_;
 };
 
@@ -152,7 +193,7 @@ struct Core {
         options(options_in),
         ioc(std::max(1, options_in.io_threads)),
         work(asio::make_work_guard(ioc)),
-        pool(options_in.threads) {}
+        pool(options_in.threads, options_in.spin_wait) {}
 
   HttpServer::Handler handler;
   HttpServerOptions options;
@@ -637,10 +678,21 @@ void HttpServer::run() {
   name_this_thread("quantem-http-io");
   if (core.tcp_acceptor) core.accept_on(*core.tcp_acceptor);
   if (core.unix_acceptor) core.accept_on(*core.unix_acceptor);
+  // After any work an I/O thread polls for spin_wait before it sleeps in
+  // epoll, so the response a worker posts and a keep-alive client's next
+  // request are handled at once rather than after a wake-up.
   auto run_io = [&core] {
+    const auto spin = core.options.spin_wait;
     while (true) {
       try {
-        core.ioc.run();
+        if (spin.count() <= 0) {
+          core.ioc.run();
+          return;
+        }
+        while (!core.ioc.stopped()) {
+          if (spin_until([&core] { return core.ioc.poll() > 0 || core.ioc.stopped(); }, spin)) continue;
+          core.ioc.run_one();
+        }
         return;
       } catch (const std::exception& error) {
         spdlog::error("HTTP I/O thread: {}", error.what());

@@ -220,6 +220,8 @@ ServeSettings validate_serve_options(const ServeOptions& options) {
   settings.cache_entries = static_cast<std::size_t>(options.cache_entries);
   if (options.http_threads < 1 || options.http_threads > 1024) throw ServeUsageError("--http-threads must be between 1 and 1024");
   settings.http_threads = static_cast<int>(options.http_threads);
+  if (options.http_spin_us < 0 || options.http_spin_us > 100000) throw ServeUsageError("--http-spin-us must be between 0 and 100000");
+  settings.http_spin = std::chrono::microseconds(options.http_spin_us);
 
   settings.host = options.host;
   if (!is_loopback_address(options.host)) {

@@ -40,6 +40,13 @@ namespace quantem::server {
 struct HttpServerOptions {
   int threads = 16;    // handler workers
   int io_threads = 1;  // threads running the sockets (no handler ever runs on them)
+  // How long a thread busy-waits before it sleeps: an I/O thread while a
+  // response is being computed, a worker after it finished a request. A
+  // sleeping core (a halted vCPU in a VM above all) takes tens to hundreds of
+  // microseconds to wake; a viewer's next request or the response being
+  // computed usually arrives well within this window (docs/benchmarks.md).
+  // 0: always sleep.
+  std::chrono::microseconds spin_wait{1000};
   int socket_send_buffer_bytes = 4 << 20;  // SO_SNDBUF of accepted TCP connections (0: the kernel's default)
   std::size_t max_body_bytes = 1 << 20;
   std::size_t max_header_bytes = 64 << 10;  // request line + header fields

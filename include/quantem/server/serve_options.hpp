@@ -25,6 +25,7 @@ struct ServeOptions {
   long long cpu_threads = 0;                    // --cpu-threads (0: all cores)
   long long cache_entries = 8;                  // --cache-entries (per device)
   long long http_threads = 16;                  // --http-threads
+  long long http_spin_us = 1000;                // --http-spin-us: busy-wait window for responses and requests
   std::string host = "127.0.0.1";               // --host
   bool allow_non_loopback = false;              // --allow-non-loopback
   std::string auth = "none";                    // --auth none|token
@@ -56,6 +57,7 @@ struct ServeSettings {
   unsigned cpu_threads = 0;
   std::size_t cache_entries = 8;
   int http_threads = 16;
+  std::chrono::microseconds http_spin{1000};
   std::string host;
   bool non_loopback = false;  // host is not loopback (allowed with the flag; warn)
   bool token_auth = false;

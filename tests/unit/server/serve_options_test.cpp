@@ -123,6 +123,11 @@ TEST(ServeOptions, AdditionsAreValidated) {
   options.auth = "password";
   EXPECT_NE(usage_error(options).find("--auth must be none or token"), std::string::npos);
   options = cpu_options();
+  options.http_spin_us = -1;
+  EXPECT_NE(usage_error(options).find("--http-spin-us must be between 0 and 100000"), std::string::npos);
+  options.http_spin_us = 100001;
+  EXPECT_NE(usage_error(options).find("--http-spin-us"), std::string::npos);
+  options = cpu_options();
   options.port = 0;
   options.port_file = "/tmp/port";
   EXPECT_EQ(validate_serve_options(options).port, 0);
@@ -134,6 +139,7 @@ TEST(ServeOptions, SettingsCarryEveryChoice) {
   options.device_budget = "64MiB";
   options.cpu_devices = 2;
   options.cache_entries = 3;
+  options.http_spin_us = 250;
   options.implementation_revision = "rev-1";
   options.auth = "token";
   const auto settings = validate_serve_options(options);
@@ -142,6 +148,7 @@ TEST(ServeOptions, SettingsCarryEveryChoice) {
   EXPECT_EQ(settings.device_budget_bytes, 64ull << 20);
   EXPECT_EQ(settings.cpu_devices, 2);
   EXPECT_EQ(settings.cache_entries, 3u);
+  EXPECT_EQ(settings.http_spin, std::chrono::microseconds(250));
   EXPECT_EQ(settings.implementation_revision, "rev-1");
   EXPECT_TRUE(settings.token_auth);
   EXPECT_EQ(settings.data_folder, "/data");

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Session 7 on the GPU machine (issue 10): the viewer benchmark against
+# `serve --gpus auto` with the HTTP threads' busy-wait window on (the default)
+# and off, the request primitives in-process, the GPU suites. JSON under $OUT.
+#   bash scripts/device/run-session7.sh [http|primitives|suites|all]   (default http)
+# QUANTEM_SPIN_VARIANTS: --http-spin-us values to compare (default "1000 0").
+set -uo pipefail
+bundle=$(pwd)/.bundle
+out=${OUT:-/tmp/quantem-device-out}
+mkdir -p "$out"
+bin="$bundle/quantem-gpu"
+what=${1:-http}
+run_bundle() { LD_LIBRARY_PATH="$bundle/lib" "$@"; }
+echo "commit $(cat "$bundle/COMMIT") $(date -u +%FT%TZ) cpuidle $(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null)/$(cat /sys/devices/system/cpu/cpuidle/current_governor_ro 2>/dev/null || cat /sys/devices/system/cpu/cpuidle/current_governor 2>/dev/null) haltpoll_ns $(cat /sys/module/haltpoll/parameters/guest_halt_poll_ns 2>/dev/null)"
+if [ "$what" = all ] || [ "$what" = suites ]; then
+  for suite in ans_reader_host_tests ans_conformance_tests ring_sums_gpu_tests resident_conformance_test \
+               cuda_backend_tests cuda_fault_injection_tests; do
+    [ -x "$bundle/$suite" ] || continue
+    QUANTEM_REAL_DATA_DIR="$bundle/data/real" QUANTEM_GPU_FIXTURES="$bundle/data/fixtures" \
+      LD_LIBRARY_PATH="$bundle/lib" timeout 240 "$bundle/$suite" --gtest_brief=1 > "$out/$suite.log" 2>&1
+    echo "$suite rc=$? $(grep -E "tests? from .* ran|^\[  (PASSED|FAILED) " "$out/$suite.log" | tr '\n' ' ')"
+    grep -E "^\[  FAILED|Failure|Expected|Which is|error" "$out/$suite.log" | head -12
+  done
+  [ "$what" = suites ] && exit 0
+fi
+data=/tmp/qv
+if [ ! -f "$data/tilt0/tilt_master.h5" ]; then
+  rm -rf "$data" && mkdir -p "$data/tilt0"
+  start=$(date +%s)
+  run_bundle "$bin" synth "$data/tilt0" --prefix tilt --scan 512x512 --detector 192x192 --dtype uint16 \
+    --preset realistic --threads "$(nproc)" > /dev/null 2>&1
+  echo "synth rc=$? ($(( $(date +%s) - start )) s)"
+fi
+cat "$data"/tilt0/* > /dev/null
+if [ "$what" = all ] || [ "$what" = primitives ]; then
+  LD_LIBRARY_PATH="$bundle/lib" timeout 150 "$bundle/cuda_backend_bench" "$data/tilt0/tilt_master.h5" --repeats 3 \
+    --json "$out/primitives.json" > /dev/null 2> "$out/primitives.log"
+  echo "primitives rc=$? $(python3 -c "import json; r=json.load(open('$out/primitives.json')); print(r['load_seconds_median'], r['request_primitives_ms'])")"
+  [ "$what" = primitives ] && exit 0
+fi
+python3 scripts/device/loopback_floor.py 0 147456 1048576 > "$out/loopback_floor.json"
+echo "loopback floor: $(cat "$out/loopback_floor.json")"
+for spin in ${QUANTEM_SPIN_VARIANTS:-1000 0}; do
+  extra=()
+  run_bundle "$bin" serve --help 2>&1 | grep -q http-spin-us && extra=(--daemon-arg=--http-spin-us="$spin")
+  LD_LIBRARY_PATH="$bundle/lib" timeout 240 "$bundle/bench_http_viewer" \
+    --start-daemon "$bin" --data "$data" --session tilt0 --file tilt_master.h5 \
+    --daemon-arg=--gpus --daemon-arg=auto "${extra[@]}" --cold-starts "${QUANTEM_COLD_STARTS:-2}" --requests 40 \
+    --fill-image-cache 64 > "$out/http_spin$spin.json" 2> "$out/http_spin$spin.log"
+  echo "== bench_http_viewer --http-spin-us $spin rc=$?"
+  python3 scripts/device/summarise_http.py "$out/http_spin$spin.json"
+done
