@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -263,6 +264,17 @@ std::vector<std::uint32_t> ans_mask_entries(const std::vector<std::uint8_t>& det
     const std::uint8_t* top = detector_mask.data() + std::size_t{row} * detector_cols;
     const std::uint8_t* bottom = row + 1 < detector_rows ? top + detector_cols : nullptr;
     for (std::uint32_t col = 0; col < detector_cols; col += 2, ++stream) {
+      // Four quads at once when none of their 16 pixels is selected (a
+      // residual band or a disk leaves most of the detector empty).
+      while (col + 8 <= detector_cols) {
+        std::uint64_t top_word = 0, bottom_word = 0;
+        std::memcpy(&top_word, top + col, 8);
+        if (bottom != nullptr) std::memcpy(&bottom_word, bottom + col, 8);
+        if ((top_word | bottom_word) != 0) break;
+        col += 8;
+        stream += 4;
+      }
+      if (col >= detector_cols) break;
       const bool right = col + 1 < detector_cols;
       const std::uint32_t mask = (top[col] != 0 ? 1u : 0u) | (right && top[col + 1] != 0 ? 2u : 0u) |
                                  (bottom != nullptr && bottom[col] != 0 ? 4u : 0u) |

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <numeric>
 
 #include "quantem/core/error.hpp"
@@ -79,29 +81,53 @@ DetectorPoint bright_centroid(const std::vector<std::uint64_t>& pattern, std::ui
   return {row_sum / weight, col_sum / weight};
 }
 
+namespace {
+
+// Calls f(index) for every nonzero byte, skipping zero 8-byte words (a
+// bright-field disk selects a tenth of the detector; this runs on every
+// masked-sum request).
+template <class F>
+void for_each_nonzero_byte(const std::uint8_t* bytes, std::size_t count, F f) {
+  std::size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    std::uint64_t word;
+    std::memcpy(&word, bytes + i, 8);
+    if (word == 0) continue;
+    for (std::size_t k = 0; k < 8; ++k)
+      if (bytes[i + k] != 0) f(i + k);
+  }
+  for (; i < count; ++i)
+    if (bytes[i] != 0) f(i);
+}
+
+}  // namespace
+
 RingMaskSplit split_mask_by_rings(const RingPartition& partition, const std::vector<std::uint8_t>& source_mask) {
   if (source_mask.size() != partition.ring_of_pixel.size()) {
     throw bad_request("split_mask_by_rings: the mask has " + std::to_string(source_mask.size()) +
                       " values for a detector of " + std::to_string(partition.ring_of_pixel.size()) + " pixels");
   }
+  const std::uint16_t* ring_of_pixel = partition.ring_of_pixel.data();
   std::vector<std::uint32_t> selected(partition.ring_count(), 0);
-  for (std::size_t p = 0; p < source_mask.size(); ++p) {
-    if (source_mask[p] != 0) ++selected[partition.ring_of_pixel[p]];
-  }
+  for_each_nonzero_byte(source_mask.data(), source_mask.size(), [&](std::size_t p) { ++selected[ring_of_pixel[p]]; });
   RingMaskSplit split;
   std::vector<std::uint8_t> whole(partition.ring_count(), 0);
   for (std::uint32_t ring = 0; ring < partition.ring_count(); ++ring) {
-    if (selected[ring] == partition.ring_pixels(ring)) {
+    if (selected[ring] != 0 && selected[ring] == partition.ring_pixels(ring)) {
       whole[ring] = 1;
       split.whole_rings.push_back(ring);
     }
   }
-  split.residual_mask.resize(source_mask.size());
-  for (std::size_t p = 0; p < source_mask.size(); ++p) {
-    const bool residual = source_mask[p] != 0 && whole[partition.ring_of_pixel[p]] == 0;
-    split.residual_mask[p] = residual ? 1 : 0;
-    split.residual_pixels += residual ? 1 : 0;
-  }
+  split.residual_mask.assign(source_mask.size(), 0);
+  std::uint8_t* residual = split.residual_mask.data();
+  std::uint64_t residual_pixels = 0;
+  for_each_nonzero_byte(source_mask.data(), source_mask.size(), [&](std::size_t p) {
+    if (whole[ring_of_pixel[p]] == 0) {
+      residual[p] = 1;
+      ++residual_pixels;
+    }
+  });
+  split.residual_pixels = residual_pixels;
   return split;
 }
 

@@ -1,6 +1,7 @@
 #include "quantem/server/serve.hpp"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/random.h>
@@ -561,10 +562,23 @@ void shut_down_in_order(DaemonWiring& daemon, BackgroundThreads& threads, Runtim
   runtime_file.remove();
 }
 
+// Response bodies (up to tens of MB) are allocated and freed on every
+// request. With glibc's defaults a block above the (dynamic) mmap threshold is
+// a fresh mapping, and freed heap memory above the trim threshold goes back to
+// the kernel: either way the next body of that size is written into untouched
+// pages, one page fault per 4 KiB (0.5 ms per MiB in a VM; docs/benchmarks.md,
+// bench_host_memory). Blocks up to 32 MiB (glibc's largest threshold) come
+// from the heap, and up to 256 MiB of freed heap stays mapped for reuse.
+void keep_freed_body_memory_mapped() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+}
+
 }  // namespace
 
 int run_serve(const ServeOptions& options) {
   const sigset_t handled_signals = block_handled_signals();
+  keep_freed_body_memory_mapped();
 
   ServeSettings settings;
   std::unique_ptr<DaemonWiring> daemon;

@@ -3,6 +3,10 @@
 // the clean end of every stream, and malformed streams. Needs no GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
+#include <functional>
+
 #include <array>
 #include <cstring>
 #include <string>
@@ -205,23 +209,38 @@ TEST(AnsStreamReaderHost, FlagsMalformedStreams) {
 // with a masked pixel, `stream | quad mask << 28`, against the quad layout of
 // ans_format.hpp computed with plain index arithmetic, on even and odd shapes.
 TEST(AnsMaskEntries, EqualThePlainQuadArithmetic) {
-  for (auto [rows, cols] : {std::pair{1u, 1u}, std::pair{4u, 6u}, std::pair{5u, 9u}, std::pair{41u, 39u}, std::pair{8u, 3u}}) {
-    SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols));
-    std::vector<std::uint8_t> mask(std::size_t{rows} * cols);
-    for (std::size_t i = 0; i < mask.size(); ++i) mask[i] = static_cast<std::uint8_t>((i * 5 + i / 3) % 4 == 0 ? 2 : 0);
-    const ans::AnsGroupLayout layout = ans::ans_group_layout(rows, cols);
-    std::vector<std::uint32_t> expected;
-    for (std::uint32_t stream = 0; stream < layout.stream_count; ++stream) {
-      std::uint32_t bits = 0;
-      for (std::uint32_t k = 0; k < 4; ++k) {
-        const std::uint32_t r = 2 * (stream / layout.quad_cols) + k / 2;
-        const std::uint32_t c = 2 * (stream % layout.quad_cols) + k % 2;
-        if (r < rows && c < cols && mask[std::size_t{r} * cols + c] != 0) bits |= 1u << k;
+  // Dense and sparse masks (a thin ring, a lone pixel: the words of zeros the
+  // builder skips), even and odd widths below, at and above its 8-byte step.
+  const auto pattern = [](std::uint32_t, std::uint32_t, std::size_t i) { return (i * 5 + i / 3) % 4 == 0; };
+  const auto thin_ring = [](std::uint32_t r, std::uint32_t c, std::size_t) {
+    const double d = std::hypot(r - 20.3, c - 18.7);
+    return d >= 9.0 && d < 10.5;
+  };
+  const auto lone_pixel = [](std::uint32_t r, std::uint32_t c, std::size_t) { return r == 7 && c == 15; };
+  const std::vector<std::function<bool(std::uint32_t, std::uint32_t, std::size_t)>> masks = {pattern, thin_ring,
+                                                                                             lone_pixel};
+  for (auto [rows, cols] : {std::pair{1u, 1u}, std::pair{4u, 6u}, std::pair{5u, 9u}, std::pair{41u, 39u},
+                            std::pair{8u, 3u}, std::pair{40u, 64u}, std::pair{33u, 17u}, std::pair{9u, 192u}}) {
+    for (std::size_t m = 0; m < masks.size(); ++m) {
+      SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols) + " mask " + std::to_string(m));
+      std::vector<std::uint8_t> mask(std::size_t{rows} * cols);
+      for (std::size_t i = 0; i < mask.size(); ++i) mask[i] = masks[m](i / cols, i % cols, i) ? 2 : 0;
+      const ans::AnsGroupLayout layout = ans::ans_group_layout(rows, cols);
+      std::vector<std::uint32_t> expected;
+      for (std::uint32_t stream = 0; stream < layout.stream_count; ++stream) {
+        std::uint32_t bits = 0;
+        for (std::uint32_t k = 0; k < 4; ++k) {
+          const std::uint32_t r = 2 * (stream / layout.quad_cols) + k / 2;
+          const std::uint32_t c = 2 * (stream % layout.quad_cols) + k % 2;
+          if (r < rows && c < cols && mask[std::size_t{r} * cols + c] != 0) bits |= 1u << k;
+        }
+        if (bits != 0) expected.push_back(stream | (bits << 28));
       }
-      if (bits != 0) expected.push_back(stream | (bits << 28));
+      EXPECT_EQ(cuda::ans_mask_entries(mask, rows, cols), expected);
+      if (m == 0) {
+        EXPECT_FALSE(expected.empty());
+      }
     }
-    EXPECT_EQ(cuda::ans_mask_entries(mask, rows, cols), expected);
-    EXPECT_FALSE(expected.empty());
   }
 }
 
