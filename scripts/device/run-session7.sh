@@ -35,7 +35,33 @@ cat "$data"/tilt0/* > /dev/null
 if [ "$what" = all ] || [ "$what" = primitives ]; then
   LD_LIBRARY_PATH="$bundle/lib" timeout 150 "$bundle/cuda_backend_bench" "$data/tilt0/tilt_master.h5" --repeats 3 \
     --json "$out/primitives.json" > /dev/null 2> "$out/primitives.log"
-  echo "primitives rc=$? $(python3 -c "import json; r=json.load(open('$out/primitives.json')); print(r['load_seconds_median'], r['request_primitives_ms'])")"
+  echo "primitives rc=$? $(python3 -c "import json; r=json.load(open('$out/primitives.json')); print(r['load_seconds_median'], json.dumps(r['request_primitives_ms']))")"
+  if [ "${QUANTEM_NCU:-1}" = 1 ] && command -v ncu > /dev/null; then
+    # Kernel durations of the request primitives by kernel and grid (a frame's
+    # accumulate_frames has one job row, a half crop's hundreds).
+    LD_LIBRARY_PATH="$bundle/lib" timeout 240 ncu --clock-control none --print-units base --metrics gpu__time_duration.sum,launch__grid_size \
+      --kernel-name regex:'masked_sum_kernel|add_ring_sums|narrow_plan|accumulate_frames' --launch-count 600 --csv \
+      "$bundle/cuda_backend_bench" "$data/tilt0/tilt_master.h5" --repeats 1 > "$out/ncu.csv" 2> "$out/ncu.log"
+    echo "ncu rc=$?"
+    python3 - "$out/ncu.csv" <<'PY'
+import csv, collections, statistics, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if rows:
+    head = rows[0]
+    i_id, k, m, v = head.index("ID"), head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
+    launches = collections.defaultdict(dict)
+    for r in rows[1:]:
+        if r[k] == "Kernel Name":
+            continue
+        launches[r[i_id]]["name"] = r[k].split("(")[0].split("<")[0][-30:]
+        launches[r[i_id]][r[m]] = float(r[v].replace(",", ""))
+    by = collections.defaultdict(list)
+    for l in launches.values():
+        by[(l["name"], int(l.get("launch__grid_size", 0)))].append(l.get("gpu__time_duration.sum", 0) / 1000.0)
+    for (name, grid), us in sorted(by.items()):
+        print("  %-30s grid %7d n=%4d median %.1f us" % (name, grid, len(us), statistics.median(us)))
+PY
+  fi
   [ "$what" = primitives ] && exit 0
 fi
 python3 scripts/device/loopback_floor.py 0 147456 1048576 > "$out/loopback_floor.json"

@@ -140,6 +140,7 @@ std::vector<std::uint64_t> CudaResident::native_sum(const std::vector<std::uint6
   const std::uint64_t total_frames = source_.frame_count();
   const std::uint64_t bitmap_words = (total_frames + 31) / 32;
   const std::vector<cuda::FrameJob> jobs = jobs_for(frames, frames_per_group_, seek_.frames_per_point);
+  stage_lap("jobs");
 
   bind_device();
   const cudaStream_t stream = cudaStreamPerThread;
@@ -180,7 +181,9 @@ std::vector<std::uint64_t> CudaResident::native_sum(const std::vector<std::uint6
   // Sums, maxima and the error flag lie together in the scratch: one copy back.
   QUANTEM_CUDA_TRY(
       cudaMemcpyAsync(host.part<void>(host_result_at), d_sums, result_bytes, cudaMemcpyDeviceToHost, stream));
+  stage_lap("enqueue");  // bitmap, scratch, uploads, kernels, the copy back
   QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));
+  stage_lap("wait");
   throw_if_malformed(*host.part<std::uint32_t>(host_result_at + (error_at - sums_at)), source_.name,
                      "accumulate_frames_kernel");
   const auto* h_sums = host.part<std::uint64_t>(host_result_at);
@@ -189,6 +192,7 @@ std::vector<std::uint64_t> CudaResident::native_sum(const std::vector<std::uint6
     const auto* h_maxima = host.part<std::uint32_t>(host_result_at + (maxima_at - sums_at));
     std::copy(h_maxima, h_maxima + pixels, maxima->begin());
   }
+  stage_lap("result");
   return sums;
 }
 

@@ -128,14 +128,14 @@ int main(int argc, char** argv) {
       const std::vector<std::uint8_t> none(g.detector_pixels(), 0), all(g.detector_pixels(), 1);
       row["masked_sum_u32_empty_mask"] = time_ms([&](int) { (void)resident->masked_sum_u32(g, none); });
       row["masked_sum_u32_full_mask"] = time_ms([&](int) { (void)resident->masked_sum_u32(g, all); });
-      // The narrowed BF masked sum stage by stage (backend::StageClock).
-      {
+      // A call's stages (backend::StageClock; median of 20 after one warm-up).
+      auto stages_ms = [](const std::function<void(int)>& call) {
         backend::StageClock clock;
         backend::StageClock::current() = &clock;
         std::map<std::string, std::vector<double>> stages;
         for (int i = 0; i < 21; ++i) {
           clock.start();
-          (void)resident->masked_sum_u32(g, disk);
+          call(i);
           clock.lap("return");
           if (i > 0)
             for (const auto& [name, ms] : clock.laps()) stages[name].push_back(ms);
@@ -143,12 +143,29 @@ int main(int argc, char** argv) {
         backend::StageClock::current() = nullptr;
         nlohmann::ordered_json split;
         for (auto& [name, values] : stages) split[name] = median(values);
-        row["masked_sum_u32_bf_stages"] = split;
-      }
-      row["frame_new_position"] = time_ms([&](int i) {
+        return split;
+      };
+      row["masked_sum_u32_bf_stages"] = stages_ms([&](int) { (void)resident->masked_sum_u32(g, disk); });
+      auto new_position = [&](int i) {
         const std::uint64_t k = (static_cast<std::uint64_t>(i) * 7919 + 1000) % (g.scan_rows * g.scan_cols);
         (void)resident->frame(g, k / g.scan_cols, k % g.scan_cols);
-      });
+      };
+      row["frame_new_position"] = time_ms(new_position);
+      row["frame_new_position_stages"] = stages_ms(new_position);
+      // A fresh crop's pattern sum (what its bright-field fit needs): half the
+      // scan in each direction at a new offset each call, as bench_http_viewer's row.
+      auto half_crop_pattern = [&](int i) {
+        plan::BrowsePlan crop;
+        const std::uint64_t rows = acquisition.scan_rows / 2, cols = acquisition.scan_cols / 2;
+        const std::uint64_t r = (static_cast<std::uint64_t>(i) * 37 + 3) % (acquisition.scan_rows - rows + 1);
+        const std::uint64_t c = (static_cast<std::uint64_t>(i) * 53 + 230) % (acquisition.scan_cols - cols + 1);
+        crop.crop = plan::ScanRegion{r, r + rows, c, c + cols};
+        const plan::PlanGeometry cropped = plan::resolve_plan(crop, acquisition.scan_rows, acquisition.scan_cols,
+                                                              acquisition.detector_rows, acquisition.detector_cols);
+        (void)resident->pattern_sum(cropped);
+      };
+      row["pattern_sum_half_crop"] = time_ms(half_crop_pattern);
+      row["pattern_sum_half_crop_stages"] = stages_ms(half_crop_pattern);
       return row;
     };
     cuda->prepare_devices();
