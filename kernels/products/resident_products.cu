@@ -8,7 +8,10 @@
 // codec (kernels/codec/ans_device.cuh).
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "quantem/ans/ans_format.hpp"
@@ -94,7 +97,8 @@ __device__ inline bool frame_selected(const std::uint32_t* bitmap, std::uint64_t
 
 // grid: (stream blocks, jobs). One thread per stream sums (and maxes) its
 // quad's values over the selected frames in registers, then adds them once.
-__global__ void __launch_bounds__(tuning::kAccumulateThreads)
+template <int Threads>
+__global__ void __launch_bounds__(Threads)
     accumulate_frames_kernel(ResidentParams p, const FrameJob* __restrict__ jobs,
                              const std::uint32_t* __restrict__ bitmap, unsigned long long* sums, unsigned int* maxima,
                              std::uint32_t* error) {
@@ -389,6 +393,52 @@ void launch_per_job(Kernel kernel, const char* name, const ResidentParams& p, st
 }
 }  // namespace
 
+namespace {
+std::atomic<int> forced_accumulate_threads{0};
+
+int current_sm_count() {
+  int device = 0;
+  QUANTEM_CUDA_TRY(cudaGetDevice(&device));
+  static std::mutex mutex;
+  static std::map<int, int> counts;  // per device, asked once
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = counts.find(device);
+  if (it == counts.end()) {
+    int sms = 0;
+    QUANTEM_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    it = counts.emplace(device, sms).first;
+  }
+  return it->second;
+}
+
+template <int Threads>
+void launch_accumulate_frames(const ResidentParams& p, std::size_t job_count, StreamHandle stream, const FrameJob* d_jobs,
+                              const std::uint32_t* d_frame_bitmap, std::uint64_t* d_sums, std::uint32_t* d_max,
+                              std::uint32_t* d_error) {
+  const std::size_t shared_bytes = table_shared_bytes(Threads);
+  QUANTEM_CUDA_TRY(cudaFuncSetAttribute(accumulate_frames_kernel<Threads>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(shared_bytes)));
+  const dim3 grid((p.stream_count + Threads - 1) / Threads, static_cast<unsigned>(job_count));
+  accumulate_frames_kernel<Threads><<<grid, Threads, shared_bytes, stream>>>(
+      p, d_jobs, d_frame_bitmap, reinterpret_cast<unsigned long long*>(d_sums), reinterpret_cast<unsigned int*>(d_max),
+      d_error);
+  QUANTEM_CUDA_CHECK_LAUNCH(stream, "accumulate_frames_kernel");
+}
+}  // namespace
+
+void ans_accumulate_frames_cta_threads(int threads) {
+  if (threads != 0 && threads != 128 && threads != 512 && threads != 1024)
+    throw bad_request("ans_accumulate_frames_cta_threads: 0, 128, 512 or 1024");
+  forced_accumulate_threads.store(threads);
+}
+
+int ans_accumulate_frames_threads_for(std::size_t job_count, std::uint32_t stream_count, int sm_count) {
+  const auto ctas = [&](std::uint64_t threads) { return job_count * ((stream_count + threads - 1) / threads); };
+  if (ctas(1024) >= static_cast<std::uint64_t>(sm_count)) return 1024;
+  if (ctas(512) >= static_cast<std::uint64_t>(sm_count)) return 512;
+  return 128;
+}
+
 void ans_accumulate_frames(const AnsResidentView& resident, const FrameJob* d_jobs, std::size_t job_count,
                            const std::uint32_t* d_frame_bitmap, std::uint64_t* d_sums, std::uint32_t* d_max,
                            std::uint32_t* d_error, StreamHandle stream) {
@@ -396,8 +446,17 @@ void ans_accumulate_frames(const AnsResidentView& resident, const FrameJob* d_jo
   check_jobs(d_jobs, job_count, "ans_accumulate_frames");
   if (job_count == 0) return;
   if (d_frame_bitmap == nullptr || d_sums == nullptr) throw bad_request("ans_accumulate_frames: null bitmap or sums");
-  launch_per_job(accumulate_frames_kernel, "accumulate_frames_kernel", p, job_count, stream, d_jobs, d_frame_bitmap,
-                 reinterpret_cast<unsigned long long*>(d_sums), reinterpret_cast<unsigned int*>(d_max), d_error);
+  const int forced = forced_accumulate_threads.load();
+  const int threads =
+      forced != 0 ? forced : ans_accumulate_frames_threads_for(job_count, p.stream_count, current_sm_count());
+  switch (threads) {
+    case 128:
+      return launch_accumulate_frames<128>(p, job_count, stream, d_jobs, d_frame_bitmap, d_sums, d_max, d_error);
+    case 1024:
+      return launch_accumulate_frames<1024>(p, job_count, stream, d_jobs, d_frame_bitmap, d_sums, d_max, d_error);
+    default:
+      return launch_accumulate_frames<512>(p, job_count, stream, d_jobs, d_frame_bitmap, d_sums, d_max, d_error);
+  }
 }
 
 void ans_accumulate_slots(const AnsResidentView& resident, const FrameJob* d_jobs, std::size_t job_count,

@@ -33,9 +33,12 @@ if [ ! -f "$data/tilt0/tilt_master.h5" ]; then
 fi
 cat "$data"/tilt0/* > /dev/null
 if [ "$what" = all ] || [ "$what" = primitives ]; then
-  LD_LIBRARY_PATH="$bundle/lib" timeout 150 "$bundle/cuda_backend_bench" "$data/tilt0/tilt_master.h5" --repeats 3 \
-    --json "$out/primitives.json" > /dev/null 2> "$out/primitives.log"
-  echo "primitives rc=$? $(python3 -c "import json; r=json.load(open('$out/primitives.json')); print(r['load_seconds_median'], json.dumps(r['request_primitives_ms']))")"
+  # QUANTEM_ACCUMULATE_VARIANTS: CTA widths of the frame/region decoder to compare (0: the per-call rule).
+  for width in ${QUANTEM_ACCUMULATE_VARIANTS:-0}; do
+    LD_LIBRARY_PATH="$bundle/lib" timeout 150 "$bundle/cuda_backend_bench" "$data/tilt0/tilt_master.h5" --repeats 3 \
+      --accumulate-threads "$width" --json "$out/primitives_w$width.json" > /dev/null 2> "$out/primitives_w$width.log"
+    echo "primitives (accumulate CTA width $width) rc=$? $(python3 -c "import json; r=json.load(open('$out/primitives_w$width.json')); print(r['load_seconds_median'], json.dumps(r['request_primitives_ms']))")"
+  done
   if [ "${QUANTEM_NCU:-1}" = 1 ] && command -v ncu > /dev/null; then
     # Kernel durations of the request primitives by kernel and grid (a frame's
     # accumulate_frames has one job row, a half crop's hundreds).

@@ -17,7 +17,9 @@
 #include "../unit/ans/ans_test_data.hpp"
 #include "quantem/ans/ans_codec.hpp"
 #include "quantem/ans/ans_model.hpp"
+#include "quantem/core/error.hpp"
 #include "quantem/cuda/ans.hpp"
+#include "quantem/cuda/resident_products.hpp"
 
 namespace quantem {
 namespace {
@@ -242,6 +244,17 @@ TEST(AnsMaskEntries, EqualThePlainQuadArithmetic) {
       }
     }
   }
+}
+
+TEST(AccumulateFramesWidth, TheWidestCtaThatStillGivesEverySmOne) {
+  // A frame of a 192 x 192 detector: 9,216 streams, one job -> 72 CTAs of 128.
+  EXPECT_EQ(cuda::ans_accumulate_frames_threads_for(1, 9216, 132), 128);
+  // Ten jobs: 90 CTAs of 1024 would leave SMs idle, 180 of 512 do not.
+  EXPECT_EQ(cuda::ans_accumulate_frames_threads_for(10, 9216, 132), 512);
+  // A half crop's 256 jobs.
+  EXPECT_EQ(cuda::ans_accumulate_frames_threads_for(256, 9216, 132), 1024);
+  EXPECT_EQ(cuda::ans_accumulate_frames_threads_for(1, 100, 132), 128);
+  EXPECT_THROW(cuda::ans_accumulate_frames_cta_threads(256), Error);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/backend/stage_clock.hpp"
 #include "quantem/catalog/acquisition.hpp"
+#include "quantem/cuda/resident_products.hpp"
 #include "quantem/plan/plan.hpp"
 
 namespace {
@@ -36,7 +37,8 @@ double median(std::vector<double> values) {
 int main(int argc, char** argv) {
   using namespace quantem;
   if (argc < 2) {
-    std::cerr << "usage: cuda_backend_bench MASTER [--repeats N] [--json FILE] [--frames-per-seek-point K (0: none)]\n";
+    std::cerr << "usage: cuda_backend_bench MASTER [--repeats N] [--json FILE] [--frames-per-seek-point K (0: none)]\n"
+                 "       [--accumulate-threads 0|128|512|1024 (0: the per-call rule)]\n";
     return 2;
   }
   const std::string master = argv[1];
@@ -44,12 +46,14 @@ int main(int argc, char** argv) {
   std::string json_path;
   std::uint32_t seek_frames = 0;  // the backend's default
   bool seek_frames_given = false;
+  int accumulate_threads = 0;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--frames-per-seek-point") {
       seek_frames = static_cast<std::uint32_t>(std::strtoul(argv[i + 1], nullptr, 10));
       seek_frames_given = true;
     }
+    if (flag == "--accumulate-threads") accumulate_threads = std::atoi(argv[i + 1]);
     if (flag == "--repeats") repeats = std::max(1, std::atoi(argv[i + 1]));
     if (flag == "--json") json_path = argv[i + 1];
   }
@@ -65,6 +69,7 @@ int main(int argc, char** argv) {
       options.tuning.frames_per_seek_point = seek_frames == 0 ? backend::CudaLoadTuning::kNoSeekPoints : seek_frames;
     }
     auto cuda = backend::make_cuda_backend(options);
+    cuda::ans_accumulate_frames_cta_threads(accumulate_threads);
     const backend::LoadEstimate estimate = cuda->estimate_load(acquisition);
     const auto device = cuda->devices().front();
 
@@ -187,6 +192,7 @@ int main(int argc, char** argv) {
     out["resident_dtype"] = dtype_name(resident->resident_dtype());
     out["encoding"] = resident->encoding();
     out["frames_per_seek_point"] = seek_frames_given ? seek_frames : 512;
+    out["accumulate_cta_threads"] = accumulate_threads;  // 0: the per-call rule
     out["load_seconds"] = seconds;
     out["load_seconds_median"] = median_seconds;
     out["stage_split_of_median_run"] = {

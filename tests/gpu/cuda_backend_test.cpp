@@ -25,6 +25,7 @@
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/core/error.hpp"
+#include "quantem/cuda/resident_products.hpp"
 #include "quantem/plan/plan.hpp"
 #include "quantem/synth/synth.hpp"
 #include "test_support.hpp"
@@ -307,6 +308,25 @@ TEST(CudaBackend, LoadsSynthesizedAcquisitionsLikeTheCpuBackend) {
       expect_same_products(*resident, *cpu_resident, c.prefix);
     }
   }
+}
+
+// The frame and region decoders pick their CTA width per call (128, 512 or
+// 1024 threads); every width gives the CPU backend's sums, maxima and frames.
+TEST(CudaBackend, FramesAndRegionsAgreeAtEveryCtaWidth) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  TempDir dir;
+  const auto cpu = cpu_backend();
+  // 13 x 16 scan (208 frames over several groups and seek points), 40 x 38 detector.
+  const catalog::Acquisition acquisition =
+      synthesize(dir, "widths", 13, 40, DType::uint16, synth::Preset::realistic, /*frames_per_shard=*/90);
+  const auto cpu_resident = load(*cpu, acquisition);
+  const auto gpu = cuda_backend(small_tuning());
+  const auto resident = load(*gpu, acquisition);
+  for (const int threads : {128, 512, 1024, 0}) {
+    cuda::ans_accumulate_frames_cta_threads(threads);
+    expect_same_products(*resident, *cpu_resident, "CTA width " + std::to_string(threads));
+  }
+  cuda::ans_accumulate_frames_cta_threads(0);
 }
 
 TEST(CudaBackend, LoadsTheRealArinaAcquisitionLikeTheCpuBackend) {

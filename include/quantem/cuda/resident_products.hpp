@@ -54,9 +54,19 @@ inline constexpr std::size_t kMaxFrameJobs = 65535;
 // resident's global frame index); when d_max is non-null, d_max[p] is raised
 // to the largest such value. d_sums (and d_max) hold detector_rows *
 // detector_cols values and are not cleared.
+//
+// One thread per stream; the CTA width is chosen per call (each CTA first
+// builds 128 KiB of decode tables, so one CTA runs per SM): the widest of
+// 1024 / 512 / 128 threads whose grid still gives every SM a CTA, so that a
+// few jobs (a frame) spread over many SMs and many jobs (a crop) run more
+// threads per SM (docs/kernels.md). ans_accumulate_frames_cta_threads(0)
+// restores that rule; 128, 512 or 1024 force a width (benchmarks).
 void ans_accumulate_frames(const AnsResidentView& resident, const FrameJob* d_jobs, std::size_t job_count,
                            const std::uint32_t* d_frame_bitmap, std::uint64_t* d_sums, std::uint32_t* d_max,
                            std::uint32_t* d_error, StreamHandle stream);
+void ans_accumulate_frames_cta_threads(int threads);
+// The width the rule picks for job_count jobs of stream_count streams on sm_count SMs.
+int ans_accumulate_frames_threads_for(std::size_t job_count, std::uint32_t stream_count, int sm_count);
 
 // Per slot: d_slot_sums[slot * pixels + p] += value(f, p) for every frame f of
 // the jobs with d_frame_slots[f] = slot >= 0 (global frame index; -1: none).
