@@ -111,6 +111,23 @@ WireImage encode_wire_image(const products::Image& image, PayloadFormat format, 
   return wire;
 }
 
+std::optional<WireImageInPlace> wire_image_in_place(products::Image& image, PayloadFormat format) {
+  if (!kLittleEndianHost || format != PayloadFormat::raw) return std::nullopt;
+  const std::uint64_t count = image.height * image.width;
+  const bool floats = image.is_float;
+  if (!floats && image.narrow_counts.empty()) return std::nullopt;
+  const std::size_t held = floats ? image.values.size() : image.narrow_counts.size();
+  if (held != count) throw internal_error("Remote compute produced an image whose size does not match its shape.");
+  WireImageInPlace out;
+  out.wire.width = image.width;
+  out.wire.height = image.height;
+  out.wire.value_divisor = std::max<std::uint64_t>(1, image.value_divisor);
+  out.wire.dtype = floats ? "<f4" : "<u4";
+  out.wire.content_type = "application/octet-stream";
+  out.body = floats ? SharedBytes::of(std::move(image.values)) : SharedBytes::of(std::move(image.narrow_counts));
+  return out;
+}
+
 std::size_t wire_body_bytes(const products::Image& image, PayloadFormat format) {
   const std::size_t values = static_cast<std::size_t>(image.height * image.width) * 4;
   if (format == PayloadFormat::raw) return values;

@@ -323,23 +323,36 @@ HttpResponse BrowseService::image_response(const CachedImage& image, const std::
   HttpResponse response = image_headers(wire, provenance_header, cache_control, etag);
   if (format == protocol::PayloadFormat::npy) {
     response.content_type = "application/x-npy";
-    response.body = protocol::encode_npy(wire.dtype, 4, {wire.height, wire.width}, *image.body);
+    response.body = protocol::encode_npy(wire.dtype, 4, {wire.height, wire.width}, image.body.view());
   } else {
     response.shared_body = image.body;  // the cached bytes themselves
   }
   return response;
 }
 
-HttpResponse BrowseService::image_response(const products::Image& image, const protocol::Provenance& provenance,
+HttpResponse BrowseService::image_response(products::Image& image, const protocol::Provenance& provenance,
                                            protocol::PayloadFormat format, const char* cache_control,
                                            const std::string& etag, RequestTiming& timing) {
   timing.lap("compute");
-  protocol::WireImage wire =
-      protocol::encode_wire_image(image, format, body_pool_.acquire(protocol::wire_body_bytes(image, format)));
+  auto [wire, body] = wire_body(image, format);
   HttpResponse response = image_headers(wire, protocol::provenance_header(provenance), cache_control, etag);
-  response.shared_body = body_pool_.share(std::move(wire.body));  // back to the pool once written
+  response.shared_body = std::move(body);
   timing.lap("encode");
   return response;
+}
+
+std::pair<protocol::WireImage, protocol::SharedBytes> BrowseService::wire_body(products::Image& image,
+                                                                              protocol::PayloadFormat format) {
+  // Values already in the wire's layout go out as they are; the rest are
+  // written into a recycled body that returns to the pool once released.
+  if (auto in_place = protocol::wire_image_in_place(image, format)) {
+    return {std::move(in_place->wire), std::move(in_place->body)};
+  }
+  protocol::WireImage wire =
+      protocol::encode_wire_image(image, format, body_pool_.acquire(protocol::wire_body_bytes(image, format)));
+  protocol::SharedBytes body = protocol::SharedBytes::of(body_pool_.share(std::move(wire.body)));
+  wire.body.clear();
+  return {std::move(wire), std::move(body)};
 }
 
 // Status 200 and the headers every array response carries.
@@ -479,11 +492,8 @@ HttpResponse BrowseService::realspace(const HttpRequest& request, const QueryPar
   auto entry = std::make_shared<CachedImage>();
   entry->provenance = provenance(query, resolved, *resident, image, std::move(geometry));
   entry->provenance_header = protocol::provenance_header(entry->provenance);
-  constexpr auto raw = protocol::PayloadFormat::raw;
-  entry->wire = protocol::encode_wire_image(image, raw, body_pool_.acquire(protocol::wire_body_bytes(image, raw)));
-  // Shared by the cache and the responses; back to the pool when the last lets go.
-  entry->body = body_pool_.share(std::move(entry->wire.body));
-  entry->wire.body.clear();
+  // Shared by the cache and the responses.
+  std::tie(entry->wire, entry->body) = wire_body(image, protocol::PayloadFormat::raw);
   HttpResponse response = image_response(*entry, entry->provenance_header, query.format, "max-age=300", etag);
   timing.lap("encode");
   store_image(key, std::move(entry));

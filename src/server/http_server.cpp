@@ -429,8 +429,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     bool close_after = refusal || !keep_alive_ || core_.stopping;
     // The body is written from where it lies: moved out of the service's
     // response, or shared with the image cache; never copied.
-    std::shared_ptr<const std::string> body =
-        from.shared_body ? std::move(from.shared_body) : std::make_shared<const std::string>(std::move(from.body));
+    protocol::SharedBytes body = from.shared_body
+                                     ? std::move(from.shared_body)
+                                     : protocol::SharedBytes::of(std::make_shared<const std::string>(std::move(from.body)));
     auto response = std::make_shared<http::response<http::span_body<const char>>>();
     try {  // a status above 999 or an allocation failure must not reach the I/O thread
       response->version(version_);
@@ -445,11 +446,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       // Field names go out in lower case, as the service wrote them.
       if (!from.content_type.empty()) response->set("content-type", from.content_type);
-      const std::size_t length = body->size();
+      const std::size_t length = body.size;
       const bool bodiless_status = (from.status >= 100 && from.status < 200) || from.status == 204 || from.status == 304;
       if (!bodiless_status) {
         response->set("content-length", std::to_string(length));
-        if (!head_) response->body() = http::span_body<const char>::value_type(body->data(), length);
+        if (!head_) response->body() = http::span_body<const char>::value_type(body.data, length);
       }
       if (close_after) {
         response->set("connection", "close");

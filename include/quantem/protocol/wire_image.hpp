@@ -3,9 +3,11 @@
 // §3.4, PROTOCOL.md §1/§3): a raw row-major little-endian body (`<u4` for
 // exact counts, `<f4` for the CoM family), or the same values as a NumPy .npy.
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "quantem/products/products.hpp"
+#include "quantem/protocol/shared_bytes.hpp"
 
 namespace quantem::protocol {
 
@@ -33,6 +35,18 @@ WireImage encode_wire_image(const products::Image& image, PayloadFormat format);
 // wire_body_bytes() is written in place, without a new allocation. On a
 // throw, `into` is freed.
 WireImage encode_wire_image(const products::Image& image, PayloadFormat format, std::string into);
+
+// An image whose values already are the raw format's bytes (narrowed uint32
+// counts or float32 values, on a little-endian host) sent without a copy: the
+// image's value vector moves into `body` and the returned WireImage carries
+// the headers (its own body stays empty). nullopt, with the image untouched,
+// for the .npy format or counts that still need narrowing; the checks of
+// encode_wire_image apply either way.
+struct WireImageInPlace {
+  WireImage wire;
+  SharedBytes body;
+};
+std::optional<WireImageInPlace> wire_image_in_place(products::Image& image, PayloadFormat format);
 
 // The size of encode_wire_image's body for this image and format (the .npy
 // header included), from the shape alone.

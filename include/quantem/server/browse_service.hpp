@@ -81,8 +81,10 @@ class BrowseService {
   // body goes to the socket from the cache's own bytes.
   struct CachedImage {
     protocol::WireImage wire;                  // the raw format's headers; its body is moved to `body`
-    // Raw values from body_pool_, shared with every response (no copy); npy derived on request.
-    std::shared_ptr<const std::string> body;
+    // The raw values, shared with every response (no copy): the image's own
+    // value vector, or a body_pool_ string when they had to be narrowed; npy
+    // derived on request.
+    protocol::SharedBytes body;
     protocol::Provenance provenance;
     std::string provenance_header;  // rendered for provenance.session/file
   };
@@ -131,10 +133,15 @@ class BrowseService {
                              const char* cache_control, const std::string& etag) const;
   HttpResponse image_response(const CachedImage& image, const std::string& provenance_header,
                               protocol::PayloadFormat format, const char* cache_control, const std::string& etag) const;
-  // Encodes an uncached image into a recycled body (body_pool_).
-  HttpResponse image_response(const products::Image& image, const protocol::Provenance& provenance,
+  // An uncached image's response (its body from wire_body).
+  HttpResponse image_response(products::Image& image, const protocol::Provenance& provenance,
                               protocol::PayloadFormat format, const char* cache_control, const std::string& etag,
                               RequestTiming& timing);
+  // The body of an image: its own value vector when the values already are
+  // the wire's bytes (protocol::wire_image_in_place, no copy), else encoded
+  // into a recycled body_pool_ string that returns to the pool once released.
+  std::pair<protocol::WireImage, protocol::SharedBytes> wire_body(products::Image& image,
+                                                                  protocol::PayloadFormat format);
   nlohmann::ordered_json residency_document(const protocol::SourceRef& source, const catalog::Acquisition& acquisition,
                                             const residency::ResidencyStatus& status) const;
 
@@ -142,7 +149,7 @@ class BrowseService {
   // catalog keeps handing out the same inspection (a shared pointer).
   std::string signature_digest(const std::shared_ptr<const catalog::Acquisition>& acquisition);
   std::shared_ptr<const CachedImage> cached_image(const std::string& key);
-  static std::uint64_t image_bytes(const CachedImage& image) { return image.body->size(); }
+  static std::uint64_t image_bytes(const CachedImage& image) { return image.body.size; }
   void store_image(const std::string& key, std::shared_ptr<const CachedImage> image);
 
   BrowseConfig config_;

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "quantem/protocol/shared_bytes.hpp"
+
 namespace quantem::server {
 
 struct HttpRequest {
@@ -29,11 +31,12 @@ struct HttpResponse {
   std::vector<std::pair<std::string, std::string>> headers;  // names in lower case
   std::string body;
   // When set, the body sent instead of `body`: bytes shared with a cache
-  // (the encoded-image cache), written to the socket without a copy.
-  std::shared_ptr<const std::string> shared_body;
+  // (the encoded-image cache) or owned by an image, written to the socket
+  // without a copy.
+  protocol::SharedBytes shared_body;
 
   // The bytes that go out: the shared body when set, else `body`.
-  const std::string& sent_body() const { return shared_body ? *shared_body : body; }
+  std::string_view sent_body() const { return shared_body ? shared_body.view() : std::string_view(body); }
 
   // A compact JSON body (separators "," and ":"), content-type application/json.
   static HttpResponse json(int status, const nlohmann::ordered_json& document);

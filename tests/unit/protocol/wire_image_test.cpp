@@ -178,3 +178,49 @@ TEST(WireImage, WritesIntoABufferTooSmallByGrowingIt) {
   EXPECT_EQ(wire.body, encode_wire_image(image, PayloadFormat::npy).body);
   EXPECT_EQ(wire.body.size(), npy_header("<u4", {4, 4}).size() + 64);
 }
+
+TEST(WireImage, ValuesAlreadyInTheWireLayoutAreSentInPlaceWithTheSameBytesAndHeaders) {
+  Image narrow;
+  narrow.height = 2;
+  narrow.width = 3;
+  narrow.narrow_counts = {0, 1, 65536, 16777217, 4294967295u, 7};
+  Image floats;
+  floats.height = 1;
+  floats.width = 3;
+  floats.is_float = true;
+  floats.values = {1.5f, -0.0f, std::numeric_limits<float>::quiet_NaN()};
+  floats.value_divisor = 0;
+  for (Image* image : {&narrow, &floats}) {
+    const Image copy = *image;
+    const WireImage encoded = encode_wire_image(copy, PayloadFormat::raw);
+    const auto* values_before = image->is_float ? static_cast<const void*>(image->values.data())
+                                                : static_cast<const void*>(image->narrow_counts.data());
+    auto in_place = wire_image_in_place(*image, PayloadFormat::raw);
+    ASSERT_TRUE(in_place.has_value());
+    EXPECT_EQ(static_cast<const void*>(in_place->body.data), values_before);  // the image's own memory, moved
+    EXPECT_EQ(in_place->body.view(), encoded.body);
+    EXPECT_TRUE(in_place->wire.body.empty());
+    EXPECT_EQ(in_place->wire.dtype, encoded.dtype);
+    EXPECT_EQ(in_place->wire.width, encoded.width);
+    EXPECT_EQ(in_place->wire.height, encoded.height);
+    EXPECT_EQ(in_place->wire.value_divisor, encoded.value_divisor);
+    EXPECT_EQ(in_place->wire.content_type, encoded.content_type);
+  }
+}
+
+TEST(WireImage, CountsToNarrowAndNpyAreNotSentInPlace) {
+  Image wide;
+  wide.height = 1;
+  wide.width = 2;
+  wide.counts = {3, 4};
+  EXPECT_FALSE(wire_image_in_place(wide, PayloadFormat::raw).has_value());
+  EXPECT_EQ(wide.counts.size(), 2u);  // untouched
+  Image narrow;
+  narrow.height = 1;
+  narrow.width = 2;
+  narrow.narrow_counts = {3, 4};
+  EXPECT_FALSE(wire_image_in_place(narrow, PayloadFormat::npy).has_value());
+  EXPECT_EQ(narrow.narrow_counts.size(), 2u);
+  narrow.narrow_counts.pop_back();
+  EXPECT_THROW(wire_image_in_place(narrow, PayloadFormat::raw), quantem::Error);  // size does not match the shape
+}

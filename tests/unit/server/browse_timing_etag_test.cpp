@@ -218,34 +218,50 @@ TEST_F(BrowseTimingTest, ImageCacheHitsServeTheSameBytesAndHeadersAsTheMiss) {
   EXPECT_EQ(provenance["file"], "beta_master.h5");
 }
 
-TEST_F(BrowseTimingTest, ImageBodiesComeFromTheBodyPoolAndReturnToIt) {
+TEST_F(BrowseTimingTest, ImageBodiesAreSentWithoutACopyOrComeFromTheBodyPool) {
   BrowseConfig config;
   config.implementation_revision = "rev-test";
   config.image_cache_entries = 1;  // the second image evicts the first
   service = std::make_unique<BrowseService>(config, *backend, *residency, *catalog, metrics);
   const std::string adf = "/api/browse/realspace?session=sess&file=beta_master.h5&mode=ADF&outer=2&inner=";
 
-  const char* first_memory = nullptr;
+  // A realspace image's narrowed counts are the wire's bytes: the image's own
+  // values go out and into the cache, no pool buffer is written.
   std::string first_bytes;
   {
     const auto first = get(adf + "0.5");
     ASSERT_EQ(first.status, 200);
     ASSERT_TRUE(first.shared_body);
     EXPECT_TRUE(first.body.empty());
-    first_memory = first.shared_body->data();
-    first_bytes = *first.shared_body;
+    first_bytes = std::string(first.sent_body());
+    const auto hit = get(adf + "0.5");
+    ASSERT_NE(hit.header("server-timing")->find("cache;desc=hit"), std::string::npos);
+    EXPECT_EQ(hit.shared_body.data, first.shared_body.data);  // the cached bytes themselves
   }
-  EXPECT_EQ(service->body_pool_stats().free_buffers, 0u);  // the image cache holds it
-  const auto second = get(adf + "0.6");
-  ASSERT_EQ(second.status, 200);
-  EXPECT_EQ(service->body_pool_stats().free_buffers, 1u);  // the first image left the cache
-  const auto third = get(adf + "0.7");
-  ASSERT_EQ(third.status, 200);
-  EXPECT_EQ(third.shared_body->data(), first_memory);  // written into the first image's buffer
-  EXPECT_EQ(service->body_pool_stats().reused, 1u);
+  EXPECT_EQ(service->body_pool_stats().allocated, 0u);
+  EXPECT_EQ(service->body_pool_stats().free_buffers, 0u);
+  ASSERT_EQ(get(adf + "0.6").status, 200);
   const auto first_again = get(adf + "0.5");  // evicted: computed again, the same bytes
   ASSERT_NE(first_again.header("server-timing")->find("cache;desc=miss"), std::string::npos);
-  EXPECT_EQ(*first_again.shared_body, first_bytes);
+  EXPECT_EQ(first_again.sent_body(), first_bytes);
+  EXPECT_EQ(service->body_pool_stats().allocated, 0u);
+
+  // A diffraction pattern's uint64 counts are narrowed into a recycled body,
+  // which returns to the pool once the response is gone and serves the next.
+  const std::string cbed = "/api/browse/cbed?session=sess&file=beta_master.h5&sx=";
+  const char* first_memory = nullptr;
+  {
+    const auto pattern = get(cbed + "1&sy=1&ensure_resident=true");
+    ASSERT_EQ(pattern.status, 200);
+    ASSERT_TRUE(pattern.shared_body);
+    first_memory = pattern.shared_body.data;
+    EXPECT_EQ(service->body_pool_stats().free_buffers, 0u);
+  }
+  EXPECT_EQ(service->body_pool_stats().free_buffers, 1u);
+  const auto second = get(cbed + "0&sy=1&ensure_resident=true");
+  ASSERT_EQ(second.status, 200);
+  EXPECT_EQ(second.shared_body.data, first_memory);  // written into the first pattern's buffer
+  EXPECT_EQ(service->body_pool_stats().reused, 1u);
 
   // Uncached routes: the body is shared from the pool and returns once the response is gone.
   const auto before = service->body_pool_stats();
