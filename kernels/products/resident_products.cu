@@ -427,16 +427,14 @@ void launch_accumulate_frames(const ResidentParams& p, std::size_t job_count, St
 }  // namespace
 
 void ans_accumulate_frames_cta_threads(int threads) {
-  if (threads != 0 && threads != 128 && threads != 512 && threads != 1024)
-    throw bad_request("ans_accumulate_frames_cta_threads: 0, 128, 512 or 1024");
+  if (threads != 0 && threads != 512 && threads != 1024)
+    throw bad_request("ans_accumulate_frames_cta_threads: 0, 512 or 1024");
   forced_accumulate_threads.store(threads);
 }
 
 int ans_accumulate_frames_threads_for(std::size_t job_count, std::uint32_t stream_count, int sm_count) {
   const auto ctas = [&](std::uint64_t threads) { return job_count * ((stream_count + threads - 1) / threads); };
-  if (ctas(1024) >= static_cast<std::uint64_t>(sm_count)) return 1024;
-  if (ctas(512) >= static_cast<std::uint64_t>(sm_count)) return 512;
-  return 128;
+  return ctas(1024) >= static_cast<std::uint64_t>(sm_count) ? 1024 : 512;
 }
 
 void ans_accumulate_frames(const AnsResidentView& resident, const FrameJob* d_jobs, std::size_t job_count,
@@ -449,13 +447,10 @@ void ans_accumulate_frames(const AnsResidentView& resident, const FrameJob* d_jo
   const int forced = forced_accumulate_threads.load();
   const int threads =
       forced != 0 ? forced : ans_accumulate_frames_threads_for(job_count, p.stream_count, current_sm_count());
-  switch (threads) {
-    case 128:
-      return launch_accumulate_frames<128>(p, job_count, stream, d_jobs, d_frame_bitmap, d_sums, d_max, d_error);
-    case 1024:
-      return launch_accumulate_frames<1024>(p, job_count, stream, d_jobs, d_frame_bitmap, d_sums, d_max, d_error);
-    default:
-      return launch_accumulate_frames<512>(p, job_count, stream, d_jobs, d_frame_bitmap, d_sums, d_max, d_error);
+  if (threads == 1024) {
+    launch_accumulate_frames<1024>(p, job_count, stream, d_jobs, d_frame_bitmap, d_sums, d_max, d_error);
+  } else {
+    launch_accumulate_frames<512>(p, job_count, stream, d_jobs, d_frame_bitmap, d_sums, d_max, d_error);
   }
 }
 

@@ -569,9 +569,14 @@ void shut_down_in_order(DaemonWiring& daemon, BackgroundThreads& threads, Runtim
 // pages, one page fault per 4 KiB (0.5 ms per MiB in a VM; docs/benchmarks.md,
 // bench_host_memory). Blocks up to 32 MiB (glibc's largest threshold) come
 // from the heap, and up to 256 MiB of freed heap stays mapped for reuse.
+// One arena: a body freed by whichever thread (the image cache evicting it,
+// the I/O thread after the write) is reused by the next request's worker,
+// instead of sitting in another thread's arena while this one grows into
+// fresh pages.
 void keep_freed_body_memory_mapped() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  mallopt(M_ARENA_MAX, 1);
 }
 
 }  // namespace

@@ -246,15 +246,15 @@ TEST(AnsMaskEntries, EqualThePlainQuadArithmetic) {
   }
 }
 
-TEST(AccumulateFramesWidth, TheWidestCtaThatStillGivesEverySmOne) {
-  // A frame of a 192 x 192 detector: 9,216 streams, one job -> 72 CTAs of 128.
-  EXPECT_EQ(cuda::ans_accumulate_frames_threads_for(1, 9216, 132), 128);
-  // Ten jobs: 90 CTAs of 1024 would leave SMs idle, 180 of 512 do not.
+TEST(AccumulateFramesWidth, WideCtasOnlyWhenEverySmStillGetsOne) {
+  // A frame of a 192 x 192 detector: 9,216 streams, one job -> 18 CTAs of 512.
+  EXPECT_EQ(cuda::ans_accumulate_frames_threads_for(1, 9216, 132), 512);
+  // Ten jobs: 90 CTAs of 1024 would leave SMs idle.
   EXPECT_EQ(cuda::ans_accumulate_frames_threads_for(10, 9216, 132), 512);
-  // A half crop's 256 jobs.
+  // A half crop's 256 jobs: 2,304 CTAs of 1024.
   EXPECT_EQ(cuda::ans_accumulate_frames_threads_for(256, 9216, 132), 1024);
-  EXPECT_EQ(cuda::ans_accumulate_frames_threads_for(1, 100, 132), 128);
-  EXPECT_THROW(cuda::ans_accumulate_frames_cta_threads(256), Error);
+  EXPECT_EQ(cuda::ans_accumulate_frames_threads_for(15, 9216, 132), 1024);
+  EXPECT_THROW(cuda::ans_accumulate_frames_cta_threads(128), Error);
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   using namespace quantem;
   if (argc < 2) {
     std::cerr << "usage: cuda_backend_bench MASTER [--repeats N] [--json FILE] [--frames-per-seek-point K (0: none)]\n"
-                 "       [--accumulate-threads 0|128|512|1024 (0: the per-call rule)]\n";
+                 "       [--accumulate-threads 0|512|1024 (0: the per-call rule)]\n";
     return 2;
   }
   const std::string master = argv[1];

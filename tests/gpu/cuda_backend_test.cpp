@@ -310,8 +310,8 @@ TEST(CudaBackend, LoadsSynthesizedAcquisitionsLikeTheCpuBackend) {
   }
 }
 
-// The frame and region decoders pick their CTA width per call (128, 512 or
-// 1024 threads); every width gives the CPU backend's sums, maxima and frames.
+// The frame and region decoders pick their CTA width per call (512 or 1024
+// threads); every width gives the CPU backend's sums, maxima and frames.
 TEST(CudaBackend, FramesAndRegionsAgreeAtEveryCtaWidth) {
   QUANTEM_REQUIRE_CUDA_DEVICE();
   TempDir dir;
@@ -322,7 +322,7 @@ TEST(CudaBackend, FramesAndRegionsAgreeAtEveryCtaWidth) {
   const auto cpu_resident = load(*cpu, acquisition);
   const auto gpu = cuda_backend(small_tuning());
   const auto resident = load(*gpu, acquisition);
-  for (const int threads : {128, 512, 1024, 0}) {
+  for (const int threads : {512, 1024, 0}) {
     cuda::ans_accumulate_frames_cta_threads(threads);
     expect_same_products(*resident, *cpu_resident, "CTA width " + std::to_string(threads));
   }
