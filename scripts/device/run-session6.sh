@@ -5,22 +5,12 @@
 # load, and the viewer benchmark against serve --gpus auto. JSON under $OUT.
 #   bash scripts/device/run-session6.sh [suites|bench|all]   (default all)
 set -uo pipefail
-bundle=$(pwd)/.bundle
-out=${OUT:-/tmp/quantem-device-out}
-mkdir -p "$out"
-bin="$bundle/quantem-gpu"
+source "$(dirname "$0")/lib.sh"
 what=${1:-all}
-run_bundle() { LD_LIBRARY_PATH="$bundle/lib" "$@"; }
 echo "commit $(cat "$bundle/COMMIT") $(date -u +%FT%TZ)"
 if [ "$what" = all ] || [ "$what" = suites ]; then
-  for suite in ans_reader_host_tests ans_conformance_tests ring_sums_gpu_tests resident_conformance_test \
-               cuda_backend_tests cuda_fault_injection_tests; do
-    [ -x "$bundle/$suite" ] || continue
-    QUANTEM_REAL_DATA_DIR="$bundle/data/real" QUANTEM_GPU_FIXTURES="$bundle/data/fixtures" \
-      LD_LIBRARY_PATH="$bundle/lib" timeout 240 "$bundle/$suite" --gtest_brief=1 > "$out/$suite.log" 2>&1
-    echo "$suite rc=$? $(grep -E "tests? from .* ran|^\[  (PASSED|FAILED) " "$out/$suite.log" | tr '\n' ' ')"
-    grep -E "^\[  FAILED|Failure|Expected|Which is|error" "$out/$suite.log" | head -12
-  done
+  run_gpu_suites ans_reader_host_tests ans_conformance_tests ring_sums_gpu_tests resident_conformance_test \
+    cuda_backend_tests cuda_fault_injection_tests
 fi
 [ "$what" = suites ] && exit 0
 if [ "$what" = primitives ]; then

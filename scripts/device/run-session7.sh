@@ -5,33 +5,16 @@
 #   bash scripts/device/run-session7.sh [http|primitives|suites|all]   (default http)
 # QUANTEM_SPIN_VARIANTS: --http-spin-us values to compare (default "1000 0").
 set -uo pipefail
-bundle=$(pwd)/.bundle
-out=${OUT:-/tmp/quantem-device-out}
-mkdir -p "$out"
-bin="$bundle/quantem-gpu"
+source "$(dirname "$0")/lib.sh"
 what=${1:-http}
-run_bundle() { LD_LIBRARY_PATH="$bundle/lib" "$@"; }
 echo "commit $(cat "$bundle/COMMIT") $(date -u +%FT%TZ) cpuidle $(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null)/$(cat /sys/devices/system/cpu/cpuidle/current_governor_ro 2>/dev/null || cat /sys/devices/system/cpu/cpuidle/current_governor 2>/dev/null) haltpoll_ns $(cat /sys/module/haltpoll/parameters/guest_halt_poll_ns 2>/dev/null)"
 if [ "$what" = all ] || [ "$what" = suites ]; then
-  for suite in ans_reader_host_tests ans_conformance_tests ring_sums_gpu_tests resident_conformance_test \
-               cuda_backend_tests cuda_fault_injection_tests; do
-    [ -x "$bundle/$suite" ] || continue
-    QUANTEM_REAL_DATA_DIR="$bundle/data/real" QUANTEM_GPU_FIXTURES="$bundle/data/fixtures" \
-      LD_LIBRARY_PATH="$bundle/lib" timeout 240 "$bundle/$suite" --gtest_brief=1 > "$out/$suite.log" 2>&1
-    echo "$suite rc=$? $(grep -E "tests? from .* ran|^\[  (PASSED|FAILED) " "$out/$suite.log" | tr '\n' ' ')"
-    grep -E "^\[  FAILED|Failure|Expected|Which is|error" "$out/$suite.log" | head -12
-  done
+  run_gpu_suites ans_reader_host_tests ans_conformance_tests ring_sums_gpu_tests resident_conformance_test \
+    cuda_backend_tests cuda_fault_injection_tests
   [ "$what" = suites ] && exit 0
 fi
 data=/tmp/qv
-if [ ! -f "$data/tilt0/tilt_master.h5" ]; then
-  rm -rf "$data" && mkdir -p "$data/tilt0"
-  start=$(date +%s)
-  run_bundle "$bin" synth "$data/tilt0" --prefix tilt --scan 512x512 --detector 192x192 --dtype uint16 \
-    --preset realistic --threads "$(nproc)" > /dev/null 2>&1
-  echo "synth rc=$? ($(( $(date +%s) - start )) s)"
-fi
-cat "$data"/tilt0/* > /dev/null
+synth_realistic_512 "$data"
 if [ "$what" = all ] || [ "$what" = primitives ]; then
   # QUANTEM_ACCUMULATE_VARIANTS: CTA widths of the frame/region decoder to compare (0: the per-call rule).
   for width in ${QUANTEM_ACCUMULATE_VARIANTS:-0}; do
