@@ -156,6 +156,14 @@ int main(int argc, char** argv) {
         (void)resident->frame(g, k / g.scan_cols, k % g.scan_cols);
       };
       row["frame_new_position"] = time_ms(new_position);
+      // A frame that starts a seek segment (column 0 of a 512-wide scan):
+      // one frame decoded per stream, so this is the path's fixed cost
+      // (decode tables, launch, copies) without the chain to the frame.
+      auto segment_start = [&](int i) {
+        (void)resident->frame(g, (static_cast<std::uint64_t>(i) * 37 + 5) % g.scan_rows, 0);
+      };
+      row["frame_at_seek_point"] = time_ms(segment_start);
+      row["frame_at_seek_point_stages"] = stages_ms(segment_start);
       row["frame_new_position_stages"] = stages_ms(new_position);
       // A fresh crop's pattern sum (what its bright-field fit needs): half the
       // scan in each direction at a new offset each call, as bench_http_viewer's row.
