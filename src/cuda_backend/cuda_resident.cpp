@@ -148,7 +148,7 @@ std::vector<std::uint64_t> CudaResident::native_sum(const std::vector<std::uint6
   const std::size_t bitmap_at = layout.add(bitmap_words * 4);
   const std::size_t jobs_at = layout.add(jobs.size() * sizeof(cuda::FrameJob));
   const std::size_t sums_at = layout.add(pixels * 8);  // sums, maxima and the error flag: zeroed together
-  const std::size_t maxima_at = layout.add(pixels * 4);
+  const std::size_t maxima_at = layout.add(maxima != nullptr ? pixels * 4 : 0);  // copied back only when asked
   const std::size_t error_at = layout.add(4);
   ScratchBuffer scratch(layout.total(), stream);
   auto* d_bitmap = cuda::scratch_part<std::uint32_t>(scratch.data(), bitmap_at);
@@ -210,7 +210,7 @@ std::vector<std::uint64_t> CudaResident::compute_pattern_sum(const plan::PlanGeo
     }
     native = *full_pattern_;
   }
-  return plan::bin_detector_sums(native, source_.detector_rows, source_.detector_cols, geometry.detector_bin);
+  return plan::bin_detector_sums(std::move(native), source_.detector_rows, source_.detector_cols, geometry.detector_bin);
 }
 
 std::vector<std::uint64_t> CudaResident::compute_masked_sum(const plan::PlanGeometry& g,
@@ -411,9 +411,9 @@ CenterOfMassSums CudaResident::region_moments(const plan::PlanGeometry& g, const
 
 std::vector<std::uint64_t> CudaResident::compute_frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
                                                        std::uint64_t scan_col) {
-  const std::vector<std::uint64_t> native =
-      native_sum(plan::position_frame_indices(geometry, scan_row * geometry.scan_cols + scan_col), nullptr);
-  return plan::bin_detector_sums(native, source_.detector_rows, source_.detector_cols, geometry.detector_bin);
+  return plan::bin_detector_sums(
+      native_sum(plan::position_frame_indices(geometry, scan_row * geometry.scan_cols + scan_col), nullptr),
+      source_.detector_rows, source_.detector_cols, geometry.detector_bin);
 }
 
 std::vector<std::uint64_t> CudaResident::binned_position_max(const plan::PlanGeometry& g,

@@ -163,7 +163,7 @@ void bin_detector_sums(const std::uint64_t* source, std::uint64_t rows, std::uin
   }
 }
 
-std::vector<std::uint64_t> bin_detector_sums(const std::vector<std::uint64_t>& source, std::uint64_t rows,
+std::vector<std::uint64_t> bin_detector_sums(std::vector<std::uint64_t> source, std::uint64_t rows,
                                              std::uint64_t cols, std::uint64_t bin) {
   if (bin == 1) return source;
   std::vector<std::uint64_t> out(((rows + bin - 1) / bin) * ((cols + bin - 1) / bin));

@@ -85,7 +85,8 @@ std::vector<std::uint8_t> source_detector_mask(const PlanGeometry& geometry,
 // out[r / bin][c / bin] = Σ source[r][c]; out has ceil(rows/bin) x ceil(cols/bin) values.
 void bin_detector_sums(const std::uint64_t* source, std::uint64_t rows, std::uint64_t cols, std::uint64_t bin,
                        std::uint64_t* out);
-std::vector<std::uint64_t> bin_detector_sums(const std::vector<std::uint64_t>& source, std::uint64_t rows,
+// The same into a new vector; at bin 1 `source` itself is returned (moved, not copied).
+std::vector<std::uint64_t> bin_detector_sums(std::vector<std::uint64_t> source, std::uint64_t rows,
                                              std::uint64_t cols, std::uint64_t bin);
 
 // Sums per-frame values of the region (row-major over the region) into plan
