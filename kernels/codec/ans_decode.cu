@@ -23,6 +23,7 @@ namespace {
 using namespace quantem::ans;
 namespace dev = quantem::kernels::ans_device;
 
+using kernels::ans_resident::group_decode_tables;
 using kernels::ans_resident::make_resident_params;
 using kernels::ans_resident::open_group_or_flag;
 using kernels::ans_resident::OpenedGroup;
@@ -66,7 +67,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
   const OpenedGroup opened = open_group_or_flag(p, first_group + blockIdx.y, error);
   if (!opened.valid) return;
   const auto& [blob, header, first_frame, frame_count, valid] = opened;
-  dev::build_decode_tables(blob, header, table, cdf_scratch);
+  group_decode_tables(p, opened, first_group + blockIdx.y, table, cdf_scratch);
   const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
   if (stream >= header.stream_count) return;
   GroupStream s;
@@ -89,6 +90,18 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
   if ((!s.reader.finished_cleanly() || overflow) && error != nullptr) atomicOr(error, 1u);
 }
 
+// grid: groups. A CTA writes its group's decode tables to global memory (the
+// same tables a decoding CTA builds in shared memory).
+__global__ void __launch_bounds__(kernels::tuning::kAnsBuildTablesThreads)
+    build_group_decode_tables_kernel(ResidentParams p, std::uint32_t* tables, std::uint32_t* error) {
+  extern __shared__ __align__(16) std::uint8_t shared[];
+  auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(shared);
+  const OpenedGroup opened = open_group_or_flag(p, blockIdx.x, error);
+  if (!opened.valid) return;  // every thread of the CTA
+  dev::build_decode_tables(opened.blob, opened.header, tables + std::uint64_t{blockIdx.x} * dev::kDecodeTableEntries,
+                           cdf_scratch);
+}
+
 // grid: (stream blocks, groups). One thread per stream decodes its whole
 // chain and writes its reader's states and word index before every frame
 // s·seek_frames (s = 1 .. seek_points) to the seek table.
@@ -101,7 +114,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsSeekPointThreads)
   const OpenedGroup opened = open_group_or_flag(p, blockIdx.y, error);
   if (!opened.valid) return;
   const auto& [blob, header, first_frame, frame_count, valid] = opened;
-  dev::build_decode_tables(blob, header, table, cdf_scratch);
+  group_decode_tables(p, opened, blockIdx.y, table, cdf_scratch);
   const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
   if (stream >= header.stream_count) return;
   GroupStream s;
@@ -144,7 +157,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
   // so 32-bit shared atomics (native, cheap) hold it; 32-bit groups use 64 bits.
   auto* frame_sums32 = reinterpret_cast<std::uint32_t*>(frame_sums);
   for (std::uint32_t f = threadIdx.x; f < frame_count; f += blockDim.x) frame_sums[f] = 0;
-  dev::build_decode_tables(blob, header, table, cdf_scratch);  // ends with __syncthreads()
+  group_decode_tables(p, opened, blockIdx.y, table, cdf_scratch);  // ends with __syncthreads()
 
   // Work item = (segment, active stream); padded_streams is a multiple of 32,
   // so a warp's lanes share one segment (and its frames).
@@ -345,6 +358,23 @@ void ans_record_seek_points(const AnsResidentView& resident, std::uint32_t frame
   record_seek_points_kernel<<<grid, threads, shared_bytes, stream>>>(p, frames_per_seek_point, seek_points, d_points,
                                                                      d_error);
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "record_seek_points_kernel");
+}
+
+static_assert(ans_decode_table_words() == dev::kDecodeTableEntries, "the host's and the kernels' table size agree");
+
+void ans_build_decode_tables(const AnsResidentView& resident, std::uint32_t* d_tables, std::uint32_t* d_error,
+                             StreamHandle stream) {
+  AnsResidentView plain = resident;
+  plain.d_decode_tables = nullptr;
+  const ResidentParams p = make_resident_params(plain, "ANS decode tables");
+  if (resident.group_count == 0) return;
+  if (d_tables == nullptr) throw bad_request("ANS decode tables: null output");
+  if (resident.group_count > 0x7fffffffu) throw bad_request("ANS decode tables: too many groups");
+  const int threads = kernels::tuning::kAnsBuildTablesThreads;
+  const std::size_t shared_bytes = std::size_t{threads / 32} * dev::kCdfScratchEntries * sizeof(std::uint16_t);
+  build_group_decode_tables_kernel<<<static_cast<unsigned>(resident.group_count), threads, shared_bytes, stream>>>(
+      p, d_tables, d_error);
+  QUANTEM_CUDA_CHECK_LAUNCH(stream, "build_group_decode_tables_kernel");
 }
 
 void ans_masked_sum(const AnsResidentView& resident, const std::uint32_t* d_entries, std::uint32_t entry_count,

@@ -32,6 +32,7 @@ struct ResidentParams {
   const std::uint32_t* d_seek_points;  // null: no seek points (cuda::AnsResidentView)
   std::uint32_t seek_frames;           // frames between seek points (0 without)
   std::uint32_t seek_points;           // per group (ans_seek_points_per_group)
+  const std::uint32_t* d_decode_tables;  // null: each CTA builds its group's (cuda::AnsResidentView)
 };
 
 // Checks a resident view (Error(bad_request) prefixed with `who`) and returns its parameters.
@@ -57,7 +58,8 @@ inline ResidentParams make_resident_params(const cuda::AnsResidentView& resident
           layout.stream_count,
           seekable ? resident.d_seek_points : nullptr,
           seek_frames,
-          cuda::ans_seek_points_per_group(resident.frames_per_group, seek_frames)};
+          cuda::ans_seek_points_per_group(resident.frames_per_group, seek_frames),
+          resident.d_decode_tables};
 }
 
 // Where seek point `point` (1-based) of stream `stream` of group `group` lies:
@@ -116,6 +118,23 @@ __device__ inline OpenedGroup open_group(const ResidentParams& p, std::uint32_t 
                  h.frame_count == opened.frame_count && (h.raw_words == 1 || h.raw_words == 2) &&
                  h.class_scale >= 1 && h.class_scale <= 4096 && h.stream_count == p.stream_count;
   return opened;
+}
+
+// The decode tables of an opened group in shared memory: copied from the
+// tables built at load when the resident has them (16-byte loads by every
+// thread), else built from the group's frequency tables. Ends with
+// __syncthreads(); call from every thread of the CTA.
+__device__ inline void group_decode_tables(const ResidentParams& p, const OpenedGroup& opened, std::uint32_t group,
+                                           std::uint32_t* table, std::uint16_t* cdf_scratch) {
+  static_assert(dev::kDecodeTableEntries % 4 == 0, "decode tables are copied 16 bytes at a time");
+  if (p.d_decode_tables != nullptr) {
+    const uint4* from = reinterpret_cast<const uint4*>(p.d_decode_tables + std::uint64_t{group} * dev::kDecodeTableEntries);
+    uint4* to = reinterpret_cast<uint4*>(table);
+    for (std::uint32_t i = threadIdx.x; i < dev::kDecodeTableEntries / 4; i += blockDim.x) to[i] = __ldg(from + i);
+    __syncthreads();
+    return;
+  }
+  dev::build_decode_tables(opened.blob, opened.header, table, cdf_scratch);
 }
 
 // open_group, and when the group does not match the resident, the error flag

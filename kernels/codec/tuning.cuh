@@ -33,5 +33,8 @@ inline constexpr int kAnsMaskedSumThreads = 1024;
 // The seek-point recorder decodes every stream of a batch once, at load: one
 // CTA per SM (the 128 KiB decode tables), so as many threads as a CTA holds.
 inline constexpr int kAnsSeekPointThreads = 1024;
+// Decode tables built once per group at load (to global memory): one CTA per
+// group, one warp per class (32 classes).
+inline constexpr int kAnsBuildTablesThreads = 1024;
 
 }  // namespace quantem::kernels::tuning

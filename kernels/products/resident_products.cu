@@ -31,6 +31,7 @@ using namespace quantem::ans;
 namespace dev = quantem::kernels::ans_device;
 namespace tuning = quantem::kernels::tuning;
 
+using kernels::ans_resident::group_decode_tables;
 using kernels::ans_resident::open_group;
 using kernels::ans_resident::OpenedGroup;
 using kernels::ans_resident::ResidentParams;
@@ -111,7 +112,7 @@ __global__ void __launch_bounds__(Threads)
     if (threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
     return;
   }
-  dev::build_decode_tables(opened.blob, opened.header, table, cdf_scratch);  // ends with __syncthreads()
+  group_decode_tables(p, opened, job.group, table, cdf_scratch);  // ends with __syncthreads()
   const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
   if (stream >= p.stream_count) return;
   QuadDecoder q;
@@ -162,7 +163,7 @@ __global__ void __launch_bounds__(tuning::kAccumulateThreads)
     if (threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
     return;
   }
-  dev::build_decode_tables(opened.blob, opened.header, table, cdf_scratch);
+  group_decode_tables(p, opened, job.group, table, cdf_scratch);
   const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
   if (stream >= p.stream_count) return;
   QuadDecoder q;
@@ -232,7 +233,7 @@ __global__ void __launch_bounds__(tuning::kMomentsThreads)
   }
   const std::uint32_t frames = opened.frame_count;
   for (std::uint32_t i = threadIdx.x; i < 3 * frames; i += blockDim.x) frame_sums[i] = 0;
-  dev::build_decode_tables(opened.blob, opened.header, table, cdf_scratch);  // ends with __syncthreads()
+  group_decode_tables(p, opened, blockIdx.y, table, cdf_scratch);  // ends with __syncthreads()
 
   const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
   const bool active = stream < p.stream_count;

@@ -19,11 +19,13 @@ if [ "$what" = all ] || [ "$what" = primitives ]; then
   # QUANTEM_ACCUMULATE_VARIANTS: CTA widths of the frame/region decoder to compare (0: the per-call rule).
   for width in ${QUANTEM_ACCUMULATE_VARIANTS:-0}; do
     for seek in ${QUANTEM_SEEK_VARIANTS:-512}; do
-      name=w${width}_seek$seek
-      LD_LIBRARY_PATH="$bundle/lib" timeout 150 "$bundle/cuda_backend_bench" "$data/tilt0/tilt_master.h5" --repeats 3 \
-        --accumulate-threads "$width" --frames-per-seek-point "$seek" --json "$out/primitives_$name.json" \
-        > /dev/null 2> "$out/primitives_$name.log"
-      echo "primitives (accumulate CTA width $width, seek points every $seek) rc=$? $(python3 -c "import json; r=json.load(open('$out/primitives_$name.json')); print(r['load_seconds_median'], r['resident_bytes'], json.dumps(r['request_primitives_ms']))")"
+      for tables in ${QUANTEM_TABLE_VARIANTS:-1}; do
+        name=w${width}_seek${seek}_tables$tables
+        LD_LIBRARY_PATH="$bundle/lib" timeout 150 "$bundle/cuda_backend_bench" "$data/tilt0/tilt_master.h5" --repeats 3 \
+          --accumulate-threads "$width" --frames-per-seek-point "$seek" --decode-tables-at-load "$tables" \
+          --json "$out/primitives_$name.json" > /dev/null 2> "$out/primitives_$name.log"
+        echo "primitives (CTA width $width, seek points every $seek, decode tables at load $tables) rc=$? $(python3 -c "import json; r=json.load(open('$out/primitives_$name.json')); print(r['load_seconds_median'], r['resident_bytes'], json.dumps(r['request_primitives_ms']))")"
+      done
     done
   done
   if [ "${QUANTEM_NCU:-1}" = 1 ] && command -v ncu > /dev/null; then

@@ -60,7 +60,8 @@ std::uint32_t ring_sum_bytes_for(const RingPartition& partition, DType dtype) {
 CudaResident::CudaResident(catalog::Acquisition source, DType resident_dtype, std::string encoding, int device_index,
                            std::uint32_t frames_per_group, std::vector<TrackedBuffer> pieces,
                            TrackedBuffer group_offsets, const std::uint8_t* base, CudaRingTable rings,
-                           TrackedBuffer frame_moments, CudaSeekTable seek, std::vector<std::uint64_t> full_pattern)
+                           TrackedBuffer frame_moments, CudaSeekTable seek, TrackedBuffer decode_tables,
+                           std::vector<std::uint64_t> full_pattern)
     : source_(std::move(source)),
       resident_dtype_(resident_dtype),
       encoding_(std::move(encoding)),
@@ -73,8 +74,9 @@ CudaResident::CudaResident(catalog::Acquisition source, DType resident_dtype, st
       rings_(std::move(rings)),
       frame_moments_(std::move(frame_moments)),
       seek_(std::move(seek)),
+      decode_tables_(std::move(decode_tables)),
       resident_bytes_(group_offsets_.size() + rings_.d_ring_sums.size() + frame_moments_.size() +
-                      seek_.d_points.size()),
+                      seek_.d_points.size() + decode_tables_.size()),
       full_pattern_(std::move(full_pattern)) {
   for (const TrackedBuffer& piece : pieces_) resident_bytes_ += piece.size();
 }
@@ -101,6 +103,9 @@ cuda::AnsResidentView CudaResident::view_of_groups(std::uint64_t first_group, st
   view.total_frames = std::min(source_.frame_count(), end_group * frames_per_group_) - first_group * frames_per_group_;
   view.detector_rows = static_cast<std::uint32_t>(source_.detector_rows);
   view.detector_cols = static_cast<std::uint32_t>(source_.detector_cols);
+  if (decode_tables_.size() != 0) {
+    view.d_decode_tables = decode_tables_.as<const std::uint32_t>() + first_group * cuda::ans_decode_table_words();
+  }
   if (seek_.frames_per_point != 0 && seek_.d_points.size() != 0) {
     const quantem::ans::AnsGroupLayout layout = quantem::ans::ans_group_layout(view.detector_rows, view.detector_cols);
     view.frames_per_seek_point = seek_.frames_per_point;

@@ -53,7 +53,7 @@ class CudaResident final : public Resident {
   CudaResident(catalog::Acquisition source, DType resident_dtype, std::string encoding, int device_index,
                std::uint32_t frames_per_group, std::vector<TrackedBuffer> pieces, TrackedBuffer group_offsets,
                const std::uint8_t* base, CudaRingTable rings, TrackedBuffer frame_moments, CudaSeekTable seek,
-               std::vector<std::uint64_t> full_pattern);
+               TrackedBuffer decode_tables, std::vector<std::uint64_t> full_pattern);
   // Binds the resident's device so its pieces are freed there (on whichever thread drops it).
   ~CudaResident() override;
 
@@ -125,6 +125,9 @@ class CudaResident final : public Resident {
   // detector bin 1 is read from it; other bins decode.
   TrackedBuffer frame_moments_;
   CudaSeekTable seek_;
+  // Every group's decode tables (cuda::ans_build_decode_tables, at load;
+  // empty when the tuning turned them off): decoders copy, not build, them.
+  TrackedBuffer decode_tables_;
   std::uint64_t resident_bytes_;
 
   // Pinned host memory for the device<->host copies of a product, kept between

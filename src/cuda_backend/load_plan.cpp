@@ -130,6 +130,7 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
   plan.frames_per_seek_point = cuda::ans_seek_points_per_group(plan.frames_per_group, seek_frames) != 0 ? seek_frames : 0;
   plan.seek_table_bytes =
       cuda::ans_seek_table_words(plan.groups, plan.frames_per_group, plan.frames_per_seek_point, layout.stream_count) * 4;
+  plan.decode_table_bytes = tuning.decode_tables_at_load ? plan.groups * std::uint64_t{cuda::ans_decode_table_words()} * 4 : 0;
   plan.provisional_resident_bytes = std::min(plan.resident_bytes_bound(), acquisition.size_bytes / 2);
   return plan;
 }
@@ -154,7 +155,8 @@ std::uint64_t CudaLoadPlan::transition_peak_bytes(bool with_staging) const {
   // to one granule), the ring table, the frame moments and the group table.
   return working_bytes(with_staging) + resident_bound_bytes + batches * kAllocationGranularity +
          round_to_granularity(group_offsets_bytes) + round_to_granularity(ring_table_bound_bytes) +
-         round_to_granularity(frame_moments_bytes) + round_to_granularity(seek_table_bytes);
+         round_to_granularity(frame_moments_bytes) + round_to_granularity(seek_table_bytes) +
+         round_to_granularity(decode_table_bytes);
 }
 
 std::uint64_t default_device_slot_bytes(const CudaLoadTuning& tuning) {

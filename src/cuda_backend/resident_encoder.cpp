@@ -57,6 +57,8 @@ ResidentEncoder::ResidentEncoder(const catalog::Acquisition& source, const CudaL
   d_frame_moments_ = TrackedBuffer(plan.frame_moments_bytes, ledger_);
   reservation_.take(plan.seek_table_bytes);
   d_seek_points_ = TrackedBuffer(plan.seek_table_bytes, ledger_);
+  reservation_.take(plan.decode_table_bytes);
+  d_decode_tables_ = TrackedBuffer(plan.decode_table_bytes, ledger_);
 
   d_pattern_ = TrackedBuffer(plan.frame_pixels * 8, ledger_);  // within the plan's ring_setup_bytes
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_pattern_.data(), 0, plan.frame_pixels * 8, stream_));
@@ -115,19 +117,26 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
   TrackedBuffer piece(piece_bytes, ledger_);
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_batch_offsets, offsets, sizes.size() * 8, cudaMemcpyHostToDevice, stream_));
   cuda::ans_encode_write(batch, scratch_.data(), scratch_.size(), piece.as<std::uint8_t>(), d_batch_offsets, stream_);
+  // The batch's groups as the decoders see them, for what is derived from
+  // them on this worker's stream (overlapped with the loader's next batch).
+  cuda::AnsResidentView written;
+  written.d_blobs = piece.as<std::uint8_t>();
+  written.d_group_offsets = d_batch_offsets;
+  written.group_count = sizes.size();
+  written.frames_per_group = plan_.frames_per_group;
+  written.total_frames = frame_count;
+  written.detector_rows = batch.detector_rows;
+  written.detector_cols = batch.detector_cols;
+  const std::uint64_t first_group = first_frame / plan_.frames_per_group;
+  if (plan_.decode_table_bytes != 0) {
+    // Every group's decode tables, once; the seek-point pass below reads them too.
+    std::uint32_t* tables = d_decode_tables_.as<std::uint32_t>() + first_group * cuda::ans_decode_table_words();
+    cuda::ans_build_decode_tables(written, tables, misc_.as<std::uint32_t>() + 1, stream_);
+    written.d_decode_tables = tables;
+  }
   if (plan_.frames_per_seek_point != 0) {
-    // The batch's streams decoded once more, on this worker's stream, for
-    // their seek points (overlapped with the loader's next batch).
-    cuda::AnsResidentView written;
-    written.d_blobs = piece.as<std::uint8_t>();
-    written.d_group_offsets = d_batch_offsets;
-    written.group_count = sizes.size();
-    written.frames_per_group = plan_.frames_per_group;
-    written.total_frames = frame_count;
-    written.detector_rows = batch.detector_rows;
-    written.detector_cols = batch.detector_cols;
+    // The batch's streams decoded once more for their seek points.
     const quantem::ans::AnsGroupLayout layout = quantem::ans::ans_group_layout(batch.detector_rows, batch.detector_cols);
-    const std::uint64_t first_group = first_frame / plan_.frames_per_group;
     cuda::ans_record_seek_points(written, plan_.frames_per_seek_point,
                                  d_seek_points_.as<std::uint32_t>() +
                                      cuda::ans_seek_table_words(first_group, plan_.frames_per_group,
@@ -206,7 +215,7 @@ std::shared_ptr<CudaResident> ResidentEncoder::finish(int device_index, const st
                                         std::move(pieces_), std::move(group_offsets), base, std::move(ring_table),
                                         std::move(d_frame_moments_),
                                         CudaSeekTable{plan_.frames_per_seek_point, std::move(d_seek_points_)},
-                                        std::move(pattern));
+                                        std::move(d_decode_tables_), std::move(pattern));
 }
 
 }  // namespace quantem::backend::cuda_detail

@@ -115,6 +115,7 @@ class ResidentEncoder {
   std::uint32_t ring_sum_bytes_ = 0;
   TrackedBuffer d_pattern_;         // load only: Σ of every frame so far (uint64 per pixel)
   TrackedBuffer d_seek_points_;     // the streams' seek points, kept by the resident
+  TrackedBuffer d_decode_tables_;   // every group's decode tables, kept by the resident
   TrackedBuffer d_pixels_by_ring_;  // load only
   TrackedBuffer d_ring_of_sorted_;  // load only
   TrackedBuffer d_ring_sums_;       // [ring][frame], kept by the resident

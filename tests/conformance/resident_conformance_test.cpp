@@ -39,7 +39,8 @@ struct CpuResidentFactory {
 // are group layouts: one group for the whole scan with a seek point every 5
 // frames, groups of 7 frames with two per encoded batch (several device
 // pieces) and seek points at frames 3 and 6, and groups of 32 frames one per
-// batch without seek points (every decode from a group's first frame).
+// batch without seek points (every decode from a group's first frame) nor
+// decode tables built at load (every decoding CTA builds its group's).
 struct CudaResidentFactory {
   static std::shared_ptr<backend::Resident> make(const DenseCase& c, unsigned shape) {
     const std::vector<std::uint8_t> bytes = c.source_bytes();
@@ -54,6 +55,7 @@ struct CudaResidentFactory {
       options.tuning.frames_per_group = 32;
       options.tuning.groups_per_batch = 1;
       options.tuning.frames_per_seek_point = backend::CudaLoadTuning::kNoSeekPoints;
+      options.tuning.decode_tables_at_load = false;
     }
     return backend::make_cuda_resident(c.acquisition(), bytes.data(), bytes.size(), options);
   }

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   using namespace quantem;
   if (argc < 2) {
     std::cerr << "usage: cuda_backend_bench MASTER [--repeats N] [--json FILE] [--frames-per-seek-point K (0: none)]\n"
-                 "       [--accumulate-threads 0|512|1024 (0: the per-call rule)]\n";
+                 "       [--accumulate-threads 0|512|1024 (0: the per-call rule)] [--decode-tables-at-load 1|0]\n";
     return 2;
   }
   const std::string master = argv[1];
@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   std::uint32_t seek_frames = 0;  // the backend's default
   bool seek_frames_given = false;
   int accumulate_threads = 0;
+  bool decode_tables_at_load = true;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--frames-per-seek-point") {
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
       seek_frames_given = true;
     }
     if (flag == "--accumulate-threads") accumulate_threads = std::atoi(argv[i + 1]);
+    if (flag == "--decode-tables-at-load") decode_tables_at_load = std::atoi(argv[i + 1]) != 0;
     if (flag == "--repeats") repeats = std::max(1, std::atoi(argv[i + 1]));
     if (flag == "--json") json_path = argv[i + 1];
   }
@@ -68,6 +70,7 @@ int main(int argc, char** argv) {
     if (seek_frames_given) {
       options.tuning.frames_per_seek_point = seek_frames == 0 ? backend::CudaLoadTuning::kNoSeekPoints : seek_frames;
     }
+    options.tuning.decode_tables_at_load = decode_tables_at_load;
     auto cuda = backend::make_cuda_backend(options);
     cuda::ans_accumulate_frames_cta_threads(accumulate_threads);
     const backend::LoadEstimate estimate = cuda->estimate_load(acquisition);
@@ -201,6 +204,7 @@ int main(int argc, char** argv) {
     out["encoding"] = resident->encoding();
     out["frames_per_seek_point"] = seek_frames_given ? seek_frames : 512;
     out["accumulate_cta_threads"] = accumulate_threads;  // 0: the per-call rule
+    out["decode_tables_at_load"] = decode_tables_at_load;
     out["load_seconds"] = seconds;
     out["load_seconds_median"] = median_seconds;
     out["stage_split_of_median_run"] = {

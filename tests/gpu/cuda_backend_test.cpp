@@ -311,7 +311,8 @@ TEST(CudaBackend, LoadsSynthesizedAcquisitionsLikeTheCpuBackend) {
 }
 
 // The frame and region decoders pick their CTA width per call (512 or 1024
-// threads); every width gives the CPU backend's sums, maxima and frames.
+// threads); every width gives the CPU backend's sums, maxima and frames, with
+// the decode tables built at load and without (built by every CTA).
 TEST(CudaBackend, FramesAndRegionsAgreeAtEveryCtaWidth) {
   QUANTEM_REQUIRE_CUDA_DEVICE();
   TempDir dir;
@@ -320,11 +321,16 @@ TEST(CudaBackend, FramesAndRegionsAgreeAtEveryCtaWidth) {
   const catalog::Acquisition acquisition =
       synthesize(dir, "widths", 13, 40, DType::uint16, synth::Preset::realistic, /*frames_per_shard=*/90);
   const auto cpu_resident = load(*cpu, acquisition);
-  const auto gpu = cuda_backend(small_tuning());
-  const auto resident = load(*gpu, acquisition);
-  for (const int threads : {512, 1024, 0}) {
-    cuda::ans_accumulate_frames_cta_threads(threads);
-    expect_same_products(*resident, *cpu_resident, "CTA width " + std::to_string(threads));
+  for (const bool tables_at_load : {true, false}) {
+    CudaLoadTuning tuning = small_tuning();
+    tuning.decode_tables_at_load = tables_at_load;
+    const auto gpu = cuda_backend(tuning);
+    const auto resident = load(*gpu, acquisition);
+    for (const int threads : {512, 1024, 0}) {
+      cuda::ans_accumulate_frames_cta_threads(threads);
+      expect_same_products(*resident, *cpu_resident, std::string(tables_at_load ? "tables at load" : "tables per CTA") +
+                                                         ", CTA width " + std::to_string(threads));
+    }
   }
   cuda::ans_accumulate_frames_cta_threads(0);
 }

@@ -44,6 +44,10 @@ struct CudaLoadTuning {
   // default 512; kNoSeekPoints: none (every decode starts at a group's first frame).
   std::uint32_t frames_per_seek_point = 0;
   static constexpr std::uint32_t kNoSeekPoints = 0xffffffffu;
+  // Every group's decode tables built once at load and kept beside the
+  // groups (docs/kernels.md, "Decode tables at load"); false: every decoding
+  // CTA builds its group's tables from the frequency tables.
+  bool decode_tables_at_load = true;
 };
 
 struct CudaBackendOptions {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "quantem/ans/ans_format.hpp"
 #include "quantem/core/dtype.hpp"
 #include "quantem/cuda/device.hpp"
 
@@ -66,7 +67,24 @@ struct AnsResidentView {
   // the group's first frame. Null: every decode starts at frame 0.
   const std::uint32_t* d_seek_points = nullptr;
   std::uint32_t frames_per_seek_point = 0;
+  // Optional decode tables of these groups (ans_build_decode_tables),
+  // ans_decode_table_words() per group: a decoding CTA copies its group's
+  // instead of building them. Null: every CTA builds them.
+  const std::uint32_t* d_decode_tables = nullptr;
 };
+
+// The decode tables of one group as a CTA holds them in shared memory (32
+// classes x 1024 slots, then the neutral entry padded to 16 bytes; built from
+// the group's frequency tables, not part of the stored format), in 32-bit words.
+inline constexpr std::uint32_t ans_decode_table_words() noexcept {
+  return quantem::ans::kAnsClassCount * quantem::ans::kAnsProbabilityScale + 4;
+}
+
+// Writes the decode tables of every group of `resident` at d_tables (group g
+// at g * ans_decode_table_words()). d_error (may be null) is set non-zero for
+// a group whose header does not match the resident. Asynchronous.
+void ans_build_decode_tables(const AnsResidentView& resident, std::uint32_t* d_tables, std::uint32_t* d_error,
+                             StreamHandle stream);
 
 // Seek points: a stream of a group is a chain of frames_per_group frames, each
 // decoded after the previous one, so reaching frame f costs f frames and a
