@@ -2,7 +2,7 @@
 # Session 7 on the GPU machine (issue 10): the viewer benchmark against
 # `serve --gpus auto` with the HTTP threads' busy-wait window on (the default)
 # and off, the request primitives in-process, the GPU suites. JSON under $OUT.
-#   bash scripts/device/run-session7.sh [http|primitives|suites|all]   (default http)
+#   bash scripts/device/run-session7.sh [http|primitives|suites|checks|all]   (default http)
 # QUANTEM_SPIN_VARIANTS: --http-spin-us values to compare (default "1000 0").
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -12,6 +12,21 @@ if [ "$what" = all ] || [ "$what" = suites ]; then
   run_gpu_suites ans_reader_host_tests ans_conformance_tests ring_sums_gpu_tests resident_conformance_test \
     cuda_backend_tests cuda_fault_injection_tests
   [ "$what" = suites ] && exit 0
+fi
+if [ "$what" = checks ]; then
+  # compute-sanitizer memcheck over the decoders' prologue (decode tables copied
+  # from the load's or built per CTA), both CTA widths, every CUDA resident primitive.
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  export QUANTEM_REAL_DATA_DIR="$bundle/data/real" QUANTEM_GPU_FIXTURES="$bundle/data/fixtures"
+  for check in "ans_conformance_tests *" "resident_conformance_test ResidentConformance/1.*" \
+               "cuda_backend_tests *FramesAndRegionsAgreeAtEveryCtaWidth*"; do
+    read -r suite filter <<< "$check"
+    LD_LIBRARY_PATH="$bundle/lib" timeout 200 "$sanitizer" --tool memcheck --error-exitcode 9 "$bundle/$suite" \
+      --gtest_filter="$filter" --gtest_brief=1 > "$out/memcheck_$suite.log" 2>&1
+    echo "memcheck $suite ($filter) rc=$? $(grep -E "ERROR SUMMARY" "$out/memcheck_$suite.log")"
+    grep -E "^\[  FAILED|Invalid|out of bounds" "$out/memcheck_$suite.log" | head -5
+  done
+  exit 0
 fi
 data=/tmp/qv
 synth_realistic_512 "$data"
