@@ -16,51 +16,25 @@
 
 #include "quantem/server/http_server.hpp"
 #include "raw_http.hpp"
+#include "sleeping_handler_server.hpp"
 
 namespace qt = quantem::test;
-using quantem::server::HttpRequest;
-using quantem::server::HttpResponse;
-using quantem::server::HttpServer;
 using quantem::server::HttpServerOptions;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// A handler that sleeps the query's "ms=NNN" and counts the calls running at once.
-struct SleepingServer {
-  SleepingServer(std::chrono::microseconds spin, int threads) {
-    HttpServerOptions options;
-    options.threads = threads;
-    options.spin_wait = spin;
-    server = std::make_unique<HttpServer>(
-        [this](const HttpRequest& request) {
-          const int now = ++running;
-          int seen = most_at_once.load();
-          while (now > seen && !most_at_once.compare_exchange_weak(seen, now)) {
-          }
-          std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(request.query.substr(3))));
-          --running;
-          return HttpResponse::json(200, {{"slept", request.query}});
-        },
-        options);
-    port = server->bind("127.0.0.1", 0);
-    thread = std::thread([this] { server->run(); });
-  }
-  ~SleepingServer() {
-    server->stop();
-    thread.join();
-  }
-  std::unique_ptr<HttpServer> server;
-  std::atomic<int> running{0};
-  std::atomic<int> most_at_once{0};
-  int port = 0;
-  std::thread thread;
-};
+HttpServerOptions options_with(std::chrono::microseconds spin, int threads) {
+  HttpServerOptions options;
+  options.threads = threads;
+  options.spin_wait = spin;
+  return options;
+}
 
 class HttpServerSpin : public ::testing::TestWithParam<int> {};
 
 TEST_P(HttpServerSpin, KeepAliveRequestsAreAnsweredInOrder) {
-  SleepingServer server(std::chrono::microseconds(GetParam()), 2);
+  qt::SleepingHandlerServer server(options_with(std::chrono::microseconds(GetParam()), 2));
   const int fd = qt::connect_tcp(server.port);
   ASSERT_GE(fd, 0);
   for (int i = 0; i < 20; ++i) {
@@ -75,7 +49,7 @@ TEST_P(HttpServerSpin, KeepAliveRequestsAreAnsweredInOrder) {
 }
 
 TEST_P(HttpServerSpin, RequestsArrivingTogetherRunTogether) {
-  SleepingServer server(std::chrono::microseconds(GetParam()), 4);
+  qt::SleepingHandlerServer server(options_with(std::chrono::microseconds(GetParam()), 4));
   // One quick request first, so that a worker has just finished a job and,
   // with a window, is busy-waiting when the others arrive.
   ASSERT_TRUE(qt::exchange_tcp(server.port, qt::request_text("GET", "/x?ms=0")).has_value());

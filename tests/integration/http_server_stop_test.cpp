@@ -14,40 +14,23 @@
 
 #include "quantem/server/http_server.hpp"
 #include "raw_http.hpp"
+#include "sleeping_handler_server.hpp"
 
 namespace qt = quantem::test;
-using quantem::server::HttpRequest;
-using quantem::server::HttpResponse;
-using quantem::server::HttpServer;
 using quantem::server::HttpServerOptions;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
-struct SlowServer {
-  explicit SlowServer(std::chrono::milliseconds grace) {
+// Two workers; requests already read may finish for `grace` after stop().
+struct SlowServer : qt::SleepingHandlerServer {
+  explicit SlowServer(std::chrono::milliseconds grace) : SleepingHandlerServer(options(grace)) {}
+  static HttpServerOptions options(std::chrono::milliseconds grace) {
     HttpServerOptions options;
     options.threads = 2;
     options.shutdown_grace = grace;
-    server = std::make_unique<HttpServer>(
-        [this](const HttpRequest& request) {
-          ++started;
-          const auto query = request.query;  // "ms=NNN"
-          std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(query.substr(3))));
-          return HttpResponse::json(200, {{"slept", query}});
-        },
-        options);
-    port = server->bind("127.0.0.1", 0);
-    thread = std::thread([this] { server->run(); });
+    return options;
   }
-  ~SlowServer() {
-    server->stop();
-    thread.join();
-  }
-  std::unique_ptr<HttpServer> server;
-  std::atomic<int> started{0};
-  int port = 0;
-  std::thread thread;
 };
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
