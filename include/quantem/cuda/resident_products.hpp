@@ -56,11 +56,10 @@ inline constexpr std::size_t kMaxFrameJobs = 65535;
 // detector_cols values and are not cleared.
 //
 // One thread per stream; the CTA width is chosen per call (each CTA first
-// builds 128 KiB of decode tables, so one CTA runs per SM): 1024 threads when
-// that grid still gives every SM a CTA (a crop's hundreds of jobs: more
+// fills 128 KiB of shared decode tables, so one CTA runs per SM): 1024 threads
+// when that grid still gives every SM a CTA (a crop's hundreds of jobs: more
 // threads per SM hide more of the decode's latency), else 512 (a frame: a
-// narrower CTA would spend longer building its tables than it saves;
-// docs/kernels.md). ans_accumulate_frames_cta_threads(0) restores that rule;
+// narrower CTA measured slower, docs/kernels.md). ans_accumulate_frames_cta_threads(0) restores that rule;
 // 512 or 1024 force a width (benchmarks).
 void ans_accumulate_frames(const AnsResidentView& resident, const FrameJob* d_jobs, std::size_t job_count,
                            const std::uint32_t* d_frame_bitmap, std::uint64_t* d_sums, std::uint32_t* d_max,
