@@ -1,10 +1,11 @@
 // GPU encoder of the ANS resident: byte-identical to ans::encode_group.
 //
-// measure: pixel_sums_kernel (sum + max per pixel, frame slices) ->
+// measure: pixel_sums_kernel (sum + max per pixel, frame slices) [-> add_pattern_sum_kernel] ->
 //          class_map_kernel (99.5 % quantile -> class scale -> class per pixel) ->
 //          symbol_counts_kernel (per-class histograms, frame slices) ->
 //          normalize_kernel (frequencies + cumulative, one thread per class) ->
-//          encode_streams_kernel<measure> (words per stream) -> stream_offsets_kernel (scan)
+//          encode_streams_kernel<measure> (words per stream; states and emitted words at
+//          the seek points) -> stream_offsets_kernel (scan) -> seek_word_index_kernel
 // write:   group_tables_kernel (header, class map, frequencies, offsets) ->
 //          encode_streams_kernel<write> (same encode, words stored backwards)
 #include <cuda_runtime.h>
@@ -41,6 +42,9 @@ struct EncodeGeometry {
   std::uint32_t pixels;
   std::uint32_t pixels_padded;  // class map row of the scratch
   std::uint32_t kept_words;     // per stream: capacity of its kept words (a multiple of 4)
+  std::uint32_t seek_frames;    // frames between seek points; 0: no seek table
+  std::uint32_t seek_points;    // per group (ans_seek_points_per_group)
+  std::uint32_t* seek_table;    // [group][point - 1][5][stream] (ans_record_seek_points' layout)
   AnsGroupLayout layout;
 };
 
@@ -89,6 +93,13 @@ EncodeGeometry make_geometry(const AnsEncodeBatch& batch) {
   const std::uint64_t kept = align_up(std::uint64_t{batch.kept_words_per_frame} * batch.frames_per_group, 4);
   if (kept > 0xffffffffu) throw bad_request("ANS encode: kept_words_per_frame too large");
   geometry.kept_words = static_cast<std::uint32_t>(kept);
+  if (batch.d_seek_points != nullptr && batch.frames_per_seek_point != 0) {
+    geometry.seek_frames = batch.frames_per_seek_point;
+    geometry.seek_points = ans_seek_points_per_group(batch.frames_per_group, batch.frames_per_seek_point);
+    geometry.seek_table = geometry.seek_points != 0 ? batch.d_seek_points : nullptr;
+  }
+  if (geometry.seek_table == nullptr) geometry.seek_frames = geometry.seek_points = 0;
+  if (geometry.seek_points > 65535) throw bad_request("ANS encode: more than 65535 seek points per group");
   return geometry;
 }
 
@@ -165,6 +176,15 @@ __global__ void pixel_sums_kernel(const T* __restrict__ frames, EncodeGeometry g
   }
   max_value = kernels::warp_max_u32(max_value);
   if (threadIdx.x % 32 == 0) atomicMax(s.d_max_values + group, max_value);
+}
+
+// grid: pixel blocks. pattern[p] += Σ over the batch's groups of their pixel sums.
+__global__ void add_pattern_sum_kernel(EncodeGeometry geometry, EncodeScratch s, unsigned long long* pattern) {
+  const std::uint32_t pixel = blockIdx.x * blockDim.x + threadIdx.x;
+  if (pixel >= geometry.pixels) return;
+  unsigned long long sum = 0;
+  for (std::uint32_t g = 0; g < geometry.group_count; ++g) sum += s.d_pixel_sums[std::uint64_t{g} * geometry.pixels + pixel];
+  pattern[pixel] += sum;
 }
 
 // grid: groups; one CTA of kAnsClassMapThreads threads.
@@ -367,6 +387,10 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
   };
   const T* group_frames = frames + std::uint64_t{group} * geometry.frames_per_group * geometry.pixels;
   std::uint32_t state[4] = {kAnsStateLower, kAnsStateLower, kAnsStateLower, kAnsStateLower};
+  // Measure pass: the seek points of this stream, highest first (the frames
+  // are encoded last to first). point 0: none left.
+  std::uint32_t point = !kWrite && geometry.seek_frames != 0 ? (frame_count - 1) / geometry.seek_frames : 0;
+  std::uint32_t point_frame = point * geometry.seek_frames;
   std::uint32_t next[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) next[k] = __ldg(group_frames + std::uint64_t{frame_count - 1} * geometry.pixels + pixels[k]);
@@ -389,6 +413,18 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
             return encode_symbol_reciprocal(x, frequency, entry >> 16, reciprocals[frequency]);
           },
           emit);
+    }
+    if (!kWrite && point != 0 && f == point_frame) {
+      // A decoder about to decode frame f holds these states; its next word
+      // is the one emitted before all `emitted` so far: index word_count -
+      // emitted, which seek_word_index_kernel writes once word_count is known.
+      std::uint32_t* at = geometry.seek_table +
+                          (std::uint64_t{group} * geometry.seek_points + point - 1) * 5 * geometry.layout.stream_count + stream;
+#pragma unroll
+      for (std::uint32_t k = 0; k < 4; ++k) at[std::uint64_t{k} * geometry.layout.stream_count] = state[k];
+      at[std::uint64_t{4} * geometry.layout.stream_count] = emitted;
+      --point;
+      point_frame -= geometry.seek_frames;
     }
   }
   if constexpr (kWrite) {
@@ -429,6 +465,25 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsScanThreads) stream_offse
   }
 }
 
+// grid: (stream blocks, seek points, groups): a point's emitted-word count,
+// as encode_streams_kernel<measure> left it, becomes the decoder's word index.
+// Points past a short last group's frames (never read) are zeroed, as
+// ans_record_seek_points leaves them.
+__global__ void seek_word_index_kernel(EncodeGeometry geometry, EncodeScratch s) {
+  const std::uint32_t group = blockIdx.z;
+  const std::uint32_t point = blockIdx.y + 1;
+  const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
+  if (stream >= geometry.layout.stream_count) return;
+  std::uint32_t* at =
+      geometry.seek_table + (std::uint64_t{group} * geometry.seek_points + point - 1) * 5 * geometry.layout.stream_count + stream;
+  if (point * geometry.seek_frames >= frames_in_group(geometry, group)) {
+    for (std::uint32_t k = 0; k < 5; ++k) at[std::uint64_t{k} * geometry.layout.stream_count] = 0;
+    return;
+  }
+  std::uint32_t* word = at + std::uint64_t{4} * geometry.layout.stream_count;
+  *word = s.d_stream_words[std::uint64_t{group} * geometry.layout.stream_count + stream] - *word;
+}
+
 // grid: (blocks, groups); header, class map (zero padding), frequencies, offsets.
 __global__ void group_tables_kernel(EncodeGeometry geometry, EncodeScratch s, std::uint8_t* output,
                                     const std::uint64_t* group_offsets) {
@@ -458,12 +513,18 @@ __global__ void group_tables_kernel(EncodeGeometry geometry, EncodeScratch s, st
 }
 
 template <class T>
-void launch_measure(const T* frames, const EncodeGeometry& geometry, const EncodeScratch& s, cudaStream_t stream) {
+void launch_measure(const T* frames, const EncodeGeometry& geometry, const EncodeScratch& s,
+                    std::uint64_t* pattern_sum, cudaStream_t stream) {
   using namespace kernels::tuning;
   const dim3 sum_grid((geometry.pixels + kAnsSumThreads - 1) / kAnsSumThreads,
                       (geometry.frames_per_group + kAnsSumFramesPerSlice - 1) / kAnsSumFramesPerSlice, geometry.group_count);
   pixel_sums_kernel<T><<<sum_grid, kAnsSumThreads, 0, stream>>>(frames, geometry, s);
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "pixel_sums_kernel");
+  if (pattern_sum != nullptr) {
+    add_pattern_sum_kernel<<<(geometry.pixels + 255) / 256, 256, 0, stream>>>(
+        geometry, s, reinterpret_cast<unsigned long long*>(pattern_sum));
+    QUANTEM_CUDA_CHECK_LAUNCH(stream, "add_pattern_sum_kernel");
+  }
   class_map_kernel<<<geometry.group_count, kAnsClassMapThreads, 0, stream>>>(geometry, s);
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "class_map_kernel");
   const dim3 count_grid((geometry.pixels + kAnsCountThreads - 1) / kAnsCountThreads,
@@ -477,6 +538,11 @@ void launch_measure(const T* frames, const EncodeGeometry& geometry, const Encod
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "encode_streams_kernel<measure>");
   stream_offsets_kernel<<<geometry.group_count, kAnsScanThreads, 0, stream>>>(geometry, s);
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "stream_offsets_kernel");
+  if (geometry.seek_points != 0) {
+    const dim3 seek_grid((geometry.layout.stream_count + 255) / 256, geometry.seek_points, geometry.group_count);
+    seek_word_index_kernel<<<seek_grid, 256, 0, stream>>>(geometry, s);
+    QUANTEM_CUDA_CHECK_LAUNCH(stream, "seek_word_index_kernel");
+  }
 }
 
 template <class T>
@@ -512,9 +578,9 @@ std::vector<std::uint64_t> ans_encode_measure(const AnsEncodeBatch& batch, void*
                                    std::size_t{geometry.group_count} * kAnsClassCount * kAnsAlphabetSize * sizeof(std::uint32_t),
                                    stream));
   switch (batch.dtype) {
-    case DType::uint8: launch_measure(static_cast<const std::uint8_t*>(batch.d_frames), geometry, s, stream); break;
-    case DType::uint16: launch_measure(static_cast<const std::uint16_t*>(batch.d_frames), geometry, s, stream); break;
-    case DType::uint32: launch_measure(static_cast<const std::uint32_t*>(batch.d_frames), geometry, s, stream); break;
+    case DType::uint8: launch_measure(static_cast<const std::uint8_t*>(batch.d_frames), geometry, s, batch.d_pattern_sum, stream); break;
+    case DType::uint16: launch_measure(static_cast<const std::uint16_t*>(batch.d_frames), geometry, s, batch.d_pattern_sum, stream); break;
+    case DType::uint32: launch_measure(static_cast<const std::uint32_t*>(batch.d_frames), geometry, s, batch.d_pattern_sum, stream); break;
   }
   std::vector<std::uint64_t> blob_bytes(geometry.group_count);
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(blob_bytes.data(), s.d_blob_bytes, blob_bytes.size() * sizeof(std::uint64_t),

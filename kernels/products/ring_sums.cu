@@ -18,18 +18,46 @@ namespace {
 
 namespace tuning = quantem::kernels::tuning;
 
+// The moments of one frame (CTA-wide; every thread calls it): Σ I, Σ row·I
+// and Σ col·I over its pixels, exact in 64 bits, written as row `frame_index`
+// of the moments table. Each thread walks the frame with a stride of
+// blockDim.x pixels keeping its row and column incrementally; warp
+// reductions, then one thread per moment adds the warps' partial sums.
 template <class T>
-__global__ void dense_pattern_sum_kernel(const T* __restrict__ frames, std::uint64_t frame_count,
-                                         std::uint32_t frame_pixels, unsigned long long* pattern) {
-  // blockIdx.y: a slice of frames; x: pixels. Each thread sums its pixel over the slice.
-  const std::uint32_t pixel = blockIdx.x * blockDim.x + threadIdx.x;
-  if (pixel >= frame_pixels) return;
-  const std::uint64_t per_slice = (frame_count + gridDim.y - 1) / gridDim.y;
-  const std::uint64_t begin = std::uint64_t{blockIdx.y} * per_slice;
-  const std::uint64_t end = begin + per_slice < frame_count ? begin + per_slice : frame_count;
-  unsigned long long sum = 0;
-  for (std::uint64_t f = begin; f < end; ++f) sum += frames[f * frame_pixels + pixel];
-  if (sum != 0) atomicAdd(pattern + pixel, sum);
+__device__ void frame_moments_of(const T* frame, std::uint32_t pixels, const FrameMomentsTarget& target,
+                                 std::uint64_t frame_index) {
+  __shared__ unsigned long long partial[3][32];
+  const std::uint32_t cols = target.detector_cols;
+  const std::uint32_t stride_rows = blockDim.x / cols, stride_cols = blockDim.x % cols;
+  std::uint32_t row = threadIdx.x / cols, col = threadIdx.x % cols;
+  unsigned long long total = 0, row_moment = 0, col_moment = 0;
+  for (std::uint32_t p = threadIdx.x; p < pixels; p += blockDim.x) {
+    const unsigned long long value = frame[p];
+    total += value;
+    row_moment += value * row;
+    col_moment += value * col;
+    row += stride_rows;
+    col += stride_cols;
+    if (col >= cols) {
+      col -= cols;
+      ++row;
+    }
+  }
+  total = kernels::warp_sum_u64(total);
+  row_moment = kernels::warp_sum_u64(row_moment);
+  col_moment = kernels::warp_sum_u64(col_moment);
+  const std::uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    partial[0][warp] = total;
+    partial[1][warp] = row_moment;
+    partial[2][warp] = col_moment;
+  }
+  __syncthreads();
+  if (threadIdx.x < 3) {
+    unsigned long long sum = 0;
+    for (std::uint32_t w = 0; w < blockDim.x / 32; ++w) sum += partial[threadIdx.x][w];
+    target.d_moments[std::uint64_t{threadIdx.x} * target.table_stride + frame_index] = sum;
+  }
 }
 
 // One CTA per frame. Each warp takes a contiguous share of the pixels sorted
@@ -42,12 +70,15 @@ __global__ void dense_pattern_sum_kernel(const T* __restrict__ frames, std::uint
 // kStaged: the frame is first copied into shared memory with coalesced 16-byte
 // loads, so the gathers in ring order hit shared memory instead of sectors of
 // global memory fetched again and again (used when the frame fits).
+// With moments.d_moments set, the frame's Σ I, Σ row·I, Σ col·I (what
+// dense_frame_moments_kernel computes) are summed in the same pass, from the
+// staged frame.
 template <class T, class Bin, bool kStaged>
 __global__ void __launch_bounds__(tuning::kRingSumThreads)
     dense_ring_sums_kernel(const T* __restrict__ frames, std::uint32_t frame_pixels,
                            const std::uint32_t* __restrict__ pixels_by_ring,
                            const std::uint16_t* __restrict__ ring_of_sorted, std::uint32_t ring_count, Bin* ring_sums,
-                           std::uint64_t ring_stride, std::uint64_t first_frame) {
+                           std::uint64_t ring_stride, std::uint64_t first_frame, FrameMomentsTarget moments) {
   extern __shared__ __align__(16) std::uint8_t shared_bytes[];
   Bin* bins = reinterpret_cast<Bin*>(shared_bytes);
   for (std::uint32_t r = threadIdx.x; r < ring_count; r += blockDim.x) bins[r] = 0;
@@ -69,6 +100,7 @@ __global__ void __launch_bounds__(tuning::kRingSumThreads)
     frame = staged;
   }
   __syncthreads();
+  if (moments.d_moments != nullptr) frame_moments_of(frame, frame_pixels, moments, first_frame + blockIdx.x);
   const std::uint32_t lane = threadIdx.x % 32;
   const std::uint32_t warps = blockDim.x / 32;
   const std::uint32_t share = (frame_pixels + warps * 32 - 1) / (warps * 32) * 32;  // a multiple of 32
@@ -108,47 +140,14 @@ __global__ void __launch_bounds__(tuning::kRingSumThreads)
   }
 }
 
-// One CTA per frame: Σ I, Σ row·I and Σ col·I over the frame's pixels (native
-// detector coordinates), exact in 64 bits. Each thread walks the frame with a
-// stride of blockDim.x pixels (coalesced) keeping its row and column
-// incrementally; warp reductions, then one warp adds the warps' partial sums.
+// One CTA per frame: the frame's moments alone (frame_moments_of).
 template <class T>
 __global__ void __launch_bounds__(256)
     dense_frame_moments_kernel(const T* __restrict__ frames, std::uint32_t rows, std::uint32_t cols,
                                unsigned long long* moments, std::uint64_t table_stride, std::uint64_t first_frame) {
-  __shared__ unsigned long long partial[3][8];
   const std::uint32_t pixels = rows * cols;
-  const T* frame = frames + std::uint64_t{blockIdx.x} * pixels;
-  const std::uint32_t stride_rows = blockDim.x / cols, stride_cols = blockDim.x % cols;
-  std::uint32_t row = threadIdx.x / cols, col = threadIdx.x % cols;
-  unsigned long long total = 0, row_moment = 0, col_moment = 0;
-  for (std::uint32_t p = threadIdx.x; p < pixels; p += blockDim.x) {
-    const unsigned long long value = frame[p];
-    total += value;
-    row_moment += value * row;
-    col_moment += value * col;
-    row += stride_rows;
-    col += stride_cols;
-    if (col >= cols) {
-      col -= cols;
-      ++row;
-    }
-  }
-  total = kernels::warp_sum_u64(total);
-  row_moment = kernels::warp_sum_u64(row_moment);
-  col_moment = kernels::warp_sum_u64(col_moment);
-  const std::uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) {
-    partial[0][warp] = total;
-    partial[1][warp] = row_moment;
-    partial[2][warp] = col_moment;
-  }
-  __syncthreads();
-  if (threadIdx.x < 3) {
-    unsigned long long sum = 0;
-    for (std::uint32_t w = 0; w < blockDim.x / 32; ++w) sum += partial[threadIdx.x][w];
-    moments[std::uint64_t{threadIdx.x} * table_stride + first_frame + blockIdx.x] = sum;
-  }
+  const FrameMomentsTarget target{reinterpret_cast<std::uint64_t*>(moments), cols, table_stride};
+  frame_moments_of(frames + std::uint64_t{blockIdx.x} * pixels, pixels, target, first_frame + blockIdx.x);
 }
 
 template <class Sum>
@@ -172,7 +171,8 @@ inline constexpr std::size_t kStagedFrameBytes = 160 * 1024;
 template <class T, class Sum>
 void launch_ring_sums(const T* frames, std::uint64_t frame_count, std::uint32_t frame_pixels,
                       const std::uint32_t* pixels_by_ring, const std::uint16_t* ring_of_sorted, std::uint32_t ring_count,
-                      Sum* ring_sums, std::uint64_t ring_stride, std::uint64_t first_frame, cudaStream_t stream) {
+                      Sum* ring_sums, std::uint64_t ring_stride, std::uint64_t first_frame,
+                      const FrameMomentsTarget& moments, cudaStream_t stream) {
   const std::size_t bins_bytes = (std::size_t{ring_count} * sizeof(Sum) + 15) / 16 * 16;
   const std::size_t frame_bytes = std::size_t{frame_pixels} * sizeof(T);
   const unsigned ctas = static_cast<unsigned>(frame_count);
@@ -181,12 +181,12 @@ void launch_ring_sums(const T* frames, std::uint64_t frame_count, std::uint32_t 
     QUANTEM_CUDA_TRY(cudaFuncSetAttribute(dense_ring_sums_kernel<T, Sum, true>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes)));
     dense_ring_sums_kernel<T, Sum, true><<<ctas, tuning::kRingSumThreads, shared_bytes, stream>>>(
-        frames, frame_pixels, pixels_by_ring, ring_of_sorted, ring_count, ring_sums, ring_stride, first_frame);
+        frames, frame_pixels, pixels_by_ring, ring_of_sorted, ring_count, ring_sums, ring_stride, first_frame, moments);
   } else {
     QUANTEM_CUDA_TRY(cudaFuncSetAttribute(dense_ring_sums_kernel<T, Sum, false>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bins_bytes)));
     dense_ring_sums_kernel<T, Sum, false><<<ctas, tuning::kRingSumThreads, bins_bytes, stream>>>(
-        frames, frame_pixels, pixels_by_ring, ring_of_sorted, ring_count, ring_sums, ring_stride, first_frame);
+        frames, frame_pixels, pixels_by_ring, ring_of_sorted, ring_count, ring_sums, ring_stride, first_frame, moments);
   }
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "dense_ring_sums_kernel");
 }
@@ -195,55 +195,34 @@ template <class Sum>
 void launch_for_dtype(const void* d_frames, DType dtype, std::uint64_t frame_count, std::uint32_t frame_pixels,
                       const std::uint32_t* d_pixels_by_ring, const std::uint16_t* d_ring_of_sorted,
                       std::uint32_t ring_count, Sum* d_ring_sums, std::uint64_t ring_stride, std::uint64_t first_frame,
-                      cudaStream_t stream) {
+                      const FrameMomentsTarget& moments, cudaStream_t stream) {
   switch (dtype) {
     case DType::uint8:
       launch_ring_sums(static_cast<const std::uint8_t*>(d_frames), frame_count, frame_pixels, d_pixels_by_ring,
-                       d_ring_of_sorted, ring_count, d_ring_sums, ring_stride, first_frame, stream);
+                       d_ring_of_sorted, ring_count, d_ring_sums, ring_stride, first_frame, moments, stream);
       break;
     case DType::uint16:
       launch_ring_sums(static_cast<const std::uint16_t*>(d_frames), frame_count, frame_pixels, d_pixels_by_ring,
-                       d_ring_of_sorted, ring_count, d_ring_sums, ring_stride, first_frame, stream);
+                       d_ring_of_sorted, ring_count, d_ring_sums, ring_stride, first_frame, moments, stream);
       break;
     case DType::uint32:
       launch_ring_sums(static_cast<const std::uint32_t*>(d_frames), frame_count, frame_pixels, d_pixels_by_ring,
-                       d_ring_of_sorted, ring_count, d_ring_sums, ring_stride, first_frame, stream);
+                       d_ring_of_sorted, ring_count, d_ring_sums, ring_stride, first_frame, moments, stream);
       break;
   }
 }
 
 }  // namespace
 
-void dense_pattern_sum(const void* d_frames, DType dtype, std::uint64_t frame_count, std::uint32_t frame_pixels,
-                       std::uint64_t* d_pattern, StreamHandle stream) {
-  if (frame_count == 0 || frame_pixels == 0) return;
-  if (d_frames == nullptr || d_pattern == nullptr) throw bad_request("dense_pattern_sum: null pointer");
-  const int threads = 256;
-  const std::uint64_t slices = frame_count < 64 ? frame_count : 64;
-  const dim3 grid((frame_pixels + threads - 1) / threads, static_cast<unsigned>(slices));
-  auto* out = reinterpret_cast<unsigned long long*>(d_pattern);
-  switch (dtype) {
-    case DType::uint8:
-      dense_pattern_sum_kernel<<<grid, threads, 0, stream>>>(static_cast<const std::uint8_t*>(d_frames), frame_count,
-                                                             frame_pixels, out);
-      break;
-    case DType::uint16:
-      dense_pattern_sum_kernel<<<grid, threads, 0, stream>>>(static_cast<const std::uint16_t*>(d_frames), frame_count,
-                                                             frame_pixels, out);
-      break;
-    case DType::uint32:
-      dense_pattern_sum_kernel<<<grid, threads, 0, stream>>>(static_cast<const std::uint32_t*>(d_frames), frame_count,
-                                                             frame_pixels, out);
-      break;
-  }
-  QUANTEM_CUDA_CHECK_LAUNCH(stream, "dense_pattern_sum_kernel");
-}
-
 void dense_ring_sums(const void* d_frames, DType dtype, std::uint64_t frame_count, std::uint32_t frame_pixels,
                      const std::uint32_t* d_pixels_by_ring, const std::uint16_t* d_ring_of_sorted,
                      std::uint32_t ring_count, void* d_ring_sums, std::uint32_t sum_bytes, std::uint64_t ring_stride,
-                     std::uint64_t first_frame, StreamHandle stream) {
+                     std::uint64_t first_frame, StreamHandle stream, const FrameMomentsTarget& moments) {
   if (frame_count == 0) return;
+  if (moments.d_moments != nullptr &&
+      (moments.detector_cols == 0 || frame_pixels % moments.detector_cols != 0 ||
+       first_frame + frame_count > moments.table_stride))
+    throw bad_request("dense_ring_sums: bad frame moments target");
   if (d_frames == nullptr || d_pixels_by_ring == nullptr || d_ring_of_sorted == nullptr || d_ring_sums == nullptr)
     throw bad_request("dense_ring_sums: null pointer");
   if (ring_count == 0 || frame_count > 0x7fffffffu) throw bad_request("dense_ring_sums: bad ring or frame count");
@@ -251,10 +230,10 @@ void dense_ring_sums(const void* d_frames, DType dtype, std::uint64_t frame_coun
   if (first_frame + frame_count > ring_stride) throw bad_request("dense_ring_sums: frames outside the ring table");
   if (sum_bytes == 4) {
     launch_for_dtype(d_frames, dtype, frame_count, frame_pixels, d_pixels_by_ring, d_ring_of_sorted, ring_count,
-                     static_cast<unsigned int*>(d_ring_sums), ring_stride, first_frame, stream);
+                     static_cast<unsigned int*>(d_ring_sums), ring_stride, first_frame, moments, stream);
   } else if (sum_bytes == 8) {
     launch_for_dtype(d_frames, dtype, frame_count, frame_pixels, d_pixels_by_ring, d_ring_of_sorted, ring_count,
-                     static_cast<unsigned long long*>(d_ring_sums), ring_stride, first_frame, stream);
+                     static_cast<unsigned long long*>(d_ring_sums), ring_stride, first_frame, moments, stream);
   } else {
     throw bad_request("dense_ring_sums: sums are 4 or 8 bytes");
   }
@@ -268,7 +247,7 @@ void dense_frame_moments(const void* d_frames, DType dtype, std::uint64_t frame_
   if (detector_rows == 0 || detector_cols == 0 || frame_count > 0x7fffffffu)
     throw bad_request("dense_frame_moments: bad shape or frame count");
   if (first_frame + frame_count > table_stride) throw bad_request("dense_frame_moments: frames outside the table");
-  constexpr unsigned threads = 256;  // at most 8 warps: the kernel's partial sums
+  constexpr unsigned threads = 256;  // at most 32 warps: frame_moments_of's partial sums
   const unsigned ctas = static_cast<unsigned>(frame_count);
   auto* out = reinterpret_cast<unsigned long long*>(d_moments);
   switch (dtype) {

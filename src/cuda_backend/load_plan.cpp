@@ -128,6 +128,7 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
       : tuning.frames_per_seek_point != 0                          ? tuning.frames_per_seek_point
                                                                    : kDefaultFramesPerSeekPoint;
   plan.frames_per_seek_point = cuda::ans_seek_points_per_group(plan.frames_per_group, seek_frames) != 0 ? seek_frames : 0;
+  plan.seek_points_from_encoder = tuning.seek_points_from_encoder;
   plan.seek_table_bytes =
       cuda::ans_seek_table_words(plan.groups, plan.frames_per_group, plan.frames_per_seek_point, layout.stream_count) * 4;
   plan.decode_table_bytes = tuning.decode_tables_at_load ? plan.groups * std::uint64_t{cuda::ans_decode_table_words()} * 4 : 0;

@@ -79,15 +79,6 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
   const bool track_max = plan_.source_dtype == DType::uint32;
   cuda::prepare_frames(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
                        masked_.as<std::uint32_t>(), masked_count_, track_max ? d_max : nullptr, stream_);
-  cuda::dense_pattern_sum(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
-                          d_pattern_.as<std::uint64_t>(), stream_);
-  if (!rings_) set_up_rings();  // from the first batch's pattern, which d_pattern_ holds now
-  cuda::dense_ring_sums(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
-                        d_pixels_by_ring_.as<std::uint32_t>(), d_ring_of_sorted_.as<std::uint16_t>(),
-                        rings_->ring_count(), d_ring_sums_.data(), ring_sum_bytes_, plan_.frames, first_frame, stream_);
-  cuda::dense_frame_moments(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(source_.detector_rows),
-                            static_cast<std::uint32_t>(source_.detector_cols), d_frame_moments_.as<std::uint64_t>(),
-                            plan_.frames, first_frame, stream_);
 
   cuda::AnsEncodeBatch batch;
   batch.d_frames = d_frames;
@@ -96,9 +87,30 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
   batch.frames_per_group = plan_.frames_per_group;
   batch.detector_rows = static_cast<std::uint32_t>(source_.detector_rows);
   batch.detector_cols = static_cast<std::uint32_t>(source_.detector_cols);
+  batch.d_pattern_sum = d_pattern_.as<std::uint64_t>();  // from the model's own pixel sums
+  const quantem::ans::AnsGroupLayout layout = quantem::ans::ans_group_layout(batch.detector_rows, batch.detector_cols);
+  const std::uint64_t first_group = first_frame / plan_.frames_per_group;
+  std::uint32_t* batch_seek_points =
+      plan_.frames_per_seek_point == 0
+          ? nullptr
+          : d_seek_points_.as<std::uint32_t>() + cuda::ans_seek_table_words(first_group, plan_.frames_per_group,
+                                                                            plan_.frames_per_seek_point,
+                                                                            layout.stream_count);
+  if (plan_.seek_points_from_encoder) {
+    batch.d_seek_points = batch_seek_points;
+    batch.frames_per_seek_point = plan_.frames_per_seek_point;
+  }
   // Synchronises stream_; so the previous batch's copy from host_offsets_ has
   // finished before the host rewrites it below.
   const std::vector<std::uint64_t> sizes = cuda::ans_encode_measure(batch, scratch_.data(), scratch_.size(), stream_);
+
+  if (!rings_) set_up_rings();  // from the first batch's pattern, which d_pattern_ holds now
+  // One pass over the frames for their ring sums and their moments.
+  cuda::dense_ring_sums(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
+                        d_pixels_by_ring_.as<std::uint32_t>(), d_ring_of_sorted_.as<std::uint16_t>(),
+                        rings_->ring_count(), d_ring_sums_.data(), ring_sum_bytes_, plan_.frames, first_frame, stream_,
+                        cuda::FrameMomentsTarget{d_frame_moments_.as<std::uint64_t>(),
+                                                 static_cast<std::uint32_t>(source_.detector_cols), plan_.frames});
 
   auto* offsets = host_offsets_.as<std::uint64_t>();
   std::uint64_t piece_bytes = 0;
@@ -127,21 +139,16 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
   written.total_frames = frame_count;
   written.detector_rows = batch.detector_rows;
   written.detector_cols = batch.detector_cols;
-  const std::uint64_t first_group = first_frame / plan_.frames_per_group;
   if (plan_.decode_table_bytes != 0) {
     // Every group's decode tables, once; the seek-point pass below reads them too.
     std::uint32_t* tables = d_decode_tables_.as<std::uint32_t>() + first_group * cuda::ans_decode_table_words();
     cuda::ans_build_decode_tables(written, tables, misc_.as<std::uint32_t>() + 1, stream_);
     written.d_decode_tables = tables;
   }
-  if (plan_.frames_per_seek_point != 0) {
+  if (batch_seek_points != nullptr && !plan_.seek_points_from_encoder) {
     // The batch's streams decoded once more for their seek points.
-    const quantem::ans::AnsGroupLayout layout = quantem::ans::ans_group_layout(batch.detector_rows, batch.detector_cols);
-    cuda::ans_record_seek_points(written, plan_.frames_per_seek_point,
-                                 d_seek_points_.as<std::uint32_t>() +
-                                     cuda::ans_seek_table_words(first_group, plan_.frames_per_group,
-                                                                plan_.frames_per_seek_point, layout.stream_count),
-                                 misc_.as<std::uint32_t>() + 1, stream_);  // the seek error flag: misc_ bytes 4..7
+    cuda::ans_record_seek_points(written, plan_.frames_per_seek_point, batch_seek_points, misc_.as<std::uint32_t>() + 1,
+                                 stream_);  // the seek error flag: misc_ bytes 4..7
   }
   for (std::size_t g = 0; g < sizes.size(); ++g) group_addresses_.push_back(piece.as<std::uint8_t>() + offsets[g]);
   encoded_bytes_ += piece_bytes;

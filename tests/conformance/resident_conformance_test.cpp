@@ -37,8 +37,9 @@ struct CpuResidentFactory {
 
 // The CUDA resident: the ANS-encoded groups on device 0. Its "launch shapes"
 // are group layouts: one group for the whole scan with a seek point every 5
-// frames, groups of 7 frames with two per encoded batch (several device
-// pieces) and seek points at frames 3 and 6, and groups of 32 frames one per
+// frames (written by the encoder), groups of 7 frames with two per encoded
+// batch (several device pieces) and seek points at frames 3 and 6 (recorded
+// by decoding the groups once more), and groups of 32 frames one per
 // batch without seek points (every decode from a group's first frame) nor
 // decode tables built at load (every decoding CTA builds its group's).
 struct CudaResidentFactory {
@@ -51,6 +52,7 @@ struct CudaResidentFactory {
       options.tuning.frames_per_group = 7;
       options.tuning.groups_per_batch = 2;
       options.tuning.frames_per_seek_point = 3;
+      options.tuning.seek_points_from_encoder = false;
     } else if (shape == 3) {
       options.tuning.frames_per_group = 32;
       options.tuning.groups_per_batch = 1;

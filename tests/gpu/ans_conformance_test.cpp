@@ -96,8 +96,11 @@ DeviceResident upload(const std::vector<Bytes>& host_blobs, const TestFrames& sh
 
 struct CudaAns {
   static constexpr const char* kName = "cuda";
+  // seek_frames != 0: the measuring pass also writes the seek table, returned
+  // in *seek_table (the device table is poisoned with 0xAB first: every value must be written).
   static std::vector<Bytes> encode(const TestFrames& frames, std::uint32_t frames_per_group,
-                                   std::uint32_t kept_words_per_frame = cuda::AnsEncodeBatch{}.kept_words_per_frame) {
+                                   std::uint32_t kept_words_per_frame = cuda::AnsEncodeBatch{}.kept_words_per_frame,
+                                   std::uint32_t seek_frames = 0, std::vector<std::uint32_t>* seek_table = nullptr) {
     cuda::DeviceBuffer d_frames(frames.bytes.size());
     cuda::copy_to_device(d_frames.data(), frames.bytes.data(), frames.bytes.size());
     cuda::AnsEncodeBatch batch;
@@ -108,6 +111,16 @@ struct CudaAns {
     batch.detector_rows = frames.rows;
     batch.detector_cols = frames.cols;
     batch.kept_words_per_frame = kept_words_per_frame;
+    const ans::AnsGroupLayout layout = ans::ans_group_layout(frames.rows, frames.cols);
+    const std::uint64_t seek_words =
+        cuda::ans_seek_table_words(cuda::ans_group_count(frames.frame_count, frames_per_group), frames_per_group,
+                                   seek_frames, layout.stream_count);
+    cuda::DeviceBuffer d_seek(std::max<std::uint64_t>(seek_words * 4, 4));
+    if (seek_table != nullptr) {
+      cuda::fill_device(d_seek.data(), 0xAB, d_seek.size());
+      batch.d_seek_points = d_seek.as<std::uint32_t>();
+      batch.frames_per_seek_point = seek_frames;
+    }
     cuda::DeviceBuffer scratch(cuda::ans_encode_scratch_bytes(batch));
     cuda::fill_device(scratch.data(), 0x5A, scratch.size());  // the encoder must not rely on zeroed scratch
     const std::vector<std::uint64_t> sizes = cuda::ans_encode_measure(batch, scratch.data(), scratch.size(), nullptr);
@@ -129,6 +142,10 @@ struct CudaAns {
       Bytes blob(sizes[g]);
       cuda::copy_to_host(blob.data(), d_out.as<std::uint8_t>() + offsets[g], blob.size());
       blobs.push_back(std::move(blob));
+    }
+    if (seek_table != nullptr) {
+      seek_table->assign(seek_words, 0);
+      cuda::copy_to_host(seek_table->data(), d_seek.data(), seek_words * 4);
     }
     return blobs;
   }
@@ -293,6 +310,79 @@ TEST(AnsCudaDecoder, ReportsMalformedStreams) {
     cuda::copy_to_host(&error, d_error.data(), sizeof error);
     EXPECT_NE(error, 0u) << "masked sum";
   }
+}
+
+// The measuring pass adds each pixel's sum over the batch to a pattern sum
+// (what the load's bright-field centre and fits read): exact, on top of what
+// the pattern held, for every dtype and a short last group.
+TEST(AnsCudaEncode, MeasureAddsThePatternSum) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  std::uint64_t seed = 17;
+  for (DType dtype : {DType::uint8, DType::uint16, DType::uint32})
+    for (const char* pattern : {"disc", "uniform32", "max"}) {
+      const TestFrames frames = ans_test::make_frames(pattern, dtype, 45, 13, 11, seed++);
+      SCOPED_TRACE(frames.label);
+      const std::uint64_t pixels = std::uint64_t{frames.rows} * frames.cols;
+      cuda::DeviceBuffer d_frames(frames.bytes.size());
+      cuda::copy_to_device(d_frames.data(), frames.bytes.data(), frames.bytes.size());
+      std::vector<std::uint64_t> pattern_sum(pixels);
+      for (std::uint64_t p = 0; p < pixels; ++p) pattern_sum[p] = p * 1000003;  // what earlier batches left
+      cuda::DeviceBuffer d_pattern(pixels * 8);
+      cuda::copy_to_device(d_pattern.data(), pattern_sum.data(), pixels * 8);
+      cuda::AnsEncodeBatch batch;
+      batch.d_frames = d_frames.data();
+      batch.dtype = frames.dtype;
+      batch.total_frames = frames.frame_count;
+      batch.frames_per_group = 20;
+      batch.detector_rows = frames.rows;
+      batch.detector_cols = frames.cols;
+      batch.d_pattern_sum = d_pattern.as<std::uint64_t>();
+      cuda::DeviceBuffer scratch(cuda::ans_encode_scratch_bytes(batch));
+      (void)cuda::ans_encode_measure(batch, scratch.data(), scratch.size(), nullptr);
+      std::vector<std::uint64_t> got(pixels);
+      cuda::copy_to_host(got.data(), d_pattern.data(), pixels * 8);
+      for (std::uint64_t p = 0; p < pixels; ++p) {
+        std::uint64_t want = p * 1000003;
+        for (std::uint32_t f = 0; f < frames.frame_count; ++f) want += ans_test::get(frames, f * pixels + p);
+        ASSERT_EQ(got[p], want) << "pixel " << p;
+      }
+    }
+}
+
+// The seek table the encoder's measuring pass writes from its own states
+// equals, value for value, the one a decoder records (ans_record_seek_points)
+// from the encoded groups: every kept-words mode (copied or re-encoded
+// streams), escapes (uint32), a short last group, a point count of 1 and 3.
+TEST(AnsCudaSeekPoints, EncoderWritesTheTableADecoderRecords) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  std::uint64_t seed = 91;
+  for (DType dtype : {DType::uint8, DType::uint16, DType::uint32})
+    for (const char* pattern : {"disc", "uniform32", "hot_pixel", "sparse", "zero"})
+      for (auto [frames_per_group, seek_frames] : {std::pair{20u, 6u}, std::pair{16u, 8u}, std::pair{33u, 32u}}) {
+        const TestFrames frames = ans_test::make_frames(pattern, dtype, 45, 13, 11, seed++);
+        for (std::uint32_t kept : {2u, 0u}) {
+          SCOPED_TRACE(frames.label + " group " + std::to_string(frames_per_group) + " seek every " +
+                       std::to_string(seek_frames) + " kept " + std::to_string(kept));
+          std::vector<std::uint32_t> from_encoder;
+          const auto blobs = CudaAns::encode(frames, frames_per_group, kept, seek_frames, &from_encoder);
+          EXPECT_EQ(blobs, CudaAns::encode(frames, frames_per_group, kept)) << "the blobs do not depend on the table";
+          DeviceResident resident = upload(blobs, frames, frames_per_group);
+          cuda::DeviceBuffer d_points(from_encoder.size() * 4);
+          cuda::fill_device(d_points.data(), 0xAB, d_points.size());
+          cuda::DeviceBuffer d_error(sizeof(std::uint32_t));
+          cuda::fill_device(d_error.data(), 0, d_error.size());
+          cuda::ans_record_seek_points(resident.view, seek_frames, d_points.as<std::uint32_t>(),
+                                       d_error.as<std::uint32_t>(), nullptr);
+          cuda::synchronize_device();
+          std::uint32_t error = 1;
+          cuda::copy_to_host(&error, d_error.data(), sizeof error);
+          ASSERT_EQ(error, 0u);
+          std::vector<std::uint32_t> from_decoder(from_encoder.size());
+          cuda::copy_to_host(from_decoder.data(), d_points.data(), d_points.size());
+          ASSERT_FALSE(from_encoder.empty());
+          EXPECT_EQ(from_encoder, from_decoder);
+        }
+      }
 }
 
 // Seek points: recorded on the GPU for groups of 20 frames every 6 frames

@@ -38,7 +38,9 @@ int main(int argc, char** argv) {
   using namespace quantem;
   if (argc < 2) {
     std::cerr << "usage: cuda_backend_bench MASTER [--repeats N] [--json FILE] [--frames-per-seek-point K (0: none)]\n"
-                 "       [--accumulate-threads 0|512|1024 (0: the per-call rule)] [--decode-tables-at-load 1|0]\n";
+                 "       [--accumulate-threads 0|512|1024 (0: the per-call rule)] [--decode-tables-at-load 1|0]\n"
+                 "       [--load-only 1 (the loads alone: for a profiler)] [--seek-points-from-encoder 1|0]\n"
+                 "       [--frames-per-group N] [--groups-per-batch N]\n";
     return 2;
   }
   const std::string master = argv[1];
@@ -48,6 +50,9 @@ int main(int argc, char** argv) {
   bool seek_frames_given = false;
   int accumulate_threads = 0;
   bool decode_tables_at_load = true;
+  bool load_only = false;
+  bool seek_from_encoder = true;
+  std::uint32_t frames_per_group = 0, groups_per_batch = 0;  // 0: the backend's defaults
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--frames-per-seek-point") {
@@ -56,6 +61,10 @@ int main(int argc, char** argv) {
     }
     if (flag == "--accumulate-threads") accumulate_threads = std::atoi(argv[i + 1]);
     if (flag == "--decode-tables-at-load") decode_tables_at_load = std::atoi(argv[i + 1]) != 0;
+    if (flag == "--load-only") load_only = std::atoi(argv[i + 1]) != 0;
+    if (flag == "--seek-points-from-encoder") seek_from_encoder = std::atoi(argv[i + 1]) != 0;
+    if (flag == "--frames-per-group") frames_per_group = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
+    if (flag == "--groups-per-batch") groups_per_batch = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
     if (flag == "--repeats") repeats = std::max(1, std::atoi(argv[i + 1]));
     if (flag == "--json") json_path = argv[i + 1];
   }
@@ -71,6 +80,9 @@ int main(int argc, char** argv) {
       options.tuning.frames_per_seek_point = seek_frames == 0 ? backend::CudaLoadTuning::kNoSeekPoints : seek_frames;
     }
     options.tuning.decode_tables_at_load = decode_tables_at_load;
+    options.tuning.seek_points_from_encoder = seek_from_encoder;
+    options.tuning.frames_per_group = frames_per_group;
+    options.tuning.groups_per_batch = groups_per_batch;
     auto cuda = backend::make_cuda_backend(options);
     cuda::ans_accumulate_frames_cta_threads(accumulate_threads);
     const backend::LoadEstimate estimate = cuda->estimate_load(acquisition);
@@ -89,6 +101,14 @@ int main(int argc, char** argv) {
       reports.push_back(report);
     }
     const double median_seconds = median(seconds);
+    if (load_only) {
+      std::cout << nlohmann::json{{"load_seconds", seconds},
+                                  {"load_seconds_median", median_seconds},
+                                  {"resident_bytes", resident->resident_bytes()}}
+                       .dump()
+                << "\n";
+      return 0;
+    }
     const auto median_report = *std::min_element(reports.begin(), reports.end(), [&](const auto& a, const auto& b) {
       return std::fabs(a.seconds - median_seconds) < std::fabs(b.seconds - median_seconds);
     });
@@ -205,6 +225,9 @@ int main(int argc, char** argv) {
     out["frames_per_seek_point"] = seek_frames_given ? seek_frames : 512;
     out["accumulate_cta_threads"] = accumulate_threads;  // 0: the per-call rule
     out["decode_tables_at_load"] = decode_tables_at_load;
+    out["seek_points_from_encoder"] = seek_from_encoder;
+    out["frames_per_group"] = frames_per_group;  // 0: the default
+    out["groups_per_batch"] = groups_per_batch;
     out["load_seconds"] = seconds;
     out["load_seconds_median"] = median_seconds;
     out["stage_split_of_median_run"] = {

@@ -1,8 +1,9 @@
 // The ring-sum kernels against their CPU reference (frame_ring_sums in
 // include/quantem/backend/ring_partition.hpp): per-frame ring sums of dense
 // u8/u16/u32 frames, 4- and 8-byte sums, written at an offset of the ring
-// table, and their per-frame addition for a list of rings; the per-frame
-// moments table (Σ I, Σ row·I, Σ col·I) against a host loop.
+// table, with the frames' moments in the same pass, and their per-frame
+// addition for a list of rings; the per-frame moments table (Σ I, Σ row·I,
+// Σ col·I) alone, against a host loop.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -39,9 +40,29 @@ void check_ring_sums(DType dtype, std::uint32_t sum_bytes, std::uint64_t largest
   DeviceBuffer d_table(table_bytes);
   std::vector<std::uint8_t> poison(table_bytes, 0xab);
   copy_to_device(d_table.data(), poison.data(), table_bytes);
+  // The frames' moments in the same pass, into a poisoned table.
+  std::vector<std::uint64_t> moments(3 * table_frames, 0x5a5a5a5a5a5a5a5aull);
+  DeviceBuffer d_moments(moments.size() * 8);
+  copy_to_device(d_moments.data(), moments.data(), moments.size() * 8);
   dense_ring_sums(d_frames.data(), dtype, frames, static_cast<std::uint32_t>(pixels),
                   static_cast<const std::uint32_t*>(d_pixels.data()), static_cast<const std::uint16_t*>(d_rings_sorted.data()),
-                  partition.ring_count(), d_table.data(), sum_bytes, table_frames, first_frame, nullptr);
+                  partition.ring_count(), d_table.data(), sum_bytes, table_frames, first_frame, nullptr,
+                  FrameMomentsTarget{static_cast<std::uint64_t*>(d_moments.data()), cols, table_frames});
+  copy_to_host(moments.data(), d_moments.data(), moments.size() * 8);
+  for (std::uint64_t f = 0; f < frames; ++f) {
+    std::uint64_t total = 0, row_moment = 0, col_moment = 0;
+    for (std::uint64_t p = 0; p < pixels; ++p) {
+      const std::uint64_t value = host[f * pixels + p];
+      total += value;
+      row_moment += value * (p / cols);
+      col_moment += value * (p % cols);
+    }
+    ASSERT_EQ(moments[first_frame + f], total) << "frame " << f;
+    ASSERT_EQ(moments[table_frames + first_frame + f], row_moment) << "frame " << f;
+    ASSERT_EQ(moments[2 * table_frames + first_frame + f], col_moment) << "frame " << f;
+  }
+  EXPECT_EQ(moments[first_frame - 1], 0x5a5a5a5a5a5a5a5aull);  // nothing written outside the batch
+  EXPECT_EQ(moments[table_frames + first_frame + frames], 0x5a5a5a5a5a5a5a5aull);
   std::vector<std::uint8_t> table(table_bytes);
   copy_to_host(table.data(), d_table.data(), table_bytes);
   const auto at = [&](std::uint64_t ring, std::uint64_t frame) -> std::uint64_t {
@@ -87,26 +108,6 @@ TEST(RingSumsGpu, MatchTheCpuReferenceForEveryDtypeAndWidth) {
   // Frames too large to stage in shared memory (210 x 210 x 4 bytes) take the global-memory path.
   check_ring_sums<std::uint32_t>(DType::uint32, 8, 0xffffffffu, 210, 210, 6);
   check_ring_sums<std::uint16_t>(DType::uint16, 4, 0xffff, 300, 290, 5);
-}
-
-TEST(RingSumsGpu, DensePatternSumMatchesTheHost) {
-  QUANTEM_REQUIRE_CUDA_DEVICE();
-  const std::uint64_t frames = 300, pixels = 1000;
-  std::vector<std::uint16_t> host(frames * pixels);
-  std::mt19937 random(5);
-  for (auto& v : host) v = static_cast<std::uint16_t>(random());
-  DeviceBuffer d_frames(host.size() * 2), d_pattern(pixels * 8);
-  copy_to_device(d_frames.data(), host.data(), host.size() * 2);
-  std::vector<std::uint64_t> zero(pixels, 0), got(pixels);
-  copy_to_device(d_pattern.data(), zero.data(), pixels * 8);
-  dense_pattern_sum(d_frames.data(), DType::uint16, frames, static_cast<std::uint32_t>(pixels),
-                    static_cast<std::uint64_t*>(d_pattern.data()), nullptr);
-  copy_to_host(got.data(), d_pattern.data(), pixels * 8);
-  for (std::uint64_t p = 0; p < pixels; ++p) {
-    std::uint64_t want = 0;
-    for (std::uint64_t f = 0; f < frames; ++f) want += host[f * pixels + p];
-    ASSERT_EQ(got[p], want) << "pixel " << p;
-  }
 }
 
 template <class T>

@@ -44,6 +44,11 @@ struct CudaLoadTuning {
   // default 512; kNoSeekPoints: none (every decode starts at a group's first frame).
   std::uint32_t frames_per_seek_point = 0;
   static constexpr std::uint32_t kNoSeekPoints = 0xffffffffu;
+  // The seek points written by the encoder's measuring pass from its own
+  // states (no decode pass); false: the encoded groups are decoded once more
+  // to record them (cuda::ans_record_seek_points), which also checks that
+  // every stream decodes cleanly.
+  bool seek_points_from_encoder = true;
   // Every group's decode tables built once at load and kept beside the
   // groups (docs/kernels.md, "Decode tables at load"); false: every decoding
   // CTA builds its group's tables from the frequency tables.

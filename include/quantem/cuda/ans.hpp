@@ -34,6 +34,19 @@ struct AnsEncodeBatch {
   // encoded again. 0: always encode again (smallest scratch). 2 words per frame
   // = 8 bits per value, far above what counting data needs.
   std::uint32_t kept_words_per_frame = 2;
+  // Optional: ans_encode_measure also writes the seek table of this batch's
+  // groups (the layout of ans_record_seek_points, ans_seek_table_words values)
+  // at d_seek_points, from the encoder's own states: a rANS decoder before
+  // frame f holds exactly the states the encoder had after encoding frame f
+  // (frames are encoded last to first), and its next word is the first one the
+  // encoder emitted before them. No decode pass. Points at frames a short last
+  // group does not hold are zeroed (as ans_record_seek_points leaves them).
+  std::uint32_t* d_seek_points = nullptr;
+  std::uint32_t frames_per_seek_point = 0;  // 0: no seek table
+  // Optional: ans_encode_measure adds each pixel's sum over the batch's frames
+  // to d_pattern_sum[pixel] (uint64, exact), from the sums its model is built
+  // from (no extra pass over the frames).
+  std::uint64_t* d_pattern_sum = nullptr;
 };
 
 std::size_t ans_group_count(std::uint64_t total_frames, std::uint32_t frames_per_group) noexcept;

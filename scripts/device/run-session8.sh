@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Session 8 on the GPU machine (issue 10: the load's GPU stages). JSON under $OUT.
+#   bash scripts/device/run-session8.sh [loadprof|load|MODE of run-session7.sh]
+# loadprof: every kernel of two loads under ncu (durations summed by kernel name,
+#           per load), then the load alone, median of 5, without the profiler.
+# load:     the load alone, median of 5, for each of QUANTEM_LOAD_VARIANTS.
+set -uo pipefail
+source "$(dirname "$0")/lib.sh"
+what=${1:-loadprof}
+case "$what" in
+  loadprof|load) ;;
+  *) exec bash "$(dirname "$0")/run-session7.sh" "$what" ;;
+esac
+echo "commit $(cat "$bundle/COMMIT") $(date -u +%FT%TZ)"
+data=/tmp/qv
+synth_realistic_512 "$data"
+master="$data/tilt0/tilt_master.h5"
+if [ "$what" = loadprof ] && command -v ncu > /dev/null; then
+  LD_LIBRARY_PATH="$bundle/lib" timeout 300 ncu --clock-control none --print-units base \
+    --metrics gpu__time_duration.sum --csv "$bundle/cuda_backend_bench" "$master" --repeats 1 --load-only 1 \
+    > "$out/ncu_load.csv" 2> "$out/ncu_load.log"
+  echo "ncu rc=$?"
+  python3 - "$out/ncu_load.csv" > "$out/load_kernels.json" <<'PY'
+import csv, collections, json, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head = rows[0]
+k, m, v = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
+by = collections.defaultdict(lambda: [0, 0.0])
+for r in rows[1:]:
+    if r[m] != "gpu__time_duration.sum":
+        continue
+    name = r[k].split("(")[0]
+    name = name.replace("void ", "").replace("quantem::", "").replace("cuda::", "").replace("(anonymous namespace)::", "")
+    by[name][0] += 1
+    by[name][1] += float(r[v].replace(",", "")) / 1e6  # ns -> ms
+loads = 2  # run 0 (page cache, runtime) and run 1
+out = {n: {"launches_per_load": c / loads, "ms_per_load": round(t / loads, 3)} for n, (c, t) in
+       sorted(by.items(), key=lambda kv: -kv[1][1])}
+out["_total_ms_per_load"] = round(sum(t for _, t in by.values()) / loads, 3)
+print(json.dumps(out, indent=1))
+PY
+  cat "$out/load_kernels.json"
+fi
+# QUANTEM_LOAD_VARIANTS: "name=cuda_backend_bench flags" entries separated by ';'.
+IFS=';' read -r -a variants <<< "${QUANTEM_LOAD_VARIANTS:-default=}"
+for variant in "${variants[@]}"; do
+  name=${variant%%=*}
+  read -r -a flags <<< "${variant#*=}"
+  LD_LIBRARY_PATH="$bundle/lib" timeout 120 "$bundle/cuda_backend_bench" "$master" --repeats 5 --load-only 1 \
+    "${flags[@]}" > "$out/load_$name.json" 2> "$out/load_$name.log"
+  echo "load $name (${flags[*]}) rc=$? $(cat "$out/load_$name.json")"
+done
