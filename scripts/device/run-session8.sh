@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
 # Session 8 on the GPU machine (issue 10: the load's GPU stages). JSON under $OUT.
-#   bash scripts/device/run-session8.sh [loadprof|load|MODE of run-session7.sh]
+#   bash scripts/device/run-session8.sh [loadprof|load|http|MODE of run-session7.sh]
 # loadprof: every kernel of two loads under ncu (durations summed by kernel name,
 #           per load), then the load alone, median of 5, without the profiler.
 # load:     the load alone, median of 5, for each of QUANTEM_LOAD_VARIANTS.
+# http:     run-session7.sh http with the busy-wait on, and the daemons' logs.
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 what=${1:-loadprof}
 case "$what" in
   loadprof|load) ;;
+  http)
+    # The viewer benchmark (run-session7.sh http, busy-wait on), then the
+    # daemons' logs: each load's stage split (cold and warm) is logged there.
+    QUANTEM_SPIN_VARIANTS=${QUANTEM_SPIN_VARIANTS:-1000} bash "$(dirname "$0")/run-session7.sh" http
+    rc=$?
+    for log in /tmp/bench_http_viewer.*/daemon.log; do [ -f "$log" ] && cp "$log" "$out/daemon_$(basename "$(dirname "$log")").log"; done
+    grep -h "CUDA load of\|ready\|resident on" "$out"/daemon_*.log | head -20
+    exit $rc ;;
   *) exec bash "$(dirname "$0")/run-session7.sh" "$what" ;;
 esac
 echo "commit $(cat "$bundle/COMMIT") $(date -u +%FT%TZ)"
