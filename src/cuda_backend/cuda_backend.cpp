@@ -180,10 +180,11 @@ class CudaBackendImpl final : public CudaBackend {
     const CudaLoadReport report = pipeline.report();
     // Where a load's time went, in the daemon's log (a first load that is
     // slower than later ones shows which stage pays).
-    spdlog::info("CUDA load of {} on GPU {}: {:.3f} s (frame index {:.3f} s, reads {:.3f} s, loader waits {:.3f} s; "
-                 "GPU decode {:.3f} s, encode {:.3f} s)",
-                 acquisition.name, device_index, report.seconds, report.index_seconds, report.read_seconds,
-                 report.wait_seconds, report.gpu_decode_seconds, report.gpu_encode_seconds);
+    spdlog::info("CUDA load of {} on GPU {}: {:.3f} s (frame index {:.3f} s, set-up {:.3f} s, reads {:.3f} s, loader "
+                 "waits {:.3f} s, finish {:.3f} s; GPU decode {:.3f} s, encode {:.3f} s)",
+                 acquisition.name, device_index, report.seconds, report.index_seconds, report.setup_seconds,
+                 report.read_seconds, report.wait_seconds, report.finish_seconds, report.gpu_decode_seconds,
+                 report.gpu_encode_seconds);
     std::lock_guard<std::mutex> lock(report_mutex_);
     report_ = report;
     return resident;

@@ -172,6 +172,7 @@ LoadPipeline::LoadPipeline(const catalog::Acquisition& acquisition, int device_i
         return check_and_repair_batch(sources, batch, statuses, d_dense, stream);
       },
       b.low_water);
+  report_.setup_seconds = seconds_since(load_start_) - report_.index_seconds;
 }
 
 LoadPipeline::~LoadPipeline() = default;
@@ -334,6 +335,7 @@ std::shared_ptr<Resident> LoadPipeline::finish() {
     note = std::to_string(host_decoded_frames_) + " of " + std::to_string(plan_.frames) + " chunks decoded on the host";
   }
   QUANTEM_CUDA_TRY(cudaStreamSynchronize(b.copy_stream.get()));
+  const Clock::time_point finish_start = Clock::now();
   // On the encode stream, which waited for the last batch's decodes: every stream is idle afterwards.
   auto resident = b.encoder.finish(device_index_, note);
   b.low_water.checkpoint();
@@ -350,6 +352,7 @@ std::shared_ptr<Resident> LoadPipeline::finish() {
   report_.measured_peak_bytes = b.low_water.peak_used_bytes();
   report_.reserved_peak_bytes =
       plan_.working_bytes(true) + std::max(plan_.provisional_resident_bytes, b.encoder.reserved_resident_bytes());
+  report_.finish_seconds = seconds_since(finish_start);
   report_.seconds = seconds_since(load_start_);
   return resident;
 }

@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
     std::cerr << "usage: cuda_backend_bench MASTER [--repeats N] [--json FILE] [--frames-per-seek-point K (0: none)]\n"
                  "       [--accumulate-threads 0|512|1024 (0: the per-call rule)] [--decode-tables-at-load 1|0]\n"
                  "       [--load-only 1 (the loads alone: for a profiler)] [--seek-points-from-encoder 1|0]\n"
-                 "       [--frames-per-group N] [--groups-per-batch N]\n";
+                 "       [--frames-per-group N] [--groups-per-batch N] [--prepare-devices-first 1 (as serve: before run 0)]\n";
     return 2;
   }
   const std::string master = argv[1];
@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   bool decode_tables_at_load = true;
   bool load_only = false;
   bool seek_from_encoder = true;
+  bool prepare_first = false;
   std::uint32_t frames_per_group = 0, groups_per_batch = 0;  // 0: the backend's defaults
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
     if (flag == "--accumulate-threads") accumulate_threads = std::atoi(argv[i + 1]);
     if (flag == "--decode-tables-at-load") decode_tables_at_load = std::atoi(argv[i + 1]) != 0;
     if (flag == "--load-only") load_only = std::atoi(argv[i + 1]) != 0;
+    if (flag == "--prepare-devices-first") prepare_first = std::atoi(argv[i + 1]) != 0;
     if (flag == "--seek-points-from-encoder") seek_from_encoder = std::atoi(argv[i + 1]) != 0;
     if (flag == "--frames-per-group") frames_per_group = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
     if (flag == "--groups-per-batch") groups_per_batch = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
@@ -88,6 +90,7 @@ int main(int argc, char** argv) {
     const backend::LoadEstimate estimate = cuda->estimate_load(acquisition);
     const auto device = cuda->devices().front();
 
+    if (prepare_first) cuda->prepare_devices();
     std::vector<double> seconds;
     std::vector<backend::CudaLoadReport> reports;
     std::shared_ptr<backend::Resident> resident;

@@ -68,6 +68,8 @@ struct CudaLoadReport {
   bool valid = false;
   double seconds = 0.0;              // the whole load() call
   double index_seconds = 0.0;        // catalog::build_frame_index + read planning
+  double setup_seconds = 0.0;        // after the index: the working buffers, streams, events and encode worker
+  double finish_seconds = 0.0;       // after the last batch: the resident's tables assembled, buffers released
   double read_seconds = 0.0;         // host time in preads (and host decodes), summed over sub-batches
   double wait_seconds = 0.0;         // loading-thread time blocked (staging slots, the encode worker freeing a dense batch, the end)
   double gpu_decode_seconds = 0.0;   // CUDA events: bitshuffle/LZ4 decode launches
