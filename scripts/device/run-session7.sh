@@ -79,7 +79,8 @@ for spin in ${QUANTEM_SPIN_VARIANTS:-1000 0}; do
   LD_LIBRARY_PATH="$bundle/lib" timeout 240 "$bundle/bench_http_viewer" \
     --start-daemon "$bin" --data "$data" --session tilt0 --file tilt_master.h5 \
     --daemon-arg=--gpus --daemon-arg=auto "${extra[@]}" --cold-starts "${QUANTEM_COLD_STARTS:-2}" --requests 40 \
-    --fill-image-cache 64 > "$out/http_spin$spin.json" 2> "$out/http_spin$spin.log"
+    --fill-image-cache 64 ${QUANTEM_KEEP_DAEMON_LOGS:+--keep-daemon-logs "$out/daemon_logs_spin$spin"} \
+    > "$out/http_spin$spin.json" 2> "$out/http_spin$spin.log"
   echo "== bench_http_viewer --http-spin-us $spin rc=$?"
   python3 scripts/device/summarise_http.py "$out/http_spin$spin.json"
 done

@@ -13,10 +13,12 @@ case "$what" in
   http)
     # The viewer benchmark (run-session7.sh http, busy-wait on), then the
     # daemons' logs: each load's stage split (cold and warm) is logged there.
-    QUANTEM_SPIN_VARIANTS=${QUANTEM_SPIN_VARIANTS:-1000} bash "$(dirname "$0")/run-session7.sh" http
+    QUANTEM_KEEP_DAEMON_LOGS=1 QUANTEM_SPIN_VARIANTS=${QUANTEM_SPIN_VARIANTS:-1000} \
+      bash "$(dirname "$0")/run-session7.sh" http
     rc=$?
-    for log in /tmp/bench_http_viewer.*/daemon.log; do [ -f "$log" ] && cp "$log" "$out/daemon_$(basename "$(dirname "$log")").log"; done
-    grep -h "CUDA load of\|ready\|resident on" "$out"/daemon_*.log | head -20
+    for log in "$out"/daemon_logs_*/daemon-0.log; do
+      echo "== $log"; grep -E "serving|budget|devices prepared|ready|admitted|CUDA load of|resident on" "$log" | head -12
+    done
     exit $rc ;;
   *) exec bash "$(dirname "$0")/run-session7.sh" "$what" ;;
 esac

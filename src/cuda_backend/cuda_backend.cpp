@@ -147,7 +147,7 @@ class CudaBackendImpl final : public CudaBackend {
   void prepare_devices() override {
     for (const DeviceInfo& device : devices_) {
       cuda::set_device(device.index);
-      pinned_pool_.give_back(pinned_pool_.take(default_device_slot_bytes(options_.tuning)));
+      pinned_pool_.fill(default_device_slot_bytes(options_.tuning));
       warm_up_kernels(device.index);
     }
   }

@@ -1,6 +1,7 @@
 #include "load_pipeline.hpp"
 
 #include <algorithm>
+#include <exception>
 #include <string>
 
 #include "quantem/core/error.hpp"
@@ -65,9 +66,17 @@ int dense_slot_of(std::uint64_t batch) { return static_cast<int>(batch % kDenseS
 
 }  // namespace
 
+PinnedSlots PinnedSlotPool::pin(std::uint64_t slot_bytes) {
+  PinnedSlots slots;
+  slots.slot_bytes = slot_bytes;
+  for (int i = 0; i < kHostSlots; ++i) slots.slots.emplace_back(slot_bytes);
+  return slots;
+}
+
 PinnedSlots PinnedSlotPool::take(std::uint64_t slot_bytes) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
+    filled_.wait(lock, [&] { return !filling_; });
     for (auto it = kept_.begin(); it != kept_.end(); ++it) {
       if (it->slot_bytes >= slot_bytes) {
         PinnedSlots slots = std::move(*it);
@@ -76,15 +85,34 @@ PinnedSlots PinnedSlotPool::take(std::uint64_t slot_bytes) {
       }
     }
   }
-  PinnedSlots slots;
-  slots.slot_bytes = slot_bytes;
-  for (int i = 0; i < kHostSlots; ++i) slots.slots.emplace_back(slot_bytes);
-  return slots;
+  return pin(slot_bytes);
 }
 
 void PinnedSlotPool::give_back(PinnedSlots slots) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (kept_.size() < 2) kept_.push_back(std::move(slots));
+}
+
+void PinnedSlotPool::fill(std::uint64_t slot_bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (filling_) return;  // another device's preparation is pinning the set
+    filling_ = true;
+  }
+  PinnedSlots slots;
+  std::exception_ptr error;
+  try {
+    slots = pin(slot_bytes);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    filling_ = false;
+    if (!error && kept_.size() < 2) kept_.push_back(std::move(slots));
+  }
+  filled_.notify_all();
+  if (error) std::rethrow_exception(error);
 }
 
 // Everything the load allocates or creates, destroyed in reverse order of

@@ -21,6 +21,7 @@
 // first (stopped, joined, its stream drained), then the StreamDrain waits for
 // all three streams, then buffers are freed and the pinned slots returned.
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -49,9 +50,18 @@ class PinnedSlotPool {
  public:
   PinnedSlots take(std::uint64_t slot_bytes);
   void give_back(PinnedSlots slots);
+  // Start-up: pins one set of slots for the pool. A take() meanwhile waits for
+  // that set rather than pin a second one beside it (a daemon's first request
+  // often arrives while the devices are being prepared: pinning 192 MiB twice
+  // at once costs the first load more than waiting for the one in progress).
+  void fill(std::uint64_t slot_bytes);
 
  private:
+  static PinnedSlots pin(std::uint64_t slot_bytes);
+
   std::mutex mutex_;
+  std::condition_variable filled_;
+  bool filling_ = false;
   std::vector<PinnedSlots> kept_;
 };
 

@@ -485,7 +485,10 @@ void start_background_threads(DaemonWiring& daemon, BackgroundThreads& threads) 
       // The devices' one-time start-up work runs beside the catalog build.
       std::thread devices([&daemon] {
         try {
+          const auto start = std::chrono::steady_clock::now();
           daemon.backend->prepare_devices();
+          spdlog::info("devices prepared in {:.3f} s",
+                       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
         } catch (const std::exception& error) {
           spdlog::warn("preparing the devices failed (the first load pays for it): {}", error.what());
         }

@@ -251,6 +251,7 @@ int main(int argc, char** argv) {
   int requests = 40;
   int cold_starts = 1;
   int fill_image_cache = 64;
+  std::string keep_daemon_logs;
   app.add_option("--url", url, "Daemon URL, e.g. http://127.0.0.1:8780");
   app.add_option("--session", session, "Session id")->required();
   app.add_option("--file", file, "Master file name")->required();
@@ -260,6 +261,8 @@ int main(int argc, char** argv) {
   app.add_option("--data", data_folder, "Data folder for --start-daemon");
   app.add_option("--daemon-arg", daemon_arguments, "Extra serve argument for --start-daemon (repeat)");
   app.add_option("--cold-starts", cold_starts, "Cold starts to measure with --start-daemon")->capture_default_str();
+  app.add_option("--keep-daemon-logs", keep_daemon_logs,
+                 "Copy each started daemon's log (daemon-N.log, one per cold start) into this folder at the end");
   app.add_option("--fill-image-cache", fill_image_cache,
                  "Distinct BF images requested before the rows, timed as their own first row (0: none)")
       ->capture_default_str()
@@ -290,14 +293,15 @@ int main(int argc, char** argv) {
       const std::string port_file = work + "/port";
       std::filesystem::remove(port_file);
       const auto start = Clock::now();
-      StartedDaemon started = spawn_daemon(daemon_binary, data_folder, daemon_arguments, port_file, work + "/daemon.log");
+      const std::string log_file = work + "/daemon-" + std::to_string(attempt) + ".log";
+      StartedDaemon started = spawn_daemon(daemon_binary, data_folder, daemon_arguments, port_file, log_file);
       while (started.port == 0) {
         std::ifstream in(port_file);
         int port = 0;
         if (in >> port && port > 0) started.port = port;
         int status = 0;
         if (started.port == 0 && ::waitpid(started.pid, &status, WNOHANG) == started.pid) {
-          std::cerr << "the daemon exited before listening; see " << work << "/daemon.log\n";
+          std::cerr << "the daemon exited before listening; see " << log_file << "\n";
           return 1;
         }
         if (started.port == 0) std::this_thread::sleep_for(std::chrono::microseconds(500));
@@ -454,6 +458,15 @@ int main(int argc, char** argv) {
     ::kill(daemon->pid, SIGTERM);
     int status = 0;
     ::waitpid(daemon->pid, &status, 0);
+    if (!keep_daemon_logs.empty()) {
+      std::filesystem::create_directories(keep_daemon_logs);
+      for (const auto& entry : std::filesystem::directory_iterator(work)) {
+        if (entry.path().extension() == ".log") {
+          std::filesystem::copy_file(entry.path(), std::filesystem::path(keep_daemon_logs) / entry.path().filename(),
+                                     std::filesystem::copy_options::overwrite_existing);
+        }
+      }
+    }
     std::filesystem::remove_all(work);
   }
   return 0;
