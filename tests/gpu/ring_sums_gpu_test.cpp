@@ -20,6 +20,29 @@ namespace {
 
 constexpr std::uint64_t first_frame_offset() { return 123; }
 
+// The moments table (rows Σ I, Σ row·I, Σ col·I of `stride` values, poisoned
+// with 0x5a bytes first) holds every frame of `host` from first_frame on, and
+// nothing just outside the batch.
+template <class T>
+void expect_frame_moments(const std::vector<T>& host, std::uint64_t pixels, std::uint32_t cols,
+                          const std::vector<std::uint64_t>& table, std::uint64_t stride, std::uint64_t first_frame) {
+  const std::uint64_t frames = host.size() / pixels;
+  for (std::uint64_t f = 0; f < frames; ++f) {
+    std::uint64_t total = 0, row_moment = 0, col_moment = 0;
+    for (std::uint64_t p = 0; p < pixels; ++p) {
+      const std::uint64_t value = host[f * pixels + p];
+      total += value;
+      row_moment += value * (p / cols);
+      col_moment += value * (p % cols);
+    }
+    ASSERT_EQ(table[first_frame + f], total) << "frame " << f;
+    ASSERT_EQ(table[stride + first_frame + f], row_moment) << "frame " << f;
+    ASSERT_EQ(table[2 * stride + first_frame + f], col_moment) << "frame " << f;
+  }
+  EXPECT_EQ(table[first_frame - 1], 0x5a5a5a5a5a5a5a5aull);
+  EXPECT_EQ(table[stride + first_frame + frames], 0x5a5a5a5a5a5a5a5aull);
+}
+
 template <class T>
 void check_ring_sums(DType dtype, std::uint32_t sum_bytes, std::uint64_t largest, std::uint32_t rows = 37,
                      std::uint32_t cols = 45, std::uint64_t frames = 150) {
@@ -49,20 +72,7 @@ void check_ring_sums(DType dtype, std::uint32_t sum_bytes, std::uint64_t largest
                   partition.ring_count(), d_table.data(), sum_bytes, table_frames, first_frame, nullptr,
                   FrameMomentsTarget{static_cast<std::uint64_t*>(d_moments.data()), cols, table_frames});
   copy_to_host(moments.data(), d_moments.data(), moments.size() * 8);
-  for (std::uint64_t f = 0; f < frames; ++f) {
-    std::uint64_t total = 0, row_moment = 0, col_moment = 0;
-    for (std::uint64_t p = 0; p < pixels; ++p) {
-      const std::uint64_t value = host[f * pixels + p];
-      total += value;
-      row_moment += value * (p / cols);
-      col_moment += value * (p % cols);
-    }
-    ASSERT_EQ(moments[first_frame + f], total) << "frame " << f;
-    ASSERT_EQ(moments[table_frames + first_frame + f], row_moment) << "frame " << f;
-    ASSERT_EQ(moments[2 * table_frames + first_frame + f], col_moment) << "frame " << f;
-  }
-  EXPECT_EQ(moments[first_frame - 1], 0x5a5a5a5a5a5a5a5aull);  // nothing written outside the batch
-  EXPECT_EQ(moments[table_frames + first_frame + frames], 0x5a5a5a5a5a5a5a5aull);
+  expect_frame_moments(host, pixels, cols, moments, table_frames, first_frame);
   std::vector<std::uint8_t> table(table_bytes);
   copy_to_host(table.data(), d_table.data(), table_bytes);
   const auto at = [&](std::uint64_t ring, std::uint64_t frame) -> std::uint64_t {
@@ -126,20 +136,7 @@ void check_frame_moments(DType dtype, std::uint64_t largest, std::uint32_t rows,
   dense_frame_moments(d_frames.data(), dtype, frames, rows, cols, static_cast<std::uint64_t*>(d_table.data()), stride,
                       first_frame, nullptr);
   copy_to_host(table.data(), d_table.data(), table.size() * 8);
-  for (std::uint64_t f = 0; f < frames; ++f) {
-    std::uint64_t total = 0, row_moment = 0, col_moment = 0;
-    for (std::uint64_t p = 0; p < pixels; ++p) {
-      const std::uint64_t value = host[f * pixels + p];
-      total += value;
-      row_moment += value * (p / cols);
-      col_moment += value * (p % cols);
-    }
-    ASSERT_EQ(table[first_frame + f], total) << "frame " << f;
-    ASSERT_EQ(table[stride + first_frame + f], row_moment) << "frame " << f;
-    ASSERT_EQ(table[2 * stride + first_frame + f], col_moment) << "frame " << f;
-  }
-  EXPECT_EQ(table[first_frame - 1], 0x5a5a5a5a5a5a5a5aull);  // nothing written outside the batch
-  EXPECT_EQ(table[stride + first_frame + frames], 0x5a5a5a5a5a5a5a5aull);
+  expect_frame_moments(host, pixels, cols, table, stride, first_frame);
 }
 
 TEST(RingSumsGpu, FrameMomentsMatchTheHostForEveryDtypeAndShape) {
