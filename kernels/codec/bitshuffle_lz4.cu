@@ -139,20 +139,26 @@ __global__ void __launch_bounds__(kernels::tuning::kBslz4IndexThreads)
   }
 }
 
+// Shared memory of one warp of decode_blocks_kernel: an 8 KiB output buffer
+// and, when compressed blocks are staged, room for one (16-byte loads may
+// start up to 15 bytes before it and end past it).
+__host__ __device__ constexpr std::size_t warp_area_bytes(std::uint32_t stage_bytes) {
+  return kMaxBitshuffleBlockBytes + (stage_bytes == 0 ? 0 : (std::size_t{stage_bytes} + 32 + 15) / 16 * 16);
+}
+
 template <int kElementBytes>
 __global__ void __launch_bounds__(kernels::tuning::kBslz4WarpsPerCta * 32)
     decode_blocks_kernel(const std::uint8_t* __restrict__ stored, std::uint64_t stored_bytes,
                          const std::uint64_t* __restrict__ chunk_offsets, std::size_t chunk_count, ChunkLayout layout,
                          const uint2* __restrict__ block_table, std::uint8_t* __restrict__ decoded,
-                         std::uint32_t* status) {
+                         std::uint32_t* status, std::uint32_t stage_bytes) {
   using Element = typename kernels::ElementType<kElementBytes>::type;
-  constexpr std::uint32_t kStageBytes = kernels::tuning::kBslz4StageBytes;
-  __shared__ __align__(16) std::uint8_t buffers[kernels::tuning::kBslz4WarpsPerCta][kMaxBitshuffleBlockBytes];
-  __shared__ __align__(16) std::uint8_t staged_inputs[kernels::tuning::kBslz4WarpsPerCta][kStageBytes + 32];
+  // Per warp: the block's output, then (stage_bytes > 0) its staged input.
+  extern __shared__ __align__(16) std::uint8_t warp_areas[];
   const std::uint32_t warp = threadIdx.x / 32;
   const std::uint32_t lane = threadIdx.x % 32;
-  std::uint8_t* buffer = buffers[warp];
-  std::uint8_t* staged = staged_inputs[warp];
+  std::uint8_t* buffer = warp_areas + std::size_t{warp} * warp_area_bytes(stage_bytes);
+  std::uint8_t* staged = buffer + kMaxBitshuffleBlockBytes;
   const std::uint64_t total_blocks = std::uint64_t{chunk_count} * layout.blocks_per_chunk;
   for (std::uint64_t global_block = std::uint64_t{blockIdx.x} * kernels::tuning::kBslz4WarpsPerCta + warp;
        global_block < total_blocks; global_block += std::uint64_t{gridDim.x} * kernels::tuning::kBslz4WarpsPerCta) {
@@ -168,7 +174,7 @@ __global__ void __launch_bounds__(kernels::tuning::kBslz4WarpsPerCta * 32)
     const uint2 entry = block_table[global_block];
     const std::uint64_t payload = chunk_offsets[chunk] + entry.x;
     kernels::Lz4Result result;
-    if (entry.y <= kStageBytes) {
+    if (entry.y <= stage_bytes) {
       // Stage the compressed block: aligned 16-byte loads, never past stored_bytes.
       const std::uint64_t aligned = payload & ~std::uint64_t{15};
       const std::uint32_t lead = static_cast<std::uint32_t>(payload - aligned);
@@ -237,18 +243,20 @@ void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std
   const std::uint64_t ctas_needed = (total_blocks + kernels::tuning::kBslz4WarpsPerCta - 1) / kernels::tuning::kBslz4WarpsPerCta;
   const unsigned ctas = static_cast<unsigned>(ctas_needed < (1u << 30) ? ctas_needed : (1u << 30));
   const unsigned threads = kernels::tuning::kBslz4WarpsPerCta * 32;
+  constexpr std::uint32_t stage_bytes = kernels::tuning::kBslz4StageBytes;
+  const std::size_t shared_bytes = kernels::tuning::kBslz4WarpsPerCta * warp_area_bytes(stage_bytes);
   switch (layout.element_size) {
     case 1:
-      decode_blocks_kernel<1><<<ctas, threads, 0, stream>>>(batch.d_stored, batch.stored_bytes, batch.d_chunk_offsets, batch.chunk_count,
-                                                            layout, block_table, batch.d_decoded, batch.d_status);
+      decode_blocks_kernel<1><<<ctas, threads, shared_bytes, stream>>>(batch.d_stored, batch.stored_bytes, batch.d_chunk_offsets, batch.chunk_count,
+                                                            layout, block_table, batch.d_decoded, batch.d_status, stage_bytes);
       break;
     case 2:
-      decode_blocks_kernel<2><<<ctas, threads, 0, stream>>>(batch.d_stored, batch.stored_bytes, batch.d_chunk_offsets, batch.chunk_count,
-                                                            layout, block_table, batch.d_decoded, batch.d_status);
+      decode_blocks_kernel<2><<<ctas, threads, shared_bytes, stream>>>(batch.d_stored, batch.stored_bytes, batch.d_chunk_offsets, batch.chunk_count,
+                                                            layout, block_table, batch.d_decoded, batch.d_status, stage_bytes);
       break;
     default:
-      decode_blocks_kernel<4><<<ctas, threads, 0, stream>>>(batch.d_stored, batch.stored_bytes, batch.d_chunk_offsets, batch.chunk_count,
-                                                            layout, block_table, batch.d_decoded, batch.d_status);
+      decode_blocks_kernel<4><<<ctas, threads, shared_bytes, stream>>>(batch.d_stored, batch.stored_bytes, batch.d_chunk_offsets, batch.chunk_count,
+                                                            layout, block_table, batch.d_decoded, batch.d_status, stage_bytes);
       break;
   }
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "decode_blocks_kernel");
