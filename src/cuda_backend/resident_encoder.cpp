@@ -140,7 +140,7 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
   written.detector_rows = batch.detector_rows;
   written.detector_cols = batch.detector_cols;
   if (plan_.decode_table_bytes != 0) {
-    // Every group's decode tables, once; the seek-point pass below reads them too.
+    // Every group's decode tables, once (the decode recorder below, when used, reads them too).
     std::uint32_t* tables = d_decode_tables_.as<std::uint32_t>() + first_group * cuda::ans_decode_table_words();
     cuda::ans_build_decode_tables(written, tables, misc_.as<std::uint32_t>() + 1, stream_);
     written.d_decode_tables = tables;

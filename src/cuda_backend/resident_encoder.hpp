@@ -3,13 +3,15 @@
 // A batch is groups_per_batch ANS groups of consecutive frames, held in one of
 // the encoder's dense slots (two during a load from files, so that one is
 // decoded into while the other is encoded); for each one
-// the encoder zeroes masked pixels (and tracks the largest count), adds the
-// batch to the acquisition's pattern sum (the resident keeps it for
-// uncropped plans), adds the batch's exact per-frame ring sums to the
-// resident's ring table (rings around the bright-field centre of the first
-// batch: ring_partition.hpp) and its per-frame moments to the moments table,
-// measures every group's encoded size, checks the running total against the
-// plan's bound, allocates one exactly sized piece and writes the groups into it.
+// the encoder zeroes masked pixels (and tracks the largest count), measures
+// every group's encoded size — the measuring pass also adds the batch to the
+// acquisition's pattern sum (the resident keeps it for uncropped plans) and
+// writes the batch's seek points — then, in one more pass over the frames,
+// adds their exact ring sums to the resident's ring table (rings around the
+// bright-field centre of the first batch: ring_partition.hpp) and their
+// moments to the moments table, checks the running total against the plan's
+// bound, allocates one exactly sized piece, writes the groups into it and
+// builds their decode tables.
 // Used by the file loader and by make_cuda_resident (dense host counts).
 #include <cstdint>
 #include <memory>
