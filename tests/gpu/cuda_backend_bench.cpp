@@ -104,12 +104,13 @@ int main(int argc, char** argv) {
       reports.push_back(report);
     }
     const double median_seconds = median(seconds);
-    if (load_only) {
-      std::cout << nlohmann::json{{"load_seconds", seconds},
-                                  {"load_seconds_median", median_seconds},
-                                  {"resident_bytes", resident->resident_bytes()}}
-                       .dump()
-                << "\n";
+    if (load_only) {  // one line (the backend logs each load's stage split before it); --json: the file too
+      const std::string line = nlohmann::json{{"load_seconds", seconds},
+                                              {"load_seconds_median", median_seconds},
+                                              {"resident_bytes", resident->resident_bytes()}}
+                                   .dump();
+      std::cout << line << "\n";
+      if (!json_path.empty()) std::ofstream(json_path) << line << "\n";
       return 0;
     }
     const auto median_report = *std::min_element(reports.begin(), reports.end(), [&](const auto& a, const auto& b) {
