@@ -99,7 +99,7 @@ EncodeGeometry make_geometry(const AnsEncodeBatch& batch) {
     geometry.seek_table = geometry.seek_points != 0 ? batch.d_seek_points : nullptr;
   }
   if (geometry.seek_table == nullptr) geometry.seek_frames = geometry.seek_points = 0;
-  if (geometry.seek_points > 65535) throw bad_request("ANS encode: more than 65535 seek points per group");
+
   return geometry;
 }
 
@@ -464,6 +464,8 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsScanThreads) stream_offse
     s.d_blob_bytes[group] = geometry.layout.stream_data_offset + inclusive;
   }
 }
+
+static_assert(kAnsMaxFramesPerGroup - 1 <= 65535, "seek_word_index_kernel's grid.y holds every seek point of a group");
 
 // grid: (stream blocks, seek points, groups): a point's emitted-word count,
 // as encode_streams_kernel<measure> left it, becomes the decoder's word index.

@@ -5,21 +5,11 @@
 # loopback floor of moving a body of the same size. JSON under $OUT.
 #   bash scripts/device/diag-request-path.sh
 set -uo pipefail
-bundle=$(pwd)/.bundle
-out=${OUT:-/tmp/quantem-device-out}
-mkdir -p "$out"
-bin="$bundle/quantem-gpu"
-run_bundle() { LD_LIBRARY_PATH="$bundle/lib" "$@"; }
+source "$(dirname "$0")/lib.sh"
 echo "commit $(cat "$bundle/COMMIT") $(date -u +%FT%TZ)"
 # The GPU suites the bundle carries, first (QUANTEM_DIAG_TESTS=0 skips them).
 if [ "${QUANTEM_DIAG_TESTS:-1}" = 1 ]; then
-  for suite in ring_sums_gpu_tests resident_conformance_test cuda_backend_tests; do
-    [ -x "$bundle/$suite" ] || continue
-    QUANTEM_REAL_DATA_DIR="$bundle/data/real" QUANTEM_GPU_FIXTURES="$bundle/data/fixtures" \
-      LD_LIBRARY_PATH="$bundle/lib" timeout 200 "$bundle/$suite" --gtest_brief=1 > "$out/$suite.log" 2>&1
-    echo "$suite rc=$? $(grep -E "tests? from .* ran|^\[  (PASSED|FAILED) " "$out/$suite.log" | tr '\n' ' ')"
-    grep -E "^\[  FAILED|Failure|Expected|Which is" "$out/$suite.log" | head -10
-  done
+  run_gpu_suites ring_sums_gpu_tests resident_conformance_test cuda_backend_tests
 fi
 data=/tmp/qv
 rm -rf "$data" && mkdir -p "$data/tilt0"

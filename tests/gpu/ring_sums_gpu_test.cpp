@@ -8,10 +8,12 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gpu_test_support.hpp"
 #include "quantem/backend/ring_partition.hpp"
+#include "quantem/core/error.hpp"
 #include "quantem/cuda/device.hpp"
 #include "quantem/cuda/resident_products.hpp"
 
@@ -107,6 +109,29 @@ void check_ring_sums(DType dtype, std::uint32_t sum_bytes, std::uint64_t largest
     std::uint64_t want = f * 1000003;
     for (const std::uint32_t r : rings) want += expected[r];
     ASSERT_EQ(got[f], want) << "frame " << f;
+  }
+}
+
+// A moments target that cannot hold the batch is refused before anything
+// runs (no device needed): a zero or non-dividing column count, a table too short.
+TEST(RingSumsGpu, ABadMomentsTargetIsABadRequest) {
+  std::uint32_t pixels_by_ring[1] = {0};
+  std::uint16_t ring_of_sorted[1] = {0};
+  std::uint64_t moments[3] = {0, 0, 0};
+  std::uint32_t sums[1] = {0};
+  std::uint16_t frame[12] = {};
+  const auto call = [&](FrameMomentsTarget target) {
+    dense_ring_sums(frame, DType::uint16, 1, 12, pixels_by_ring, ring_of_sorted, 1, sums, 4, 1, 0, nullptr, target);
+  };
+  for (const FrameMomentsTarget& target : {FrameMomentsTarget{moments, 0, 1}, FrameMomentsTarget{moments, 5, 1},
+                                           FrameMomentsTarget{moments, 4, 0}}) {
+    try {
+      call(target);
+      ADD_FAILURE() << "accepted cols " << target.detector_cols << " stride " << target.table_stride;
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::bad_request);
+      EXPECT_NE(std::string(error.what()).find("frame moments target"), std::string::npos) << error.what();
+    }
   }
 }
 
