@@ -149,6 +149,44 @@ __global__ void __launch_bounds__(Threads)
   }
 }
 
+// grid: (stream blocks). Decodes one job's frames and stores those from
+// keep_from on, whole, as Element values: frames[(f - keep_from) * pixels + p].
+template <class Element>
+__global__ void __launch_bounds__(tuning::kAccumulateThreads)
+    decode_frames_kernel(ResidentParams p, FrameJob job, std::uint32_t keep_from, Element* frames,
+                         std::uint32_t* error) {
+  extern __shared__ __align__(16) std::uint8_t shared[];
+  auto* table = reinterpret_cast<std::uint32_t*>(shared);
+  auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
+  const OpenedGroup opened = open_group(p, job.group);
+  if (!opened.valid || job.frame_end > opened.frame_count) {
+    if (threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
+    return;
+  }
+  group_decode_tables(p, opened, job.group, table, cdf_scratch);  // ends with __syncthreads()
+  const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
+  if (stream >= p.stream_count) return;
+  QuadDecoder q;
+  if (!start_job(q, p, opened, table, stream, job, job.group)) {
+    if (error != nullptr) atomicOr(error, 1u);
+    return;
+  }
+  q.agree_on_raw_bits();
+  const std::uint64_t pixels = std::uint64_t{p.rows} * p.cols;
+  for (std::uint32_t f = job.frame_begin; f < job.frame_end; ++f) {
+    std::uint32_t values[4];
+    q.decode_frame(values);
+    if (f < keep_from) continue;
+    Element* frame = frames + (f - keep_from) * pixels;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if ((q.present >> k) & 1u) frame[q.pixels[k]] = static_cast<Element>(values[k]);
+    }
+  }
+  const bool bad = q.reader.corrupt || (job.frame_end == opened.frame_count && !q.reader.finished_cleanly());
+  if (bad && error != nullptr) atomicOr(error, 1u);
+}
+
 // grid: (stream blocks, jobs). Adds each selected frame's values to its slot.
 __global__ void __launch_bounds__(tuning::kAccumulateThreads)
     accumulate_slots_kernel(ResidentParams p, const FrameJob* __restrict__ jobs,
@@ -464,6 +502,30 @@ void ans_accumulate_slots(const AnsResidentView& resident, const FrameJob* d_job
   if (d_frame_slots == nullptr || d_slot_sums == nullptr) throw bad_request("ans_accumulate_slots: null slots");
   launch_per_job(accumulate_slots_kernel, "accumulate_slots_kernel", p, job_count, stream, d_jobs, d_frame_slots,
                  reinterpret_cast<unsigned long long*>(d_slot_sums), d_error);
+}
+
+void ans_decode_frames(const AnsResidentView& resident, const FrameJob& job, std::uint32_t keep_from, void* d_frames,
+                       std::uint32_t element_bytes, std::uint32_t* d_error, StreamHandle stream) {
+  const ResidentParams p = make_params(resident, "ans_decode_frames");
+  if (d_frames == nullptr) throw bad_request("ans_decode_frames: null frames");
+  if (job.frame_begin >= job.frame_end || keep_from < job.frame_begin || keep_from >= job.frame_end)
+    throw bad_request("ans_decode_frames: keep_from must lie in the job's frames [frame_begin, frame_end)");
+  switch (element_bytes) {
+    case 1:
+      launch_per_job(decode_frames_kernel<std::uint8_t>, "decode_frames_kernel", p, 1, stream, job, keep_from,
+                     static_cast<std::uint8_t*>(d_frames), d_error);
+      break;
+    case 2:
+      launch_per_job(decode_frames_kernel<std::uint16_t>, "decode_frames_kernel", p, 1, stream, job, keep_from,
+                     static_cast<std::uint16_t*>(d_frames), d_error);
+      break;
+    case 4:
+      launch_per_job(decode_frames_kernel<std::uint32_t>, "decode_frames_kernel", p, 1, stream, job, keep_from,
+                     static_cast<std::uint32_t*>(d_frames), d_error);
+      break;
+    default:
+      throw bad_request("ans_decode_frames: element size must be 1, 2 or 4 bytes");
+  }
 }
 
 void binned_slot_max(const std::uint64_t* d_slot_sums, std::uint32_t slot_count, std::uint32_t detector_rows,

@@ -60,9 +60,9 @@ std::optional<std::vector<std::uint32_t>> Resident::masked_sum_u32(const plan::P
   return compute_masked_sum_u32(geometry, binned_detector_mask);
 }
 
-std::optional<std::vector<std::uint32_t>> Resident::compute_masked_sum_u32(
-    const plan::PlanGeometry& geometry, const std::vector<std::uint8_t>& binned_detector_mask) {
-  const std::vector<std::uint64_t> sums = compute_masked_sum(geometry, binned_detector_mask);
+namespace {
+// The exact sums as uint32, or nullopt when one does not fit (never wrapped).
+std::optional<std::vector<std::uint32_t>> narrowed(const std::vector<std::uint64_t>& sums) {
   std::vector<std::uint32_t> narrow(sums.size());
   for (std::size_t p = 0; p < sums.size(); ++p) {
     if (sums[p] > std::numeric_limits<std::uint32_t>::max()) return std::nullopt;
@@ -70,21 +70,43 @@ std::optional<std::vector<std::uint32_t>> Resident::compute_masked_sum_u32(
   }
   return narrow;
 }
+}  // namespace
+
+std::optional<std::vector<std::uint32_t>> Resident::compute_masked_sum_u32(
+    const plan::PlanGeometry& geometry, const std::vector<std::uint8_t>& binned_detector_mask) {
+  return narrowed(compute_masked_sum(geometry, binned_detector_mask));
+}
 
 CenterOfMassSums Resident::center_of_mass_sums(const plan::PlanGeometry& geometry) {
   check_geometry(geometry);
   return compute_center_of_mass_sums(geometry);
 }
 
-std::vector<std::uint64_t> Resident::frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
-                                           std::uint64_t scan_col) {
+void Resident::check_position(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
+                              std::uint64_t scan_col) const {
   check_geometry(geometry);
   if (scan_row >= geometry.scan_rows || scan_col >= geometry.scan_cols) {
     throw bad_request("scan position (" + std::to_string(scan_row) + ", " + std::to_string(scan_col) +
                       ") is outside the plan's " + std::to_string(geometry.scan_rows) + " x " +
                       std::to_string(geometry.scan_cols) + " scan");
   }
+}
+
+std::vector<std::uint64_t> Resident::frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
+                                           std::uint64_t scan_col) {
+  check_position(geometry, scan_row, scan_col);
   return compute_frame(geometry, scan_row, scan_col);
+}
+
+std::optional<std::vector<std::uint32_t>> Resident::frame_u32(const plan::PlanGeometry& geometry,
+                                                              std::uint64_t scan_row, std::uint64_t scan_col) {
+  check_position(geometry, scan_row, scan_col);
+  return compute_frame_u32(geometry, scan_row, scan_col);
+}
+
+std::optional<std::vector<std::uint32_t>> Resident::compute_frame_u32(const plan::PlanGeometry& geometry,
+                                                                      std::uint64_t scan_row, std::uint64_t scan_col) {
+  return narrowed(compute_frame(geometry, scan_row, scan_col));
 }
 
 std::vector<std::uint64_t> Resident::region_reduce(const plan::PlanGeometry& geometry,

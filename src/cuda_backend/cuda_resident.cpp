@@ -61,7 +61,7 @@ CudaResident::CudaResident(catalog::Acquisition source, DType resident_dtype, st
                            std::uint32_t frames_per_group, std::vector<TrackedBuffer> pieces,
                            TrackedBuffer group_offsets, const std::uint8_t* base, CudaRingTable rings,
                            TrackedBuffer frame_moments, CudaSeekTable seek, TrackedBuffer decode_tables,
-                           std::vector<std::uint64_t> full_pattern)
+                           CudaRecentFrames recent, std::vector<std::uint64_t> full_pattern)
     : source_(std::move(source)),
       resident_dtype_(resident_dtype),
       encoding_(std::move(encoding)),
@@ -75,8 +75,9 @@ CudaResident::CudaResident(catalog::Acquisition source, DType resident_dtype, st
       frame_moments_(std::move(frame_moments)),
       seek_(std::move(seek)),
       decode_tables_(std::move(decode_tables)),
+      recent_(std::move(recent)),
       resident_bytes_(group_offsets_.size() + rings_.d_ring_sums.size() + frame_moments_.size() +
-                      seek_.d_points.size() + decode_tables_.size()),
+                      seek_.d_points.size() + decode_tables_.size() + recent_.d_frames.size()),
       full_pattern_(std::move(full_pattern)) {
   for (const TrackedBuffer& piece : pieces_) resident_bytes_ += piece.size();
 }
@@ -414,11 +415,102 @@ CenterOfMassSums CudaResident::region_moments(const plan::PlanGeometry& g, const
   return sums;
 }
 
+std::optional<std::uint64_t> CudaResident::single_frame_at(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
+                                                            std::uint64_t scan_col) const {
+  if (geometry.scan_bin != 1) return std::nullopt;
+  const std::vector<std::uint64_t> frames =
+      plan::position_frame_indices(geometry, scan_row * geometry.scan_cols + scan_col);
+  if (frames.size() != 1) return std::nullopt;
+  return frames.front();
+}
+
+bool CudaResident::recent_frame(std::uint64_t frame, std::uint32_t* out) {
+  if (recent_.capacity == 0) return false;
+  std::unique_lock<std::mutex> lock(recent_mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;  // another request fills or reads them: decode as usual
+  const std::uint64_t pixels = source_.frame_pixels();
+  const std::size_t element = dtype_size(resident_dtype_);
+  const std::uint64_t frame_bytes = pixels * element;
+  const bool held = frame >= recent_first_ && frame < recent_end_;
+  bind_device();
+  const cudaStream_t stream = cudaStreamPerThread;
+  cuda::ScratchLayout host_layout;
+  const std::size_t host_frame_at = host_layout.add(frame_bytes);
+  const std::size_t host_error_at = host_layout.add(4);
+  const HostStaging host(*this, host_layout.total());
+  std::uint64_t first = recent_first_;
+  std::uint64_t end = recent_end_;
+  std::optional<ScratchBuffer> error;
+  if (!held) {
+    recent_first_ = recent_end_ = 0;  // empty until the new segment is in
+    // The frame's seek segment, from its seek point up to the lookahead past
+    // the frame, the last `capacity` of those frames kept.
+    const auto group = static_cast<std::uint32_t>(frame / frames_per_group_);
+    const std::uint64_t group_first = std::uint64_t{group} * frames_per_group_;
+    const auto group_frames =
+        static_cast<std::uint32_t>(std::min<std::uint64_t>(frames_per_group_, source_.frame_count() - group_first));
+    const auto in_group = static_cast<std::uint32_t>(frame - group_first);
+    const std::uint32_t begin = cuda::ans_seek_job_begin(in_group, frames_per_group_, seek_.frames_per_point);
+    const std::uint32_t segment_end =
+        cuda::ans_seek_points_per_group(frames_per_group_, seek_.frames_per_point) == 0
+            ? group_frames
+            : std::min(begin + seek_.frames_per_point, group_frames);
+    const auto capacity = static_cast<std::uint32_t>(recent_.capacity);
+    const std::uint32_t job_end = std::min(segment_end, in_group + 1 + std::min(kRecentFramesLookahead, capacity - 1));
+    const std::uint32_t keep_from = std::max(begin, job_end > capacity ? job_end - capacity : 0u);
+    error.emplace(4, stream);
+    auto* d_error = error->as<std::uint32_t>();
+    QUANTEM_CUDA_TRY(cudaMemsetAsync(d_error, 0, 4, stream));
+    cuda::ans_decode_frames(view(), cuda::FrameJob{group, job_end, begin}, keep_from, recent_.d_frames.data(),
+                            static_cast<std::uint32_t>(element), d_error, stream);
+    QUANTEM_CUDA_TRY(
+        cudaMemcpyAsync(host.part<void>(host_error_at), d_error, 4, cudaMemcpyDeviceToHost, stream));
+    first = group_first + keep_from;
+    end = group_first + job_end;
+  }
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(host.part<void>(host_frame_at),
+                                   recent_.d_frames.as<const std::uint8_t>() + (frame - first) * frame_bytes,
+                                   frame_bytes, cudaMemcpyDeviceToHost, stream));
+  QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));
+  stage_lap(held ? "recent copy" : "recent decode");
+  if (!held) {
+    throw_if_malformed(*host.part<std::uint32_t>(host_error_at), source_.name, "decode_frames_kernel");
+    recent_first_ = first;
+    recent_end_ = end;
+  }
+  switch (element) {
+    case 1: std::copy_n(host.part<const std::uint8_t>(host_frame_at), pixels, out); break;
+    case 2: std::copy_n(host.part<const std::uint16_t>(host_frame_at), pixels, out); break;
+    default: std::copy_n(host.part<const std::uint32_t>(host_frame_at), pixels, out); break;
+  }
+  stage_lap("result");
+  return true;
+}
+
 std::vector<std::uint64_t> CudaResident::compute_frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
                                                        std::uint64_t scan_col) {
+  if (const auto frame = single_frame_at(geometry, scan_row, scan_col)) {
+    std::vector<std::uint32_t> native(source_.frame_pixels());
+    if (recent_frame(*frame, native.data())) {
+      return plan::bin_detector_sums(std::vector<std::uint64_t>(native.begin(), native.end()), source_.detector_rows,
+                                     source_.detector_cols, geometry.detector_bin);
+    }
+  }
   return plan::bin_detector_sums(
       native_sum(plan::position_frame_indices(geometry, scan_row * geometry.scan_cols + scan_col), nullptr),
       source_.detector_rows, source_.detector_cols, geometry.detector_bin);
+}
+
+std::optional<std::vector<std::uint32_t>> CudaResident::compute_frame_u32(const plan::PlanGeometry& geometry,
+                                                                          std::uint64_t scan_row,
+                                                                          std::uint64_t scan_col) {
+  if (geometry.detector_bin == 1) {
+    if (const auto frame = single_frame_at(geometry, scan_row, scan_col)) {
+      std::vector<std::uint32_t> native(source_.frame_pixels());
+      if (recent_frame(*frame, native.data())) return native;  // native values fit uint32
+    }
+  }
+  return Resident::compute_frame_u32(geometry, scan_row, scan_col);
 }
 
 std::vector<std::uint64_t> CudaResident::binned_position_max(const plan::PlanGeometry& g,

@@ -11,7 +11,10 @@
 //                        the streams its other pixels touch, of the groups the region touches;
 //   center_of_mass_sums  nothing at detector bin 1 (the per-frame moments table);
 //                        otherwise every stream of those groups, three weighted sums per frame;
-//   frame, region sums, cropped pattern sums
+//   frame                a frame of the seek segment held in the recent frames: nothing
+//                        (a copy); otherwise that segment from its seek point up to
+//                        kRecentFramesLookahead frames past the frame, kept as the recent frames;
+//   region sums, cropped pattern sums
 //                        the groups holding the frames, each up to its last needed frame;
 //   region max           the same, per position (scan-binned frames built in slots).
 #include <cstdint>
@@ -45,6 +48,18 @@ struct CudaSeekTable {
   TrackedBuffer d_points;
 };
 
+// Room for the decoded frames of one seek segment (CudaLoadTuning::
+// recent_frames_max_bytes), allocated at load: `capacity` frames of the
+// resident's held dtype.
+struct CudaRecentFrames {
+  std::uint64_t capacity = 0;  // frames; 0: none kept
+  TrackedBuffer d_frames;
+};
+
+// Frames decoded past the requested one when a frame request fills the
+// recent frames (a cursor moving along the row finds the next ones held).
+inline constexpr std::uint32_t kRecentFramesLookahead = 64;
+
 // 4 (uint32) when no ring sum of `dtype` values can reach 2^32, else 8.
 std::uint32_t ring_sum_bytes_for(const RingPartition& partition, DType dtype);
 
@@ -53,7 +68,7 @@ class CudaResident final : public Resident {
   CudaResident(catalog::Acquisition source, DType resident_dtype, std::string encoding, int device_index,
                std::uint32_t frames_per_group, std::vector<TrackedBuffer> pieces, TrackedBuffer group_offsets,
                const std::uint8_t* base, CudaRingTable rings, TrackedBuffer frame_moments, CudaSeekTable seek,
-               TrackedBuffer decode_tables, std::vector<std::uint64_t> full_pattern);
+               TrackedBuffer decode_tables, CudaRecentFrames recent, std::vector<std::uint64_t> full_pattern);
   // Binds the resident's device so its pieces are freed there (on whichever thread drops it).
   ~CudaResident() override;
 
@@ -72,6 +87,8 @@ class CudaResident final : public Resident {
   CenterOfMassSums compute_center_of_mass_sums(const plan::PlanGeometry& geometry) override;
   std::vector<std::uint64_t> compute_frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
                                            std::uint64_t scan_col) override;
+  std::optional<std::vector<std::uint32_t>> compute_frame_u32(const plan::PlanGeometry& geometry,
+                                                              std::uint64_t scan_row, std::uint64_t scan_col) override;
   std::vector<std::uint64_t> compute_region_reduce(const plan::PlanGeometry& geometry,
                                                    const std::vector<std::uint64_t>& sorted_positions,
                                                    RegionReduce reduce) override;
@@ -92,6 +109,14 @@ class CudaResident final : public Resident {
   // Σ per native pixel over the given frames (sorted, distinct global indices); maxima too when wanted.
   std::vector<std::uint64_t> native_sum(const std::vector<std::uint64_t>& frames,
                                         std::vector<std::uint32_t>* maxima);
+  // The native frame `frame` (a global index) as uint32 in `out`
+  // (frame_pixels values), from the recent frames: copied when they hold it,
+  // else its seek segment decoded into them first. false (nothing done) when
+  // the resident keeps no recent frames or another request is using them.
+  bool recent_frame(std::uint64_t frame, std::uint32_t* out);
+  // The plan position's one native frame, when the plan has one frame per position.
+  std::optional<std::uint64_t> single_frame_at(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
+                                               std::uint64_t scan_col) const;
   std::vector<std::uint64_t> binned_position_max(const plan::PlanGeometry& geometry,
                                                  const std::vector<std::uint64_t>& positions);
   // The masked sum per plan position: `wide` (uint64, copied back per frame
@@ -128,7 +153,13 @@ class CudaResident final : public Resident {
   // Every group's decode tables (cuda::ans_build_decode_tables, at load;
   // empty when the tuning turned them off): decoders copy, not build, them.
   TrackedBuffer decode_tables_;
+  CudaRecentFrames recent_;
   std::uint64_t resident_bytes_;
+  // The global frames [recent_first_, recent_end_) lie in recent_ (frame
+  // recent_first_ first); empty when equal. Guarded by recent_mutex_.
+  std::mutex recent_mutex_;
+  std::uint64_t recent_first_ = 0;
+  std::uint64_t recent_end_ = 0;
 
   // Pinned host memory for the device<->host copies of a product, kept between
   // requests and grown when a product needs more: a copy through pageable

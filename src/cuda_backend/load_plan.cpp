@@ -21,6 +21,7 @@ constexpr std::uint32_t kDefaultFramesPerSeekPoint = 512;
 constexpr std::uint64_t kDefaultBatchDenseBytes = std::uint64_t{1} << 30;
 constexpr std::uint32_t kMaxGroupsPerBatch = 64;
 constexpr std::uint64_t kDefaultStagingBytes = std::uint64_t{64} << 20;
+constexpr std::uint64_t kDefaultRecentFramesMaxBytes = std::uint64_t{64} << 20;
 constexpr std::uint32_t kDefaultSubBatchFrames = 4096;
 
 std::uint64_t align16(std::uint64_t value) { return (value + 15) / 16 * 16; }
@@ -132,6 +133,15 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
   plan.seek_table_bytes =
       cuda::ans_seek_table_words(plan.groups, plan.frames_per_group, plan.frames_per_seek_point, layout.stream_count) * 4;
   plan.decode_table_bytes = tuning.decode_tables_at_load ? plan.groups * std::uint64_t{cuda::ans_decode_table_words()} * 4 : 0;
+  // One seek segment (a group when there are no seek points), at most the byte cap.
+  const std::uint64_t segment_frames =
+      std::min<std::uint64_t>(plan.frames, plan.frames_per_seek_point != 0 ? plan.frames_per_seek_point : plan.frames_per_group);
+  const std::uint64_t recent_cap =
+      tuning.recent_frames_max_bytes == CudaLoadTuning::kNoRecentFrames ? 0
+      : tuning.recent_frames_max_bytes != 0                            ? tuning.recent_frames_max_bytes
+                                                                       : kDefaultRecentFramesMaxBytes;
+  plan.recent_frames = plan.frame_bytes == 0 ? 0 : std::min(segment_frames, recent_cap / plan.frame_bytes);
+  plan.recent_frames_bytes = plan.recent_frames * plan.frame_bytes;
   plan.provisional_resident_bytes = std::min(plan.resident_bytes_bound(), acquisition.size_bytes / 2);
   return plan;
 }
@@ -157,7 +167,7 @@ std::uint64_t CudaLoadPlan::transition_peak_bytes(bool with_staging) const {
   return working_bytes(with_staging) + resident_bound_bytes + batches * kAllocationGranularity +
          round_to_granularity(group_offsets_bytes) + round_to_granularity(ring_table_bound_bytes) +
          round_to_granularity(frame_moments_bytes) + round_to_granularity(seek_table_bytes) +
-         round_to_granularity(decode_table_bytes);
+         round_to_granularity(decode_table_bytes) + round_to_granularity(recent_frames_bytes);
 }
 
 std::uint64_t default_device_slot_bytes(const CudaLoadTuning& tuning) {

@@ -65,6 +65,8 @@ struct CudaLoadPlan {
   bool seek_points_from_encoder = true;      // CudaLoadTuning::seek_points_from_encoder
   std::uint64_t seek_table_bytes = 0;        // the streams' seek points (cuda::ans_seek_table_words), kept by the resident
   std::uint64_t decode_table_bytes = 0;      // every group's decode tables (cuda::ans_build_decode_tables), kept by the resident
+  std::uint64_t recent_frames = 0;           // frames the resident keeps decoded (CudaLoadTuning::recent_frames_max_bytes)
+  std::uint64_t recent_frames_bytes = 0;     // their bytes at the source dtype (the held dtype is never wider)
   // What admission reserves for the resident before the load starts: half the
   // acquisition's bytes on disk (the ANS resident of detector counts is
   // smaller than their bitshuffle/LZ4 shards), at most the bound. The load
@@ -73,7 +75,7 @@ struct CudaLoadPlan {
 
   std::uint64_t resident_bytes_bound() const {
     return resident_bound_bytes + group_offsets_bytes + ring_table_bound_bytes + frame_moments_bytes +
-           seek_table_bytes + decode_table_bytes;
+           seek_table_bytes + decode_table_bytes + recent_frames_bytes;
   }
   // Dense slots of a load from files (with_staging) or from dense host counts.
   static int dense_slots(bool with_staging) { return with_staging ? kDenseSlots : 1; }

@@ -218,11 +218,18 @@ std::shared_ptr<CudaResident> ResidentEncoder::finish(int device_index, const st
   std::string encoding = std::string("ans-") + dtype_tag(held);
   if (!note.empty()) encoding += " (" + note + ")";
   CudaRingTable ring_table{std::move(*rings_), ring_sum_bytes_, std::move(d_ring_sums_)};
+  CudaRecentFrames recent;
+  recent.capacity = plan_.recent_frames;
+  if (recent.capacity != 0) {
+    const std::uint64_t recent_bytes = recent.capacity * plan_.frame_pixels * dtype_size(held);  // <= the plan's bytes
+    reservation_.take(recent_bytes);
+    recent.d_frames = TrackedBuffer(recent_bytes, ledger_);
+  }
   return std::make_shared<CudaResident>(source_, held, encoding, device_index, plan_.frames_per_group,
                                         std::move(pieces_), std::move(group_offsets), base, std::move(ring_table),
                                         std::move(d_frame_moments_),
                                         CudaSeekTable{plan_.frames_per_seek_point, std::move(d_seek_points_)},
-                                        std::move(d_decode_tables_), std::move(pattern));
+                                        std::move(d_decode_tables_), std::move(recent), std::move(pattern));
 }
 
 }  // namespace quantem::backend::cuda_detail

@@ -62,17 +62,21 @@ Image count_image(std::uint64_t height, std::uint64_t width, std::vector<std::ui
   return image;
 }
 
+Image narrow_count_image(std::uint64_t height, std::uint64_t width, std::vector<std::uint32_t> counts) {
+  Image image;
+  image.height = height;
+  image.width = width;
+  image.narrow_counts = std::move(counts);
+  return image;
+}
+
 // A masked-sum image: narrowed to the wire's uint32 where the sums are when
 // every value fits; otherwise the exact uint64 sums (the wire encoder then
 // reports the overflow, never a wrapped value).
 Image masked_sum_image(backend::Resident& resident, const plan::PlanGeometry& geometry,
                        const std::vector<std::uint8_t>& mask) {
   if (auto narrow = resident.masked_sum_u32(geometry, mask)) {
-    Image image;
-    image.height = geometry.scan_rows;
-    image.width = geometry.scan_cols;
-    image.narrow_counts = std::move(*narrow);
-    return image;
+    return narrow_count_image(geometry.scan_rows, geometry.scan_cols, std::move(*narrow));
   }
   return count_image(geometry.scan_rows, geometry.scan_cols, resident.masked_sum(geometry, mask));
 }
@@ -286,8 +290,15 @@ Image selected_diffraction(backend::Resident& resident, const plan::PlanGeometry
     if (index <= 0 || size == 0) return 0;
     return std::min(static_cast<std::uint64_t>(index), size - 1);
   };
-  return count_image(geometry.detector_rows, geometry.detector_cols,
-                     resident.frame(geometry, clamp(scan_row, geometry.scan_rows), clamp(scan_col, geometry.scan_cols)));
+  const std::uint64_t row = clamp(scan_row, geometry.scan_rows);
+  const std::uint64_t col = clamp(scan_col, geometry.scan_cols);
+  // Narrowed to the wire's uint32 where the values are when every one fits
+  // (sent without a copy); otherwise the exact uint64 values (the wire encoder
+  // then reports the overflow).
+  if (auto narrow = resident.frame_u32(geometry, row, col)) {
+    return narrow_count_image(geometry.detector_rows, geometry.detector_cols, std::move(*narrow));
+  }
+  return count_image(geometry.detector_rows, geometry.detector_cols, resident.frame(geometry, row, col));
 }
 
 Image region_diffraction(backend::Resident& resident, const plan::PlanGeometry& geometry,

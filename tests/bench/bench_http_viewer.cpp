@@ -1,7 +1,8 @@
 // The viewer's access pattern through HTTP, as a user would measure it: one
 // keep-alive connection (httplib::Client), every row of issue 10 with N
 // requests each, cache misses forced by changing a float parameter by 1e-7
-// (or a new crop / position per request for the fresh-plan and cbed rows),
+// (or a new crop / position per request for the fresh-plan and cbed rows: one
+// cbed row walks along a scan row as a cursor does, one jumps across the scan),
 // plus an image-cache-hit row and a 304 row. Per row: client wall time
 // p50/p90/min/mean, statuses, body bytes, and the daemon's server-timing
 // stages (p50/mean per stage, cache descriptions). JSON on stdout.
@@ -403,6 +404,14 @@ int main(int argc, char** argv) {
                     const int k = (i + 1000) % (scan_rows * scan_cols);
                     return "/api/browse/cbed?" + source + "&sx=" + std::to_string(k / scan_cols) +
                            "&sy=" + std::to_string(k % scan_cols) + "&ensure_resident=true";
+                  });
+  // The same at scattered positions (a stride of 7,919 frames): every request
+  // in another seek segment, so none is served from the recent frames.
+  rows.emplace_back("cbed scattered position", [&](int i) {
+                    const std::uint64_t frames = std::uint64_t(scan_rows) * std::uint64_t(scan_cols);
+                    const std::uint64_t k = (std::uint64_t(i + 1000) * 7919) % frames;
+                    return "/api/browse/cbed?" + source + "&sx=" + std::to_string(k / std::uint64_t(scan_cols)) +
+                           "&sy=" + std::to_string(k % std::uint64_t(scan_cols)) + "&ensure_resident=true";
                   });
   rows.emplace_back("cbed-region mean r=5", [&](int i) {
                     return "/api/browse/cbed-region?" + source + "&shape=circle&reduce=mean&radius=5&cx=" +

@@ -37,11 +37,13 @@ struct CpuResidentFactory {
 
 // The CUDA resident: the ANS-encoded groups on device 0. Its "launch shapes"
 // are group layouts: one group for the whole scan with a seek point every 5
-// frames (written by the encoder), groups of 7 frames with two per encoded
-// batch (several device pieces) and seek points at frames 3 and 6 (recorded
-// by decoding the groups once more), and groups of 32 frames one per
-// batch without seek points (every decode from a group's first frame) nor
-// decode tables built at load (every decoding CTA builds its group's).
+// frames (written by the encoder) and the default recent frames (a whole
+// segment); groups of 7 frames with two per encoded batch (several device
+// pieces), seek points at frames 3 and 6 (recorded by decoding the groups once
+// more) and no recent frames (every frame decoded); and groups of 32 frames
+// one per batch without seek points (every decode from a group's first frame)
+// nor decode tables built at load (every decoding CTA builds its group's), with
+// room for 3 recent frames (fewer than the lookahead and the segment).
 struct CudaResidentFactory {
   static std::shared_ptr<backend::Resident> make(const DenseCase& c, unsigned shape) {
     const std::vector<std::uint8_t> bytes = c.source_bytes();
@@ -53,7 +55,9 @@ struct CudaResidentFactory {
       options.tuning.groups_per_batch = 2;
       options.tuning.frames_per_seek_point = 3;
       options.tuning.seek_points_from_encoder = false;
+      options.tuning.recent_frames_max_bytes = backend::CudaLoadTuning::kNoRecentFrames;
     } else if (shape == 3) {
+      options.tuning.recent_frames_max_bytes = 3 * c.frame_pixels() * dtype_size(c.dtype);
       options.tuning.frames_per_group = 32;
       options.tuning.groups_per_batch = 1;
       options.tuning.frames_per_seek_point = backend::CudaLoadTuning::kNoSeekPoints;
@@ -219,6 +223,52 @@ TYPED_TEST(ResidentConformance, EveryPrimitiveMatchesTheNaiveReferenceForEveryGe
   }
 }
 
+// A viewer asks for frames along a row, back and forth, and anywhere: every
+// order (the CUDA resident's recent frames hit, miss, refill) gives the
+// reference's frame, wide and narrowed.
+TYPED_TEST(ResidentConformance, FramesInAnyOrderMatchTheReference) {
+  QUANTEM_SKIP_UNAVAILABLE_BACKEND();
+  for (const DenseCase& c : dense_cases()) {
+    const std::vector<std::uint64_t> content = c.masked_counts();
+    for (const unsigned shape : TypeParam::launch_shapes()) {
+      const auto resident = TypeParam::make(c, shape);
+      std::vector<plan::BrowsePlan> plans(3);
+      plans[1].crop = plan::ScanRegion{1, c.scan_rows, 1, c.scan_cols};
+      plans[2].detector_bin = 2;
+      for (const plan::BrowsePlan& browse_plan : plans) {
+        const plan::PlanGeometry g =
+            plan::resolve_plan(browse_plan, c.scan_rows, c.scan_cols, c.detector_rows, c.detector_cols);
+        const NaiveReference reference(content, g);
+        std::vector<std::uint64_t> order(g.positions());
+        for (std::uint64_t p = 0; p < order.size(); ++p) order[p] = p;
+        std::vector<std::uint64_t> walk = order;                       // forward
+        walk.insert(walk.end(), order.rbegin(), order.rend());         // backward
+        std::mt19937_64 random(shape * 131 + g.positions());
+        std::shuffle(order.begin(), order.end(), random);
+        walk.insert(walk.end(), order.begin(), order.end());           // anywhere
+        walk.insert(walk.end(), {0, 0, g.positions() - 1, 0});         // repeats
+        const std::string where = c.name + " shape=" + std::to_string(shape) + " " + plan::to_string(g);
+        for (std::size_t k = 0; k < walk.size(); ++k) {
+          const std::uint64_t row = walk[k] / g.scan_cols, col = walk[k] % g.scan_cols;
+          const std::vector<std::uint64_t> want = reference.frame(row, col);
+          if (k % 2 == 0) {
+            ASSERT_EQ(resident->frame(g, row, col), want) << where << " at " << row << "," << col;
+          } else {
+            const auto narrow = resident->frame_u32(g, row, col);
+            const bool fits = std::all_of(want.begin(), want.end(),
+                                          [](std::uint64_t v) { return v <= std::numeric_limits<std::uint32_t>::max(); });
+            ASSERT_EQ(narrow.has_value(), fits) << where;
+            if (narrow) {
+              ASSERT_EQ(std::vector<std::uint64_t>(narrow->begin(), narrow->end()), want)
+                  << where << " at " << row << "," << col << " (uint32)";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TYPED_TEST(ResidentConformance, MaskedPixelsAreZeroBeforeAnySum) {
   QUANTEM_SKIP_UNAVAILABLE_BACKEND();
   const DenseCase c = random_case("masked", DType::uint16, 3, 3, 5, 5, 21, 100, 4, 65535);
@@ -236,26 +286,37 @@ TYPED_TEST(ResidentConformance, MaskedPixelsAreZeroBeforeAnySum) {
 TYPED_TEST(ResidentConformance, ConcurrentCallsOnOneResidentAgree) {
   QUANTEM_SKIP_UNAVAILABLE_BACKEND();
   const DenseCase c = random_case("concurrent", DType::uint16, 8, 8, 12, 12, 31, 500, 1, 7);
-  const auto resident = TypeParam::make(c, 2);
   plan::BrowsePlan browse_plan;
   browse_plan.scan_bin = 3;
   const plan::PlanGeometry g = plan::resolve_plan(browse_plan, 8, 8, 12, 12);
   const NaiveReference reference(c.masked_counts(), g);
+  const plan::PlanGeometry native = plan::resolve_plan({}, 8, 8, 12, 12);
+  const NaiveReference native_reference(c.masked_counts(), native);
   const auto masks = masks_for(g, 5);
-  std::vector<std::thread> threads;
-  std::vector<int> mismatches(4, 0);
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
-      for (int round = 0; round < 20; ++round) {
-        const auto& mask = masks[static_cast<std::size_t>(round + t) % masks.size()];
-        if (resident->masked_sum(g, mask) != reference.masked_sum(mask)) ++mismatches[static_cast<std::size_t>(t)];
-        if (resident->center_of_mass_sums(g).total != reference.center_of_mass_sums().total)
-          ++mismatches[static_cast<std::size_t>(t)];
-      }
-    });
+  for (const unsigned shape : TypeParam::launch_shapes()) {
+    const auto resident = TypeParam::make(c, shape);
+    std::vector<std::thread> threads;
+    std::vector<int> mismatches(4, 0);
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        int& wrong = mismatches[static_cast<std::size_t>(t)];
+        for (int round = 0; round < 20; ++round) {
+          const auto& mask = masks[static_cast<std::size_t>(round + t) % masks.size()];
+          if (resident->masked_sum(g, mask) != reference.masked_sum(mask)) ++wrong;
+          if (resident->center_of_mass_sums(g).total != reference.center_of_mass_sums().total) ++wrong;
+          // Frames at scan bin 1 from every thread: the CUDA resident's recent frames are shared.
+          const auto row = static_cast<std::uint64_t>(round * 3 + t) % 8;
+          const auto col = static_cast<std::uint64_t>(round + t) % 8;
+          if (resident->frame(native, row, col) != native_reference.frame(row, col)) ++wrong;
+          const auto narrow = resident->frame_u32(native, col, row);
+          if (!narrow || std::vector<std::uint64_t>(narrow->begin(), narrow->end()) != native_reference.frame(col, row))
+            ++wrong;
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    EXPECT_EQ(mismatches, std::vector<int>(4, 0)) << "shape " << shape;
   }
-  for (auto& thread : threads) thread.join();
-  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
 
 TYPED_TEST(ResidentConformance, RejectsForeignGeometriesAndOutOfRangeArguments) {

@@ -192,6 +192,14 @@ int main(int argc, char** argv) {
       row["frame_at_seek_point"] = time_ms(segment_start);
       row["frame_at_seek_point_stages"] = stages_ms(segment_start);
       row["frame_new_position_stages"] = stages_ms(new_position);
+      // A cursor moving along a scan row (the viewer's hover): after the first
+      // call, every frame is copied from the recent frames, not decoded.
+      auto along_row = [&](int i) {
+        const std::uint64_t k = (2000 + static_cast<std::uint64_t>(i + 1)) % (g.scan_rows * g.scan_cols);
+        (void)resident->frame_u32(g, k / g.scan_cols, k % g.scan_cols);
+      };
+      row["frame_u32_along_row"] = time_ms(along_row);
+      row["frame_u32_along_row_stages"] = stages_ms(along_row);
       // A fresh crop's pattern sum (what its bright-field fit needs): half the
       // scan in each direction at a new offset each call, as bench_http_viewer's row.
       auto half_crop_pattern = [&](int i) {

@@ -135,5 +135,45 @@ TEST(CudaLoadPlan, DefaultsHoldAbout1GiBOfFramesPerBatchAndBoundTheResident) {
   EXPECT_GE(plan_cuda_load(a, {}).resident_bound_bytes, 64ull * 64 * 192 * 192 * 6);
 }
 
+TEST(CudaLoadPlan, RecentFramesHoldOneSeekSegmentWithinTheirCap) {
+  catalog::Acquisition a;
+  a.name = "recent_master.h5";
+  a.scan_rows = 512;
+  a.scan_cols = 512;
+  a.detector_rows = 192;
+  a.detector_cols = 192;
+  a.dtype = DType::uint16;
+  a.chunk_format.filter = codec::ChunkFilter::bitshuffle_lz4;
+  a.chunk_format.element_size = 2;
+  CudaLoadPlan plan = plan_cuda_load(a, {});
+  // One seek segment (512 frames, one scan row here) of 72 KiB frames: 36 MiB, under the 64 MiB cap.
+  EXPECT_EQ(plan.recent_frames, 512u);
+  EXPECT_EQ(plan.recent_frames_bytes, 512u * 192 * 192 * 2);
+  const std::uint64_t without = [&] {
+    CudaLoadTuning none;
+    none.recent_frames_max_bytes = CudaLoadTuning::kNoRecentFrames;
+    const CudaLoadPlan p = plan_cuda_load(a, none);
+    EXPECT_EQ(p.recent_frames, 0u);
+    EXPECT_EQ(p.recent_frames_bytes, 0u);
+    return p.resident_bytes_bound();
+  }();
+  EXPECT_EQ(plan.resident_bytes_bound(), without + plan.recent_frames_bytes);  // admitted with the resident
+  // Large frames: as many as the cap holds (256 KiB frames: 256 of the segment's 512).
+  a.detector_rows = a.detector_cols = 256;
+  a.dtype = DType::uint32;
+  a.chunk_format.element_size = 4;
+  EXPECT_EQ(plan_cuda_load(a, {}).recent_frames, 256u);
+  // No seek points: the segment is a group, still within the cap; a smaller cap, fewer frames.
+  a.detector_rows = a.detector_cols = 64;
+  CudaLoadTuning tuning;
+  tuning.frames_per_seek_point = CudaLoadTuning::kNoSeekPoints;
+  EXPECT_EQ(plan_cuda_load(a, tuning).recent_frames, 2048u);  // 2048 x 16 KiB = 32 MiB
+  tuning.recent_frames_max_bytes = 3 * 64 * 64 * 4 + 1;
+  EXPECT_EQ(plan_cuda_load(a, tuning).recent_frames, 3u);
+  // A scan smaller than a segment: its frames.
+  a.scan_rows = a.scan_cols = 4;
+  EXPECT_EQ(plan_cuda_load(a, {}).recent_frames, 16u);
+}
+
 }  // namespace
 }  // namespace quantem::backend::cuda_detail

@@ -141,6 +141,10 @@ class Resident {
   // The binned frame at a plan position (scan bin sums up to bin² frames).
   std::vector<std::uint64_t> frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
                                    std::uint64_t scan_col);
+  // frame narrowed to uint32 (the wire's dtype), or nullopt when some binned
+  // value exceeds 2^32 - 1 (the caller then uses frame). The same checks.
+  std::optional<std::vector<std::uint32_t>> frame_u32(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
+                                                      std::uint64_t scan_col);
   // Sum or max over the binned frames at the given plan positions (distinct
   // row-major flat indices; a repeated index is a bad_request).
   std::vector<std::uint64_t> region_reduce(const plan::PlanGeometry& geometry,
@@ -162,6 +166,10 @@ class Resident {
   virtual CenterOfMassSums compute_center_of_mass_sums(const plan::PlanGeometry& geometry) = 0;
   virtual std::vector<std::uint64_t> compute_frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
                                                    std::uint64_t scan_col) = 0;
+  // By default compute_frame narrowed on the host; the CUDA resident answers
+  // a frame it decoded recently without decoding (CudaResident::RecentFrames).
+  virtual std::optional<std::vector<std::uint32_t>> compute_frame_u32(const plan::PlanGeometry& geometry,
+                                                                      std::uint64_t scan_row, std::uint64_t scan_col);
   // sorted_positions: ascending, distinct, inside the plan.
   virtual std::vector<std::uint64_t> compute_region_reduce(const plan::PlanGeometry& geometry,
                                                            const std::vector<std::uint64_t>& sorted_positions,
@@ -170,6 +178,7 @@ class Resident {
  private:
   void check_geometry(const plan::PlanGeometry& geometry) const;
   void check_mask(const plan::PlanGeometry& geometry, const std::vector<std::uint8_t>& binned_detector_mask) const;
+  void check_position(const plan::PlanGeometry& geometry, std::uint64_t scan_row, std::uint64_t scan_col) const;
   mutable DerivedCache derived_cache_;
 };
 

@@ -53,6 +53,12 @@ struct CudaLoadTuning {
   // groups (docs/kernels.md, "Decode tables at load"); false: every decoding
   // CTA builds its group's tables from the frequency tables.
   bool decode_tables_at_load = true;
+  // Device memory the resident keeps for the decoded frames of the seek
+  // segment its last frame request decoded (a viewer's cursor walks along a
+  // scan row: the next frames are copied, not decoded): default 64 MiB, at
+  // most one segment's frames; kNoRecentFrames: none.
+  std::uint64_t recent_frames_max_bytes = 0;
+  static constexpr std::uint64_t kNoRecentFrames = ~std::uint64_t{0};
 };
 
 struct CudaBackendOptions {

@@ -68,6 +68,15 @@ void ans_accumulate_frames_cta_threads(int threads);
 // The width the rule picks for job_count jobs of stream_count streams on sm_count SMs.
 int ans_accumulate_frames_threads_for(std::size_t job_count, std::uint32_t stream_count, int sm_count);
 
+// Decodes the frames [job.frame_begin, job.frame_end) of job.group and
+// writes those from keep_from on (frame_begin <= keep_from < frame_end, frame
+// indices within the group) whole: d_frames[(f - keep_from) * pixels + p],
+// pixels = detector_rows * detector_cols, as element_bytes-byte values (1, 2
+// or 4: the resident's held dtype holds every value). One launch of
+// ceil(streams / 512) CTAs; a malformed stream sets *d_error.
+void ans_decode_frames(const AnsResidentView& resident, const FrameJob& job, std::uint32_t keep_from, void* d_frames,
+                       std::uint32_t element_bytes, std::uint32_t* d_error, StreamHandle stream);
+
 // Per slot: d_slot_sums[slot * pixels + p] += value(f, p) for every frame f of
 // the jobs with d_frame_slots[f] = slot >= 0 (global frame index; -1: none).
 // Used to build whole scan-binned frames several at a time. Not cleared.

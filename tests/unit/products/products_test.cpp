@@ -144,16 +144,31 @@ TEST(SelectedDiffraction, ClampsIndicesIntoThePlanGrid) {
   const plan::PlanGeometry g = full_plan(c);
   // sx = row 99 -> last row, sy = column -5 -> 0: frame [2, 0] = frame 8.
   const Image image = selected_diffraction(*resident, g, 99, -5);
-  EXPECT_EQ(image.counts, (std::vector<std::uint64_t>{32, 33, 34, 35}));
+  EXPECT_EQ(image.integer_values(), (std::vector<std::uint64_t>{32, 33, 34, 35}));
   EXPECT_EQ(image.height, 2u);
-  EXPECT_EQ(selected_diffraction(*resident, g, 1, 0).counts, (std::vector<std::uint64_t>{16, 17, 18, 19}));
+  EXPECT_EQ(selected_diffraction(*resident, g, 1, 0).integer_values(), (std::vector<std::uint64_t>{16, 17, 18, 19}));
   // A scan-binned plan sums up to bin² frames with divisor 1.
   plan::BrowsePlan binned;
   binned.scan_bin = 3;
   const plan::PlanGeometry gb = plan::resolve_plan(binned, 3, 4, 2, 2);
   const Image last = selected_diffraction(*resident, gb, 0, 7);  // the partial 3 x 1 column block: frames 3, 7, 11
-  EXPECT_EQ(last.counts, (std::vector<std::uint64_t>{12 + 28 + 44, 13 + 29 + 45, 14 + 30 + 46, 15 + 31 + 47}));
+  EXPECT_EQ(last.integer_values(), (std::vector<std::uint64_t>{12 + 28 + 44, 13 + 29 + 45, 14 + 30 + 46, 15 + 31 + 47}));
   EXPECT_EQ(last.value_divisor, 1u);
+}
+
+TEST(SelectedDiffraction, PatternsFittingUint32ComeNarrowAndLargerOnesStayExactInUint64) {
+  DenseCase c = constant_case(2, 2, 4, 4, 7);
+  const Image small = selected_diffraction(*resident_of(c), full_plan(c), 1, 1);
+  EXPECT_EQ(small.narrow_counts, std::vector<std::uint32_t>(16, 7));
+  EXPECT_TRUE(small.counts.empty());
+  // Scan bin 2 sums four frames of 2^31: 2^33 > 2^32 - 1.
+  c.dtype = DType::uint32;
+  c.counts.assign(c.frames() * c.frame_pixels(), 0x80000000ull);
+  plan::BrowsePlan binned;
+  binned.scan_bin = 2;
+  const Image large = selected_diffraction(*resident_of(c), plan::resolve_plan(binned, 2, 2, 4, 4), 0, 0);
+  EXPECT_TRUE(large.narrow_counts.empty());  // never wrapped: the wire encoder reports the overflow
+  EXPECT_EQ(large.counts, std::vector<std::uint64_t>(16, 4ull << 31));
 }
 
 TEST(FitBrightField, ThresholdIsMeanPlusPopulationStdWithAStrictComparison) {

@@ -246,19 +246,27 @@ TEST_F(BrowseTimingTest, ImageBodiesAreSentWithoutACopyOrComeFromTheBodyPool) {
   EXPECT_EQ(first_again.sent_body(), first_bytes);
   EXPECT_EQ(service->body_pool_stats().allocated, 0u);
 
-  // A diffraction pattern's uint64 counts are narrowed into a recycled body,
+  // A diffraction pattern's counts come narrowed (frame_u32): sent from their
+  // own values. A region's uint64 sums are narrowed into a recycled body,
   // which returns to the pool once the response is gone and serves the next.
-  const std::string cbed = "/api/browse/cbed?session=sess&file=beta_master.h5&sx=";
+  {
+    const auto pattern = get("/api/browse/cbed?session=sess&file=beta_master.h5&sx=1&sy=1&ensure_resident=true");
+    ASSERT_EQ(pattern.status, 200);
+    ASSERT_TRUE(pattern.shared_body);
+    EXPECT_EQ(service->body_pool_stats().allocated, 0u);
+  }
+  const std::string region =
+      "/api/browse/cbed-region?session=sess&file=beta_master.h5&shape=circle&reduce=sum&radius=1&cy=1&ensure_resident=true&cx=";
   const char* first_memory = nullptr;
   {
-    const auto pattern = get(cbed + "1&sy=1&ensure_resident=true");
+    const auto pattern = get(region + "1");
     ASSERT_EQ(pattern.status, 200);
     ASSERT_TRUE(pattern.shared_body);
     first_memory = pattern.shared_body.data;
     EXPECT_EQ(service->body_pool_stats().free_buffers, 0u);
   }
   EXPECT_EQ(service->body_pool_stats().free_buffers, 1u);
-  const auto second = get(cbed + "0&sy=1&ensure_resident=true");
+  const auto second = get(region + "2");
   ASSERT_EQ(second.status, 200);
   EXPECT_EQ(second.shared_body.data, first_memory);  // written into the first pattern's buffer
   EXPECT_EQ(service->body_pool_stats().reused, 1u);
