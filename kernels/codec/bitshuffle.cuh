@@ -5,10 +5,10 @@
 // A block of n elements (n a multiple of 8) of B = 8 * element bytes bits is
 // stored as B bit-planes of n/8 bytes; bit k of little-endian word w of plane p
 // is bit p of element 32w + k. When n is a multiple of 32, lane (q, p) of the
-// warp (p = lane % B, q = lane / B) loads word w0 + q of plane p; then 32
-// ballots on "bit k of my word" return, in bit q*B + p, bit p of element
-// 32(w0 + q) + k: lane k keeps ballot k and writes 32/B elements. So the warp
-// rebuilds 32 bits of output per ballot and its stores are coalesced. B is the
+// warp (p = lane % B, q = lane / B) loads word w0 + q of plane p; a 32 x 32
+// bit transpose across the warp (warp_transpose_bits: five shuffles, where 32
+// ballots took 32) gives lane k, in bit q*B + p, bit p of element
+// 32(w0 + q) + k, and lane k writes 32/B elements. Its stores are coalesced. B is the
 // number of planes up to the highest non-zero one, rounded up to a power of two.
 // Partial blocks whose n is not a multiple of 32 take a per-element gather.
 #include <cstdint>
@@ -30,6 +30,21 @@ struct ElementType<4> {
   using type = std::uint32_t;
 };
 
+// A 32 x 32 bit matrix held one row per lane (bit k of lane L's word is
+// entry (L, k)) transposed across the warp: lane k returns column k (bit L is
+// entry (L, k)), what 32 ballots on "bit k of my word" would give lane k. Five
+// exchange steps: at step j, entry (r, c) trades places with (r ^ j, c ^ j)
+// when bit j of r and c differ (Hacker's Delight 7-3, one row per lane).
+__device__ inline std::uint32_t warp_transpose_bits(std::uint32_t x, std::uint32_t lane) {
+  std::uint32_t low = 0x0000ffffu;  // the columns c with bit j of c clear
+#pragma unroll
+  for (int j = 16; j != 0; j >>= 1, low ^= low << j) {
+    const std::uint32_t y = __shfl_xor_sync(0xffffffffu, x, j);
+    x = (lane & j) != 0 ? (x & ~low) | ((y >> j) & low) : (x & low) | ((y << j) & ~low);
+  }
+  return x;
+}
+
 template <int kElementBytes>
 __device__ void bitunshuffle_block_warp(const std::uint8_t* block, std::uint32_t element_count,
                                         typename ElementType<kElementBytes>::type* out, std::uint32_t lane) {
@@ -42,8 +57,8 @@ __device__ void bitunshuffle_block_warp(const std::uint8_t* block, std::uint32_t
     const std::uint32_t* planes = reinterpret_cast<const std::uint32_t*>(block);
     // Counts are small: find the highest bit-plane holding a one, and gather
     // only the planes up to the next power of two. With B effective planes a
-    // ballot carries 32 / B elements' worth of words, so 4-bit data takes a
-    // quarter of the ballots of 16-bit data.
+    // transpose carries 32 / B elements' worth of words, so 4-bit data takes a
+    // quarter of the transposes of 16-bit data.
     int top_plane = -1;
     for (int plane = static_cast<int>(kBits) - 1; plane >= 0; --plane) {
       bool nonzero = false;
@@ -60,20 +75,15 @@ __device__ void bitunshuffle_block_warp(const std::uint8_t* block, std::uint32_t
     std::uint32_t plane_bits = 0;  // log2 of the effective plane count
     while ((1u << plane_bits) < static_cast<std::uint32_t>(top_plane) + 1u) ++plane_bits;
     const std::uint32_t planes_used = 1u << plane_bits;
-    const std::uint32_t words_per_ballot = 32u >> plane_bits;
+    const std::uint32_t words_per_transpose = 32u >> plane_bits;
     const std::uint32_t value_mask = planes_used == 32 ? 0xffffffffu : (1u << planes_used) - 1u;
     const std::uint32_t plane = lane & (planes_used - 1u);
     const std::uint32_t sub_word = lane >> plane_bits;
-    for (std::uint32_t first_word = 0; first_word < words_per_plane; first_word += words_per_ballot) {
+    for (std::uint32_t first_word = 0; first_word < words_per_plane; first_word += words_per_transpose) {
       const std::uint32_t word_index = first_word + sub_word;
       const std::uint32_t word = word_index < words_per_plane ? planes[plane * words_per_plane + word_index] : 0u;
-      std::uint32_t mine = 0;
-#pragma unroll
-      for (std::uint32_t bit = 0; bit < 32; ++bit) {
-        const std::uint32_t ballot = __ballot_sync(0xffffffffu, (word >> bit) & 1u);
-        if (lane == bit) mine = ballot;
-      }
-      for (std::uint32_t q = 0; q < words_per_ballot && first_word + q < words_per_plane; ++q)
+      const std::uint32_t mine = warp_transpose_bits(word, lane);
+      for (std::uint32_t q = 0; q < words_per_transpose && first_word + q < words_per_plane; ++q)
         out[32 * (first_word + q) + lane] = static_cast<Element>((mine >> (q * planes_used)) & value_mask);
     }
   } else {

@@ -29,11 +29,18 @@ inline constexpr std::uint32_t kLz4MinMatch = 4;
 inline constexpr std::uint32_t kLz4LastLiterals = 5;
 inline constexpr std::uint32_t kLz4MatchFindLimit = 12;
 
+// Positions and counts stay far below 2^32 (input and output of at most
+// kMaxLz4BlockBytes, checked first; a length extension stops at
+// output_bytes + 255), so the control flow is in 32-bit arithmetic: half the
+// instructions of 64-bit on the GPU.
+inline constexpr std::uint32_t kMaxLz4BlockBytes = std::uint32_t{1} << 24;
+
 template <class Io>
 QUANTEM_HOST_DEVICE Lz4Result lz4_decode_block(Io& io, std::uint32_t input_bytes,
                                                std::uint32_t output_bytes) {
-  const std::uint64_t input_end = input_bytes;
-  const std::uint64_t output_end = output_bytes;
+  if (input_bytes > kMaxLz4BlockBytes || output_bytes > kMaxLz4BlockBytes) return Lz4Result::corrupt;
+  const std::uint32_t input_end = input_bytes;
+  const std::uint32_t output_end = output_bytes;
   std::uint32_t input_position = 0;
   std::uint32_t output_position = 0;
   for (;;) {
@@ -49,8 +56,8 @@ QUANTEM_HOST_DEVICE Lz4Result lz4_decode_block(Io& io, std::uint32_t input_bytes
         if (literal_count > output_bytes) return Lz4Result::corrupt;
       }
     }
-    const std::uint64_t literals_end_output = std::uint64_t{output_position} + literal_count;
-    const std::uint64_t literals_end_input = std::uint64_t{input_position} + literal_count;
+    const std::uint32_t literals_end_output = output_position + literal_count;
+    const std::uint32_t literals_end_input = input_position + literal_count;
     if (literals_end_output + kLz4MatchFindLimit > output_end ||
         literals_end_input + 2 + 1 + kLz4LastLiterals > input_end) {
       // Only the last sequence may get this close to either end.
@@ -70,7 +77,7 @@ QUANTEM_HOST_DEVICE Lz4Result lz4_decode_block(Io& io, std::uint32_t input_bytes
     if (match_count == 15) {
       std::uint32_t extension = 255;
       while (extension == 255) {
-        if (std::uint64_t{input_position} + kLz4LastLiterals >= input_end) return Lz4Result::corrupt;
+        if (input_position + kLz4LastLiterals >= input_end) return Lz4Result::corrupt;
         extension = io.read(input_position++);
         match_count += extension;
         if (match_count > output_bytes) return Lz4Result::corrupt;
@@ -78,7 +85,7 @@ QUANTEM_HOST_DEVICE Lz4Result lz4_decode_block(Io& io, std::uint32_t input_bytes
     }
     match_count += kLz4MinMatch;
     if (offset == 0 || offset > output_position) return Lz4Result::corrupt;
-    if (std::uint64_t{output_position} + match_count + kLz4LastLiterals > output_end) return Lz4Result::corrupt;
+    if (output_position + match_count + kLz4LastLiterals > output_end) return Lz4Result::corrupt;
     io.copy_match(output_position, offset, match_count);
     output_position += match_count;
   }
@@ -99,15 +106,27 @@ struct HostLz4Io {
 };
 
 #if defined(__CUDACC__)
-// Copies a match inside the shared-memory output with the 32 lanes of a warp.
+// Copies a match inside the shared-memory output (16-byte aligned) with the 32 lanes of a warp.
 __device__ inline void warp_copy_match(std::uint8_t* output, std::uint32_t lane, std::uint32_t output_position,
                                        std::uint32_t offset, std::uint32_t count) {
   const std::uint32_t source = output_position - offset;
   if (offset >= count) {
     for (std::uint32_t i = lane; i < count; i += 32) output[output_position + i] = output[source + i];
-  } else if (offset == 1) {
-    const std::uint8_t value = output[source];
-    for (std::uint32_t i = lane; i < count; i += 32) output[output_position + i] = value;
+  } else if ((offset & (offset - 1)) == 0 && offset <= 4) {
+    // A period of 1, 2 or 4 bytes (the runs of zero bit-planes: mostly 2)
+    // divides 16: every aligned 16-byte piece is the same repeated word. Bytes
+    // up to the first aligned piece, the pieces, the bytes after the last.
+    const std::uint32_t period_mask = offset - 1;
+    const std::uint32_t head = min(count, (16u - output_position % 16u) % 16u);
+    const std::uint32_t pieces = (count - head) / 16u;
+    const std::uint32_t tail = head + 16u * pieces;
+    std::uint32_t word = 0;
+#pragma unroll
+    for (std::uint32_t b = 0; b < 4; ++b) word |= std::uint32_t{output[source + ((head + b) & period_mask)]} << (8 * b);
+    if (lane < head) output[output_position + lane] = output[source + (lane & period_mask)];
+    uint4* aligned = reinterpret_cast<uint4*>(output + output_position + head);
+    for (std::uint32_t piece = lane; piece < pieces; piece += 32) aligned[piece] = make_uint4(word, word, word, word);
+    for (std::uint32_t i = tail + lane; i < count; i += 32) output[output_position + i] = output[source + (i & period_mask)];
   } else {
     std::uint32_t phase = lane % offset;       // i % offset, advanced incrementally
     const std::uint32_t step = 32u % offset;
