@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/resident_products.hpp"
@@ -21,26 +22,59 @@ namespace tuning = quantem::kernels::tuning;
 // The moments of one frame (CTA-wide; every thread calls it): Σ I, Σ row·I
 // and Σ col·I over its pixels, exact in 64 bits, written as row `frame_index`
 // of the moments table. Each thread walks the frame with a stride of
-// blockDim.x pixels keeping its row and column incrementally; warp
-// reductions, then one thread per moment adds the warps' partial sums.
+// blockDim.x 16-byte loads (a stride of blockDim.x pixels when the columns are
+// not a multiple of a load's values, or the frame is not 16-byte aligned),
+// keeping its row and column incrementally; warp reductions, then one thread
+// per moment adds the warps' partial sums.
 template <class T>
 __device__ void frame_moments_of(const T* frame, std::uint32_t pixels, const FrameMomentsTarget& target,
                                  std::uint64_t frame_index) {
   __shared__ unsigned long long partial[3][32];
   const std::uint32_t cols = target.detector_cols;
-  const std::uint32_t stride_rows = blockDim.x / cols, stride_cols = blockDim.x % cols;
-  std::uint32_t row = threadIdx.x / cols, col = threadIdx.x % cols;
   unsigned long long total = 0, row_moment = 0, col_moment = 0;
-  for (std::uint32_t p = threadIdx.x; p < pixels; p += blockDim.x) {
-    const unsigned long long value = frame[p];
-    total += value;
-    row_moment += value * row;
-    col_moment += value * col;
-    row += stride_rows;
-    col += stride_cols;
-    if (col >= cols) {
-      col -= cols;
-      ++row;
+  constexpr std::uint32_t kPerVector = 16 / sizeof(T);
+  if (cols % kPerVector == 0 && (reinterpret_cast<std::uintptr_t>(frame) & 15u) == 0) {
+    // 16 bytes at a time, all in one row (cols is a multiple of the values per
+    // load): Σ v and Σ k·v over the load's values k = 0.., then one update of
+    // each moment with the load's row and first column.
+    using Partial = std::conditional_t<sizeof(T) == 4, unsigned long long, std::uint32_t>;  // exact: 16 values of < 2^16
+    const std::uint32_t stride = blockDim.x * kPerVector;
+    const std::uint32_t stride_rows = stride / cols, stride_cols = stride % cols;
+    std::uint32_t row = threadIdx.x * kPerVector / cols, col = threadIdx.x * kPerVector % cols;
+    const auto* vectors = reinterpret_cast<const uint4*>(frame);
+    for (std::uint32_t v = threadIdx.x; v < pixels / kPerVector; v += blockDim.x) {
+      const uint4 loaded = vectors[v];
+      const T* values = reinterpret_cast<const T*>(&loaded);
+      Partial sum = 0, weighted = 0;
+#pragma unroll
+      for (std::uint32_t k = 0; k < kPerVector; ++k) {
+        sum += values[k];
+        weighted += static_cast<Partial>(values[k]) * k;
+      }
+      total += sum;
+      row_moment += static_cast<unsigned long long>(sum) * row;
+      col_moment += static_cast<unsigned long long>(sum) * col + weighted;
+      row += stride_rows;
+      col += stride_cols;
+      if (col >= cols) {
+        col -= cols;
+        ++row;
+      }
+    }
+  } else {
+    const std::uint32_t stride_rows = blockDim.x / cols, stride_cols = blockDim.x % cols;
+    std::uint32_t row = threadIdx.x / cols, col = threadIdx.x % cols;
+    for (std::uint32_t p = threadIdx.x; p < pixels; p += blockDim.x) {
+      const unsigned long long value = frame[p];
+      total += value;
+      row_moment += value * row;
+      col_moment += value * col;
+      row += stride_rows;
+      col += stride_cols;
+      if (col >= cols) {
+        col -= cols;
+        ++row;
+      }
     }
   }
   total = kernels::warp_sum_u64(total);
@@ -61,11 +95,12 @@ __device__ void frame_moments_of(const T* frame, std::uint32_t pixels, const Fra
 }
 
 // One CTA per frame. Each warp takes a contiguous share of the pixels sorted
-// by ring and reads it 32 at a time (coalesced index loads, lane l the l-th
-// pixel): when the 32 pixels lie in one ring (most of the time: a ring holds
-// hundreds of pixels) the warp sums them with one reduction and lane 0 keeps
-// the running sum of the ring in a register; at a ring boundary inside the 32
-// every lane adds its value to the CTA's bins in shared memory. The bins are
+// by ring and reads it 128 at a time (lane l the 4 pixels from 4l: one 16-byte
+// index load each): when the chunk's first and last pixels lie in the same
+// ring, so does the whole chunk (most of the time: a ring holds hundreds of
+// pixels), and the warp sums it with one reduction while lane 0 keeps the
+// running sum of the ring in a register; at a ring boundary inside the chunk
+// every lane adds its values to the CTA's bins in shared memory. The bins are
 // `Bin` (32-bit: native shared atomics, exact when sums fit in 32 bits).
 // kStaged: the frame is first copied into shared memory with coalesced 16-byte
 // loads, so the gathers in ring order hit shared memory instead of sectors of
@@ -103,34 +138,59 @@ __global__ void __launch_bounds__(tuning::kRingSumThreads)
   if (moments.d_moments != nullptr) frame_moments_of(frame, frame_pixels, moments, first_frame + blockIdx.x);
   const std::uint32_t lane = threadIdx.x % 32;
   const std::uint32_t warps = blockDim.x / 32;
-  const std::uint32_t share = (frame_pixels + warps * 32 - 1) / (warps * 32) * 32;  // a multiple of 32
+  constexpr std::uint32_t kChunk = 128;  // sorted pixels per warp step: 4 per lane
+  const std::uint32_t share = (frame_pixels + warps * kChunk - 1) / (warps * kChunk) * kChunk;
   const std::uint32_t begin = threadIdx.x / 32 * share;
   const std::uint32_t end = min(begin + share, frame_pixels);
   Bin running = 0;                   // lane 0: the running sum of running_ring
   std::uint32_t running_ring = 0xffffffffu;
-  for (std::uint32_t base = begin; base < end; base += 32) {
-    const std::uint32_t i = base + lane;
-    const bool inside = i < end;
-    const std::uint32_t ring = inside ? __ldg(ring_of_sorted + i) : 0xffffu;
-    const Bin value = inside ? static_cast<Bin>(frame[__ldg(pixels_by_ring + i)]) : Bin{0};
-    const std::uint32_t first_ring = __shfl_sync(kernels::kFullWarp, ring, 0);
-    if (__all_sync(kernels::kFullWarp, !inside || ring == first_ring)) {
-      Bin sum;
-      if constexpr (sizeof(Bin) == 4) {
-        sum = __reduce_add_sync(kernels::kFullWarp, value);
-      } else {
-        sum = kernels::warp_sum_u64(value);
-      }
-      if (lane == 0) {
-        if (first_ring != running_ring) {
-          if (running != 0) atomicAdd(bins + running_ring, running);
-          running = 0;
-          running_ring = first_ring;
+  for (std::uint32_t base = begin; base < end; base += kChunk) {
+    const std::uint32_t i = base + 4 * lane;
+    Bin value[4];
+    std::uint32_t ring[4];
+    if (base + kChunk <= end) {  // a whole chunk (the same for every lane)
+      const uint4 pixel = __ldg(reinterpret_cast<const uint4*>(pixels_by_ring + i));
+      value[0] = frame[pixel.x];
+      value[1] = frame[pixel.y];
+      value[2] = frame[pixel.z];
+      value[3] = frame[pixel.w];
+      // Sorted by ring: the chunk lies in one ring when its first and last do.
+      const std::uint32_t first_ring = __ldg(ring_of_sorted + base);
+      if (first_ring == __ldg(ring_of_sorted + base + kChunk - 1)) {
+        const Bin mine = value[0] + value[1] + value[2] + value[3];
+        Bin sum;
+        if constexpr (sizeof(Bin) == 4) {
+          sum = __reduce_add_sync(kernels::kFullWarp, mine);
+        } else {
+          sum = kernels::warp_sum_u64(mine);
         }
-        running += sum;
+        if (lane == 0) {
+          if (first_ring != running_ring) {
+            if (running != 0) atomicAdd(bins + running_ring, running);
+            running = 0;
+            running_ring = first_ring;
+          }
+          running += sum;
+        }
+        continue;
       }
-    } else if (inside && value != 0) {
-      atomicAdd(bins + ring, value);
+      const uint2 rings = __ldg(reinterpret_cast<const uint2*>(ring_of_sorted + i));
+      ring[0] = rings.x & 0xffffu;
+      ring[1] = rings.x >> 16;
+      ring[2] = rings.y & 0xffffu;
+      ring[3] = rings.y >> 16;
+    } else {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const bool inside = i + k < end;
+        ring[k] = inside ? __ldg(ring_of_sorted + i + k) : 0u;
+        value[k] = inside ? static_cast<Bin>(frame[__ldg(pixels_by_ring + i + k)]) : Bin{0};
+      }
+    }
+    // A ring boundary inside the chunk: every value to its ring's bin.
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if (value[k] != 0) atomicAdd(bins + ring[k], value[k]);
     }
   }
   if (lane == 0 && running != 0) atomicAdd(bins + running_ring, running);
@@ -228,6 +288,8 @@ void dense_ring_sums(const void* d_frames, DType dtype, std::uint64_t frame_coun
   if (ring_count == 0 || frame_count > 0x7fffffffu) throw bad_request("dense_ring_sums: bad ring or frame count");
   if (std::uint64_t{ring_count} * sum_bytes > 96 * 1024) throw bad_request("dense_ring_sums: too many rings");
   if (first_frame + frame_count > ring_stride) throw bad_request("dense_ring_sums: frames outside the ring table");
+  if ((reinterpret_cast<std::uintptr_t>(d_pixels_by_ring) & 15u) != 0 || (reinterpret_cast<std::uintptr_t>(d_ring_of_sorted) & 7u) != 0)
+    throw bad_request("dense_ring_sums: the ring tables must be 16-byte (pixels) and 8-byte (rings) aligned");
   if (sum_bytes == 4) {
     launch_for_dtype(d_frames, dtype, frame_count, frame_pixels, d_pixels_by_ring, d_ring_of_sorted, ring_count,
                      static_cast<unsigned int*>(d_ring_sums), ring_stride, first_frame, moments, stream);

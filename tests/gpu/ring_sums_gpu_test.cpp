@@ -143,6 +143,11 @@ TEST(RingSumsGpu, MatchTheCpuReferenceForEveryDtypeAndWidth) {
   // Frames too large to stage in shared memory (210 x 210 x 4 bytes) take the global-memory path.
   check_ring_sums<std::uint32_t>(DType::uint32, 8, 0xffffffffu, 210, 210, 6);
   check_ring_sums<std::uint16_t>(DType::uint16, 4, 0xffff, 300, 290, 5);
+  // Columns a multiple of a 16-byte load's values: the moments 16 bytes at a time.
+  check_ring_sums<std::uint8_t>(DType::uint8, 4, 0xff, 24, 48, 40);
+  check_ring_sums<std::uint16_t>(DType::uint16, 4, 0xffff, 64, 40, 30);
+  check_ring_sums<std::uint32_t>(DType::uint32, 8, 0xffffffffu, 33, 36, 20);
+  check_ring_sums<std::uint32_t>(DType::uint32, 8, 0xffffffffu, 256, 256, 3);  // not staged
 }
 
 template <class T>
@@ -167,6 +172,7 @@ void check_frame_moments(DType dtype, std::uint64_t largest, std::uint32_t rows,
 TEST(RingSumsGpu, FrameMomentsMatchTheHostForEveryDtypeAndShape) {
   QUANTEM_REQUIRE_CUDA_DEVICE();
   check_frame_moments<std::uint8_t>(DType::uint8, 0xff, 37, 45, 40);
+  check_frame_moments<std::uint8_t>(DType::uint8, 0xff, 20, 32, 10);  // 16 values per load
   check_frame_moments<std::uint16_t>(DType::uint16, 0xffff, 192, 192, 12);
   check_frame_moments<std::uint32_t>(DType::uint32, 0xffffffffu, 7, 300, 20);    // rows wider than a CTA
   check_frame_moments<std::uint32_t>(DType::uint32, 0xffffffffu, 300, 1, 20);    // one column
