@@ -92,6 +92,39 @@ __device__ inline bool start_job(QuadDecoder& q, const ResidentParams& p, const 
   return true;
 }
 
+// What every per-job decoder does first (grid: stream blocks x jobs, the
+// decode tables in dynamic shared memory): opens the job's group, fills the
+// CTA's decode tables and starts this thread's stream at the job's first
+// frame. false when the thread has nothing to decode: past the last stream,
+// or a malformed job (then *error is flagged).
+__device__ inline bool start_job_stream(const ResidentParams& p, const FrameJob& job, std::uint8_t* shared,
+                                        std::uint32_t* error, OpenedGroup& opened, QuadDecoder& q) {
+  auto* table = reinterpret_cast<std::uint32_t*>(shared);
+  auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
+  opened = open_group(p, job.group);
+  if (!opened.valid || job.frame_end > opened.frame_count) {
+    if (threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
+    return false;
+  }
+  group_decode_tables(p, opened, job.group, table, cdf_scratch);  // ends with __syncthreads()
+  const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
+  if (stream >= p.stream_count) return false;
+  if (!start_job(q, p, opened, table, stream, job, job.group)) {
+    if (error != nullptr) atomicOr(error, 1u);
+    return false;
+  }
+  q.agree_on_raw_bits();
+  return true;
+}
+
+// After a job's frames: a corrupt stream, or one that reached its group's end
+// without finishing cleanly, flags *error.
+__device__ inline void flag_if_stream_corrupt(const QuadDecoder& q, const FrameJob& job, const OpenedGroup& opened,
+                                              std::uint32_t* error) {
+  const bool bad = q.reader.corrupt || (job.frame_end == opened.frame_count && !q.reader.finished_cleanly());
+  if (bad && error != nullptr) atomicOr(error, 1u);
+}
+
 __device__ inline bool frame_selected(const std::uint32_t* bitmap, std::uint64_t frame) {
   return ((__ldg(bitmap + (frame >> 5)) >> (frame & 31u)) & 1u) != 0;
 }
@@ -104,23 +137,10 @@ __global__ void __launch_bounds__(Threads)
                              const std::uint32_t* __restrict__ bitmap, unsigned long long* sums, unsigned int* maxima,
                              std::uint32_t* error) {
   extern __shared__ __align__(16) std::uint8_t shared[];
-  auto* table = reinterpret_cast<std::uint32_t*>(shared);
-  auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
   const FrameJob job = jobs[blockIdx.y];
-  const OpenedGroup opened = open_group(p, job.group);
-  if (!opened.valid || job.frame_end > opened.frame_count) {
-    if (threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
-    return;
-  }
-  group_decode_tables(p, opened, job.group, table, cdf_scratch);  // ends with __syncthreads()
-  const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
-  if (stream >= p.stream_count) return;
+  OpenedGroup opened;
   QuadDecoder q;
-  if (!start_job(q, p, opened, table, stream, job, job.group)) {
-    if (error != nullptr) atomicOr(error, 1u);
-    return;
-  }
-  q.agree_on_raw_bits();
+  if (!start_job_stream(p, job, shared, error, opened, q)) return;
   unsigned long long sum[4] = {0, 0, 0, 0};
   std::uint32_t largest[4] = {0, 0, 0, 0};
   for (std::uint32_t f = job.frame_begin; f < job.frame_end; ++f) {
@@ -138,8 +158,7 @@ __global__ void __launch_bounds__(Threads)
       }
     }
   }
-  const bool bad = q.reader.corrupt || (job.frame_end == opened.frame_count && !q.reader.finished_cleanly());
-  if (bad && error != nullptr) atomicOr(error, 1u);
+  flag_if_stream_corrupt(q, job, opened, error);
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     if ((q.present >> k) & 1u) {
@@ -156,22 +175,9 @@ __global__ void __launch_bounds__(tuning::kAccumulateThreads)
     decode_frames_kernel(ResidentParams p, FrameJob job, std::uint32_t keep_from, Element* frames,
                          std::uint32_t* error) {
   extern __shared__ __align__(16) std::uint8_t shared[];
-  auto* table = reinterpret_cast<std::uint32_t*>(shared);
-  auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
-  const OpenedGroup opened = open_group(p, job.group);
-  if (!opened.valid || job.frame_end > opened.frame_count) {
-    if (threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
-    return;
-  }
-  group_decode_tables(p, opened, job.group, table, cdf_scratch);  // ends with __syncthreads()
-  const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
-  if (stream >= p.stream_count) return;
+  OpenedGroup opened;
   QuadDecoder q;
-  if (!start_job(q, p, opened, table, stream, job, job.group)) {
-    if (error != nullptr) atomicOr(error, 1u);
-    return;
-  }
-  q.agree_on_raw_bits();
+  if (!start_job_stream(p, job, shared, error, opened, q)) return;
   const std::uint64_t pixels = std::uint64_t{p.rows} * p.cols;
   for (std::uint32_t f = job.frame_begin; f < job.frame_end; ++f) {
     std::uint32_t values[4];
@@ -183,8 +189,7 @@ __global__ void __launch_bounds__(tuning::kAccumulateThreads)
       if ((q.present >> k) & 1u) frame[q.pixels[k]] = static_cast<Element>(values[k]);
     }
   }
-  const bool bad = q.reader.corrupt || (job.frame_end == opened.frame_count && !q.reader.finished_cleanly());
-  if (bad && error != nullptr) atomicOr(error, 1u);
+  flag_if_stream_corrupt(q, job, opened, error);
 }
 
 // grid: (stream blocks, jobs). Adds each selected frame's values to its slot.
@@ -193,23 +198,10 @@ __global__ void __launch_bounds__(tuning::kAccumulateThreads)
                             const std::int32_t* __restrict__ frame_slots, unsigned long long* slot_sums,
                             std::uint32_t* error) {
   extern __shared__ __align__(16) std::uint8_t shared[];
-  auto* table = reinterpret_cast<std::uint32_t*>(shared);
-  auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
   const FrameJob job = jobs[blockIdx.y];
-  const OpenedGroup opened = open_group(p, job.group);
-  if (!opened.valid || job.frame_end > opened.frame_count) {
-    if (threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
-    return;
-  }
-  group_decode_tables(p, opened, job.group, table, cdf_scratch);
-  const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
-  if (stream >= p.stream_count) return;
+  OpenedGroup opened;
   QuadDecoder q;
-  if (!start_job(q, p, opened, table, stream, job, job.group)) {
-    if (error != nullptr) atomicOr(error, 1u);
-    return;
-  }
-  q.agree_on_raw_bits();
+  if (!start_job_stream(p, job, shared, error, opened, q)) return;
   const std::uint64_t pixels = std::uint64_t{p.rows} * p.cols;
   for (std::uint32_t f = job.frame_begin; f < job.frame_end; ++f) {
     const std::int32_t slot = __ldg(frame_slots + opened.first_frame + f);
@@ -226,8 +218,7 @@ __global__ void __launch_bounds__(tuning::kAccumulateThreads)
       }
     }
   }
-  const bool bad = q.reader.corrupt || (job.frame_end == opened.frame_count && !q.reader.finished_cleanly());
-  if (bad && error != nullptr) atomicOr(error, 1u);
+  flag_if_stream_corrupt(q, job, opened, error);
 }
 
 __global__ void binned_slot_max_kernel(const std::uint64_t* __restrict__ slot_sums, std::uint32_t slot_count,

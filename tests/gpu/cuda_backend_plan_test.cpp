@@ -101,9 +101,10 @@ TEST(CudaLoadPlan, ReadScheduleStagesEveryChunkWhereTheDecoderLooks) {
   }
 }
 
-TEST(CudaLoadPlan, DefaultsHoldAbout1GiBOfFramesPerBatchAndBoundTheResident) {
+// The benchmarks' acquisition: 512 x 512 frames of 192 x 192 uint16 in bitshuffle/LZ4 chunks.
+catalog::Acquisition realistic_512(const std::string& name) {
   catalog::Acquisition a;
-  a.name = "big_master.h5";
+  a.name = name;
   a.scan_rows = 512;
   a.scan_cols = 512;
   a.detector_rows = 192;
@@ -111,6 +112,11 @@ TEST(CudaLoadPlan, DefaultsHoldAbout1GiBOfFramesPerBatchAndBoundTheResident) {
   a.dtype = DType::uint16;
   a.chunk_format.filter = codec::ChunkFilter::bitshuffle_lz4;
   a.chunk_format.element_size = 2;
+  return a;
+}
+
+TEST(CudaLoadPlan, DefaultsHoldAbout1GiBOfFramesPerBatchAndBoundTheResident) {
+  catalog::Acquisition a = realistic_512("big_master.h5");
   const CudaLoadPlan plan = plan_cuda_load(a, {});
   EXPECT_EQ(plan.frames_per_group, 2048u);
   EXPECT_EQ(plan.groups_per_batch, 7u);  // 7 x 2048 frames x 72 KiB = 1.06 GB
@@ -136,15 +142,7 @@ TEST(CudaLoadPlan, DefaultsHoldAbout1GiBOfFramesPerBatchAndBoundTheResident) {
 }
 
 TEST(CudaLoadPlan, RecentFramesHoldOneSeekSegmentWithinTheirCap) {
-  catalog::Acquisition a;
-  a.name = "recent_master.h5";
-  a.scan_rows = 512;
-  a.scan_cols = 512;
-  a.detector_rows = 192;
-  a.detector_cols = 192;
-  a.dtype = DType::uint16;
-  a.chunk_format.filter = codec::ChunkFilter::bitshuffle_lz4;
-  a.chunk_format.element_size = 2;
+  catalog::Acquisition a = realistic_512("recent_master.h5");
   CudaLoadPlan plan = plan_cuda_load(a, {});
   // One seek segment (512 frames, one scan row here) of 72 KiB frames: 36 MiB, under the 64 MiB cap.
   EXPECT_EQ(plan.recent_frames, 512u);
