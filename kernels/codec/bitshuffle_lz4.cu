@@ -3,13 +3,22 @@
 //  1. index kernel, one thread per chunk: validates the 12-byte header, walks
 //     the u32 BE block lengths (each bounded by the chunk), writes a block
 //     table (payload offset, length) and copies the raw tail elements.
-//  2. block kernel, one warp per bitshuffle block: LZ4 into shared memory,
-//     ballot unshuffle, coalesced stores. Errors go to the chunk's status with
-//     atomicCAS (first error wins); nothing ever faults.
+//     It also clears the flag that lets the block kernel record sequences,
+//     when a chunk's bytes overlap the next chunk's (never in a load).
+//  2. block kernel, a warp per 32 bitshuffle blocks: each lane parses one
+//     block's LZ4 tokens (every check of lz4_decode_block) and records its
+//     sequences in the scratch; then the warp replays each block's sequences
+//     into shared memory, unshuffles it with a warp bit transpose and stores
+//     it coalesced. Errors go to the chunk's status with atomicCAS (first
+//     error wins); nothing ever faults.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/bitshuffle_lz4.hpp"
@@ -76,17 +85,29 @@ __device__ std::uint32_t load_be32(const std::uint8_t* p) {
   return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
 }
 
+// Where block payloads' sequence tables go: the payload at byte p (>= 16:
+// after the chunk header and its length field) of a block of n bytes gets the
+// table entries from (p - 4) / 3 on, n / 3 + 1 of them, so blocks whose bytes
+// (with their length fields) do not overlap get tables that do not overlap.
+__host__ __device__ constexpr std::uint64_t sequence_table_entries(std::uint64_t stored_bytes) {
+  return stored_bytes / 3 + 2;
+}
+__device__ inline std::uint64_t sequence_table_start(std::uint64_t payload) { return (payload - 4) / 3; }
+
 __global__ void __launch_bounds__(kernels::tuning::kBslz4IndexThreads)
     index_chunks_kernel(const std::uint8_t* __restrict__ stored, std::uint64_t stored_bytes,
                         const std::uint64_t* __restrict__ chunk_offsets,
                         const std::uint32_t* __restrict__ chunk_sizes, std::size_t chunk_count, ChunkLayout layout,
                         uint2* __restrict__ block_table, std::uint8_t* __restrict__ decoded,
-                        std::uint32_t* __restrict__ status) {
+                        std::uint32_t* __restrict__ status, std::uint32_t* __restrict__ overlapping) {
   for (std::size_t chunk = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; chunk < chunk_count;
        chunk += std::size_t{gridDim.x} * blockDim.x) {
     const std::uint64_t offset = chunk_offsets[chunk];
     const std::uint8_t* base = stored + offset;
     const std::uint32_t size = chunk_sizes[chunk];
+    // The sequence tables need every chunk's bytes apart from the next one's
+    // (in a load they lie back to back in offset order).
+    if (chunk + 1 < chunk_count && chunk_offsets[chunk + 1] < offset + size) atomicOr(overlapping, 1u);
     ChunkStatus result = ChunkStatus::ok;
     if (offset > stored_bytes || size > stored_bytes - offset) {
       result = ChunkStatus::outside_staging;
@@ -139,81 +160,149 @@ __global__ void __launch_bounds__(kernels::tuning::kBslz4IndexThreads)
   }
 }
 
-// Shared memory of one warp of decode_blocks_kernel: an 8 KiB output buffer
-// and, when compressed blocks are staged, room for one (16-byte loads may
-// start up to 15 bytes before it and end past it).
-__host__ __device__ constexpr std::size_t warp_area_bytes(std::uint32_t stage_bytes) {
-  return kMaxBitshuffleBlockBytes + (stage_bytes == 0 ? 0 : (std::size_t{stage_bytes} + 32 + 15) / 16 * 16);
+// The block at global index `global_block` of the batch.
+struct BlockAt {
+  std::uint64_t chunk;
+  std::uint32_t block;
+  std::uint32_t output_bytes;
+};
+__device__ inline BlockAt block_at(std::uint64_t global_block, const ChunkLayout& layout, std::uint32_t element_bytes) {
+  BlockAt at;
+  at.chunk = global_block / layout.blocks_per_chunk;
+  at.block = static_cast<std::uint32_t>(global_block - at.chunk * layout.blocks_per_chunk);
+  at.output_bytes =
+      (at.block < layout.full_blocks ? layout.block_elements : layout.partial_block_elements) * element_bytes;
+  return at;
 }
 
+__device__ inline void flag_chunk(std::uint32_t* status, std::uint64_t chunk, kernels::Lz4Result result) {
+  const ChunkStatus code = result == kernels::Lz4Result::wrong_size ? ChunkStatus::lz4_wrong_size : ChunkStatus::lz4_corrupt;
+  atomicCAS(status + chunk, static_cast<std::uint32_t>(ChunkStatus::ok), static_cast<std::uint32_t>(code));
+}
+
+// Each warp takes kBslz4BlocksPerWarp consecutive blocks at a time (a
+// grid-stride loop over a grid that fills the GPU once). Phase 1: lane l
+// parses block first + l alone (RecordingLz4Io: the checks of
+// lz4_decode_block, the sequences into the scratch). Phase 2: the warp
+// replays each parsed block into its 8 KiB shared buffer and unshuffles it.
+// Parsing is the serial part of LZ4: blocks parsed side by side by lanes
+// take a fraction of the instructions of one warp parsing each in turn.
+// With `overlapping` set (chunks whose bytes overlap: their tables would),
+// every block is decoded the older way instead: the whole warp runs
+// lz4_decode_block on one block at a time.
 template <int kElementBytes>
 __global__ void __launch_bounds__(kernels::tuning::kBslz4WarpsPerCta * 32)
-    decode_blocks_kernel(const std::uint8_t* __restrict__ stored, std::uint64_t stored_bytes,
-                         const std::uint64_t* __restrict__ chunk_offsets, std::size_t chunk_count, ChunkLayout layout,
-                         const uint2* __restrict__ block_table, std::uint8_t* __restrict__ decoded,
-                         std::uint32_t* status, std::uint32_t stage_bytes) {
+    decode_blocks_kernel(const std::uint8_t* __restrict__ stored, const std::uint64_t* __restrict__ chunk_offsets,
+                         std::size_t chunk_count, ChunkLayout layout, const uint2* __restrict__ block_table,
+                         kernels::Lz4Sequence* sequences, const std::uint32_t* __restrict__ overlapping,
+                         std::uint8_t* __restrict__ decoded, std::uint32_t* status) {
   using Element = typename kernels::ElementType<kElementBytes>::type;
-  // Per warp: the block's output, then (stage_bytes > 0) its staged input.
-  extern __shared__ __align__(16) std::uint8_t warp_areas[];
+  extern __shared__ __align__(16) std::uint8_t warp_areas[];  // 8 KiB of output per warp
   const std::uint32_t warp = threadIdx.x / 32;
   const std::uint32_t lane = threadIdx.x % 32;
-  std::uint8_t* buffer = warp_areas + std::size_t{warp} * warp_area_bytes(stage_bytes);
-  std::uint8_t* staged = buffer + kMaxBitshuffleBlockBytes;
+  std::uint8_t* buffer = warp_areas + std::size_t{warp} * kMaxBitshuffleBlockBytes;
   const std::uint64_t total_blocks = std::uint64_t{chunk_count} * layout.blocks_per_chunk;
-  for (std::uint64_t global_block = std::uint64_t{blockIdx.x} * kernels::tuning::kBslz4WarpsPerCta + warp;
-       global_block < total_blocks; global_block += std::uint64_t{gridDim.x} * kernels::tuning::kBslz4WarpsPerCta) {
-    const std::uint64_t chunk = global_block / layout.blocks_per_chunk;
-    const std::uint32_t block = static_cast<std::uint32_t>(global_block % layout.blocks_per_chunk);
-    std::uint32_t chunk_status = 0;
-    if (lane == 0) chunk_status = *static_cast<volatile std::uint32_t*>(status + chunk);
-    chunk_status = __shfl_sync(0xffffffffu, chunk_status, 0);
-    if (chunk_status != static_cast<std::uint32_t>(ChunkStatus::ok)) continue;
-
-    const std::uint32_t element_count =
-        block < layout.full_blocks ? layout.block_elements : layout.partial_block_elements;
-    const uint2 entry = block_table[global_block];
-    const std::uint64_t payload = chunk_offsets[chunk] + entry.x;
-    kernels::Lz4Result result;
-    if (entry.y <= stage_bytes) {
-      // Stage the compressed block: aligned 16-byte loads, never past stored_bytes.
-      const std::uint64_t aligned = payload & ~std::uint64_t{15};
-      const std::uint32_t lead = static_cast<std::uint32_t>(payload - aligned);
-      const std::uint32_t pieces = (lead + entry.y + 15) / 16;
-      for (std::uint32_t piece = lane; piece < pieces; piece += 32) {
-        const std::uint64_t at = aligned + 16 * std::uint64_t{piece};
-        if (at + 16 <= stored_bytes) {
-          *reinterpret_cast<uint4*>(staged + 16 * piece) = __ldg(reinterpret_cast<const uint4*>(stored + at));
+  const bool record = *overlapping == 0;
+  constexpr std::uint32_t kNotDecoded = 0xffffffffu;
+  constexpr std::uint32_t kBatch = kernels::tuning::kBslz4BlocksPerWarp;
+  for (std::uint64_t first = (std::uint64_t{blockIdx.x} * kernels::tuning::kBslz4WarpsPerCta + warp) * kBatch;
+       first < total_blocks; first += std::uint64_t{gridDim.x} * kernels::tuning::kBslz4WarpsPerCta * kBatch) {
+    // Phase 1: this lane's block, parsed and recorded (or only looked up).
+    std::uint32_t mine = kNotDecoded;  // the block's sequence count, or 0 for the warp to parse (overlapping)
+    std::uint64_t payload = 0;
+    const std::uint64_t global_block = first + lane;
+    if (lane < kBatch && global_block < total_blocks) {
+      const BlockAt at = block_at(global_block, layout, kElementBytes);
+      if (*static_cast<volatile std::uint32_t*>(status + at.chunk) == static_cast<std::uint32_t>(ChunkStatus::ok)) {
+        const uint2 entry = block_table[global_block];
+        payload = chunk_offsets[at.chunk] + entry.x;
+        if (!record) {
+          mine = 0;
         } else {
-          for (std::uint32_t b = 0; b < 16; ++b) staged[16 * piece + b] = at + b < stored_bytes ? stored[at + b] : 0;
+          kernels::RecordingLz4Io io{stored + payload, sequences + sequence_table_start(payload)};
+          const kernels::Lz4Result result = kernels::lz4_decode_block(io, entry.y, at.output_bytes);
+          if (result == kernels::Lz4Result::ok) {
+            io.finish();
+            mine = io.count;
+          } else {
+            flag_chunk(status, at.chunk, result);
+          }
         }
       }
-      __syncwarp();
-      kernels::SharedInputWarpLz4Io io{staged + lead, buffer, lane};
-      result = kernels::lz4_decode_block(io, entry.y, element_count * kElementBytes);
-    } else {
-      kernels::WarpLz4Io io{stored + payload, buffer, lane};
-      result = kernels::lz4_decode_block(io, entry.y, element_count * kElementBytes);
     }
-    if (result != kernels::Lz4Result::ok) {
-      if (lane == 0) {
-        const ChunkStatus code =
-            result == kernels::Lz4Result::wrong_size ? ChunkStatus::lz4_wrong_size : ChunkStatus::lz4_corrupt;
-        atomicCAS(status + chunk, static_cast<std::uint32_t>(ChunkStatus::ok), static_cast<std::uint32_t>(code));
+    __syncwarp();  // the recorded sequences are visible to the warp
+    // Phase 2: every parsed block in turn, by the whole warp.
+    for (std::uint32_t k = 0; k < kBatch; ++k) {
+      const std::uint32_t count = __shfl_sync(0xffffffffu, mine, k);
+      if (count == kNotDecoded) continue;
+      const std::uint64_t block_payload =
+          (std::uint64_t{__shfl_sync(0xffffffffu, static_cast<std::uint32_t>(payload >> 32), k)} << 32) |
+          __shfl_sync(0xffffffffu, static_cast<std::uint32_t>(payload), k);
+      const BlockAt at = block_at(first + k, layout, kElementBytes);
+      if (record) {
+        kernels::replay_lz4_sequences(sequences + sequence_table_start(block_payload), count, stored + block_payload,
+                                      buffer, lane);
+      } else {
+        kernels::WarpLz4Io io{stored + block_payload, buffer, lane};
+        const kernels::Lz4Result result = kernels::lz4_decode_block(io, block_table[first + k].y, at.output_bytes);
+        if (result != kernels::Lz4Result::ok) {
+          if (lane == 0) flag_chunk(status, at.chunk, result);
+          continue;
+        }
       }
-      continue;
+      Element* out = reinterpret_cast<Element*>(decoded + at.chunk * layout.elements_per_chunk * kElementBytes) +
+                     std::uint64_t{at.block} * layout.block_elements;
+      kernels::bitunshuffle_block_warp<kElementBytes>(buffer, at.output_bytes / kElementBytes, out, lane);
+      __syncwarp();  // the buffer is rewritten by the next block
     }
-    Element* out = reinterpret_cast<Element*>(decoded + chunk * layout.elements_per_chunk * kElementBytes) +
-                   std::uint64_t{block} * layout.block_elements;
-    kernels::bitunshuffle_block_warp<kElementBytes>(buffer, element_count, out, lane);
-    __syncwarp();  // the buffers are rewritten by the next block
   }
+}
+
+constexpr std::size_t kDecodeSharedBytes = kernels::tuning::kBslz4WarpsPerCta * kMaxBitshuffleBlockBytes;
+
+// CTAs of decode_blocks_kernel<element bytes> that fit the current device at
+// once (asked once per device and element size).
+std::uint64_t resident_decode_ctas(std::uint32_t element_bytes) {
+  int device = 0;
+  QUANTEM_CUDA_TRY(cudaGetDevice(&device));
+  static std::mutex mutex;
+  static std::map<std::pair<int, std::uint32_t>, std::uint64_t> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(device, element_bytes);
+  auto it = known.find(key);
+  if (it == known.end()) {
+    int sms = 0, per_sm = 0;
+    QUANTEM_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int threads = kernels::tuning::kBslz4WarpsPerCta * 32;
+    if (element_bytes == 1) {
+      QUANTEM_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_blocks_kernel<1>, threads, kDecodeSharedBytes));
+    } else if (element_bytes == 2) {
+      QUANTEM_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_blocks_kernel<2>, threads, kDecodeSharedBytes));
+    } else {
+      QUANTEM_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_blocks_kernel<4>, threads, kDecodeSharedBytes));
+    }
+    it = known.emplace(key, std::uint64_t(std::max(sms, 1)) * std::uint64_t(std::max(per_sm, 1))).first;
+  }
+  return it->second;
+}
+
+// Scratch: the block table, the overlap flag, the sequence tables.
+struct ScratchParts {
+  std::size_t block_table = 0, overlapping = 0, sequences = 0, total = 0;
+};
+ScratchParts scratch_parts(const BitshuffleLz4Batch& batch, const ChunkLayout& layout) {
+  ScratchParts parts;
+  parts.block_table = 0;
+  parts.overlapping = (batch.chunk_count * std::size_t{layout.blocks_per_chunk} * sizeof(uint2) + 15) / 16 * 16;
+  parts.sequences = parts.overlapping + 16;
+  parts.total = parts.sequences + sequence_table_entries(batch.stored_bytes) * sizeof(kernels::Lz4Sequence);
+  return parts;
 }
 
 }  // namespace
 
 std::size_t bitshuffle_lz4_scratch_bytes(const BitshuffleLz4Batch& batch) {
-  const ChunkLayout layout = make_layout(batch);
-  return batch.chunk_count * std::size_t{layout.blocks_per_chunk} * sizeof(uint2);
+  return scratch_parts(batch, make_layout(batch)).total;
 }
 
 void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std::size_t scratch_bytes,
@@ -227,36 +316,44 @@ void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std
     throw bad_request("bitshuffle/LZ4 decode: null device pointer in the batch");
   if (reinterpret_cast<std::uintptr_t>(batch.d_stored) % 16 != 0)
     throw bad_request("bitshuffle/LZ4 decode: d_stored must be 16-byte aligned");
-  auto* block_table = static_cast<uint2*>(d_scratch);
+  const ScratchParts parts = scratch_parts(batch, layout);
+  auto* scratch = static_cast<std::uint8_t*>(d_scratch);
+  auto* block_table = reinterpret_cast<uint2*>(scratch + parts.block_table);
+  auto* overlapping = reinterpret_cast<std::uint32_t*>(scratch + parts.overlapping);
+  auto* sequences = reinterpret_cast<kernels::Lz4Sequence*>(scratch + parts.sequences);
+  QUANTEM_CUDA_TRY(cudaMemsetAsync(overlapping, 0, 4, stream));
 
   const std::size_t index_ctas_needed =
       (batch.chunk_count + kernels::tuning::kBslz4IndexThreads - 1) / kernels::tuning::kBslz4IndexThreads;
   const unsigned index_ctas = static_cast<unsigned>(index_ctas_needed < 65535 ? index_ctas_needed : 65535);
   index_chunks_kernel<<<index_ctas, kernels::tuning::kBslz4IndexThreads, 0, stream>>>(
       batch.d_stored, batch.stored_bytes, batch.d_chunk_offsets, batch.d_chunk_sizes, batch.chunk_count, layout,
-      block_table,
-      batch.d_decoded, batch.d_status);
+      block_table, batch.d_decoded, batch.d_status, overlapping);
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "index_chunks_kernel");
 
   const std::uint64_t total_blocks = std::uint64_t{batch.chunk_count} * layout.blocks_per_chunk;
   if (total_blocks == 0) return;
-  const std::uint64_t ctas_needed = (total_blocks + kernels::tuning::kBslz4WarpsPerCta - 1) / kernels::tuning::kBslz4WarpsPerCta;
-  const unsigned ctas = static_cast<unsigned>(ctas_needed < (1u << 30) ? ctas_needed : (1u << 30));
+  constexpr std::uint64_t kBlocksPerCta = kernels::tuning::kBslz4WarpsPerCta * kernels::tuning::kBslz4BlocksPerWarp;
+  const std::uint64_t ctas_needed = (total_blocks + kBlocksPerCta - 1) / kBlocksPerCta;
+  const std::uint64_t ctas_resident = resident_decode_ctas(layout.element_size);  // the GPU filled once
+  const unsigned ctas = static_cast<unsigned>(std::min(ctas_needed, ctas_resident));
   const unsigned threads = kernels::tuning::kBslz4WarpsPerCta * 32;
-  constexpr std::uint32_t stage_bytes = kernels::tuning::kBslz4StageBytes;
-  const std::size_t shared_bytes = kernels::tuning::kBslz4WarpsPerCta * warp_area_bytes(stage_bytes);
+  const std::size_t shared_bytes = kDecodeSharedBytes;
   switch (layout.element_size) {
     case 1:
-      decode_blocks_kernel<1><<<ctas, threads, shared_bytes, stream>>>(batch.d_stored, batch.stored_bytes, batch.d_chunk_offsets, batch.chunk_count,
-                                                            layout, block_table, batch.d_decoded, batch.d_status, stage_bytes);
+      decode_blocks_kernel<1><<<ctas, threads, shared_bytes, stream>>>(batch.d_stored, batch.d_chunk_offsets,
+                                                                       batch.chunk_count, layout, block_table, sequences,
+                                                                       overlapping, batch.d_decoded, batch.d_status);
       break;
     case 2:
-      decode_blocks_kernel<2><<<ctas, threads, shared_bytes, stream>>>(batch.d_stored, batch.stored_bytes, batch.d_chunk_offsets, batch.chunk_count,
-                                                            layout, block_table, batch.d_decoded, batch.d_status, stage_bytes);
+      decode_blocks_kernel<2><<<ctas, threads, shared_bytes, stream>>>(batch.d_stored, batch.d_chunk_offsets,
+                                                                       batch.chunk_count, layout, block_table, sequences,
+                                                                       overlapping, batch.d_decoded, batch.d_status);
       break;
     default:
-      decode_blocks_kernel<4><<<ctas, threads, shared_bytes, stream>>>(batch.d_stored, batch.stored_bytes, batch.d_chunk_offsets, batch.chunk_count,
-                                                            layout, block_table, batch.d_decoded, batch.d_status, stage_bytes);
+      decode_blocks_kernel<4><<<ctas, threads, shared_bytes, stream>>>(batch.d_stored, batch.d_chunk_offsets,
+                                                                       batch.chunk_count, layout, block_table, sequences,
+                                                                       overlapping, batch.d_decoded, batch.d_status);
       break;
   }
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "decode_blocks_kernel");

@@ -162,24 +162,74 @@ struct WarpLz4Io {
   }
 };
 
-// The same with the compressed block staged in shared memory first.
-struct SharedInputWarpLz4Io {
-  const std::uint8_t* input;  // shared memory
-  std::uint8_t* output;       // shared memory
-  std::uint32_t lane;
+// One LZ4 sequence as lz4_decode_block asks for it: copy literal_count
+// literals from literal_input, then match_count bytes from match_offset back
+// (match_count 0: the block's last literals). Every field fits 16 bits in a
+// block of at most 8 KiB (kMaxBitshuffleBlockBytes).
+struct Lz4Sequence {
+  std::uint16_t literal_input;
+  std::uint16_t literal_count;
+  std::uint16_t match_offset;
+  std::uint16_t match_count;
+};
 
-  __device__ std::uint32_t read(std::uint32_t position) const { return input[position]; }
+// Device policy for one lane alone: parses a block from global memory with
+// lz4_decode_block's checks and records its sequences instead of copying;
+// a warp then replays them (replay_lz4_sequences). A block of n input bytes
+// has at most n / 3 + 1 sequences (each but the last reads a token and a
+// two-byte offset).
+struct RecordingLz4Io {
+  const std::uint8_t* input;  // global memory
+  Lz4Sequence* sequences;     // global memory, room for n / 3 + 1
+  std::uint32_t count = 0;
+  Lz4Sequence pending{};
 
-  __device__ void copy_literals(std::uint32_t input_position, std::uint32_t output_position,
-                                std::uint32_t count) {
-    for (std::uint32_t i = lane; i < count; i += 32) output[output_position + i] = input[input_position + i];
-    __syncwarp();
+  __device__ std::uint32_t read(std::uint32_t position) const { return __ldg(input + position); }
+  __device__ void copy_literals(std::uint32_t input_position, std::uint32_t, std::uint32_t literals) {
+    pending.literal_input = static_cast<std::uint16_t>(input_position);
+    pending.literal_count = static_cast<std::uint16_t>(literals);
   }
-
-  __device__ void copy_match(std::uint32_t output_position, std::uint32_t offset, std::uint32_t count) {
-    warp_copy_match(output, lane, output_position, offset, count);
+  __device__ void copy_match(std::uint32_t, std::uint32_t offset, std::uint32_t match) {
+    pending.match_offset = static_cast<std::uint16_t>(offset);
+    pending.match_count = static_cast<std::uint16_t>(match);
+    sequences[count++] = pending;
+  }
+  // After lz4_decode_block returned ok: the last literals.
+  __device__ void finish() {
+    pending.match_offset = 0;
+    pending.match_count = 0;
+    sequences[count++] = pending;
   }
 };
+
+// A warp writes a block recorded by RecordingLz4Io into the shared-memory
+// output: 32 sequences per coalesced load, each broadcast by shuffles; the
+// literals come from the block's input in global memory (just read by the
+// recording lane: cached). The copies are lz4_decode_block's, in its order.
+__device__ inline void replay_lz4_sequences(const Lz4Sequence* sequences, std::uint32_t count,
+                                            const std::uint8_t* input, std::uint8_t* output, std::uint32_t lane) {
+  std::uint32_t output_position = 0;
+  for (std::uint32_t first = 0; first < count; first += 32) {
+    uint2 mine = make_uint2(0, 0);
+    if (first + lane < count) mine = *reinterpret_cast<const uint2*>(sequences + first + lane);
+    const std::uint32_t in_this = min(32u, count - first);
+    for (std::uint32_t k = 0; k < in_this; ++k) {
+      const std::uint32_t literals = __shfl_sync(0xffffffffu, mine.x, k);  // input | count << 16
+      const std::uint32_t match = __shfl_sync(0xffffffffu, mine.y, k);     // offset | count << 16
+      const std::uint32_t literal_input = literals & 0xffffu, literal_count = literals >> 16;
+      for (std::uint32_t i = lane; i < literal_count; i += 32)
+        output[output_position + i] = __ldg(input + literal_input + i);
+      __syncwarp();
+      output_position += literal_count;
+      const std::uint32_t match_count = match >> 16;
+      if (match_count != 0) {
+        warp_copy_match(output, lane, output_position, match & 0xffffu, match_count);
+        output_position += match_count;
+      }
+    }
+  }
+}
+
 #endif
 
 }  // namespace quantem::kernels

@@ -4,15 +4,11 @@
 
 namespace quantem::kernels::tuning {
 
-// bitshuffle/LZ4: one warp per bitshuffle block, each with an 8 KiB shared
-// buffer; 4 warps per CTA -> 32 KiB of shared memory per CTA.
+// bitshuffle/LZ4: each warp takes kBslz4BlocksPerWarp bitshuffle blocks at a
+// time (their lanes parse them side by side, then the warp writes each into
+// its 8 KiB shared buffer); 4 warps per CTA -> 32 KiB of shared memory per CTA.
 inline constexpr int kBslz4WarpsPerCta = 4;
-// Compressed blocks up to this size are staged in shared memory before
-// parsing (most blocks of counting data are 0.3-2 KiB); larger ones are
-// parsed from global memory. 4 x (8 KiB + 3 KiB) stays under 48 KiB. Less
-// staging (more warps per SM) did not help: the 512² u16 load took 0.207 s
-// at 3072, 0.209 at 2048, 0.210 at 1024 and 0.211 without staging (session 8).
-inline constexpr std::uint32_t kBslz4StageBytes = 3072;
+inline constexpr std::uint32_t kBslz4BlocksPerWarp = 8;
 // Chunk-index kernel: one thread per chunk.
 inline constexpr int kBslz4IndexThreads = 128;
 

@@ -92,6 +92,7 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
     shape.element_size = element;
     shape.elements_per_chunk = plan.frame_pixels;
     shape.chunk_count = plan.sub_batch_frames;
+    shape.stored_bytes = plan.staging_bytes;  // a slot's bytes: the decoder's sequence tables scale with them
     plan.bslz4_scratch_bytes = cuda::bitshuffle_lz4_scratch_bytes(shape);
   }
   plan.dense_batch_bytes = plan.batch_frames * plan.frame_bytes;

@@ -29,16 +29,19 @@ struct GpuDecodeResult {
 };
 
 // Packs the chunks back to back (no alignment, as a staging buffer would) and
-// decodes them in one batch.
+// decodes them in one batch. staged_backwards: the last chunk first in the
+// buffer (offsets descending: the decoder cannot record sequences per block
+// and every block takes the warp-at-a-time path).
 GpuDecodeResult decode_on_gpu(const std::vector<Bytes>& chunks, std::size_t element_size, std::size_t elements,
-                              std::size_t block_elements = 0) {
+                              std::size_t block_elements = 0, bool staged_backwards = false) {
   Bytes staged;
-  std::vector<std::uint64_t> offsets;
-  std::vector<std::uint32_t> sizes;
-  for (const Bytes& chunk : chunks) {
-    offsets.push_back(staged.size());
-    sizes.push_back(static_cast<std::uint32_t>(chunk.size()));
-    staged.insert(staged.end(), chunk.begin(), chunk.end());
+  std::vector<std::uint64_t> offsets(chunks.size());
+  std::vector<std::uint32_t> sizes(chunks.size());
+  for (std::size_t k = 0; k < chunks.size(); ++k) {
+    const std::size_t i = staged_backwards ? chunks.size() - 1 - k : k;
+    offsets[i] = staged.size();
+    sizes[i] = static_cast<std::uint32_t>(chunks[i].size());
+    staged.insert(staged.end(), chunks[i].begin(), chunks[i].end());
   }
   const std::size_t frame_bytes = elements * element_size;
   cuda::DeviceBuffer d_stored(std::max<std::size_t>(staged.size(), 1));
@@ -116,6 +119,27 @@ TEST(BitshuffleLz4Gpu, DecodesGeneratedChunksBitForBit) {
         EXPECT_EQ(gpu.status[i], ChunkStatus::ok) << cuda::chunk_status_name(gpu.status[i]);
         EXPECT_EQ(gpu.frames[i], cpu);
         EXPECT_EQ(gpu.frames[i], sources[i]);
+      }
+    }
+  }
+}
+
+// Chunks staged out of offset order decode the same (every block parsed by a
+// whole warp instead of recorded by a lane and replayed).
+TEST(BitshuffleLz4Gpu, ChunksStagedOutOfOrderDecodeTheSame) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  std::mt19937_64 rng(99);
+  for (std::size_t element_size : {1u, 2u, 4u}) {
+    for (std::size_t elements : {36864u, 4108u, 7u}) {
+      std::vector<Bytes> sources, chunks;
+      for (const std::string pattern : {"zero", "uniform", "sparse", "disc"}) {
+        sources.push_back(gpu_test::random_frame(rng, elements, element_size, pattern));
+        chunks.push_back(codec::encode_bitshuffle_lz4(sources.back().data(), elements, element_size));
+      }
+      const GpuDecodeResult gpu = decode_on_gpu(chunks, element_size, elements, 0, true);
+      for (std::size_t i = 0; i < chunks.size(); ++i) {
+        EXPECT_EQ(gpu.status[i], ChunkStatus::ok) << element_size << " " << elements << " " << i;
+        EXPECT_EQ(gpu.frames[i], sources[i]) << element_size << " " << elements << " " << i;
       }
     }
   }
@@ -222,31 +246,37 @@ TEST(BitshuffleLz4Gpu, CorruptChunksFailAloneAndAgreeWithTheCpuReference) {
     add(flipped, "bit flip at " + std::to_string(at));
   }
 
-  const GpuDecodeResult gpu = decode_on_gpu(chunks, 2, elements);
-  int rejected = 0;
   int zero_offset_cases = 0;
-  for (std::size_t i = 0; i < chunks.size(); ++i) {
-    SCOPED_TRACE(labels[i]);
-    Bytes cpu;
-    const bool cpu_ok = decode_on_cpu(chunks[i], 2, elements, cpu);
-    const bool gpu_ok = gpu.status[i] == ChunkStatus::ok;
-    if (cpu_ok && !gpu_ok && lz4_test::chunk_has_zero_offset(chunks[i])) {
-      // Documented difference (kernels/codec/lz4_block.cuh): liblz4 accepts a
-      // match offset of 0 (copying undefined bytes); the GPU rejects it.
-      EXPECT_EQ(gpu.status[i], ChunkStatus::lz4_corrupt);
-      ++zero_offset_cases;
-      continue;
+  // Staged in offset order (lanes record the blocks' sequences) and backwards
+  // (a warp parses each block): the same verdicts.
+  for (const bool backwards : {false, true}) {
+    SCOPED_TRACE(backwards ? "staged backwards" : "staged in order");
+    const GpuDecodeResult gpu = decode_on_gpu(chunks, 2, elements, 0, backwards);
+    int rejected = 0;
+    zero_offset_cases = 0;
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      SCOPED_TRACE(labels[i]);
+      Bytes cpu;
+      const bool cpu_ok = decode_on_cpu(chunks[i], 2, elements, cpu);
+      const bool gpu_ok = gpu.status[i] == ChunkStatus::ok;
+      if (cpu_ok && !gpu_ok && lz4_test::chunk_has_zero_offset(chunks[i])) {
+        // Documented difference (kernels/codec/lz4_block.cuh): liblz4 accepts a
+        // match offset of 0 (copying undefined bytes); the GPU rejects it.
+        EXPECT_EQ(gpu.status[i], ChunkStatus::lz4_corrupt);
+        ++zero_offset_cases;
+        continue;
+      }
+      EXPECT_EQ(gpu_ok, cpu_ok) << "GPU status " << cuda::chunk_status_name(gpu.status[i]);
+      if (gpu_ok && cpu_ok) {
+        EXPECT_TRUE(gpu.frames[i] == cpu);
+      }
+      if (labels[i] == "good") {
+        EXPECT_TRUE(gpu.frames[i] == source);
+      }
+      if (!gpu_ok) ++rejected;
     }
-    EXPECT_EQ(gpu_ok, cpu_ok) << "GPU status " << cuda::chunk_status_name(gpu.status[i]);
-    if (gpu_ok && cpu_ok) {
-      EXPECT_TRUE(gpu.frames[i] == cpu);
-    }
-    if (labels[i] == "good") {
-      EXPECT_TRUE(gpu.frames[i] == source);
-    }
-    if (!gpu_ok) ++rejected;
+    EXPECT_GT(rejected, 50);  // the mutations really exercise the error paths
   }
-  EXPECT_GT(rejected, 50);  // the mutations really exercise the error paths
   RecordProperty("zero_offset_cases", zero_offset_cases);
 }
 

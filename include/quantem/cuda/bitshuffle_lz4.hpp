@@ -7,10 +7,11 @@
 // block, an optional partial block of (N mod block) rounded down to 8 elements,
 // then (N mod 8) raw elements). The CPU reference is codec::decode_chunk.
 //
-// The unit of parallelism is the bitshuffle block: one warp LZ4-decodes a block
-// into shared memory (every read and write bounds-checked), bit-unshuffles it
-// with warp ballots and writes the elements coalesced. A malformed chunk never
-// faults: it gets a non-ok ChunkStatus and its frame holds unspecified bytes.
+// The unit of parallelism is the bitshuffle block: one lane parses a block's
+// LZ4 tokens (every read and write bounds-checked) and records its sequences,
+// then a warp replays them into shared memory, bit-unshuffles the block with
+// a warp bit transpose and writes the elements coalesced. A malformed chunk
+// never faults: it gets a non-ok ChunkStatus and its frame holds unspecified bytes.
 #include <cstddef>
 #include <cstdint>
 
@@ -53,13 +54,18 @@ struct BitshuffleLz4Batch {
 // element size, and what DECTRIS and h5py/hdf5plugin write).
 inline constexpr std::size_t kMaxBitshuffleBlockBytes = 8192;
 
-// Device scratch bytes decode_bitshuffle_lz4 needs for this batch shape
-// (a block table of 8 bytes per block). Throws quantem::Error(bad_request) for
-// an invalid shape (element size, block size, zero elements).
+// Device scratch bytes decode_bitshuffle_lz4 needs for this batch shape: a
+// block table of 8 bytes per block and the blocks' LZ4 sequence tables, 8
+// bytes per 3 stored bytes (stored_bytes/3 + 2 entries: a block of n bytes has
+// at most n/3 + 1 sequences). Throws quantem::Error(bad_request) for an
+// invalid shape (element size, block size, zero elements).
 std::size_t bitshuffle_lz4_scratch_bytes(const BitshuffleLz4Batch& batch);
 
 // Enqueues the decode on `stream` (asynchronous: synchronise before reading
 // d_decoded or d_status). d_scratch must hold bitshuffle_lz4_scratch_bytes().
+// Chunks lying in d_stored in offset order, none overlapping the next (as a
+// load stages them), get their sequences recorded; otherwise every block is
+// decoded by a warp parsing it alone (slower, the same result).
 // Throws CudaError on a launch failure and quantem::Error(bad_request) for an
 // invalid batch; corrupt chunk data only ever shows in d_status.
 void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std::size_t scratch_bytes,
