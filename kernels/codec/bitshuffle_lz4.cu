@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -180,7 +181,7 @@ __device__ inline void flag_chunk(std::uint32_t* status, std::uint64_t chunk, ke
   atomicCAS(status + chunk, static_cast<std::uint32_t>(ChunkStatus::ok), static_cast<std::uint32_t>(code));
 }
 
-// Each warp takes kBslz4BlocksPerWarp consecutive blocks at a time (a
+// Each warp takes `batch` (kBslz4BlocksPerWarp) consecutive blocks at a time (a
 // grid-stride loop over a grid that fills the GPU once). Phase 1: lane l
 // parses block first + l alone (RecordingLz4Io: the checks of
 // lz4_decode_block, the sequences into the scratch). Phase 2: the warp
@@ -195,7 +196,7 @@ __global__ void __launch_bounds__(kernels::tuning::kBslz4WarpsPerCta * 32)
     decode_blocks_kernel(const std::uint8_t* __restrict__ stored, const std::uint64_t* __restrict__ chunk_offsets,
                          std::size_t chunk_count, ChunkLayout layout, const uint2* __restrict__ block_table,
                          kernels::Lz4Sequence* sequences, const std::uint32_t* __restrict__ overlapping,
-                         std::uint8_t* __restrict__ decoded, std::uint32_t* status) {
+                         std::uint8_t* __restrict__ decoded, std::uint32_t* status, std::uint32_t batch) {
   using Element = typename kernels::ElementType<kElementBytes>::type;
   extern __shared__ __align__(16) std::uint8_t warp_areas[];  // 8 KiB of output per warp
   const std::uint32_t warp = threadIdx.x / 32;
@@ -204,14 +205,13 @@ __global__ void __launch_bounds__(kernels::tuning::kBslz4WarpsPerCta * 32)
   const std::uint64_t total_blocks = std::uint64_t{chunk_count} * layout.blocks_per_chunk;
   const bool record = *overlapping == 0;
   constexpr std::uint32_t kNotDecoded = 0xffffffffu;
-  constexpr std::uint32_t kBatch = kernels::tuning::kBslz4BlocksPerWarp;
-  for (std::uint64_t first = (std::uint64_t{blockIdx.x} * kernels::tuning::kBslz4WarpsPerCta + warp) * kBatch;
-       first < total_blocks; first += std::uint64_t{gridDim.x} * kernels::tuning::kBslz4WarpsPerCta * kBatch) {
+  for (std::uint64_t first = (std::uint64_t{blockIdx.x} * kernels::tuning::kBslz4WarpsPerCta + warp) * batch;
+       first < total_blocks; first += std::uint64_t{gridDim.x} * kernels::tuning::kBslz4WarpsPerCta * batch) {
     // Phase 1: this lane's block, parsed and recorded (or only looked up).
     std::uint32_t mine = kNotDecoded;  // the block's sequence count, or 0 for the warp to parse (overlapping)
     std::uint64_t payload = 0;
     const std::uint64_t global_block = first + lane;
-    if (lane < kBatch && global_block < total_blocks) {
+    if (lane < batch && global_block < total_blocks) {
       const BlockAt at = block_at(global_block, layout, kElementBytes);
       if (*static_cast<volatile std::uint32_t*>(status + at.chunk) == static_cast<std::uint32_t>(ChunkStatus::ok)) {
         const uint2 entry = block_table[global_block];
@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(kernels::tuning::kBslz4WarpsPerCta * 32)
     }
     __syncwarp();  // the recorded sequences are visible to the warp
     // Phase 2: every parsed block in turn, by the whole warp.
-    for (std::uint32_t k = 0; k < kBatch; ++k) {
+    for (std::uint32_t k = 0; k < batch; ++k) {
       const std::uint32_t count = __shfl_sync(0xffffffffu, mine, k);
       if (count == kNotDecoded) continue;
       const std::uint64_t block_payload =
@@ -259,6 +259,7 @@ __global__ void __launch_bounds__(kernels::tuning::kBslz4WarpsPerCta * 32)
 }
 
 constexpr std::size_t kDecodeSharedBytes = kernels::tuning::kBslz4WarpsPerCta * kMaxBitshuffleBlockBytes;
+std::atomic<int> forced_blocks_per_warp{0};
 
 // CTAs of decode_blocks_kernel<element bytes> that fit the current device at
 // once (asked once per device and element size).
@@ -301,6 +302,11 @@ ScratchParts scratch_parts(const BitshuffleLz4Batch& batch, const ChunkLayout& l
 
 }  // namespace
 
+void bitshuffle_lz4_blocks_per_warp(int blocks) {
+  if (blocks < 0 || blocks > 32) throw bad_request("bitshuffle_lz4_blocks_per_warp: 0 (the default) or 1..32");
+  forced_blocks_per_warp.store(blocks);
+}
+
 std::size_t bitshuffle_lz4_scratch_bytes(const BitshuffleLz4Batch& batch) {
   return scratch_parts(batch, make_layout(batch)).total;
 }
@@ -333,8 +339,11 @@ void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std
 
   const std::uint64_t total_blocks = std::uint64_t{batch.chunk_count} * layout.blocks_per_chunk;
   if (total_blocks == 0) return;
-  constexpr std::uint64_t kBlocksPerCta = kernels::tuning::kBslz4WarpsPerCta * kernels::tuning::kBslz4BlocksPerWarp;
-  const std::uint64_t ctas_needed = (total_blocks + kBlocksPerCta - 1) / kBlocksPerCta;
+  const int forced = forced_blocks_per_warp.load();
+  const std::uint32_t batch_blocks =
+      forced != 0 ? static_cast<std::uint32_t>(forced) : kernels::tuning::kBslz4BlocksPerWarp;
+  const std::uint64_t blocks_per_cta = std::uint64_t{kernels::tuning::kBslz4WarpsPerCta} * batch_blocks;
+  const std::uint64_t ctas_needed = (total_blocks + blocks_per_cta - 1) / blocks_per_cta;
   const std::uint64_t ctas_resident = resident_decode_ctas(layout.element_size);  // the GPU filled once
   const unsigned ctas = static_cast<unsigned>(std::min(ctas_needed, ctas_resident));
   const unsigned threads = kernels::tuning::kBslz4WarpsPerCta * 32;
@@ -343,17 +352,20 @@ void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std
     case 1:
       decode_blocks_kernel<1><<<ctas, threads, shared_bytes, stream>>>(batch.d_stored, batch.d_chunk_offsets,
                                                                        batch.chunk_count, layout, block_table, sequences,
-                                                                       overlapping, batch.d_decoded, batch.d_status);
+                                                                       overlapping, batch.d_decoded, batch.d_status,
+                                                                       batch_blocks);
       break;
     case 2:
       decode_blocks_kernel<2><<<ctas, threads, shared_bytes, stream>>>(batch.d_stored, batch.d_chunk_offsets,
                                                                        batch.chunk_count, layout, block_table, sequences,
-                                                                       overlapping, batch.d_decoded, batch.d_status);
+                                                                       overlapping, batch.d_decoded, batch.d_status,
+                                                                       batch_blocks);
       break;
     default:
       decode_blocks_kernel<4><<<ctas, threads, shared_bytes, stream>>>(batch.d_stored, batch.d_chunk_offsets,
                                                                        batch.chunk_count, layout, block_table, sequences,
-                                                                       overlapping, batch.d_decoded, batch.d_status);
+                                                                       overlapping, batch.d_decoded, batch.d_status,
+                                                                       batch_blocks);
       break;
   }
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "decode_blocks_kernel");

@@ -61,6 +61,10 @@ inline constexpr std::size_t kMaxBitshuffleBlockBytes = 8192;
 // invalid shape (element size, block size, zero elements).
 std::size_t bitshuffle_lz4_scratch_bytes(const BitshuffleLz4Batch& batch);
 
+// Bitshuffle blocks each warp of the decode takes at a time (its lanes parse
+// them side by side): 1..32 forces a count, 0 restores the default (benchmarks).
+void bitshuffle_lz4_blocks_per_warp(int blocks);
+
 // Enqueues the decode on `stream` (asynchronous: synchronise before reading
 // d_decoded or d_status). d_scratch must hold bitshuffle_lz4_scratch_bytes().
 // Chunks lying in d_stored in offset order, none overlapping the next (as a
