@@ -14,7 +14,6 @@
 
 #include <cstdint>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "quantem/ans/ans_format.hpp"
@@ -149,6 +148,12 @@ __device__ std::uint32_t frames_in_group(const EncodeGeometry& geometry, std::ui
   return left < geometry.frames_per_group ? static_cast<std::uint32_t>(left) : geometry.frames_per_group;
 }
 
+template <class T>
+__device__ __forceinline__ std::uint32_t frame_value(const T* frames, const EncodeGeometry& geometry, std::uint32_t group,
+                                                     std::uint32_t frame, std::uint32_t pixel) {
+  return __ldg(frames + (std::uint64_t{group} * geometry.frames_per_group + frame) * geometry.pixels + pixel);
+}
+
 // grid: (pixel blocks, frame slices, groups)
 template <class T>
 __global__ void pixel_sums_kernel(const T* __restrict__ frames, EncodeGeometry geometry, EncodeScratch s) {
@@ -158,15 +163,11 @@ __global__ void pixel_sums_kernel(const T* __restrict__ frames, EncodeGeometry g
   const std::uint32_t first = blockIdx.y * kernels::tuning::kAnsSumFramesPerSlice;
   if (first >= frame_count) return;
   const std::uint32_t last = min(first + kernels::tuning::kAnsSumFramesPerSlice, frame_count);
-  // A slice's sum of 8- and 16-bit values fits 32 bits (64 x 65535 < 2^32).
-  using Sum = std::conditional_t<sizeof(T) == 4, unsigned long long, std::uint32_t>;
-  static_assert(sizeof(T) == 4 || kernels::tuning::kAnsSumFramesPerSlice * 0xffffull < (1ull << 32), "32-bit slice sums");
-  Sum sum = 0;
+  std::uint64_t sum = 0;
   std::uint32_t max_value = 0;
   if (pixel < geometry.pixels) {
-    const T* value = frames + (std::uint64_t{group} * geometry.frames_per_group + first) * geometry.pixels + pixel;
-    for (std::uint32_t f = first; f < last; ++f, value += geometry.pixels) {
-      const std::uint32_t v = __ldg(value);
+    for (std::uint32_t f = first; f < last; ++f) {
+      const std::uint32_t v = frame_value(frames, geometry, group, f, pixel);
       sum += v;
       max_value = max(max_value, v);
     }
@@ -244,31 +245,17 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsCountThreads)
     const std::uint32_t cls = s.d_classes[std::uint64_t{group} * geometry.pixels_padded + pixel];
     const std::uint32_t shift = class_shift(cls, s.d_class_params[2 * group]);
     // Symbols 0..7 (nearly every value of counting data) are counted in
-    // registers: 8 bits per symbol in one word over up to 255 frames, then
-    // moved into 16 bits per symbol in two packed words (a slice has at most
+    // registers, 16 bits per symbol in two packed words (a slice has at most
     // 256 frames < 2^16); only larger symbols go to the shared histogram.
     static_assert(kernels::tuning::kAnsCountFramesPerSlice < (1u << 16), "packed 16-bit counters");
-    constexpr std::uint32_t kByteCountFrames = 255;
-    std::uint64_t small_low = 0;   // symbols 0..3, 16 bits each
+    std::uint64_t small_low = 0;   // symbols 0..3
     std::uint64_t small_high = 0;  // symbols 4..7
-    const auto widen = [](std::uint32_t bytes) {  // four 8-bit counters -> four 16-bit counters
-      const std::uint64_t x = bytes;
-      return (x & 0xffu) | ((x & 0xff00u) << 8) | ((x & 0xff0000u) << 16) | ((x & 0xff000000u) << 24);
-    };
-    const T* value = frames + (std::uint64_t{group} * geometry.frames_per_group + first) * geometry.pixels + pixel;
-    for (std::uint32_t run = first; run < last; run += kByteCountFrames) {
-      const std::uint32_t run_end = min(run + kByteCountFrames, last);
-      std::uint64_t small = 0;  // symbols 0..7, 8 bits each
-      for (std::uint32_t f = run; f < run_end; ++f, value += geometry.pixels) {
-        const std::uint32_t symbol = value_symbol(__ldg(value), shift);
-        if (symbol < 8) {
-          small += std::uint64_t{1} << (8 * symbol);
-        } else {
-          atomicAdd(&counts[cls * kAnsAlphabetSize + symbol], 1u);
-        }
-      }
-      small_low += widen(static_cast<std::uint32_t>(small));
-      small_high += widen(static_cast<std::uint32_t>(small >> 32));
+    for (std::uint32_t f = first; f < last; ++f) {
+      const std::uint32_t symbol = value_symbol(frame_value(frames, geometry, group, f, pixel), shift);
+      const std::uint64_t one = std::uint64_t{1} << (16 * (symbol & 3u));
+      small_low += symbol < 4 ? one : 0;
+      small_high += (symbol >= 4 && symbol < 8) ? one : 0;
+      if (symbol >= 8) atomicAdd(&counts[cls * kAnsAlphabetSize + symbol], 1u);
     }
 #pragma unroll
     for (std::uint32_t k = 0; k < 4; ++k) {
