@@ -63,9 +63,7 @@ Image count_image(std::uint64_t height, std::uint64_t width, std::vector<std::ui
 }
 
 Image narrow_count_image(std::uint64_t height, std::uint64_t width, std::vector<std::uint32_t> counts) {
-  Image image;
-  image.height = height;
-  image.width = width;
+  Image image = count_image(height, width, {});
   image.narrow_counts = std::move(counts);
   return image;
 }
