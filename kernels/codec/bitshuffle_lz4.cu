@@ -272,8 +272,8 @@ std::uint64_t resident_decode_ctas(std::uint32_t element_bytes) {
   const auto key = std::make_pair(device, element_bytes);
   auto it = known.find(key);
   if (it == known.end()) {
-    int sms = 0, per_sm = 0;
-    QUANTEM_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int sms = current_sm_count();
+    int per_sm = 0;
     const int threads = kernels::tuning::kBslz4WarpsPerCta * 32;
     if (element_bytes == 1) {
       QUANTEM_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_blocks_kernel<1>, threads, kDecodeSharedBytes));

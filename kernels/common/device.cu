@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -67,6 +69,21 @@ bool debug_sync_enabled() noexcept {
 }
 
 void set_device(int index) { QUANTEM_CUDA_TRY(cudaSetDevice(index)); }
+
+int current_sm_count() {
+  int device = 0;
+  QUANTEM_CUDA_TRY(cudaGetDevice(&device));
+  static std::mutex mutex;
+  static std::map<int, int> counts;  // per device, asked once
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = counts.find(device);
+  if (it == counts.end()) {
+    int sms = 0;
+    QUANTEM_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    it = counts.emplace(device, sms).first;
+  }
+  return it->second;
+}
 
 void synchronize_device() { QUANTEM_CUDA_TRY(cudaDeviceSynchronize()); }
 

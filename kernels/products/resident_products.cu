@@ -426,21 +426,6 @@ void launch_per_job(Kernel kernel, const char* name, const ResidentParams& p, st
 namespace {
 std::atomic<int> forced_accumulate_threads{0};
 
-int current_sm_count() {
-  int device = 0;
-  QUANTEM_CUDA_TRY(cudaGetDevice(&device));
-  static std::mutex mutex;
-  static std::map<int, int> counts;  // per device, asked once
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = counts.find(device);
-  if (it == counts.end()) {
-    int sms = 0;
-    QUANTEM_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    it = counts.emplace(device, sms).first;
-  }
-  return it->second;
-}
-
 template <int Threads>
 void launch_accumulate_frames(const ResidentParams& p, std::size_t job_count, StreamHandle stream, const FrameJob* d_jobs,
                               const std::uint32_t* d_frame_bitmap, std::uint64_t* d_sums, std::uint32_t* d_max,

@@ -339,6 +339,20 @@ TEST(BitshuffleLz4Gpu, ManyFramesInOneBatch) {
   }
 }
 
+// The benchmark switch takes 0 (the default) or 1..32 blocks per warp; other
+// counts are refused before anything runs (no device needed).
+TEST(BitshuffleLz4Gpu, BlocksPerWarpOutsideOneToThirtyTwoAreABadRequest) {
+  for (const int blocks : {-1, 33}) {
+    try {
+      cuda::bitshuffle_lz4_blocks_per_warp(blocks);
+      ADD_FAILURE() << "accepted " << blocks;
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::bad_request);
+    }
+  }
+  cuda::bitshuffle_lz4_blocks_per_warp(0);
+}
+
 TEST(BitshuffleLz4Gpu, RejectsInvalidBatchShapes) {
   cuda::BitshuffleLz4Batch batch;
   batch.element_size = 3;

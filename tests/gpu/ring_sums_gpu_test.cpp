@@ -135,6 +135,26 @@ TEST(RingSumsGpu, ABadMomentsTargetIsABadRequest) {
   }
 }
 
+// Ring tables the 16-byte index loads cannot read aligned are refused before
+// anything runs (no device needed).
+TEST(RingSumsGpu, MisalignedRingTablesAreABadRequest) {
+  alignas(16) std::uint32_t pixels_by_ring[8] = {};
+  alignas(16) std::uint16_t ring_of_sorted[8] = {};
+  std::uint32_t sums[1] = {0};
+  std::uint16_t frame[4] = {};
+  const auto kind_of = [&](const std::uint32_t* pixels, const std::uint16_t* rings) {
+    try {
+      dense_ring_sums(frame, DType::uint16, 1, 4, pixels, rings, 1, sums, 4, 1, 0, nullptr);
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("aligned"), std::string::npos) << error.what();
+      return error.kind();
+    }
+    return ErrorKind::internal;  // "did not throw"
+  };
+  EXPECT_EQ(kind_of(pixels_by_ring + 1, ring_of_sorted), ErrorKind::bad_request);
+  EXPECT_EQ(kind_of(pixels_by_ring, ring_of_sorted + 1), ErrorKind::bad_request);
+}
+
 TEST(RingSumsGpu, MatchTheCpuReferenceForEveryDtypeAndWidth) {
   QUANTEM_REQUIRE_CUDA_DEVICE();
   check_ring_sums<std::uint8_t>(DType::uint8, 4, 0xff);

@@ -29,6 +29,9 @@ bool debug_sync_enabled() noexcept;
 // Binds the calling thread to a device (cudaSetDevice).
 void set_device(int index);
 
+// Streaming multiprocessors of the calling thread's current device (asked once per device).
+int current_sm_count();
+
 // Blocks until all work on the current device has finished; throws on a
 // pending asynchronous error.
 void synchronize_device();
