@@ -196,7 +196,8 @@ __global__ void __launch_bounds__(kernels::tuning::kBslz4WarpsPerCta * 32)
     decode_blocks_kernel(const std::uint8_t* __restrict__ stored, const std::uint64_t* __restrict__ chunk_offsets,
                          std::size_t chunk_count, ChunkLayout layout, const uint2* __restrict__ block_table,
                          kernels::Lz4Sequence* sequences, const std::uint32_t* __restrict__ overlapping,
-                         std::uint8_t* __restrict__ decoded, std::uint32_t* status, std::uint32_t batch) {
+                         std::uint8_t* __restrict__ decoded, std::uint32_t* status, std::uint32_t batch,
+                         bool batched_literals) {
   using Element = typename kernels::ElementType<kElementBytes>::type;
   extern __shared__ __align__(16) std::uint8_t warp_areas[];  // 8 KiB of output per warp
   const std::uint32_t warp = threadIdx.x / 32;
@@ -239,7 +240,10 @@ __global__ void __launch_bounds__(kernels::tuning::kBslz4WarpsPerCta * 32)
           (std::uint64_t{__shfl_sync(0xffffffffu, static_cast<std::uint32_t>(payload >> 32), k)} << 32) |
           __shfl_sync(0xffffffffu, static_cast<std::uint32_t>(payload), k);
       const BlockAt at = block_at(first + k, layout, kElementBytes);
-      if (record) {
+      if (record && batched_literals) {
+        kernels::replay_lz4_sequences_batched(sequences + sequence_table_start(block_payload), count,
+                                              stored + block_payload, buffer, lane);
+      } else if (record) {
         kernels::replay_lz4_sequences(sequences + sequence_table_start(block_payload), count, stored + block_payload,
                                       buffer, lane);
       } else {
@@ -260,6 +264,7 @@ __global__ void __launch_bounds__(kernels::tuning::kBslz4WarpsPerCta * 32)
 
 constexpr std::size_t kDecodeSharedBytes = kernels::tuning::kBslz4WarpsPerCta * kMaxBitshuffleBlockBytes;
 std::atomic<int> forced_blocks_per_warp{0};
+std::atomic<bool> batched_literals{true};
 
 // CTAs of decode_blocks_kernel<element bytes> that fit the current device at
 // once (asked once per device and element size).
@@ -307,6 +312,8 @@ void bitshuffle_lz4_blocks_per_warp(int blocks) {
   forced_blocks_per_warp.store(blocks);
 }
 
+void bitshuffle_lz4_batched_literals(bool batched) { batched_literals.store(batched); }
+
 std::size_t bitshuffle_lz4_scratch_bytes(const BitshuffleLz4Batch& batch) {
   return scratch_parts(batch, make_layout(batch)).total;
 }
@@ -343,6 +350,7 @@ void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std
   const std::uint32_t batch_blocks =
       forced != 0 ? static_cast<std::uint32_t>(forced) : kernels::tuning::kBslz4BlocksPerWarp;
   const std::uint64_t blocks_per_cta = std::uint64_t{kernels::tuning::kBslz4WarpsPerCta} * batch_blocks;
+  const bool batched = batched_literals.load();
   const std::uint64_t ctas_needed = (total_blocks + blocks_per_cta - 1) / blocks_per_cta;
   const std::uint64_t ctas_resident = resident_decode_ctas(layout.element_size);  // the GPU filled once
   const unsigned ctas = static_cast<unsigned>(std::min(ctas_needed, ctas_resident));
@@ -353,19 +361,19 @@ void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std
       decode_blocks_kernel<1><<<ctas, threads, shared_bytes, stream>>>(batch.d_stored, batch.d_chunk_offsets,
                                                                        batch.chunk_count, layout, block_table, sequences,
                                                                        overlapping, batch.d_decoded, batch.d_status,
-                                                                       batch_blocks);
+                                                                       batch_blocks, batched);
       break;
     case 2:
       decode_blocks_kernel<2><<<ctas, threads, shared_bytes, stream>>>(batch.d_stored, batch.d_chunk_offsets,
                                                                        batch.chunk_count, layout, block_table, sequences,
                                                                        overlapping, batch.d_decoded, batch.d_status,
-                                                                       batch_blocks);
+                                                                       batch_blocks, batched);
       break;
     default:
       decode_blocks_kernel<4><<<ctas, threads, shared_bytes, stream>>>(batch.d_stored, batch.d_chunk_offsets,
                                                                        batch.chunk_count, layout, block_table, sequences,
                                                                        overlapping, batch.d_decoded, batch.d_status,
-                                                                       batch_blocks);
+                                                                       batch_blocks, batched);
       break;
   }
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "decode_blocks_kernel");

@@ -230,6 +230,48 @@ __device__ inline void replay_lz4_sequences(const Lz4Sequence* sequences, std::u
   }
 }
 
+// The same, with the literals of 32 sequences at a time copied at once: a
+// warp scan of the sequences' output lengths places each; each lane copies its
+// own sequence's literals (runs longer than 16 bytes by the whole warp, one
+// after another); then the matches, in order — a match reads only output
+// before it, which is then complete.
+__device__ inline void replay_lz4_sequences_batched(const Lz4Sequence* sequences, std::uint32_t count,
+                                                    const std::uint8_t* input, std::uint8_t* output,
+                                                    std::uint32_t lane) {
+  constexpr std::uint32_t kAll = 0xffffffffu;
+  constexpr std::uint32_t kShortLiterals = 16;
+  std::uint32_t base = 0;
+  for (std::uint32_t first = 0; first < count; first += 32) {
+    uint2 mine = make_uint2(0, 0);  // lanes past the end: no literals, no match
+    if (first + lane < count) mine = *reinterpret_cast<const uint2*>(sequences + first + lane);
+    const std::uint32_t literal_input = mine.x & 0xffffu, literal_count = mine.x >> 16;
+    const std::uint32_t match_offset = mine.y & 0xffffu, match_count = mine.y >> 16;
+    std::uint32_t end = literal_count + match_count;  // inclusive scan: where this sequence ends
+#pragma unroll
+    for (std::uint32_t d = 1; d < 32; d <<= 1) {
+      const std::uint32_t before = __shfl_up_sync(kAll, end, d);
+      if (lane >= d) end += before;
+    }
+    const std::uint32_t start = base + end - (literal_count + match_count);
+    if (literal_count <= kShortLiterals) {
+      for (std::uint32_t i = 0; i < literal_count; ++i) output[start + i] = __ldg(input + literal_input + i);
+    }
+    for (std::uint32_t runs = __ballot_sync(kAll, literal_count > kShortLiterals); runs != 0; runs &= runs - 1) {
+      const int k = __ffs(static_cast<int>(runs)) - 1;
+      const std::uint32_t at = __shfl_sync(kAll, start, k);
+      const std::uint32_t from = __shfl_sync(kAll, literal_input, k);
+      const std::uint32_t n = __shfl_sync(kAll, literal_count, k);
+      for (std::uint32_t i = lane; i < n; i += 32) output[at + i] = __ldg(input + from + i);
+    }
+    __syncwarp();
+    for (std::uint32_t matches = __ballot_sync(kAll, match_count != 0); matches != 0; matches &= matches - 1) {
+      const int k = __ffs(static_cast<int>(matches)) - 1;
+      warp_copy_match(output, lane, __shfl_sync(kAll, start + literal_count, k), __shfl_sync(kAll, match_offset, k),
+                      __shfl_sync(kAll, match_count, k));
+    }
+    base += __shfl_sync(kAll, end, 31);
+  }
+}
 #endif
 
 }  // namespace quantem::kernels

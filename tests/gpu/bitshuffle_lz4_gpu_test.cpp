@@ -145,6 +145,28 @@ TEST(BitshuffleLz4Gpu, ChunksStagedOutOfOrderDecodeTheSame) {
   }
 }
 
+// The recorded sequences replayed one at a time (the benchmark switch) decode
+// the same as with the literals of 32 sequences copied at once (the default,
+// every other test here).
+TEST(BitshuffleLz4Gpu, SequenceBySequenceReplayDecodesTheSame) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  std::mt19937_64 rng(31);
+  cuda::bitshuffle_lz4_batched_literals(false);
+  for (std::size_t element_size : {1u, 2u, 4u}) {
+    std::vector<Bytes> sources, chunks;
+    for (const std::string pattern : {"zero", "max", "uniform", "sparse", "disc"}) {
+      sources.push_back(gpu_test::random_frame(rng, 36864, element_size, pattern));
+      chunks.push_back(codec::encode_bitshuffle_lz4(sources.back().data(), 36864, element_size));
+    }
+    const GpuDecodeResult gpu = decode_on_gpu(chunks, element_size, 36864);
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      EXPECT_EQ(gpu.status[i], ChunkStatus::ok) << element_size << " " << i;
+      EXPECT_EQ(gpu.frames[i], sources[i]) << element_size << " " << i;
+    }
+  }
+  cuda::bitshuffle_lz4_batched_literals(true);
+}
+
 TEST(BitshuffleLz4Gpu, DecodesNonDefaultBlockSizesWhenDeclared) {
   QUANTEM_REQUIRE_CUDA_DEVICE();
   std::mt19937_64 rng(7);

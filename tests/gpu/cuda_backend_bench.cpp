@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::cerr << "usage: cuda_backend_bench MASTER [--repeats N] [--json FILE] [--frames-per-seek-point K (0: none)]\n"
                  "       [--accumulate-threads 0|512|1024 (0: the per-call rule)] [--decode-tables-at-load 1|0]\n"
-                 "       [--bslz4-blocks-per-warp 0..32 (0: the default)]\n"
+                 "       [--bslz4-blocks-per-warp 0..32 (0: the default)] [--bslz4-batched-literals 1|0]\n"
                  "       [--load-only 1 (the loads alone: for a profiler)] [--seek-points-from-encoder 1|0]\n"
                  "       [--frames-per-group N] [--groups-per-batch N] [--prepare-devices-first 1 (as serve: before run 0)]\n";
     return 2;
@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   bool seek_frames_given = false;
   int accumulate_threads = 0;
   int bslz4_blocks_per_warp = 0;
+  bool bslz4_batched_literals = true;
   bool decode_tables_at_load = true;
   bool load_only = false;
   bool seek_from_encoder = true;
@@ -65,6 +66,7 @@ int main(int argc, char** argv) {
     }
     if (flag == "--accumulate-threads") accumulate_threads = std::atoi(argv[i + 1]);
     if (flag == "--bslz4-blocks-per-warp") bslz4_blocks_per_warp = std::atoi(argv[i + 1]);
+    if (flag == "--bslz4-batched-literals") bslz4_batched_literals = std::atoi(argv[i + 1]) != 0;
     if (flag == "--decode-tables-at-load") decode_tables_at_load = std::atoi(argv[i + 1]) != 0;
     if (flag == "--load-only") load_only = std::atoi(argv[i + 1]) != 0;
     if (flag == "--prepare-devices-first") prepare_first = std::atoi(argv[i + 1]) != 0;
@@ -92,6 +94,7 @@ int main(int argc, char** argv) {
     auto cuda = backend::make_cuda_backend(options);
     cuda::ans_accumulate_frames_cta_threads(accumulate_threads);
     cuda::bitshuffle_lz4_blocks_per_warp(bslz4_blocks_per_warp);
+    cuda::bitshuffle_lz4_batched_literals(bslz4_batched_literals);
     const backend::LoadEstimate estimate = cuda->estimate_load(acquisition);
     const auto device = cuda->devices().front();
 

@@ -64,6 +64,9 @@ std::size_t bitshuffle_lz4_scratch_bytes(const BitshuffleLz4Batch& batch);
 // Bitshuffle blocks each warp of the decode takes at a time (its lanes parse
 // them side by side): 1..32 forces a count, 0 restores the default (benchmarks).
 void bitshuffle_lz4_blocks_per_warp(int blocks);
+// Replay a block's recorded sequences with the literals of 32 sequences copied
+// at once (true, the default) or sequence by sequence (benchmarks).
+void bitshuffle_lz4_batched_literals(bool batched);
 
 // Enqueues the decode on `stream` (asynchronous: synchronise before reading
 // d_decoded or d_status). d_scratch must hold bitshuffle_lz4_scratch_bytes().
