@@ -70,6 +70,11 @@ bool debug_sync_enabled() noexcept {
 
 void set_device(int index) { QUANTEM_CUDA_TRY(cudaSetDevice(index)); }
 
+void create_context(int index) {
+  QUANTEM_CUDA_TRY(cudaSetDevice(index));
+  QUANTEM_CUDA_TRY(cudaFree(nullptr));
+}
+
 int current_sm_count() {
   int device = 0;
   QUANTEM_CUDA_TRY(cudaGetDevice(&device));

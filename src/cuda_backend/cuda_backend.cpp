@@ -2,6 +2,7 @@
 // turns an acquisition's stored chunks into one ANS resident on one GPU
 // (pipeline: include/quantem/backend/cuda_backend.hpp).
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -145,10 +146,21 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   void prepare_devices() override {
+    using clock = std::chrono::steady_clock;
+    const auto seconds_since = [](clock::time_point start) {
+      return std::chrono::duration<double>(clock::now() - start).count();
+    };
     for (const DeviceInfo& device : devices_) {
-      cuda::set_device(device.index);
+      auto start = clock::now();
+      cuda::create_context(device.index);
+      const double context_seconds = seconds_since(start);
+      start = clock::now();
       pinned_pool_.fill(default_device_slot_bytes(options_.tuning));
+      const double pinned_seconds = seconds_since(start);
+      start = clock::now();
       warm_up_kernels(device.index);
+      spdlog::info("GPU {} prepared: context {:.3f} s, pinned staging slots {:.3f} s, kernels warmed {:.3f} s",
+                   device.index, context_seconds, pinned_seconds, seconds_since(start));
     }
   }
 

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -286,10 +287,43 @@ sigset_t block_handled_signals() {
   return handled;
 }
 
+// The devices' one-time start-up work (Backend::prepare_devices: CUDA's
+// contexts, pinned staging slots, the kernels' modules), started on its own
+// thread as soon as the backend exists, so that it runs beside everything
+// else start-up does (the inspector, binding, the first catalog build).
+// wait() joins it; so does the destructor, before the backend goes away.
+class DevicePreparation {
+ public:
+  explicit DevicePreparation(backend::Backend& backend)
+      : thread_([&backend] {
+          try {
+            const auto start = std::chrono::steady_clock::now();
+            backend.prepare_devices();
+            spdlog::info("devices prepared in {:.3f} s",
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+          } catch (const std::exception& error) {
+            spdlog::warn("preparing the devices failed (the first load pays for it): {}", error.what());
+          }
+        }) {}
+  ~DevicePreparation() { wait(); }
+  DevicePreparation(const DevicePreparation&) = delete;
+  DevicePreparation& operator=(const DevicePreparation&) = delete;
+  void wait() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::thread thread_;
+};
+
 // Step 2. What must exist before anything listens: in token mode the token,
-// and the backend (devices initialised). Throws on refusal.
+// and the backend (devices initialised; their preparation started). Throws on
+// refusal.
 struct StartupResources {
   std::unique_ptr<backend::Backend> backend;
+  std::unique_ptr<DevicePreparation> device_preparation;
   std::optional<TokenSource> token;
 };
 
@@ -300,10 +334,13 @@ StartupResources acquire_startup_resources(const ServeSettings& settings, const 
   }
   StartupResources resources;
   if (settings.token_auth) resources.token = obtain_token();  // first: a refused token costs no device start-up
+  const auto start = std::chrono::steady_clock::now();
   resources.backend = make_backend(settings, options);
+  const double backend_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  resources.device_preparation = std::make_unique<DevicePreparation>(*resources.backend);
   for (const auto& device : resources.backend->devices()) {
-    spdlog::info("{} device {}: {} (budget {} B)", resources.backend->name(), device.index, device.name,
-                 device.budget_bytes);
+    spdlog::info("{} device {}: {} (budget {} B; backend opened in {:.3f} s)", resources.backend->name(),
+                 device.index, device.name, device.budget_bytes, backend_seconds);
   }
   return resources;
 }
@@ -327,6 +364,7 @@ struct DaemonWiring {
   DaemonWiring(const ServeSettings& settings, StartupResources resources)
       : notifier(),
         backend(std::move(resources.backend)),
+        device_preparation(std::move(resources.device_preparation)),
         token(std::move(resources.token)),
         inspector(inspector_options(settings)),
         shard_storage(inspector),
@@ -379,6 +417,7 @@ struct DaemonWiring {
 
   ServiceManagerNotifier notifier;
   std::unique_ptr<backend::Backend> backend;
+  std::unique_ptr<DevicePreparation> device_preparation;  // after backend: joined before it goes
   std::optional<TokenSource> token;
   // Before residency: loads (on the residency's loader threads) read each
   // shard's libhdf5 facts through the inspector until the residency is gone.
@@ -482,24 +521,14 @@ void start_background_threads(DaemonWiring& daemon, BackgroundThreads& threads) 
   });
   threads.first_catalog = std::thread([&daemon] {
     try {
-      // The devices' one-time start-up work runs beside the catalog build.
-      std::thread devices([&daemon] {
-        try {
-          const auto start = std::chrono::steady_clock::now();
-          daemon.backend->prepare_devices();
-          spdlog::info("devices prepared in {:.3f} s",
-                       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-        } catch (const std::exception& error) {
-          spdlog::warn("preparing the devices failed (the first load pays for it): {}", error.what());
-        }
-      });
+      // The devices' preparation (started with the backend) runs beside the catalog build.
       try {
         daemon.catalog.catalog(false);
       } catch (...) {
-        devices.join();
+        daemon.device_preparation->wait();
         throw;
       }
-      devices.join();
+      daemon.device_preparation->wait();
       daemon.service.set_ready(true);
       spdlog::info("ready");
       daemon.notifier.ready(status_line(daemon));
@@ -585,6 +614,7 @@ void keep_freed_body_memory_mapped() {
 }  // namespace
 
 int run_serve(const ServeOptions& options) {
+  const auto serve_start = std::chrono::steady_clock::now();
   const sigset_t handled_signals = block_handled_signals();
   keep_freed_body_memory_mapped();
 
@@ -614,8 +644,10 @@ int run_serve(const ServeOptions& options) {
     runtime_file.remove();
     return 1;
   }
-  spdlog::info("quantem-gpu {} ({}) serving {} on {} with the {} backend", version_string(),
-               settings.implementation_revision, settings.data_folder, runtime_file.url(), daemon->backend->name());
+  spdlog::info("quantem-gpu {} ({}) serving {} on {} with the {} backend ({:.3f} s after start-up began)",
+               version_string(), settings.implementation_revision, settings.data_folder, runtime_file.url(),
+               daemon->backend->name(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - serve_start).count());
 
   BackgroundThreads threads;
   start_background_threads(*daemon, threads);

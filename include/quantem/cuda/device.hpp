@@ -29,6 +29,11 @@ bool debug_sync_enabled() noexcept;
 // Binds the calling thread to a device (cudaSetDevice).
 void set_device(int index);
 
+// Binds the calling thread to a device and creates its primary context now
+// (cudaSetDevice + cudaFree(nullptr)) rather than in the first CUDA call that
+// needs it.
+void create_context(int index);
+
 // Streaming multiprocessors of the calling thread's current device (asked once per device).
 int current_sm_count();
 
