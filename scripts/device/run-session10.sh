@@ -30,19 +30,22 @@ data=/tmp/qv
 synth_realistic_512 "$data"
 master="$data/tilt0/tilt_master.h5"
 if [ "$what" = all ] || [ "$what" = load ]; then
-  IFS=';' read -r -a variants <<< "${QUANTEM_LOAD_VARIANTS:-batched=--bslz4-batched-literals 1;sequential=--bslz4-batched-literals 0;batched2=--bslz4-batched-literals 1;sequential2=--bslz4-batched-literals 0}"
+  IFS=';' read -r -a variants <<< "${QUANTEM_LOAD_VARIANTS:-default=--keep-frame-index 0;kept_index=--keep-frame-index 1;groups10=--groups-per-batch 10;groups14=--groups-per-batch 14;default2=--keep-frame-index 0}"
   for variant in "${variants[@]}"; do
     name=${variant%%=*}
     read -r -a flags <<< "${variant#*=}"
     LD_LIBRARY_PATH="$bundle/lib" timeout 120 "$bundle/cuda_backend_bench" "$master" --repeats 5 --load-only 1 \
       "${flags[@]}" > "$out/load_$name.json" 2> "$out/load_$name.log"
-    echo "load $name (${flags[*]}) rc=$? $(cat "$out/load_$name.json")"
+    echo "load $name (${flags[*]}) rc=$?: $(grep -ho 'GPU 0: [0-9.]* s (frame index [0-9.]*' "$out/load_$name.json" "$out/load_$name.log" | tail -n +2 | awk '{printf "%s/%s ", $3, $7}')"
   done
   [ "$what" = load ] && exit 0
 fi
 if [ "$what" = all ] || [ "$what" = cold ]; then
   for i in 1 2 3; do  # process start + CUDA's initialisation and context, nothing else
     t0=$(date +%s%N); run_bundle "$bin" info > /dev/null 2>&1; echo "info alone: $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+  done
+  for i in 1 2; do  # CUDA init, context, the staging slots pinned in different ways (fresh processes)
+    run_bundle "$bundle/pinned_host_bench" | tee -a "$out/pinned_host.jsonl"
   done
   IFS=';' read -r -a variants <<< "${QUANTEM_COLD_ENV:-default=QUANTEM_NOTHING=1;eager=CUDA_MODULE_LOADING=EAGER}"
   for variant in "${variants[@]}"; do

@@ -158,9 +158,9 @@ struct LoadPipeline::Buffers {
   std::unique_ptr<EncodeWorker> worker;
 };
 
-LoadPipeline::LoadPipeline(const catalog::Acquisition& acquisition, int device_index, LoadProgress& progress,
-                           LoadReservation& reservation, const CudaLoadPlan& plan, ReadPool& read_pool,
-                           PinnedSlotPool& pinned_pool)
+LoadPipeline::LoadPipeline(const catalog::Acquisition& acquisition, std::shared_ptr<const catalog::FrameIndex> index,
+                           int device_index, LoadProgress& progress, LoadReservation& reservation,
+                           const CudaLoadPlan& plan, ReadPool& read_pool, PinnedSlotPool& pinned_pool)
     : acquisition_(acquisition),
       device_index_(device_index),
       progress_(progress),
@@ -169,7 +169,8 @@ LoadPipeline::LoadPipeline(const catalog::Acquisition& acquisition, int device_i
       read_pool_(read_pool),
       pinned_pool_(pinned_pool),
       load_start_(Clock::now()),
-      index_(catalog::build_frame_index(acquisition)),
+      kept_index_(std::move(index)),
+      index_(*kept_index_),
       schedule_(plan_reads(acquisition, index_, plan)),
       files_(index_.shard_paths),
       batch_span_(std::uint64_t{plan.groups_per_batch} * plan.frames_per_group),

@@ -67,13 +67,14 @@ class PinnedSlotPool {
 
 class LoadPipeline {
  public:
-  // `plan` comes from plan_cuda_load(acquisition, ...); the device is bound on
-  // the calling thread, which runs run().
+  // `index` is the acquisition's frame index (Backend::frame_index); `plan`
+  // comes from plan_cuda_load(acquisition, ...); the device is bound on the
+  // calling thread, which runs run().
   // `reservation` holds plan.admitted_bytes(true); the encoder grows it
   // before resident allocations beyond plan.provisional_resident_bytes.
-  LoadPipeline(const catalog::Acquisition& acquisition, int device_index, LoadProgress& progress,
-               LoadReservation& reservation, const CudaLoadPlan& plan, ReadPool& read_pool,
-               PinnedSlotPool& pinned_pool);
+  LoadPipeline(const catalog::Acquisition& acquisition, std::shared_ptr<const catalog::FrameIndex> index,
+               int device_index, LoadProgress& progress, LoadReservation& reservation, const CudaLoadPlan& plan,
+               ReadPool& read_pool, PinnedSlotPool& pinned_pool);
   ~LoadPipeline();
   LoadPipeline(const LoadPipeline&) = delete;
   LoadPipeline& operator=(const LoadPipeline&) = delete;
@@ -105,7 +106,8 @@ class LoadPipeline {
   ReadPool& read_pool_;
   PinnedSlotPool& pinned_pool_;
   const std::chrono::steady_clock::time_point load_start_;
-  const catalog::FrameIndex index_;
+  const std::shared_ptr<const catalog::FrameIndex> kept_index_;
+  const catalog::FrameIndex& index_;
   const ReadSchedule schedule_;
   ShardFiles files_;
   const std::uint64_t batch_span_;  // frames per dense batch

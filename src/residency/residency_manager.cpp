@@ -509,6 +509,7 @@ ResidentLease ResidencyManager::acquire(const catalog::Acquisition& acquisition)
   if (stale_caller) throw conflict(kStaleInspectionMessage);
   if (!entry) {
     lock.unlock();
+    backend_.prepare_load(acquisition);  // its frame index, while nothing waits on this thread yet
     const backend::LoadEstimate estimate = estimate_checked(acquisition);
     lock.lock();
     entry = lookup_locked(acquisition, stale_caller);
@@ -571,6 +572,7 @@ ResidencyStatus ResidencyManager::request_load(const catalog::Acquisition& acqui
   EntryPtr entry = lookup();
   if (!entry) {
     lock.unlock();
+    backend_.prepare_load(acquisition);
     const backend::LoadEstimate estimate = estimate_checked(acquisition);
     lock.lock();
     entry = lookup();

@@ -42,7 +42,9 @@ int main(int argc, char** argv) {
                  "       [--accumulate-threads 0|512|1024 (0: the per-call rule)] [--decode-tables-at-load 1|0]\n"
                  "       [--bslz4-blocks-per-warp 0..32 (0: the default)] [--bslz4-batched-literals 1|0]\n"
                  "       [--load-only 1 (the loads alone: for a profiler)] [--seek-points-from-encoder 1|0]\n"
-                 "       [--frames-per-group N] [--groups-per-batch N] [--prepare-devices-first 1 (as serve: before run 0)]\n";
+                 "       [--frames-per-group N] [--groups-per-batch N] [--prepare-devices-first 1 (as serve: before run 0)]\n"
+                 "       [--keep-frame-index 0|1 (1: loads after the first reuse the kept frame index; 0, the\n"
+                 "        default: every load walks the chunk indexes, as a first load does)]\n";
     return 2;
   }
   const std::string master = argv[1];
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
   bool load_only = false;
   bool seek_from_encoder = true;
   bool prepare_first = false;
+  bool keep_frame_index = false;
   std::uint32_t frames_per_group = 0, groups_per_batch = 0;  // 0: the backend's defaults
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -69,6 +72,7 @@ int main(int argc, char** argv) {
     if (flag == "--bslz4-batched-literals") bslz4_batched_literals = std::atoi(argv[i + 1]) != 0;
     if (flag == "--decode-tables-at-load") decode_tables_at_load = std::atoi(argv[i + 1]) != 0;
     if (flag == "--load-only") load_only = std::atoi(argv[i + 1]) != 0;
+    if (flag == "--keep-frame-index") keep_frame_index = std::atoi(argv[i + 1]) != 0;
     if (flag == "--prepare-devices-first") prepare_first = std::atoi(argv[i + 1]) != 0;
     if (flag == "--seek-points-from-encoder") seek_from_encoder = std::atoi(argv[i + 1]) != 0;
     if (flag == "--frames-per-group") frames_per_group = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
@@ -104,6 +108,7 @@ int main(int argc, char** argv) {
     std::shared_ptr<backend::Resident> resident;
     for (int run = 0; run <= repeats; ++run) {  // run 0 warms the page cache and the runtime
       resident.reset();
+      if (!keep_frame_index) cuda->forget_frame_indexes();
       backend::LoadProgress progress;
       resident = cuda->load(acquisition, device.index, progress);
       if (run == 0) continue;

@@ -21,6 +21,7 @@
 
 #include "quantem/backend/derived_cache.hpp"
 #include "quantem/catalog/acquisition.hpp"
+#include "quantem/catalog/frame_index_cache.hpp"
 #include "quantem/plan/plan.hpp"
 
 namespace quantem::backend {
@@ -220,6 +221,26 @@ class Backend {
   // The daemon runs it beside the first catalog build and turns ready after
   // both. Thread-safe; no-op by default.
   virtual void prepare_devices() {}
+
+  // Host-side work a load of `acquisition` needs that touches no device: its
+  // frame index, built into this backend's FrameIndexCache. The residency
+  // calls it on the requesting thread before admission, so that a request
+  // that then waits for its device (a daemon still preparing it) finds it
+  // done. Never throws: the load reports the errors.
+  void prepare_load(const catalog::Acquisition& acquisition) noexcept { frame_indexes_.prefetch(acquisition); }
+  // Forgets the kept frame indexes (benchmarks: a load that walks the chunk indexes again).
+  void forget_frame_indexes() noexcept { frame_indexes_.clear(); }
+
+ protected:
+  // The frame index a load reads by: kept across loads of unchanged files
+  // (catalog::FrameIndexCache), built otherwise. Throws what
+  // catalog::build_frame_index throws.
+  std::shared_ptr<const catalog::FrameIndex> frame_index(const catalog::Acquisition& acquisition) {
+    return frame_indexes_.get(acquisition);
+  }
+
+ private:
+  catalog::FrameIndexCache frame_indexes_;
 };
 
 // --- Rules every backend's load shares (src/backend/backend.cpp) -------------

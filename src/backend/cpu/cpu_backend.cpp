@@ -100,7 +100,8 @@ class CpuBackend final : public Backend {
   std::shared_ptr<Resident> load_checked(const catalog::Acquisition& acquisition, int device_index,
                                          LoadProgress& progress, LoadReservation& reservation) {
     const cpu::LoadPlan plan = cpu::plan_load(acquisition, pool_->size());
-    const catalog::FrameIndex index = catalog::build_frame_index(acquisition);
+    const std::shared_ptr<const catalog::FrameIndex> kept_index = frame_index(acquisition);
+    const catalog::FrameIndex& index = *kept_index;
     const std::vector<cpu::ReadBatch> batches = cpu::plan_reads(acquisition, index, plan);
     ShardFiles files(index.shard_paths);
 
