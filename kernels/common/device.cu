@@ -1,11 +1,16 @@
 // Host-side device utilities and the CUDA error plumbing.
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "quantem/cuda/device.hpp"
 #include "cuda_check.cuh"
@@ -121,22 +126,93 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   return *this;
 }
 
-PinnedBuffer::PinnedBuffer(std::size_t bytes) : bytes_(bytes) {
-  if (bytes > 0) QUANTEM_CUDA_TRY(cudaMallocHost(&data_, bytes));
+HostPages::HostPages(std::size_t bytes, unsigned threads) : bytes_(bytes) {
+  if (bytes == 0) return;
+  void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) throw std::bad_alloc();
+  data_ = memory;
+  (void)madvise(memory, bytes, MADV_HUGEPAGE);  // advice only: 4 KiB pages where huge ones are off
+  (void)madvise(memory, bytes, MADV_DONTFORK);  // a forked child (the inspector) neither copies nor shares it
+  constexpr std::size_t kPage = std::size_t{2} << 20;
+  const std::size_t pages = (bytes + kPage - 1) / kPage;
+  const unsigned workers = static_cast<unsigned>(std::max<std::size_t>(1, std::min<std::size_t>(threads, pages)));
+  const std::size_t share = (pages + workers - 1) / workers * kPage;
+  auto touch = [this, share](unsigned worker) {
+    const std::size_t begin = std::min(bytes_, share * worker), end = std::min(bytes_, begin + share);
+    std::memset(static_cast<char*>(data_) + begin, 0, end - begin);
+  };
+  std::vector<std::thread> helpers;
+  for (unsigned w = 1; w < workers; ++w) helpers.emplace_back(touch, w);
+  touch(0);
+  for (auto& helper : helpers) helper.join();
 }
 
-PinnedBuffer::~PinnedBuffer() {
-  if (data_ != nullptr) QUANTEM_CUDA_TRY_NOTHROW(cudaFreeHost(data_));
+HostPages::~HostPages() {
+  if (data_ != nullptr) ::munmap(data_, bytes_);
 }
+
+HostPages::HostPages(HostPages&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+HostPages& HostPages::operator=(HostPages&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) ::munmap(data_, bytes_);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+namespace {
+constexpr std::size_t kRegisteredPinnedMinBytes = std::size_t{4} << 20;
+constexpr unsigned kPinnedFaultThreads = 8;
+}  // namespace
+
+PinnedBuffer::PinnedBuffer(std::size_t bytes) : bytes_(bytes) {
+  if (bytes == 0) return;
+  if (bytes >= kRegisteredPinnedMinBytes) {
+    HostPages pages(bytes, kPinnedFaultThreads);
+    if (cudaHostRegister(pages.data(), bytes, cudaHostRegisterPortable) == cudaSuccess) {
+      data_ = pages.data();
+      registered_ = std::move(pages);
+      return;
+    }
+    (void)cudaGetLastError();  // registration refused here: the driver's own pinned allocation instead
+  }
+  QUANTEM_CUDA_TRY(cudaMallocHost(&data_, bytes));
+}
+
+PinnedBuffer::PinnedBuffer(HostPages pages) : bytes_(pages.size()) {
+  if (pages.size() == 0) return;
+  QUANTEM_CUDA_TRY(cudaHostRegister(pages.data(), pages.size(), cudaHostRegisterPortable));
+  data_ = pages.data();
+  registered_ = std::move(pages);
+}
+
+void PinnedBuffer::release() noexcept {
+  if (data_ == nullptr) return;
+  if (registered_.data() != nullptr) {
+    QUANTEM_CUDA_TRY_NOTHROW(cudaHostUnregister(data_));
+    registered_ = HostPages();
+  } else {
+    QUANTEM_CUDA_TRY_NOTHROW(cudaFreeHost(data_));
+  }
+  data_ = nullptr;
+}
+
+PinnedBuffer::~PinnedBuffer() { release(); }
 
 PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+    : data_(std::exchange(other.data_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      registered_(std::move(other.registered_)) {}
 
 PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
   if (this != &other) {
-    if (data_ != nullptr) QUANTEM_CUDA_TRY_NOTHROW(cudaFreeHost(data_));
+    release();
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
+    registered_ = std::move(other.registered_);
   }
   return *this;
 }

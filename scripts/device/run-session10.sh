@@ -30,7 +30,7 @@ data=/tmp/qv
 synth_realistic_512 "$data"
 master="$data/tilt0/tilt_master.h5"
 if [ "$what" = all ] || [ "$what" = load ]; then
-  IFS=';' read -r -a variants <<< "${QUANTEM_LOAD_VARIANTS:-default=--keep-frame-index 0;kept_index=--keep-frame-index 1;groups10=--groups-per-batch 10;groups14=--groups-per-batch 14;default2=--keep-frame-index 0}"
+  IFS=';' read -r -a variants <<< "${QUANTEM_LOAD_VARIANTS:-default=--keep-frame-index 0;kept_index=--keep-frame-index 1;default2=--keep-frame-index 0;kept_index2=--keep-frame-index 1}"
   for variant in "${variants[@]}"; do
     name=${variant%%=*}
     read -r -a flags <<< "${variant#*=}"
@@ -47,7 +47,7 @@ if [ "$what" = all ] || [ "$what" = cold ]; then
   for i in 1 2; do  # CUDA init, context, the staging slots pinned in different ways (fresh processes)
     run_bundle "$bundle/pinned_host_bench" | tee -a "$out/pinned_host.jsonl"
   done
-  IFS=';' read -r -a variants <<< "${QUANTEM_COLD_ENV:-default=QUANTEM_NOTHING=1;eager=CUDA_MODULE_LOADING=EAGER}"
+  IFS=';' read -r -a variants <<< "${QUANTEM_COLD_ENV:-default=QUANTEM_NOTHING=1}"
   for variant in "${variants[@]}"; do
     name=${variant%%=*}
     read -r -a env_settings <<< "${variant#*=}"

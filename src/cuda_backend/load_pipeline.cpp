@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <exception>
 #include <string>
+#include <thread>
 
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/bitshuffle_lz4.hpp"
@@ -93,16 +94,39 @@ void PinnedSlotPool::give_back(PinnedSlots slots) {
   if (kept_.size() < 2) kept_.push_back(std::move(slots));
 }
 
-void PinnedSlotPool::fill(std::uint64_t slot_bytes) {
+void PinnedSlotPool::fill(std::uint64_t slot_bytes, const std::function<void()>& meanwhile) {
+  bool fill_here = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (filling_) return;  // another device's preparation is pinning the set
-    filling_ = true;
+    fill_here = !filling_;  // otherwise another device's preparation is pinning the set
+    if (fill_here) filling_ = true;
+  }
+  if (!fill_here) {
+    if (meanwhile) meanwhile();
+    return;
   }
   PinnedSlots slots;
   std::exception_ptr error;
   try {
-    slots = pin(slot_bytes);
+    std::vector<cuda::HostPages> pages(kHostSlots);
+    std::exception_ptr fault_error;
+    std::thread faulting([&] {
+      try {
+        for (auto& slot_pages : pages) slot_pages = cuda::HostPages(slot_bytes, kFaultThreads);
+      } catch (...) {
+        fault_error = std::current_exception();
+      }
+    });
+    try {
+      if (meanwhile) meanwhile();
+    } catch (...) {
+      faulting.join();
+      throw;
+    }
+    faulting.join();
+    if (fault_error) std::rethrow_exception(fault_error);
+    slots.slot_bytes = slot_bytes;
+    for (auto& slot_pages : pages) slots.slots.emplace_back(std::move(slot_pages));
   } catch (...) {
     error = std::current_exception();
   }

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -54,7 +55,10 @@ class PinnedSlotPool {
   // that set rather than pin a second one beside it (a daemon's first request
   // often arrives while the devices are being prepared: pinning 192 MiB twice
   // at once costs the first load more than waiting for the one in progress).
-  void fill(std::uint64_t slot_bytes);
+  // `meanwhile` (creating the device's context) runs on the calling thread
+  // while another faults the slots' pages in (cuda::HostPages); the calling
+  // thread then registers them, so it needs a device bound by then.
+  void fill(std::uint64_t slot_bytes, const std::function<void()>& meanwhile = {});
 
  private:
   static PinnedSlots pin(std::uint64_t slot_bytes);

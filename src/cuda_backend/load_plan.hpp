@@ -22,6 +22,8 @@ inline constexpr std::uint64_t kReadGapBytes = std::uint64_t{64} << 10;
 // Pinned host staging slots: reads of one sub-batch overlap the copies and
 // decodes of the two before it.
 inline constexpr int kHostSlots = 3;
+// Threads that fault in the pages of a set of pinned slots before they are registered.
+inline constexpr unsigned kFaultThreads = 8;
 inline constexpr int kDeviceSlots = 2;
 // Dense batches of a load from files: batch b is decoded into slot b % 2
 // while the encode worker encodes batch b - 1 from the other slot

@@ -77,11 +77,39 @@ void copy_to_device(void* d_destination, const void* host_source, std::size_t by
 void copy_to_host(void* host_destination, const void* d_source, std::size_t bytes);
 void fill_device(void* d_destination, int byte_value, std::size_t bytes);
 
+// Anonymous host memory, advised to transparent huge pages, its pages
+// faulted in by up to `threads` threads. Needs no device and no CUDA context:
+// start-up faults in the staging slots while the context is created, and
+// PinnedBuffer(HostPages) then pins them (registering populated huge pages
+// takes ~5 ms for 192 MiB on the H200's host, cudaMallocHost ~110 ms; see
+// tests/gpu/pinned_host_bench.cpp). Unmapped on destruction. Move-only.
+class HostPages {
+ public:
+  HostPages() = default;
+  HostPages(std::size_t bytes, unsigned threads);  // throws std::bad_alloc when mmap fails
+  ~HostPages();
+  HostPages(HostPages&& other) noexcept;
+  HostPages& operator=(HostPages&& other) noexcept;
+  HostPages(const HostPages&) = delete;
+  HostPages& operator=(const HostPages&) = delete;
+  void* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
 // Pinned (page-locked) host memory, freed on destruction. Move-only.
+// Buffers of 4 MiB or more are HostPages registered with the driver
+// (portable: pinned for every device's context); smaller ones come from
+// cudaMallocHost. Either way data() is page-locked and device-visible.
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;
   explicit PinnedBuffer(std::size_t bytes);
+  // Pins memory already faulted in (the calling thread needs a device bound).
+  explicit PinnedBuffer(HostPages pages);
   ~PinnedBuffer();
   PinnedBuffer(PinnedBuffer&& other) noexcept;
   PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
@@ -96,8 +124,10 @@ class PinnedBuffer {
   }
 
  private:
+  void release() noexcept;
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
+  HostPages registered_;  // set when data_ is registered memory rather than cudaMallocHost's
 };
 
 }  // namespace quantem::cuda
