@@ -14,9 +14,14 @@
 namespace quantem::backend::cuda_detail {
 namespace {
 
-constexpr std::uint32_t kDefaultFramesPerGroup = 2048;
-// Frames between a stream's seek points: a group of 2048 frames decodes as
-// chains of at most 512 (3 points per stream, 20 bytes each).
+// 1024 frames per group: a 1 GiB dense batch of 72 KiB frames is 14 groups,
+// whose 14 x 9216 streams the encoder runs at once (one thread each, every
+// stream sequential over its group's frames); 2048 frames per group gave it
+// half as many threads and the load 7 ms more (0.155 vs 0.148 s on the H200,
+// docs/benchmarks.md, session 10), for 1.2 % less resident.
+constexpr std::uint32_t kDefaultFramesPerGroup = 1024;
+// Frames between a stream's seek points: a group of 1024 frames decodes as
+// chains of at most 512 (1 point per stream, 20 bytes).
 constexpr std::uint32_t kDefaultFramesPerSeekPoint = 512;
 constexpr std::uint64_t kDefaultBatchDenseBytes = std::uint64_t{1} << 30;
 constexpr std::uint32_t kMaxGroupsPerBatch = 64;
