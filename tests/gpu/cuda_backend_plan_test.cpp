@@ -7,11 +7,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <string>
 #include <vector>
 
 #include "cuda_support.hpp"
 #include "load_plan.hpp"
+#include "quantem/cuda/device.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/synth/synth.hpp"
 #include "test_support.hpp"
@@ -171,6 +174,34 @@ TEST(CudaLoadPlan, RecentFramesHoldOneSeekSegmentWithinTheirCap) {
   // A scan smaller than a segment: its frames.
   a.scan_rows = a.scan_cols = 4;
   EXPECT_EQ(plan_cuda_load(a, {}).recent_frames, 16u);
+}
+
+}  // namespace
+}  // namespace quantem::backend::cuda_detail
+
+namespace quantem::backend::cuda_detail {
+namespace {
+
+// cuda::HostPages needs no device (start-up faults the staging slots in while
+// the context is created): zeroed, writable, split across threads, move-only.
+TEST(HostPages, FaultsInZeroedWritableMemoryWithoutADevice) {
+  const std::size_t bytes = (std::size_t{5} << 20) + 123;  // not a whole number of huge pages
+  cuda::HostPages pages(bytes, 4);
+  ASSERT_NE(pages.data(), nullptr);
+  ASSERT_EQ(pages.size(), bytes);
+  auto* data = static_cast<std::uint8_t*>(pages.data());
+  EXPECT_EQ(std::count(data, data + bytes, std::uint8_t{0}), static_cast<std::ptrdiff_t>(bytes));
+  for (std::size_t i = 0; i < bytes; i += 4093) data[i] = static_cast<std::uint8_t>(i % 251 + 1);
+  cuda::HostPages moved(std::move(pages));
+  EXPECT_EQ(pages.data(), nullptr);
+  EXPECT_EQ(pages.size(), 0u);
+  ASSERT_EQ(moved.data(), data);
+  for (std::size_t i = 0; i < bytes; i += 4093) ASSERT_EQ(data[i], static_cast<std::uint8_t>(i % 251 + 1));
+  cuda::HostPages assigned;
+  assigned = std::move(moved);
+  EXPECT_EQ(assigned.data(), data);
+  EXPECT_EQ(cuda::HostPages(0, 8).data(), nullptr);
+  EXPECT_NE(cuda::HostPages(100, 64).data(), nullptr);  // more threads than pages
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <filesystem>
 #include <functional>
 #include <cstring>
 #include <string>
@@ -201,6 +203,59 @@ TEST(CpuBackend, LoadsASynthesizedAcquisitionAsH5pyReadsIt) {
   const auto resident = cpu_backend(2)->load(acquisition, 0, progress);
   EXPECT_EQ(progress.bytes_total.load(), report.stored_bytes);
   expect_frames_equal(*resident, acquisition, read_u64(dir.file("expected.u64")));
+}
+
+// The frame index is kept between loads (Backend::prepare_load, as the
+// residency calls it before admission): loads of unchanged files reuse it,
+// files written again are indexed again, and an inspection older than the
+// files is refused rather than read with an index of other files.
+TEST(CpuBackend, KeptFrameIndexesNeverOutliveTheirFiles) {
+  TempDir dir;
+  auto write = [&](std::uint64_t seed, std::uint64_t frames_per_shard) {
+    synth::SynthOptions options;
+    options.output_dir = dir.path();
+    options.prefix = "kept";
+    options.scan_rows = 8;
+    options.scan_cols = 9;
+    options.detector_rows = 12;
+    options.detector_cols = 10;
+    options.frames_per_shard = frames_per_shard;
+    options.seed = seed;
+    options.threads = 2;
+    const synth::SynthReport report = synth::write_acquisition(options);
+    test::run_python_script("products_load_fixture.py", "read " + report.master_path + " " +
+                                                            dir.file("expected_" + std::to_string(seed) + ".u64") +
+                                                            " --scan 8x9");
+    const catalog::Acquisition acquisition = catalog::inspect_master(report.master_path);
+    EXPECT_TRUE(acquisition.status.loadable) << acquisition.status.reason;
+    return acquisition;
+  };
+  const auto backend = cpu_backend(2);
+  const catalog::Acquisition first = write(1, 30);
+  const std::vector<std::uint64_t> first_expected = read_u64(dir.file("expected_1.u64"));
+  backend->prepare_load(first);
+  for (int load = 0; load < 2; ++load) {  // the index built before the load, then kept
+    LoadProgress progress;
+    expect_frames_equal(*backend->load(first, 0, progress), first, first_expected);
+  }
+  // Written again: other counts, other shard boundaries, so other chunk offsets.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a new mtime even on coarse clocks
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    if (entry.path().extension() == ".h5") std::filesystem::remove(entry.path());
+  }
+  const catalog::Acquisition second = write(2, 25);
+  ASSERT_NE(second.signature, first.signature);
+  backend->prepare_load(second);
+  LoadProgress progress;
+  expect_frames_equal(*backend->load(second, 0, progress), second, read_u64(dir.file("expected_2.u64")));
+  // The first inspection describes files that are gone: refused, typed.
+  LoadProgress stale_progress;
+  try {
+    (void)backend->load(first, 0, stale_progress);
+    FAIL() << "a load from a stale inspection succeeded";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::conflict) << error.what();
+  }
 }
 
 TEST(CpuBackend, ACorruptChunkFailsWithATypedErrorNamingFrameAndFileAndFreesEverything) {
