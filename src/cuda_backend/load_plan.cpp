@@ -14,14 +14,16 @@
 namespace quantem::backend::cuda_detail {
 namespace {
 
-// 1024 frames per group: a 1 GiB dense batch of 72 KiB frames is 14 groups,
-// whose 14 x 9216 streams the encoder runs at once (one thread each, every
-// stream sequential over its group's frames); 2048 frames per group gave it
-// half as many threads and the load 7 ms more (0.155 vs 0.148 s on the H200,
-// docs/benchmarks.md, session 10), for 1.2 % less resident.
-constexpr std::uint32_t kDefaultFramesPerGroup = 1024;
-// Frames between a stream's seek points: a group of 1024 frames decodes as
-// chains of at most 512 (1 point per stream, 20 bytes).
+// 2048 frames per group. 1024 makes the load 7-10 ms faster on the H200
+// (the encoder runs twice the streams per 1 GiB batch) but every masked sum
+// slower: its CTAs hold a group's 128 KiB decode tables (one CTA per SM) and
+// never span groups, so twice the groups round up to more CTAs (the BF disk
+// of radius 31: 0.25 -> 0.39 ms in the kernel, BF through HTTP over its 1 ms
+// goal on a slower instance; docs/benchmarks.md, session 10). A load happens
+// once, a masked sum on every request: 2048.
+constexpr std::uint32_t kDefaultFramesPerGroup = 2048;
+// Frames between a stream's seek points: a group of 2048 frames decodes as
+// chains of at most 512 (3 points per stream, 20 bytes each).
 constexpr std::uint32_t kDefaultFramesPerSeekPoint = 512;
 constexpr std::uint64_t kDefaultBatchDenseBytes = std::uint64_t{1} << 30;
 constexpr std::uint32_t kMaxGroupsPerBatch = 64;

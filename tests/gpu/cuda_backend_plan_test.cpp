@@ -121,9 +121,9 @@ catalog::Acquisition realistic_512(const std::string& name) {
 TEST(CudaLoadPlan, DefaultsHoldAbout1GiBOfFramesPerBatchAndBoundTheResident) {
   catalog::Acquisition a = realistic_512("big_master.h5");
   const CudaLoadPlan plan = plan_cuda_load(a, {});
-  EXPECT_EQ(plan.frames_per_group, 1024u);
-  EXPECT_EQ(plan.groups_per_batch, 14u);  // 14 x 1024 frames x 72 KiB = 1.06 GB
-  EXPECT_EQ(plan.batches, (256u + 13) / 14);
+  EXPECT_EQ(plan.frames_per_group, 2048u);
+  EXPECT_EQ(plan.groups_per_batch, 7u);  // 7 x 2048 frames x 72 KiB = 1.06 GB
+  EXPECT_EQ(plan.batches, (128u + 6) / 7);
   const std::uint64_t dense = 512ull * 512 * 192 * 192 * 2;
   EXPECT_GT(plan.resident_bound_bytes, dense * 5 / 4);         // 2.5 bytes per value plus per-group layout
   EXPECT_LT(plan.resident_bound_bytes, dense * 5 / 4 + (dense / 100));
@@ -168,7 +168,7 @@ TEST(CudaLoadPlan, RecentFramesHoldOneSeekSegmentWithinTheirCap) {
   a.detector_rows = a.detector_cols = 64;
   CudaLoadTuning tuning;
   tuning.frames_per_seek_point = CudaLoadTuning::kNoSeekPoints;
-  EXPECT_EQ(plan_cuda_load(a, tuning).recent_frames, 1024u);  // a group: 1024 x 16 KiB = 16 MiB
+  EXPECT_EQ(plan_cuda_load(a, tuning).recent_frames, 2048u);  // 2048 x 16 KiB = 32 MiB
   tuning.recent_frames_max_bytes = 3 * 64 * 64 * 4 + 1;
   EXPECT_EQ(plan_cuda_load(a, tuning).recent_frames, 3u);
   // A scan smaller than a segment: its frames.
