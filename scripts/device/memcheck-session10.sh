@@ -9,7 +9,9 @@ bundle=$(pwd)/.bundle
 export LD_LIBRARY_PATH="$bundle/lib" QUANTEM_REAL_DATA_DIR="$bundle/data/real" QUANTEM_GPU_FIXTURES="$bundle/data/fixtures"
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 echo "commit $(cat "$bundle/COMMIT") $(date -u +%FT%TZ)"
-for check in "bitshuffle_lz4_gpu_tests *" "cuda_backend_tests *" "cuda_fault_injection_tests *"; do
+# cuda_backend_tests' RunningOutOfDeviceMemory* runs out of device memory on purpose: memcheck
+# reports its cudaMalloc failure as 2 API errors, so it runs here without memcheck's API checks.
+for check in "bitshuffle_lz4_gpu_tests *" "cuda_backend_tests -*RunningOutOfDeviceMemory*" "cuda_fault_injection_tests *"; do
   read -r suite filter <<< "$check"
   extra=()
   [ "$suite" = cuda_fault_injection_tests ] && extra=(--leak-check full)
