@@ -124,13 +124,7 @@ CudaResident::HostStaging::HostStaging(CudaResident& resident, std::size_t bytes
     resident.staging_ = cuda::PinnedBuffer();  // the old one first: never both at once
     std::size_t grown = std::size_t{1} << 20;
     while (grown < bytes) grown *= 2;
-    // Faulted-in pages registered (a first request on a resident pays ~0.05 ms
-    // for 1 MiB, not cudaMallocHost's pinning); cudaMallocHost where refused.
-    try {
-      resident.staging_ = cuda::PinnedBuffer(cuda::HostPages(grown, 1));
-    } catch (const cuda::CudaError&) {
-      resident.staging_ = cuda::PinnedBuffer(grown);
-    }
+    resident.staging_ = cuda::PinnedBuffer(grown);
   }
   base_ = resident.staging_.data();
 }
