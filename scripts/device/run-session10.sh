@@ -22,22 +22,15 @@ timeline() {  # the start-up lines of one daemon log
   grep -E "backend opened|prepared|serving|ready|CUDA load of|admitted" "$1" | head -12 | cut -c1-260
 }
 if [ "$what" = all ] || [ "$what" = suites ]; then
-  run_gpu_suites bitshuffle_lz4_gpu_tests resident_conformance_test ans_conformance_tests cuda_backend_tests \
-    ring_sums_gpu_tests cuda_fault_injection_tests
+  run_all_gpu_suites
   [ "$what" = suites ] && exit 0
 fi
 data=/tmp/qv
 synth_realistic_512 "$data"
 master="$data/tilt0/tilt_master.h5"
 if [ "$what" = all ] || [ "$what" = load ]; then
-  IFS=';' read -r -a variants <<< "${QUANTEM_LOAD_VARIANTS:-default=--keep-frame-index 0;kept_index=--keep-frame-index 1;default2=--keep-frame-index 0;kept_index2=--keep-frame-index 1}"
-  for variant in "${variants[@]}"; do
-    name=${variant%%=*}
-    read -r -a flags <<< "${variant#*=}"
-    LD_LIBRARY_PATH="$bundle/lib" timeout 120 "$bundle/cuda_backend_bench" "$master" --repeats 5 --load-only 1 \
-      "${flags[@]}" > "$out/load_$name.json" 2> "$out/load_$name.log"
-    echo "load $name (${flags[*]}) rc=$?: $(grep -ho 'GPU 0: [0-9.]* s (frame index [0-9.]*' "$out/load_$name.json" "$out/load_$name.log" | tail -n +2 | awk '{printf "%s/%s ", $3, $7}')"
-  done
+  run_load_variants "$master" \
+    "${QUANTEM_LOAD_VARIANTS:-default=--keep-frame-index 0;kept_index=--keep-frame-index 1;default2=--keep-frame-index 0;kept_index2=--keep-frame-index 1}"
   [ "$what" = load ] && exit 0
 fi
 if [ "$what" = all ] || [ "$what" = cold ]; then

@@ -53,11 +53,4 @@ PY
   cat "$out/load_kernels.json"
 fi
 # QUANTEM_LOAD_VARIANTS: "name=cuda_backend_bench flags" entries separated by ';'.
-IFS=';' read -r -a variants <<< "${QUANTEM_LOAD_VARIANTS:-default=}"
-for variant in "${variants[@]}"; do
-  name=${variant%%=*}
-  read -r -a flags <<< "${variant#*=}"
-  LD_LIBRARY_PATH="$bundle/lib" timeout 120 "$bundle/cuda_backend_bench" "$master" --repeats 5 --load-only 1 \
-    "${flags[@]}" > "$out/load_$name.json" 2> "$out/load_$name.log"
-  echo "load $name (${flags[*]}) rc=$? $(cat "$out/load_$name.json")"
-done
+run_load_variants "$master" "${QUANTEM_LOAD_VARIANTS:-default=}"

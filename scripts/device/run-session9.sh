@@ -15,8 +15,7 @@ case "$what" in
 esac
 echo "commit $(cat "$bundle/COMMIT") $(date -u +%FT%TZ)"
 if [ "$what" = all ] || [ "$what" = suites ]; then
-  run_gpu_suites resident_conformance_test ans_conformance_tests cuda_backend_tests ring_sums_gpu_tests \
-    bitshuffle_lz4_gpu_tests cuda_fault_injection_tests
+  run_all_gpu_suites
   [ "$what" = suites ] && exit 0
 fi
 data=/tmp/qv

@@ -48,6 +48,22 @@ std::unique_ptr<Backend> cpu_backend(unsigned threads, int devices = 1) {
   return make_cpu_backend(options);
 }
 
+// A small synth acquisition `<prefix>_master.h5` in `dir`, written by 2 threads.
+synth::SynthOptions synth_options(const TempDir& dir, const std::string& prefix, std::uint64_t scan_rows,
+                                  std::uint64_t scan_cols, std::uint64_t detector_rows, std::uint64_t detector_cols,
+                                  std::uint64_t frames_per_shard) {
+  synth::SynthOptions options;
+  options.output_dir = dir.path();
+  options.prefix = prefix;
+  options.scan_rows = scan_rows;
+  options.scan_cols = scan_cols;
+  options.detector_rows = detector_rows;
+  options.detector_cols = detector_cols;
+  options.frames_per_shard = frames_per_shard;
+  options.threads = 2;
+  return options;
+}
+
 // Every frame of the resident at the full plan equals the reference counts.
 void expect_frames_equal(Resident& resident, const catalog::Acquisition& acquisition,
                          const std::vector<std::uint64_t>& expected) {
@@ -185,16 +201,8 @@ TEST(CpuBackend, Uint32WhoseLargeCountsAreMaskedIsNarrowedTo16Bits) {
 
 TEST(CpuBackend, LoadsASynthesizedAcquisitionAsH5pyReadsIt) {
   TempDir dir;
-  synth::SynthOptions options;
-  options.output_dir = dir.path();
-  options.prefix = "synth";
-  options.scan_rows = 12;
-  options.scan_cols = 10;
-  options.detector_rows = 24;
-  options.detector_cols = 20;
-  options.frames_per_shard = 50;  // three shards, boundaries inside frame groups
-  options.threads = 2;
-  const synth::SynthReport report = synth::write_acquisition(options);
+  // Three shards, boundaries inside frame groups.
+  const synth::SynthReport report = synth::write_acquisition(synth_options(dir, "synth", 12, 10, 24, 20, 50));
   const catalog::Acquisition acquisition = catalog::inspect_master(report.master_path);
   ASSERT_TRUE(acquisition.status.loadable) << acquisition.status.reason;
   ASSERT_GT(acquisition.masked_pixel_count, 0u);
@@ -212,16 +220,8 @@ TEST(CpuBackend, LoadsASynthesizedAcquisitionAsH5pyReadsIt) {
 TEST(CpuBackend, KeptFrameIndexesNeverOutliveTheirFiles) {
   TempDir dir;
   auto write = [&](std::uint64_t seed, std::uint64_t frames_per_shard) {
-    synth::SynthOptions options;
-    options.output_dir = dir.path();
-    options.prefix = "kept";
-    options.scan_rows = 8;
-    options.scan_cols = 9;
-    options.detector_rows = 12;
-    options.detector_cols = 10;
-    options.frames_per_shard = frames_per_shard;
+    synth::SynthOptions options = synth_options(dir, "kept", 8, 9, 12, 10, frames_per_shard);
     options.seed = seed;
-    options.threads = 2;
     const synth::SynthReport report = synth::write_acquisition(options);
     test::run_python_script("products_load_fixture.py", "read " + report.master_path + " " +
                                                             dir.file("expected_" + std::to_string(seed) + ".u64") +

@@ -18,10 +18,7 @@ using test::TempDir;
 class FrameIndexCacheTest : public ::testing::Test {
  protected:
   Acquisition make(const std::string& stem, const std::string& options) {
-    test::make_acquisitions(dir_, {dir_.path() + " " + stem + " " + options});
-    auto acquisition = inspect_master(dir_.file(stem + "_master.h5"));
-    EXPECT_TRUE(acquisition.status.loadable) << acquisition.status.reason;
-    return acquisition;
+    return test::make_loadable(dir_, stem, options);
   }
   static void expect_same_frames(const FrameIndex& a, const FrameIndex& b) {
     ASSERT_EQ(a.frames.size(), b.frames.size());

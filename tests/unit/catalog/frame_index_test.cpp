@@ -78,10 +78,7 @@ void expect_matches_hdf5(const FrameIndex& index, std::size_t first, const std::
 class FrameIndexTest : public ::testing::Test {
  protected:
   Acquisition make(const std::string& stem, const std::string& options) {
-    test::make_acquisitions(dir_, {dir_.path() + " " + stem + " " + options});
-    auto acquisition = inspect_master(dir_.file(stem + "_master.h5"));
-    EXPECT_TRUE(acquisition.status.loadable) << acquisition.status.reason;
-    return acquisition;
+    return test::make_loadable(dir_, stem, options);
   }
   TempDir dir_;
 };
