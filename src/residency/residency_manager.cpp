@@ -509,7 +509,10 @@ ResidentLease ResidencyManager::acquire(const catalog::Acquisition& acquisition)
   if (stale_caller) throw conflict(kStaleInspectionMessage);
   if (!entry) {
     lock.unlock();
-    backend_.prepare_load(acquisition);  // its frame index, while nothing waits on this thread yet
+    // Its frame index, on this thread, which waits for the load anyway: a
+    // request that then waits for its device (a daemon still preparing it)
+    // finds the index built.
+    backend_.prepare_load(acquisition);
     const backend::LoadEstimate estimate = estimate_checked(acquisition);
     lock.lock();
     entry = lookup_locked(acquisition, stale_caller);
@@ -572,7 +575,8 @@ ResidencyStatus ResidencyManager::request_load(const catalog::Acquisition& acqui
   EntryPtr entry = lookup();
   if (!entry) {
     lock.unlock();
-    backend_.prepare_load(acquisition);
+    // No prepare_load here: an explicit load request answers at once, and its
+    // load builds the frame index on the loader thread.
     const backend::LoadEstimate estimate = estimate_checked(acquisition);
     lock.lock();
     entry = lookup();

@@ -224,9 +224,10 @@ class Backend {
 
   // Host-side work a load of `acquisition` needs that touches no device: its
   // frame index, built into this backend's FrameIndexCache. The residency
-  // calls it on the requesting thread before admission, so that a request
-  // that then waits for its device (a daemon still preparing it) finds it
-  // done. Never throws: the load reports the errors.
+  // calls it on the thread of a request that waits for the resident, before
+  // admission, so that a request that then waits for its device (a daemon
+  // still preparing it) finds it done. Never throws: the load reports the
+  // errors.
   void prepare_load(const catalog::Acquisition& acquisition) noexcept { frame_indexes_.prefetch(acquisition); }
   // Forgets the kept frame indexes (benchmarks: a load that walks the chunk indexes again).
   void forget_frame_indexes() noexcept { frame_indexes_.clear(); }
