@@ -142,7 +142,14 @@ HostPages::HostPages(std::size_t bytes, unsigned threads) : bytes_(bytes) {
     std::memset(static_cast<char*>(data_) + begin, 0, end - begin);
   };
   std::vector<std::thread> helpers;
-  for (unsigned w = 1; w < workers; ++w) helpers.emplace_back(touch, w);
+  try {
+    for (unsigned w = 1; w < workers; ++w) helpers.emplace_back(touch, w);
+  } catch (...) {  // no thread to spare: the pages the missing helpers would have touched fault in on use
+    for (auto& helper : helpers) helper.join();
+    helpers.clear();
+    touch(0);
+    return;
+  }
   touch(0);
   for (auto& helper : helpers) helper.join();
 }
