@@ -279,20 +279,17 @@ std::shared_ptr<Resident> make_cuda_resident(const catalog::Acquisition& acquisi
     const CudaLoadPlan plan = plan_cuda_load(acquisition, options.tuning);
     Stream stream;
     // Synchronous, from one dense slot: each encode_batch returns once the
-    // sizes are known, and the next copy into the slot waits for everything
-    // of the batch before (its write, its ring sums on the encoder's side stream).
+    // sizes are known, and the next copy into the slot is ordered after the
+    // write on the same stream.
     ResidentEncoder encoder(acquisition, plan, /*dense_slots=*/1, stream.get(), std::make_shared<Ledger>(),
                             ResidentReservation(nullptr, 0));
     StreamDrain drain({stream.get()});
-    Event slot_free;
     const auto* bytes = static_cast<const std::uint8_t*>(counts);
     for (std::uint64_t first = 0; first < plan.frames; first += plan.batch_frames) {
       const std::uint64_t count = std::min(plan.batch_frames, plan.frames - first);
-      if (first != 0) QUANTEM_CUDA_TRY(cudaStreamWaitEvent(stream.get(), slot_free.get(), 0));
       QUANTEM_CUDA_TRY(cudaMemcpyAsync(encoder.dense_batch(0), bytes + first * frame_bytes, count * frame_bytes,
                                        cudaMemcpyHostToDevice, stream.get()));
       encoder.encode_batch(0, first, count);
-      encoder.record_batch_done(slot_free.get());
     }
     return encoder.finish(options.device_index, "");
   } catch (const cuda::OutOfDeviceMemory& error) {

@@ -36,8 +36,8 @@ EncodeWorker::~EncodeWorker() {
   }
   changed_.notify_all();
   if (thread_.joinable()) thread_.join();  // the batch in hand, if any, is finished first
-  // The worker's events and pinned statuses may still be used by the encoder's streams.
-  encoder_.synchronize();
+  // The worker's events and pinned statuses may still be used by its stream.
+  QUANTEM_CUDA_TRY_NOTHROW(cudaStreamSynchronize(stream_));
 }
 
 void EncodeWorker::rethrow_locked() const {
@@ -139,7 +139,7 @@ void EncodeWorker::encode(const FilledBatch& batch) {
   encoder_.encode_batch(batch.slot, batch.first_frame, batch.frame_count);
   encode_timer_.stop(stream_);
   low_water_.checkpoint();  // the batch's piece is allocated
-  encoder_.record_batch_done(slot_free_[static_cast<std::size_t>(batch.slot)].get());
+  QUANTEM_CUDA_TRY(cudaEventRecord(slot_free_[static_cast<std::size_t>(batch.slot)].get(), stream_));
 }
 
 }  // namespace quantem::backend::cuda_detail

@@ -105,14 +105,10 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
   const std::vector<std::uint64_t> sizes = cuda::ans_encode_measure(batch, scratch_.data(), scratch_.size(), stream_);
 
   if (!rings_) set_up_rings();  // from the first batch's pattern, which d_pattern_ holds now
-  // One pass over the frames for their ring sums and their moments, on the
-  // side stream: beside the write below and the next batch's measuring.
-  QUANTEM_CUDA_TRY(cudaEventRecord(frames_ready_.get(), stream_));
-  QUANTEM_CUDA_TRY(cudaStreamWaitEvent(side_stream_.get(), frames_ready_.get(), 0));
+  // One pass over the frames for their ring sums and their moments.
   cuda::dense_ring_sums(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
                         d_pixels_by_ring_.as<std::uint32_t>(), d_ring_of_sorted_.as<std::uint16_t>(),
-                        rings_->ring_count(), d_ring_sums_.data(), ring_sum_bytes_, plan_.frames, first_frame,
-                        side_stream_.get(),
+                        rings_->ring_count(), d_ring_sums_.data(), ring_sum_bytes_, plan_.frames, first_frame, stream_,
                         cuda::FrameMomentsTarget{d_frame_moments_.as<std::uint64_t>(),
                                                  static_cast<std::uint32_t>(source_.detector_cols), plan_.frames});
 
@@ -158,20 +154,7 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
   encoded_bytes_ += piece_bytes;
   encoded_frames_ += frame_count;
   pieces_.push_back(std::move(piece));
-  QUANTEM_CUDA_TRY(cudaEventRecord(write_done_.get(), stream_));
 }
-
-void ResidentEncoder::record_batch_done(cudaEvent_t event) {
-  QUANTEM_CUDA_TRY(cudaStreamWaitEvent(side_stream_.get(), write_done_.get(), 0));
-  QUANTEM_CUDA_TRY(cudaEventRecord(event, side_stream_.get()));
-}
-
-void ResidentEncoder::synchronize() noexcept {
-  QUANTEM_CUDA_TRY_NOTHROW(cudaStreamSynchronize(side_stream_.get()));
-  QUANTEM_CUDA_TRY_NOTHROW(cudaStreamSynchronize(stream_));
-}
-
-ResidentEncoder::~ResidentEncoder() { synchronize(); }
 
 void ResidentEncoder::set_up_rings() {
   const auto rows = static_cast<std::uint32_t>(source_.detector_rows);
@@ -199,7 +182,6 @@ std::shared_ptr<CudaResident> ResidentEncoder::finish(int device_index, const st
     throw internal_error("CUDA resident encoder: " + std::to_string(encoded_frames_) + " of " +
                          std::to_string(plan_.frames) + " frames encoded");
   }
-  QUANTEM_CUDA_TRY(cudaStreamSynchronize(side_stream_.get()));  // the ring sums and moments are complete
   std::uint32_t max_value = 0;
   std::uint32_t seek_error = 0;
   std::vector<std::uint64_t> pattern(plan_.frame_pixels);

@@ -9,10 +9,9 @@
 // writes the batch's seek points — then, in one more pass over the frames,
 // adds their exact ring sums to the resident's ring table (rings around the
 // bright-field centre of the first batch: ring_partition.hpp) and their
-// moments to the moments table — on a side stream of the encoder's own, beside
-// the write and the next batch's measuring —, checks the running total against
-// the plan's bound, allocates one exactly sized piece, writes the groups into
-// it and builds their decode tables.
+// moments to the moments table, checks the running total against the plan's
+// bound, allocates one exactly sized piece, writes the groups into it and
+// builds their decode tables.
 // Used by the file loader and by make_cuda_resident (dense host counts).
 #include <cstdint>
 #include <memory>
@@ -79,16 +78,6 @@ class ResidentEncoder {
   // and what the reservation's grow() throws (payload_too_large, unavailable).
   // Not thread-safe: one thread at a time (during a load, the encode worker).
   void encode_batch(int slot, std::uint64_t first_frame, std::uint64_t frame_count);
-  // Records `event` once everything enqueued for the last encoded batch has
-  // run: its write on stream() and its ring sums and moments on the side
-  // stream. Work that reuses the batch's dense slot waits for it.
-  void record_batch_done(cudaEvent_t event);
-
-  // Waits for both streams (destruction paths: nothing may still read the buffers).
-  void synchronize() noexcept;
-  ~ResidentEncoder();
-  ResidentEncoder(const ResidentEncoder&) = delete;
-  ResidentEncoder& operator=(const ResidentEncoder&) = delete;
 
   // Frees the working buffers, builds the group table, waits for the stream.
   // `note` (may be empty) is appended to the encoding, e.g. how many chunks the host decoded.
@@ -111,9 +100,6 @@ class ResidentEncoder {
   catalog::Acquisition source_;
   CudaLoadPlan plan_;
   cudaStream_t stream_;
-  Stream side_stream_;  // the ring sums and moments of each batch
-  Event frames_ready_;  // on stream_: the batch's frames masked, the ring tables copied
-  Event write_done_;    // on stream_: the batch's write and decode tables enqueued before it
   std::shared_ptr<Ledger> ledger_;
   std::uint32_t masked_count_ = 0;
   TrackedBuffer masked_;
