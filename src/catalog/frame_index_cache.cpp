@@ -25,22 +25,15 @@ std::shared_ptr<const FrameIndex> FrameIndexCache::get(const Acquisition& acquis
         entries_.splice(entries_.begin(), entries_, it);
         return entries_.front().index;
       }
-      bytes_ -= it->bytes;
-      entries_.erase(it);  // another signature, or the files changed since: never used again
-      break;
+      break;  // another signature, or the files changed since: never used again
     }
+    drop_locked(acquisition.master_path);
   }
   auto index = std::make_shared<const FrameIndex>(build_frame_index(acquisition));
   const std::size_t bytes = index_bytes(*index);
   std::lock_guard<std::mutex> lock(mutex_);
   ++builds_;
-  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    if (it->master_path == acquisition.master_path) {
-      bytes_ -= it->bytes;
-      entries_.erase(it);
-      break;
-    }
-  }
+  drop_locked(acquisition.master_path);  // another thread may have kept one meanwhile
   if (acquisition.signature.empty() || bytes > max_bytes_) return index;
   entries_.push_front(Entry{acquisition.master_path, acquisition.signature, index, bytes});
   bytes_ += bytes;
@@ -49,6 +42,16 @@ std::shared_ptr<const FrameIndex> FrameIndexCache::get(const Acquisition& acquis
     entries_.pop_back();
   }
   return index;
+}
+
+void FrameIndexCache::drop_locked(const std::string& master_path) {
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->master_path == master_path) {
+      bytes_ -= it->bytes;
+      entries_.erase(it);
+      return;
+    }
+  }
 }
 
 bool FrameIndexCache::prefetch(const Acquisition& acquisition) noexcept {

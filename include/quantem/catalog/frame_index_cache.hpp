@@ -14,6 +14,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "quantem/catalog/acquisition.hpp"
 
@@ -46,6 +47,8 @@ class FrameIndexCache {
     std::shared_ptr<const FrameIndex> index;
     std::size_t bytes = 0;
   };
+  void drop_locked(const std::string& master_path);  // the kept entry of this master, if any
+
   const std::size_t max_entries_;
   const std::size_t max_bytes_;
   mutable std::mutex mutex_;
