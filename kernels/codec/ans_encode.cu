@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "quantem/ans/ans_format.hpp"
@@ -154,6 +155,40 @@ __device__ __forceinline__ std::uint32_t frame_value(const T* frames, const Enco
   return __ldg(frames + (std::uint64_t{group} * geometry.frames_per_group + frame) * geometry.pixels + pixel);
 }
 
+// Four consecutive pixels of a frame in one load (kVectorPixels values of T):
+// the vectorised passes over the dense frames take a quad of pixels per
+// thread when the frame's pixels are a multiple of four (every frame then
+// starts at a multiple of the load's size).
+inline constexpr std::uint32_t kVectorPixels = 4;
+template <class T>
+using PixelQuad = std::conditional_t<sizeof(T) == 1, std::uint32_t, std::conditional_t<sizeof(T) == 2, uint2, uint4>>;
+
+template <class T>
+__device__ __forceinline__ void unpack_quad(const PixelQuad<T>& loaded, std::uint32_t values[4]) {
+  if constexpr (sizeof(T) == 1) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) values[k] = (loaded >> (8 * k)) & 0xffu;
+  } else if constexpr (sizeof(T) == 2) {
+    values[0] = loaded.x & 0xffffu;
+    values[1] = loaded.x >> 16;
+    values[2] = loaded.y & 0xffffu;
+    values[3] = loaded.y >> 16;
+  } else {
+    values[0] = loaded.x;
+    values[1] = loaded.y;
+    values[2] = loaded.z;
+    values[3] = loaded.w;
+  }
+}
+
+// The quad loads of group `group`, frame 0, quad 0 (consecutive frames are
+// geometry.pixels / 4 quads apart).
+template <class T>
+__device__ __forceinline__ const PixelQuad<T>* group_quads(const T* frames, const EncodeGeometry& geometry,
+                                                          std::uint32_t group) {
+  return reinterpret_cast<const PixelQuad<T>*>(frames + std::uint64_t{group} * geometry.frames_per_group * geometry.pixels);
+}
+
 // grid: (pixel blocks, frame slices, groups)
 template <class T>
 __global__ void pixel_sums_kernel(const T* __restrict__ frames, EncodeGeometry geometry, EncodeScratch s) {
@@ -173,6 +208,43 @@ __global__ void pixel_sums_kernel(const T* __restrict__ frames, EncodeGeometry g
     }
     atomicAdd(reinterpret_cast<unsigned long long*>(s.d_pixel_sums + std::uint64_t{group} * geometry.pixels + pixel),
               static_cast<unsigned long long>(sum));
+  }
+  max_value = kernels::warp_max_u32(max_value);
+  if (threadIdx.x % 32 == 0) atomicMax(s.d_max_values + group, max_value);
+}
+
+// pixel_sums_kernel, a quad of pixels per thread (geometry.pixels % 4 == 0).
+// Sums of 8- and 16-bit values over a slice are exact in 32 bits.
+// grid: (quad blocks, frame slices, groups)
+template <class T>
+__global__ void pixel_sums_quads_kernel(const T* __restrict__ frames, EncodeGeometry geometry, EncodeScratch s) {
+  using Partial = std::conditional_t<sizeof(T) == 4, unsigned long long, std::uint32_t>;
+  static_assert(sizeof(T) == 4 || kernels::tuning::kAnsSumFramesPerSlice * 0xffffull < (1ull << 32), "exact partial sums");
+  const std::uint32_t group = blockIdx.z;
+  const std::uint32_t quad = blockIdx.x * blockDim.x + threadIdx.x;
+  const std::uint32_t quads = geometry.pixels / kVectorPixels;
+  const std::uint32_t frame_count = frames_in_group(geometry, group);
+  const std::uint32_t first = blockIdx.y * kernels::tuning::kAnsSumFramesPerSlice;
+  if (first >= frame_count) return;
+  const std::uint32_t last = min(first + kernels::tuning::kAnsSumFramesPerSlice, frame_count);
+  Partial sum[4] = {0, 0, 0, 0};
+  std::uint32_t max_value = 0;
+  if (quad < quads) {
+    const PixelQuad<T>* at = group_quads(frames, geometry, group) + std::uint64_t{first} * quads + quad;
+#pragma unroll 8
+    for (std::uint32_t f = first; f < last; ++f, at += quads) {
+      std::uint32_t values[4];
+      unpack_quad<T>(__ldg(at), values);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        sum[k] += values[k];
+        max_value = max(max_value, values[k]);
+      }
+    }
+    auto* sums = reinterpret_cast<unsigned long long*>(s.d_pixel_sums + std::uint64_t{group} * geometry.pixels) +
+                 std::uint64_t{quad} * kVectorPixels;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) atomicAdd(sums + k, static_cast<unsigned long long>(sum[k]));
   }
   max_value = kernels::warp_max_u32(max_value);
   if (threadIdx.x % 32 == 0) atomicMax(s.d_max_values + group, max_value);
@@ -228,6 +300,31 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsClassMapThreads) class_ma
     classes[p] = p < geometry.pixels ? static_cast<std::uint8_t>(pixel_class(sums[p], frame_count, scale)) : 0;
 }
 
+// Symbols 0..7 of one pixel counted in registers: 16 bits per symbol in two
+// packed words (a slice has at most kAnsCountFramesPerSlice < 2^16 frames);
+// larger symbols go to the CTA's shared histogram at once.
+struct SmallSymbolCounts {
+  std::uint64_t low = 0;   // symbols 0..3
+  std::uint64_t high = 0;  // symbols 4..7
+
+  __device__ __forceinline__ void add(std::uint32_t symbol, std::uint32_t* class_counts) {
+    const std::uint64_t one = std::uint64_t{1} << (16 * (symbol & 3u));
+    low += symbol < 4 ? one : 0;
+    high += (symbol >= 4 && symbol < 8) ? one : 0;
+    if (symbol >= 8) atomicAdd(class_counts + symbol, 1u);
+  }
+  __device__ __forceinline__ void flush(std::uint32_t* class_counts) const {
+#pragma unroll
+    for (std::uint32_t k = 0; k < 4; ++k) {
+      const std::uint32_t low_count = static_cast<std::uint32_t>((low >> (16 * k)) & 0xffffu);
+      const std::uint32_t high_count = static_cast<std::uint32_t>((high >> (16 * k)) & 0xffffu);
+      if (low_count != 0) atomicAdd(class_counts + k, low_count);
+      if (high_count != 0) atomicAdd(class_counts + 4 + k, high_count);
+    }
+  }
+};
+static_assert(kernels::tuning::kAnsCountFramesPerSlice < (1u << 16), "packed 16-bit counters");
+
 // grid: (pixel blocks, frame slices, groups); per-CTA histograms in shared memory.
 template <class T>
 __global__ void __launch_bounds__(kernels::tuning::kAnsCountThreads)
@@ -244,26 +341,55 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsCountThreads)
   if (pixel < geometry.pixels) {
     const std::uint32_t cls = s.d_classes[std::uint64_t{group} * geometry.pixels_padded + pixel];
     const std::uint32_t shift = class_shift(cls, s.d_class_params[2 * group]);
-    // Symbols 0..7 (nearly every value of counting data) are counted in
-    // registers, 16 bits per symbol in two packed words (a slice has at most
-    // 256 frames < 2^16); only larger symbols go to the shared histogram.
-    static_assert(kernels::tuning::kAnsCountFramesPerSlice < (1u << 16), "packed 16-bit counters");
-    std::uint64_t small_low = 0;   // symbols 0..3
-    std::uint64_t small_high = 0;  // symbols 4..7
-    for (std::uint32_t f = first; f < last; ++f) {
-      const std::uint32_t symbol = value_symbol(frame_value(frames, geometry, group, f, pixel), shift);
-      const std::uint64_t one = std::uint64_t{1} << (16 * (symbol & 3u));
-      small_low += symbol < 4 ? one : 0;
-      small_high += (symbol >= 4 && symbol < 8) ? one : 0;
-      if (symbol >= 8) atomicAdd(&counts[cls * kAnsAlphabetSize + symbol], 1u);
+    SmallSymbolCounts small;
+    for (std::uint32_t f = first; f < last; ++f)
+      small.add(value_symbol(frame_value(frames, geometry, group, f, pixel), shift), counts + cls * kAnsAlphabetSize);
+    small.flush(counts + cls * kAnsAlphabetSize);
+  }
+  __syncthreads();
+  std::uint32_t* out = s.d_counts + std::uint64_t{group} * kAnsClassCount * kAnsAlphabetSize;
+  for (std::uint32_t i = threadIdx.x; i < kAnsClassCount * kAnsAlphabetSize; i += blockDim.x)
+    if (counts[i] != 0) atomicAdd(out + i, counts[i]);
+}
+
+// symbol_counts_kernel, a quad of pixels per thread (geometry.pixels % 4 == 0).
+// grid: (quad blocks, frame slices, groups)
+template <class T>
+__global__ void __launch_bounds__(kernels::tuning::kAnsCountThreads)
+    symbol_counts_quads_kernel(const T* __restrict__ frames, EncodeGeometry geometry, EncodeScratch s) {
+  __shared__ std::uint32_t counts[kAnsClassCount * kAnsAlphabetSize];
+  const std::uint32_t group = blockIdx.z;
+  const std::uint32_t frame_count = frames_in_group(geometry, group);
+  const std::uint32_t first = blockIdx.y * kernels::tuning::kAnsCountFramesPerSlice;
+  if (first >= frame_count) return;
+  const std::uint32_t last = min(first + kernels::tuning::kAnsCountFramesPerSlice, frame_count);
+  for (std::uint32_t i = threadIdx.x; i < kAnsClassCount * kAnsAlphabetSize; i += blockDim.x) counts[i] = 0;
+  __syncthreads();
+  const std::uint32_t quad = blockIdx.x * blockDim.x + threadIdx.x;
+  const std::uint32_t quads = geometry.pixels / kVectorPixels;
+  if (quad < quads) {
+    const std::uint32_t class_scale = s.d_class_params[2 * group];
+    const std::uint32_t packed_classes = *reinterpret_cast<const std::uint32_t*>(
+        s.d_classes + std::uint64_t{group} * geometry.pixels_padded + std::uint64_t{quad} * kVectorPixels);
+    std::uint32_t* class_counts[4];
+    std::uint32_t shift[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const std::uint32_t cls = (packed_classes >> (8 * k)) & 0xffu;
+      class_counts[k] = counts + cls * kAnsAlphabetSize;
+      shift[k] = class_shift(cls, class_scale);
+    }
+    SmallSymbolCounts small[4];
+    const PixelQuad<T>* at = group_quads(frames, geometry, group) + std::uint64_t{first} * quads + quad;
+#pragma unroll 4
+    for (std::uint32_t f = first; f < last; ++f, at += quads) {
+      std::uint32_t values[4];
+      unpack_quad<T>(__ldg(at), values);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) small[k].add(value_symbol(values[k], shift[k]), class_counts[k]);
     }
 #pragma unroll
-    for (std::uint32_t k = 0; k < 4; ++k) {
-      const std::uint32_t low_count = static_cast<std::uint32_t>((small_low >> (16 * k)) & 0xffffu);
-      const std::uint32_t high_count = static_cast<std::uint32_t>((small_high >> (16 * k)) & 0xffffu);
-      if (low_count != 0) atomicAdd(&counts[cls * kAnsAlphabetSize + k], low_count);
-      if (high_count != 0) atomicAdd(&counts[cls * kAnsAlphabetSize + 4 + k], high_count);
-    }
+    for (int k = 0; k < 4; ++k) small[k].flush(class_counts[k]);
   }
   __syncthreads();
   std::uint32_t* out = s.d_counts + std::uint64_t{group} * kAnsClassCount * kAnsAlphabetSize;
@@ -325,28 +451,41 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
   for (std::uint32_t f = threadIdx.x; f <= kAnsProbabilityScale; f += blockDim.x) reciprocals[f] = frequency_reciprocal(f);
   __syncthreads();
   const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
-  if (stream >= geometry.layout.stream_count) return;
+  const bool valid = stream < geometry.layout.stream_count;
   const std::uint64_t stream_index = std::uint64_t{group} * geometry.layout.stream_count + stream;
   std::uint64_t* kept = s.d_kept_words + stream_index * (geometry.kept_words / 4);
 
   StreamOutput out(nullptr, 0);
   if constexpr (kWrite) {
-    out = StreamOutput(output + group_offsets[group] + geometry.layout.stream_data_offset + s.d_stream_offsets[stream_index],
-                       s.d_stream_words[stream_index]);
-    if (out.word_count <= geometry.kept_words) {  // copy the kept words, reversed
-      const auto* kept_halves = reinterpret_cast<const std::uint16_t*>(kept);
-      for (std::uint32_t u = 0; u < out.unit_count; ++u) {
+    std::uint8_t* const streams_base = output + group_offsets[group] + geometry.layout.stream_data_offset;
+    const std::uint32_t words = valid ? s.d_stream_words[stream_index] : 0;
+    const bool copied = valid && words <= geometry.kept_words;
+    // The warp copies its lanes' kept streams one after the other, lane l the
+    // units l, l + 32, ... of each (coalesced; one thread per stream would
+    // walk its own stream alone), with the kept words in read order (last
+    // emitted first).
+    for (std::uint32_t lanes = __ballot_sync(kernels::kFullWarp, copied); lanes != 0; lanes &= lanes - 1) {
+      const std::uint32_t owner = __ffs(lanes) - 1;
+      const std::uint32_t owner_words = __shfl_sync(kernels::kFullWarp, words, owner);
+      const std::uint64_t owner_index = __shfl_sync(kernels::kFullWarp, stream_index, owner);
+      const StreamOutput target(streams_base + s.d_stream_offsets[owner_index], owner_words);
+      const auto* kept_halves =
+          reinterpret_cast<const std::uint16_t*>(s.d_kept_words + owner_index * (geometry.kept_words / 4));
+      for (std::uint32_t u = threadIdx.x % 32; u < target.unit_count; u += 32) {
         std::uint64_t unit = 0;
 #pragma unroll
         for (std::uint32_t t = 0; t < 4; ++t) {
           const std::uint32_t index = 4 * u + t;  // read position
-          if (index < out.word_count) unit |= std::uint64_t{kept_halves[out.word_count - 1 - index]} << (16 * t);
+          if (index < owner_words) unit |= std::uint64_t{kept_halves[owner_words - 1 - index]} << (16 * t);
         }
-        out.units[u] = unit;
+        target.units[u] = unit;
       }
-      *out.states = s.d_final_states[stream_index];
-      return;
+      if (threadIdx.x % 32 == owner) *target.states = s.d_final_states[owner_index];
     }
+    if (!valid || copied) return;
+    out = StreamOutput(streams_base + s.d_stream_offsets[stream_index], words);
+  } else {
+    if (!valid) return;
   }
 
   const std::uint32_t frame_count = frames_in_group(geometry, group);
@@ -518,9 +657,18 @@ template <class T>
 void launch_measure(const T* frames, const EncodeGeometry& geometry, const EncodeScratch& s,
                     std::uint64_t* pattern_sum, cudaStream_t stream) {
   using namespace kernels::tuning;
-  const dim3 sum_grid((geometry.pixels + kAnsSumThreads - 1) / kAnsSumThreads,
+  // A quad of pixels per thread and load where every frame starts at a
+  // multiple of a quad's bytes (cudaMalloc'd frames of 4k pixels).
+  const bool by_quads = geometry.pixels % kVectorPixels == 0 &&
+                        reinterpret_cast<std::uintptr_t>(frames) % (kVectorPixels * sizeof(T)) == 0;
+  const std::uint32_t sum_items = by_quads ? geometry.pixels / kVectorPixels : geometry.pixels;
+  const dim3 sum_grid((sum_items + kAnsSumThreads - 1) / kAnsSumThreads,
                       (geometry.frames_per_group + kAnsSumFramesPerSlice - 1) / kAnsSumFramesPerSlice, geometry.group_count);
-  pixel_sums_kernel<T><<<sum_grid, kAnsSumThreads, 0, stream>>>(frames, geometry, s);
+  if (by_quads) {
+    pixel_sums_quads_kernel<T><<<sum_grid, kAnsSumThreads, 0, stream>>>(frames, geometry, s);
+  } else {
+    pixel_sums_kernel<T><<<sum_grid, kAnsSumThreads, 0, stream>>>(frames, geometry, s);
+  }
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "pixel_sums_kernel");
   if (pattern_sum != nullptr) {
     add_pattern_sum_kernel<<<(geometry.pixels + 255) / 256, 256, 0, stream>>>(
@@ -529,9 +677,13 @@ void launch_measure(const T* frames, const EncodeGeometry& geometry, const Encod
   }
   class_map_kernel<<<geometry.group_count, kAnsClassMapThreads, 0, stream>>>(geometry, s);
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "class_map_kernel");
-  const dim3 count_grid((geometry.pixels + kAnsCountThreads - 1) / kAnsCountThreads,
+  const dim3 count_grid((sum_items + kAnsCountThreads - 1) / kAnsCountThreads,
                         (geometry.frames_per_group + kAnsCountFramesPerSlice - 1) / kAnsCountFramesPerSlice, geometry.group_count);
-  symbol_counts_kernel<T><<<count_grid, kAnsCountThreads, 0, stream>>>(frames, geometry, s);
+  if (by_quads) {
+    symbol_counts_quads_kernel<T><<<count_grid, kAnsCountThreads, 0, stream>>>(frames, geometry, s);
+  } else {
+    symbol_counts_kernel<T><<<count_grid, kAnsCountThreads, 0, stream>>>(frames, geometry, s);
+  }
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "symbol_counts_kernel");
   normalize_kernel<<<geometry.group_count, kAnsClassCount, 0, stream>>>(geometry, s);
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "normalize_kernel");

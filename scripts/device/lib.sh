@@ -36,13 +36,14 @@ synth_realistic_512() {
 # The load alone (cuda_backend_bench --load-only 1, median of 5 after a first
 # load) for each "name=flags" entry of $2 (';'-separated), on master $1: one
 # line each with every load's seconds and its frame-index seconds.
+# QUANTEM_BENCH_BIN: another benchmark binary of the bundle (e.g. a baseline build).
 run_load_variants() {
   local master=$1 variants variant name flags
   IFS=';' read -r -a variants <<< "$2"
   for variant in "${variants[@]}"; do
     name=${variant%%=*}
     read -r -a flags <<< "${variant#*=}"
-    LD_LIBRARY_PATH="$bundle/lib" timeout 120 "$bundle/cuda_backend_bench" "$master" --repeats 5 --load-only 1 \
+    LD_LIBRARY_PATH="$bundle/lib" timeout 120 "$bundle/${QUANTEM_BENCH_BIN:-cuda_backend_bench}" "$master" --repeats 5 --load-only 1 \
       "${flags[@]}" > "$out/load_$name.json" 2> "$out/load_$name.log"
     echo "load $name (${flags[*]}) rc=$?: $(grep -ho 'GPU 0: [0-9.]* s (frame index [0-9.]*' "$out/load_$name.json" \
       "$out/load_$name.log" | tail -n +2 | awk '{printf "%s/%s ", $3, $7}')$(tail -1 "$out/load_$name.json" | grep -o '"load_seconds_median":[0-9.]*')"

@@ -119,12 +119,27 @@ cuda::AnsResidentView CudaResident::view_of_groups(std::uint64_t first_group, st
 
 void CudaResident::bind_device() const { cuda::set_device(device_index_); }
 
+std::size_t CudaResident::host_staging_bytes(std::size_t bytes) {
+  std::size_t grown = std::size_t{1} << 20;
+  while (grown < bytes) grown *= 2;
+  return grown;
+}
+
+std::size_t CudaResident::first_product_staging_bytes(const catalog::Acquisition& source) {
+  // A masked sum's result (uint64 per frame, or uint32 and its flags), its
+  // mask entries and whole rings (at most a few words per detector pixel).
+  return host_staging_bytes(source.frame_count() * 8 + source.frame_pixels() * 8 + 4096);
+}
+
+void CudaResident::adopt_host_staging(cuda::PinnedBuffer staging) {
+  std::lock_guard<std::mutex> lock(staging_mutex_);
+  if (staging.size() > staging_.size()) staging_ = std::move(staging);
+}
+
 CudaResident::HostStaging::HostStaging(CudaResident& resident, std::size_t bytes) : lock_(resident.staging_mutex_) {
   if (resident.staging_.size() < bytes) {
     resident.staging_ = cuda::PinnedBuffer();  // the old one first: never both at once
-    std::size_t grown = std::size_t{1} << 20;
-    while (grown < bytes) grown *= 2;
-    resident.staging_ = cuda::PinnedBuffer(grown);
+    resident.staging_ = cuda::PinnedBuffer(host_staging_bytes(bytes));
   }
   base_ = resident.staging_.data();
 }

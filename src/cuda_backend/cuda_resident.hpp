@@ -78,6 +78,15 @@ class CudaResident final : public Resident {
   DType resident_dtype() const override { return resident_dtype_; }
   const catalog::Acquisition& source() const override { return source_; }
 
+  // Pinned host staging of `bytes` or more as the products grow it (a power of two, 1 MiB at least).
+  static std::size_t host_staging_bytes(std::size_t bytes);
+  // What a product over every scan position of `source` stages (its uint64
+  // per frame, the mask's entries): the load pins this much beforehand
+  // (ResidentEncoder), so the first request after a load allocates nothing.
+  static std::size_t first_product_staging_bytes(const catalog::Acquisition& source);
+  // Takes pinned host staging prepared off the request path (kept when larger than the current one).
+  void adopt_host_staging(cuda::PinnedBuffer staging);
+
  protected:
   std::vector<std::uint64_t> compute_pattern_sum(const plan::PlanGeometry& geometry) override;
   std::vector<std::uint64_t> compute_masked_sum(const plan::PlanGeometry& geometry,

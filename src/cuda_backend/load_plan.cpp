@@ -112,6 +112,10 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
   encode.frames_per_group = plan.frames_per_group;
   encode.detector_rows = static_cast<std::uint32_t>(acquisition.detector_rows);
   encode.detector_cols = static_cast<std::uint32_t>(acquisition.detector_cols);
+  plan.kept_words_per_frame = tuning.kept_words_per_frame == 0 ? encode.kept_words_per_frame
+                              : tuning.kept_words_per_frame == CudaLoadTuning::kNoKeptWords ? 0
+                                                                                            : tuning.kept_words_per_frame;
+  encode.kept_words_per_frame = plan.kept_words_per_frame;
   plan.encode_scratch_bytes = cuda::ans_encode_scratch_bytes(encode);
   plan.group_offsets_bytes = plan.groups * 8;
 

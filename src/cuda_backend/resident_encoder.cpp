@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <system_error>
 
 #include "quantem/ans/ans_format.hpp"
 #include "quantem/core/error.hpp"
@@ -66,6 +67,31 @@ ResidentEncoder::ResidentEncoder(const catalog::Acquisition& source, const CudaL
   host_offsets_ = cuda::PinnedBuffer(std::size_t{plan.groups_per_batch} * 8);
   QUANTEM_CUDA_TRY(cudaMemsetAsync(misc_.data(), 0, plan.batch_misc_bytes, stream_));  // the max value starts at 0
   QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream_));  // the host mask list goes out of scope
+  prepare_host_staging();
+}
+
+ResidentEncoder::~ResidentEncoder() { join_host_staging(); }
+
+void ResidentEncoder::prepare_host_staging() {
+  int device = 0;
+  QUANTEM_CUDA_TRY(cudaGetDevice(&device));
+  const std::size_t bytes = CudaResident::first_product_staging_bytes(source_);
+  try {
+    staging_thread_ = std::thread([this, device, bytes] {
+      try {
+        QUANTEM_CUDA_TRY(cudaSetDevice(device));
+        host_staging_ = cuda::PinnedBuffer(bytes);
+      } catch (...) {
+        // Left empty: the first product grows the staging itself, as before.
+      }
+    });
+  } catch (const std::system_error&) {
+    // No thread: the first product grows the staging itself.
+  }
+}
+
+void ResidentEncoder::join_host_staging() noexcept {
+  if (staging_thread_.joinable()) staging_thread_.join();
 }
 
 void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uint64_t frame_count) {
@@ -85,6 +111,7 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
   batch.dtype = plan_.source_dtype;
   batch.total_frames = frame_count;
   batch.frames_per_group = plan_.frames_per_group;
+  batch.kept_words_per_frame = plan_.kept_words_per_frame;
   batch.detector_rows = static_cast<std::uint32_t>(source_.detector_rows);
   batch.detector_cols = static_cast<std::uint32_t>(source_.detector_cols);
   batch.d_pattern_sum = d_pattern_.as<std::uint64_t>();  // from the model's own pixel sums
@@ -225,11 +252,14 @@ std::shared_ptr<CudaResident> ResidentEncoder::finish(int device_index, const st
     reservation_.take(recent_bytes);
     recent.d_frames = TrackedBuffer(recent_bytes, ledger_);
   }
-  return std::make_shared<CudaResident>(source_, held, encoding, device_index, plan_.frames_per_group,
-                                        std::move(pieces_), std::move(group_offsets), base, std::move(ring_table),
-                                        std::move(d_frame_moments_),
-                                        CudaSeekTable{plan_.frames_per_seek_point, std::move(d_seek_points_)},
-                                        std::move(d_decode_tables_), std::move(recent), std::move(pattern));
+  auto resident = std::make_shared<CudaResident>(
+      source_, held, encoding, device_index, plan_.frames_per_group, std::move(pieces_), std::move(group_offsets), base,
+      std::move(ring_table), std::move(d_frame_moments_),
+      CudaSeekTable{plan_.frames_per_seek_point, std::move(d_seek_points_)}, std::move(d_decode_tables_),
+      std::move(recent), std::move(pattern));
+  join_host_staging();
+  resident->adopt_host_staging(std::move(host_staging_));
+  return resident;
 }
 
 }  // namespace quantem::backend::cuda_detail

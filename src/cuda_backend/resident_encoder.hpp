@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda_resident.hpp"
@@ -54,6 +55,9 @@ class ResidentEncoder {
   // on. The device must be bound.
   ResidentEncoder(const catalog::Acquisition& source, const CudaLoadPlan& plan, int dense_slots, cudaStream_t stream,
                   std::shared_ptr<Ledger> ledger, ResidentReservation reservation);
+  ~ResidentEncoder();
+  ResidentEncoder(const ResidentEncoder&) = delete;
+  ResidentEncoder& operator=(const ResidentEncoder&) = delete;
 
   // plan(), stream(), dense_slots(), dense_batch() and batch_statuses() do not
   // change between construction and finish(): any thread may call them.
@@ -97,6 +101,12 @@ class ResidentEncoder {
     TrackedBuffer statuses;
   };
 
+  // The resident's pinned host staging for its first product
+  // (CudaResident::first_product_staging_bytes), allocated and pinned on
+  // staging_thread_ while the load runs; handed over by finish().
+  void prepare_host_staging();
+  void join_host_staging() noexcept;
+
   catalog::Acquisition source_;
   CudaLoadPlan plan_;
   cudaStream_t stream_;
@@ -122,6 +132,8 @@ class ResidentEncoder {
   TrackedBuffer d_ring_of_sorted_;  // load only
   TrackedBuffer d_ring_sums_;       // [ring][frame], kept by the resident
   TrackedBuffer d_frame_moments_;   // [Σ I | Σ row·I | Σ col·I][frame], kept by the resident
+  std::thread staging_thread_;
+  cuda::PinnedBuffer host_staging_;  // written by staging_thread_ until joined
 };
 
 }  // namespace quantem::backend::cuda_detail

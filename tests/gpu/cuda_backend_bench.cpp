@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
   bool prepare_first = false;
   bool keep_frame_index = false;
   std::uint32_t frames_per_group = 0, groups_per_batch = 0;  // 0: the backend's defaults
+  std::uint32_t kept_words_per_frame = 0;                     // 0: the default; 0xffffffff: none
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--frames-per-seek-point") {
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
     if (flag == "--bslz4-blocks-per-warp") bslz4_blocks_per_warp = std::atoi(argv[i + 1]);
     if (flag == "--bslz4-batched-literals") bslz4_batched_literals = std::atoi(argv[i + 1]) != 0;
     if (flag == "--decode-tables-at-load") decode_tables_at_load = std::atoi(argv[i + 1]) != 0;
+    if (flag == "--kept-words-per-frame") kept_words_per_frame = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
     if (flag == "--load-only") load_only = std::atoi(argv[i + 1]) != 0;
     if (flag == "--keep-frame-index") keep_frame_index = std::atoi(argv[i + 1]) != 0;
     if (flag == "--prepare-devices-first") prepare_first = std::atoi(argv[i + 1]) != 0;
@@ -94,6 +96,7 @@ int main(int argc, char** argv) {
     options.tuning.decode_tables_at_load = decode_tables_at_load;
     options.tuning.seek_points_from_encoder = seek_from_encoder;
     options.tuning.frames_per_group = frames_per_group;
+    options.tuning.kept_words_per_frame = kept_words_per_frame;
     options.tuning.groups_per_batch = groups_per_batch;
     auto cuda = backend::make_cuda_backend(options);
     cuda::ans_accumulate_frames_cta_threads(accumulate_threads);
@@ -268,6 +271,7 @@ int main(int argc, char** argv) {
     out["decode_tables_at_load"] = decode_tables_at_load;
     out["seek_points_from_encoder"] = seek_from_encoder;
     out["frames_per_group"] = frames_per_group;  // 0: the default
+    out["kept_words_per_frame"] = kept_words_per_frame;  // 0: the default
     out["groups_per_batch"] = groups_per_batch;
     out["load_seconds"] = seconds;
     out["load_seconds_median"] = median_seconds;

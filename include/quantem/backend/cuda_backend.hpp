@@ -53,6 +53,12 @@ struct CudaLoadTuning {
   // groups (docs/kernels.md, "Decode tables at load"); false: every decoding
   // CTA builds its group's tables from the frequency tables.
   bool decode_tables_at_load = true;
+  // 16-bit words per frame of each ANS stream that the encoder's measuring
+  // pass keeps for its write pass to copy (a stream that needs more is
+  // encoded twice; cuda::AnsEncodeBatch::kept_words_per_frame): default 2 (8
+  // bits per value); kNoKeptWords: none (every stream encoded twice).
+  std::uint32_t kept_words_per_frame = 0;
+  static constexpr std::uint32_t kNoKeptWords = 0xffffffffu;
   // Device memory the resident keeps for the decoded frames of the seek
   // segment its last frame request decoded (a viewer's cursor walks along a
   // scan row: the next frames are copied, not decoded): default 64 MiB, at
