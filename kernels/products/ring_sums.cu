@@ -27,10 +27,32 @@ namespace tuning = quantem::kernels::tuning;
 // not a multiple of a load's values, or the frame is not 16-byte aligned),
 // keeping its row and column incrementally; warp reductions, then one thread
 // per moment adds the warps' partial sums.
+// The threads' partial moments of one frame summed (CTA-wide; every thread
+// calls it; at most 32 warps) and written as row `frame_index` of the table.
+__device__ void store_frame_moments(unsigned long long total, unsigned long long row_moment,
+                                    unsigned long long col_moment, const FrameMomentsTarget& target,
+                                    std::uint64_t frame_index) {
+  __shared__ unsigned long long partial[3][32];
+  total = kernels::warp_sum_u64(total);
+  row_moment = kernels::warp_sum_u64(row_moment);
+  col_moment = kernels::warp_sum_u64(col_moment);
+  const std::uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    partial[0][warp] = total;
+    partial[1][warp] = row_moment;
+    partial[2][warp] = col_moment;
+  }
+  __syncthreads();
+  if (threadIdx.x < 3) {
+    unsigned long long sum = 0;
+    for (std::uint32_t w = 0; w < blockDim.x / 32; ++w) sum += partial[threadIdx.x][w];
+    target.d_moments[std::uint64_t{threadIdx.x} * target.table_stride + frame_index] = sum;
+  }
+}
+
 template <class T>
 __device__ void frame_moments_of(const T* frame, std::uint32_t pixels, const FrameMomentsTarget& target,
                                  std::uint64_t frame_index) {
-  __shared__ unsigned long long partial[3][32];
   const std::uint32_t cols = target.detector_cols;
   unsigned long long total = 0, row_moment = 0, col_moment = 0;
   constexpr std::uint32_t kPerVector = 16 / sizeof(T);
@@ -78,21 +100,7 @@ __device__ void frame_moments_of(const T* frame, std::uint32_t pixels, const Fra
       }
     }
   }
-  total = kernels::warp_sum_u64(total);
-  row_moment = kernels::warp_sum_u64(row_moment);
-  col_moment = kernels::warp_sum_u64(col_moment);
-  const std::uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) {
-    partial[0][warp] = total;
-    partial[1][warp] = row_moment;
-    partial[2][warp] = col_moment;
-  }
-  __syncthreads();
-  if (threadIdx.x < 3) {
-    unsigned long long sum = 0;
-    for (std::uint32_t w = 0; w < blockDim.x / 32; ++w) sum += partial[threadIdx.x][w];
-    target.d_moments[std::uint64_t{threadIdx.x} * target.table_stride + frame_index] = sum;
-  }
+  store_frame_moments(total, row_moment, col_moment, target, frame_index);
 }
 
 // One CTA per frame. Each warp takes a contiguous share of the pixels sorted
@@ -206,6 +214,109 @@ __global__ void __launch_bounds__(tuning::kRingSumThreads)
   }
 }
 
+// Eight consecutive pixels of a frame (one unit of the row-order pass) as
+// 32-bit values: 8 bytes (uint8), 16 bytes (uint16) or 2 x 16 bytes (uint32).
+template <class T>
+__device__ __forceinline__ void load_unit(const T* __restrict__ frame, std::uint32_t unit, std::uint32_t values[8]) {
+  if constexpr (sizeof(T) == 1) {
+    const uint2 loaded = __ldg(reinterpret_cast<const uint2*>(frame) + unit);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      values[k] = (loaded.x >> (8 * k)) & 0xffu;
+      values[4 + k] = (loaded.y >> (8 * k)) & 0xffu;
+    }
+  } else if constexpr (sizeof(T) == 2) {
+    const uint4 loaded = __ldg(reinterpret_cast<const uint4*>(frame) + unit);
+    const std::uint32_t words[4] = {loaded.x, loaded.y, loaded.z, loaded.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      values[2 * k] = words[k] & 0xffffu;
+      values[2 * k + 1] = words[k] >> 16;
+    }
+  } else {
+    const uint4 low = __ldg(reinterpret_cast<const uint4*>(frame) + 2 * unit);
+    const uint4 high = __ldg(reinterpret_cast<const uint4*>(frame) + 2 * unit + 1);
+    values[0] = low.x, values[1] = low.y, values[2] = low.z, values[3] = low.w;
+    values[4] = high.x, values[5] = high.y, values[6] = high.z, values[7] = high.w;
+  }
+}
+
+// One CTA per frame, read once in row order, 8 pixels per thread and step
+// with their 8 rings (one 16-byte load of the row-major ring of every pixel,
+// a table small enough to stay in L1): the thread adds each run of equal
+// rings among its 8 pixels to the CTA's bin of that ring in shared memory
+// (one atomic per non-zero run: rings are one pixel wide, so a run is a few
+// pixels). No staging and no gathers: the frame's bytes go through registers
+// once (the gathering pass, dense_ring_sums_kernel, staged every frame in
+// shared memory and read it back in ring order with 4-byte pixel indices,
+// its shared loads conflicting where a ring runs down a column). The
+// moments, with moments.d_moments set, from the same registers.
+// Needs frame_pixels % 8 == 0, 16-byte aligned frames and ring table, and
+// with moments detector_cols % 8 == 0 (a unit lies in one row).
+template <class T, class Bin>
+__global__ void __launch_bounds__(tuning::kRowRingSumThreads)
+    row_ring_sums_kernel(const T* __restrict__ frames, std::uint32_t frame_pixels,
+                         const std::uint16_t* __restrict__ ring_of_pixel, std::uint32_t ring_count, Bin* ring_sums,
+                         std::uint64_t ring_stride, std::uint64_t first_frame, FrameMomentsTarget moments) {
+  extern __shared__ __align__(16) std::uint8_t shared_bytes[];
+  Bin* bins = reinterpret_cast<Bin*>(shared_bytes);
+  for (std::uint32_t r = threadIdx.x; r < ring_count; r += blockDim.x) bins[r] = 0;
+  __syncthreads();
+  const T* frame = frames + std::uint64_t{blockIdx.x} * frame_pixels;
+  const auto* rings_of_units = reinterpret_cast<const uint4*>(ring_of_pixel);
+  const std::uint32_t units = frame_pixels / 8;
+  // The moments: a unit's Σ v and Σ k·v (k = 0..7 its pixels), then one
+  // update with its row and first column, kept incrementally. Exact: 8
+  // values below 2^16 times at most 7 fit in 32 bits.
+  using Partial = std::conditional_t<sizeof(T) == 4, unsigned long long, std::uint32_t>;
+  const std::uint32_t cols = moments.d_moments != nullptr ? moments.detector_cols : frame_pixels;
+  const std::uint32_t stride = blockDim.x * 8;
+  const std::uint32_t stride_rows = stride / cols, stride_cols = stride % cols;
+  std::uint32_t row = threadIdx.x * 8 / cols, col = threadIdx.x * 8 % cols;
+  unsigned long long total = 0, row_moment = 0, col_moment = 0;
+#pragma unroll 2
+  for (std::uint32_t unit = threadIdx.x; unit < units; unit += blockDim.x) {
+    std::uint32_t value[8];
+    load_unit(frame, unit, value);
+    const uint4 packed = __ldg(rings_of_units + unit);
+    const std::uint32_t ring_words[4] = {packed.x, packed.y, packed.z, packed.w};
+    Partial sum = 0, weighted = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      sum += value[k];
+      weighted += static_cast<Partial>(value[k]) * k;
+    }
+    total += sum;
+    row_moment += static_cast<unsigned long long>(sum) * row;
+    col_moment += static_cast<unsigned long long>(sum) * col + weighted;
+    row += stride_rows;
+    col += stride_cols;
+    if (col >= cols) {
+      col -= cols;
+      ++row;
+    }
+    if (sum == 0) continue;  // dark pixels: nothing to add
+    std::uint32_t ring = ring_words[0] & 0xffffu;
+    Bin run = value[0];
+#pragma unroll
+    for (int k = 1; k < 8; ++k) {
+      const std::uint32_t next = (ring_words[k / 2] >> (16 * (k % 2))) & 0xffffu;
+      if (next != ring) {
+        if (run != 0) atomicAdd(bins + ring, run);
+        ring = next;
+        run = 0;
+      }
+      run += value[k];
+    }
+    if (run != 0) atomicAdd(bins + ring, run);
+  }
+  if (moments.d_moments != nullptr) store_frame_moments(total, row_moment, col_moment, moments, first_frame + blockIdx.x);
+  __syncthreads();
+  for (std::uint32_t r = threadIdx.x; r < ring_count; r += blockDim.x) {
+    ring_sums[std::uint64_t{r} * ring_stride + first_frame + blockIdx.x] = bins[r];
+  }
+}
+
 // One CTA per frame: the frame's moments alone (frame_moments_of).
 template <class T>
 __global__ void __launch_bounds__(256)
@@ -236,12 +347,25 @@ inline constexpr std::size_t kStagedFrameBytes = 160 * 1024;
 
 template <class T, class Sum>
 void launch_ring_sums(const T* frames, std::uint64_t frame_count, std::uint32_t frame_pixels,
-                      const std::uint32_t* pixels_by_ring, const std::uint16_t* ring_of_sorted, std::uint32_t ring_count,
-                      Sum* ring_sums, std::uint64_t ring_stride, std::uint64_t first_frame,
-                      const FrameMomentsTarget& moments, cudaStream_t stream) {
+                      const std::uint32_t* pixels_by_ring, const std::uint16_t* ring_of_sorted,
+                      const std::uint16_t* ring_of_pixel, std::uint32_t ring_count, Sum* ring_sums,
+                      std::uint64_t ring_stride, std::uint64_t first_frame, const FrameMomentsTarget& moments,
+                      cudaStream_t stream) {
   const std::size_t bins_bytes = (std::size_t{ring_count} * sizeof(Sum) + 15) / 16 * 16;
   const std::size_t frame_bytes = std::size_t{frame_pixels} * sizeof(T);
   const unsigned ctas = static_cast<unsigned>(frame_count);
+  const bool row_order = ring_of_pixel != nullptr && frame_pixels % 8 == 0 &&
+                         (reinterpret_cast<std::uintptr_t>(frames) & 15u) == 0 &&
+                         (reinterpret_cast<std::uintptr_t>(ring_of_pixel) & 15u) == 0 &&
+                         (moments.d_moments == nullptr || moments.detector_cols % 8 == 0);
+  if (row_order) {
+    QUANTEM_CUDA_TRY(cudaFuncSetAttribute(row_ring_sums_kernel<T, Sum>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(bins_bytes)));
+    row_ring_sums_kernel<T, Sum><<<ctas, tuning::kRowRingSumThreads, bins_bytes, stream>>>(
+        frames, frame_pixels, ring_of_pixel, ring_count, ring_sums, ring_stride, first_frame, moments);
+    QUANTEM_CUDA_CHECK_LAUNCH(stream, "row_ring_sums_kernel");
+    return;
+  }
   if (frame_bytes <= kStagedFrameBytes) {
     const std::size_t shared_bytes = bins_bytes + frame_bytes;
     QUANTEM_CUDA_TRY(cudaFuncSetAttribute(dense_ring_sums_kernel<T, Sum, true>,
@@ -260,20 +384,24 @@ void launch_ring_sums(const T* frames, std::uint64_t frame_count, std::uint32_t 
 template <class Sum>
 void launch_for_dtype(const void* d_frames, DType dtype, std::uint64_t frame_count, std::uint32_t frame_pixels,
                       const std::uint32_t* d_pixels_by_ring, const std::uint16_t* d_ring_of_sorted,
-                      std::uint32_t ring_count, Sum* d_ring_sums, std::uint64_t ring_stride, std::uint64_t first_frame,
-                      const FrameMomentsTarget& moments, cudaStream_t stream) {
+                      const std::uint16_t* d_ring_of_pixel, std::uint32_t ring_count, Sum* d_ring_sums,
+                      std::uint64_t ring_stride, std::uint64_t first_frame, const FrameMomentsTarget& moments,
+                      cudaStream_t stream) {
   switch (dtype) {
     case DType::uint8:
       launch_ring_sums(static_cast<const std::uint8_t*>(d_frames), frame_count, frame_pixels, d_pixels_by_ring,
-                       d_ring_of_sorted, ring_count, d_ring_sums, ring_stride, first_frame, moments, stream);
+                       d_ring_of_sorted, d_ring_of_pixel, ring_count, d_ring_sums, ring_stride, first_frame, moments,
+                       stream);
       break;
     case DType::uint16:
       launch_ring_sums(static_cast<const std::uint16_t*>(d_frames), frame_count, frame_pixels, d_pixels_by_ring,
-                       d_ring_of_sorted, ring_count, d_ring_sums, ring_stride, first_frame, moments, stream);
+                       d_ring_of_sorted, d_ring_of_pixel, ring_count, d_ring_sums, ring_stride, first_frame, moments,
+                       stream);
       break;
     case DType::uint32:
       launch_ring_sums(static_cast<const std::uint32_t*>(d_frames), frame_count, frame_pixels, d_pixels_by_ring,
-                       d_ring_of_sorted, ring_count, d_ring_sums, ring_stride, first_frame, moments, stream);
+                       d_ring_of_sorted, d_ring_of_pixel, ring_count, d_ring_sums, ring_stride, first_frame, moments,
+                       stream);
       break;
   }
 }
@@ -282,7 +410,7 @@ void launch_for_dtype(const void* d_frames, DType dtype, std::uint64_t frame_cou
 
 void dense_ring_sums(const void* d_frames, DType dtype, std::uint64_t frame_count, std::uint32_t frame_pixels,
                      const std::uint32_t* d_pixels_by_ring, const std::uint16_t* d_ring_of_sorted,
-                     std::uint32_t ring_count, void* d_ring_sums, std::uint32_t sum_bytes, std::uint64_t ring_stride,
+                     const std::uint16_t* d_ring_of_pixel, std::uint32_t ring_count, void* d_ring_sums, std::uint32_t sum_bytes, std::uint64_t ring_stride,
                      std::uint64_t first_frame, StreamHandle stream, const FrameMomentsTarget& moments) {
   if (frame_count == 0) return;
   if (moments.d_moments != nullptr &&
@@ -297,10 +425,12 @@ void dense_ring_sums(const void* d_frames, DType dtype, std::uint64_t frame_coun
   if ((reinterpret_cast<std::uintptr_t>(d_pixels_by_ring) & 15u) != 0 || (reinterpret_cast<std::uintptr_t>(d_ring_of_sorted) & 7u) != 0)
     throw bad_request("dense_ring_sums: the ring tables must be 16-byte (pixels) and 8-byte (rings) aligned");
   if (sum_bytes == 4) {
-    launch_for_dtype(d_frames, dtype, frame_count, frame_pixels, d_pixels_by_ring, d_ring_of_sorted, ring_count,
+    launch_for_dtype(d_frames, dtype, frame_count, frame_pixels, d_pixels_by_ring, d_ring_of_sorted, d_ring_of_pixel,
+                     ring_count,
                      static_cast<unsigned int*>(d_ring_sums), ring_stride, first_frame, moments, stream);
   } else if (sum_bytes == 8) {
-    launch_for_dtype(d_frames, dtype, frame_count, frame_pixels, d_pixels_by_ring, d_ring_of_sorted, ring_count,
+    launch_for_dtype(d_frames, dtype, frame_count, frame_pixels, d_pixels_by_ring, d_ring_of_sorted, d_ring_of_pixel,
+                     ring_count,
                      static_cast<unsigned long long*>(d_ring_sums), ring_stride, first_frame, moments, stream);
   } else {
     throw bad_request("dense_ring_sums: sums are 4 or 8 bytes");

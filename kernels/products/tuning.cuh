@@ -15,5 +15,8 @@ inline constexpr unsigned kElementwiseMaxCtas = 132 * 16;
 // the index loads' latency (the 512² load: 256 threads 0.226 s, 512 0.211 s,
 // 1024 0.211 s; session 8).
 inline constexpr int kRingSumThreads = 512;
+// The row-order ring pass (row_ring_sums_kernel): 8 pixels per thread and
+// step, bins only in shared memory.
+inline constexpr int kRowRingSumThreads = 256;
 
 }  // namespace quantem::kernels::tuning

@@ -8,12 +8,15 @@
 # load:     the load alone, median of 5, for each of QUANTEM_LOAD_VARIANTS
 #           (default: kept words per frame 2 / 4 / 3, the index walked each time),
 #           with each load's stage split (decode and encode streams).
+# kprof:    ncu's sections (speed of light, memory, occupancy, warp states,
+#           source counters) for one launch of each kernel named in
+#           QUANTEM_KPROF_KERNELS (';'-separated regexes), text under $OUT.
 # cold, http: run-session10.sh cold / http.
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 what=${1:-all}
 case "$what" in
-  all|suites|load|loadprof) ;;
+  all|suites|load|loadprof|kprof) ;;
   cold|http) exec bash "$(dirname "$0")/run-session10.sh" "$what" ;;
   *) echo "unknown mode $what" >&2; exit 2 ;;
 esac
@@ -43,4 +46,17 @@ if { [ "$what" = all ] || [ "$what" = loadprof ]; } && command -v ncu > /dev/nul
   echo "ncu rc=$?"
   python3 "$(dirname "$0")/ncu_kernel_table.py" "$out/ncu_load.csv" 2 > "$out/load_kernels.json"
   cat "$out/load_kernels.json"
+fi
+if [ "$what" = kprof ] && command -v ncu > /dev/null; then
+  IFS=';' read -r -a kernels <<< "${QUANTEM_KPROF_KERNELS:-dense_ring_sums;encode_streams_kernel<unsigned short, 0>}"
+  i=0
+  for kernel in "${kernels[@]}"; do
+    i=$((i + 1))
+    LD_LIBRARY_PATH="$bundle/lib" timeout 200 ncu --clock-control none -k "regex:$kernel" -s 3 -c 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+      --section WarpStateStats --section SchedulerStats --section SourceCounters \
+      "$bundle/cuda_backend_bench" "$master" --repeats 1 --load-only 1 > "$out/kprof_$i.txt" 2>&1
+    echo "== kprof $kernel rc=$?"
+    grep -E "Duration|Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Shared Memory Config|Block Limit|Warp Cycles Per Issued|Issued Warp|No Eligible|Stall|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Bank" "$out/kprof_$i.txt" | head -60
+  done
 fi

@@ -134,7 +134,9 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
       plan.source_dtype == DType::uint32 || plan.frame_pixels * largest_value >= (std::uint64_t{1} << 32) ? 8 : 4;
   plan.ring_table_bound_bytes = std::uint64_t{max_ring_count(encode.detector_rows, encode.detector_cols)} *
                                 plan.frames * widest_sum;
-  plan.ring_setup_bytes = plan.frame_pixels * (8 + 4 + 2);
+  // The pattern sum (uint64), the pixels sorted by ring (uint32), their
+  // rings and every pixel's ring (uint16 each): four allocations.
+  plan.ring_setup_bytes = plan.frame_pixels * (8 + 4 + 2 + 2);
   plan.frame_moments_bytes = plan.frames * 3 * 8;
   const std::uint32_t seek_frames =
       tuning.frames_per_seek_point == CudaLoadTuning::kNoSeekPoints ? 0
@@ -166,7 +168,7 @@ std::uint64_t CudaLoadPlan::working_bytes(bool with_staging) const {
   std::uint64_t working = kRuntimeReserveBytes + round_to_granularity(masked_list_bytes) +
                           static_cast<std::uint64_t>(dense_slots(with_staging)) * dense_slot_bytes +
                           round_to_granularity(batch_misc_bytes) + round_to_granularity(encode_scratch_bytes) +
-                          3 * round_to_granularity(ring_setup_bytes);
+                          4 * round_to_granularity(ring_setup_bytes);
   if (with_staging && gpu_decoder) {
     working += kDeviceSlots * round_to_granularity(device_slot_bytes) + round_to_granularity(bslz4_scratch_bytes);
   }

@@ -135,7 +135,7 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
   // One pass over the frames for their ring sums and their moments.
   cuda::dense_ring_sums(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
                         d_pixels_by_ring_.as<std::uint32_t>(), d_ring_of_sorted_.as<std::uint16_t>(),
-                        rings_->ring_count(), d_ring_sums_.data(), ring_sum_bytes_, plan_.frames, first_frame, stream_,
+                        d_ring_of_pixel_.as<std::uint16_t>(), rings_->ring_count(), d_ring_sums_.data(), ring_sum_bytes_, plan_.frames, first_frame, stream_,
                         cuda::FrameMomentsTarget{d_frame_moments_.as<std::uint64_t>(),
                                                  static_cast<std::uint32_t>(source_.detector_cols), plan_.frames});
 
@@ -194,6 +194,7 @@ void ResidentEncoder::set_up_rings() {
   ring_sum_bytes_ = ring_sum_bytes_for(*rings_, plan_.source_dtype);
   d_pixels_by_ring_ = TrackedBuffer(pixels * 4, ledger_);
   d_ring_of_sorted_ = TrackedBuffer(pixels * 2, ledger_);
+  d_ring_of_pixel_ = TrackedBuffer(pixels * 2, ledger_);
   const std::uint64_t ring_table_bytes = std::uint64_t{rings_->ring_count()} * plan_.frames * ring_sum_bytes_;
   reservation_.take(ring_table_bytes);
   d_ring_sums_ = TrackedBuffer(ring_table_bytes, ledger_);
@@ -201,6 +202,8 @@ void ResidentEncoder::set_up_rings() {
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_pixels_by_ring_.data(), rings_->pixels_by_ring.data(), pixels * 4,
                                    cudaMemcpyHostToDevice, stream_));
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_ring_of_sorted_.data(), rings_->ring_of_sorted.data(), pixels * 2,
+                                   cudaMemcpyHostToDevice, stream_));
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_ring_of_pixel_.data(), rings_->ring_of_pixel.data(), pixels * 2,
                                    cudaMemcpyHostToDevice, stream_));
 }
 
@@ -228,6 +231,7 @@ std::shared_ptr<CudaResident> ResidentEncoder::finish(int device_index, const st
   scratch_.release();
   d_pixels_by_ring_.release();
   d_ring_of_sorted_.release();
+  d_ring_of_pixel_.release();
 
   const std::uint8_t* base = *std::min_element(group_addresses_.begin(), group_addresses_.end());
   std::vector<std::uint64_t> table(group_addresses_.size());

@@ -130,6 +130,7 @@ class ResidentEncoder {
   TrackedBuffer d_decode_tables_;   // every group's decode tables, kept by the resident
   TrackedBuffer d_pixels_by_ring_;  // load only
   TrackedBuffer d_ring_of_sorted_;  // load only
+  TrackedBuffer d_ring_of_pixel_;   // load only
   TrackedBuffer d_ring_sums_;       // [ring][frame], kept by the resident
   TrackedBuffer d_frame_moments_;   // [Σ I | Σ row·I | Σ col·I][frame], kept by the resident
   std::thread staging_thread_;

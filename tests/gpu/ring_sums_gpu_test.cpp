@@ -63,29 +63,38 @@ void check_ring_sums(DType dtype, std::uint32_t sum_bytes, std::uint64_t largest
   copy_to_device(d_rings_sorted.data(), partition.ring_of_sorted.data(), pixels * 2);
   const std::uint64_t table_bytes = std::uint64_t{partition.ring_count()} * table_frames * sum_bytes;
   DeviceBuffer d_table(table_bytes);
-  std::vector<std::uint8_t> poison(table_bytes, 0xab);
-  copy_to_device(d_table.data(), poison.data(), table_bytes);
-  // The frames' moments in the same pass, into a poisoned table.
-  std::vector<std::uint64_t> moments(3 * table_frames, 0x5a5a5a5a5a5a5a5aull);
-  DeviceBuffer d_moments(moments.size() * 8);
-  copy_to_device(d_moments.data(), moments.data(), moments.size() * 8);
-  dense_ring_sums(d_frames.data(), dtype, frames, static_cast<std::uint32_t>(pixels),
-                  static_cast<const std::uint32_t*>(d_pixels.data()), static_cast<const std::uint16_t*>(d_rings_sorted.data()),
-                  partition.ring_count(), d_table.data(), sum_bytes, table_frames, first_frame, nullptr,
-                  FrameMomentsTarget{static_cast<std::uint64_t*>(d_moments.data()), cols, table_frames});
-  copy_to_host(moments.data(), d_moments.data(), moments.size() * 8);
-  expect_frame_moments(host, pixels, cols, moments, table_frames, first_frame);
+  DeviceBuffer d_ring_of_pixel(pixels * 2);
+  copy_to_device(d_ring_of_pixel.data(), partition.ring_of_pixel.data(), pixels * 2);
   std::vector<std::uint8_t> table(table_bytes);
-  copy_to_host(table.data(), d_table.data(), table_bytes);
-  const auto at = [&](std::uint64_t ring, std::uint64_t frame) -> std::uint64_t {
-    const std::uint64_t index = ring * table_frames + frame;
-    if (sum_bytes == 4) return reinterpret_cast<const std::uint32_t*>(table.data())[index];
-    return reinterpret_cast<const std::uint64_t*>(table.data())[index];
-  };
-  for (std::uint64_t f = 0; f < frames; ++f) {
-    const std::vector<std::uint64_t> expected = backend::frame_ring_sums(partition, host.data() + f * pixels);
-    for (std::uint32_t r = 0; r < partition.ring_count(); ++r) {
-      ASSERT_EQ(at(r, first_frame + f), expected[r]) << "frame " << f << " ring " << r;
+  // Both passes: in row order with every pixel's ring (used where the frames
+  // allow it), and gathering the pixels by ring (without that table).
+  for (const bool row_order : {true, false}) {
+    SCOPED_TRACE(row_order ? "row-order pass" : "gathering pass");
+    std::vector<std::uint8_t> poison(table_bytes, 0xab);
+    copy_to_device(d_table.data(), poison.data(), table_bytes);
+    // The frames' moments in the same pass, into a poisoned table.
+    std::vector<std::uint64_t> moments(3 * table_frames, 0x5a5a5a5a5a5a5a5aull);
+    DeviceBuffer d_moments(moments.size() * 8);
+    copy_to_device(d_moments.data(), moments.data(), moments.size() * 8);
+    dense_ring_sums(d_frames.data(), dtype, frames, static_cast<std::uint32_t>(pixels),
+                    static_cast<const std::uint32_t*>(d_pixels.data()),
+                    static_cast<const std::uint16_t*>(d_rings_sorted.data()),
+                    row_order ? static_cast<const std::uint16_t*>(d_ring_of_pixel.data()) : nullptr,
+                    partition.ring_count(), d_table.data(), sum_bytes, table_frames, first_frame, nullptr,
+                    FrameMomentsTarget{static_cast<std::uint64_t*>(d_moments.data()), cols, table_frames});
+    copy_to_host(moments.data(), d_moments.data(), moments.size() * 8);
+    expect_frame_moments(host, pixels, cols, moments, table_frames, first_frame);
+    copy_to_host(table.data(), d_table.data(), table_bytes);
+    const auto at = [&](std::uint64_t ring, std::uint64_t frame) -> std::uint64_t {
+      const std::uint64_t index = ring * table_frames + frame;
+      if (sum_bytes == 4) return reinterpret_cast<const std::uint32_t*>(table.data())[index];
+      return reinterpret_cast<const std::uint64_t*>(table.data())[index];
+    };
+    for (std::uint64_t f = 0; f < frames; ++f) {
+      const std::vector<std::uint64_t> expected = backend::frame_ring_sums(partition, host.data() + f * pixels);
+      for (std::uint32_t r = 0; r < partition.ring_count(); ++r) {
+        ASSERT_EQ(at(r, first_frame + f), expected[r]) << "frame " << f << " ring " << r;
+      }
     }
   }
   // Outside [first_frame, first_frame + frames) nothing was written.
@@ -121,7 +130,8 @@ TEST(RingSumsGpu, ABadMomentsTargetIsABadRequest) {
   std::uint32_t sums[1] = {0};
   std::uint16_t frame[12] = {};
   const auto call = [&](FrameMomentsTarget target) {
-    dense_ring_sums(frame, DType::uint16, 1, 12, pixels_by_ring, ring_of_sorted, 1, sums, 4, 1, 0, nullptr, target);
+    dense_ring_sums(frame, DType::uint16, 1, 12, pixels_by_ring, ring_of_sorted, nullptr, 1, sums, 4, 1, 0, nullptr,
+                    target);
   };
   for (const FrameMomentsTarget& target : {FrameMomentsTarget{moments, 0, 1}, FrameMomentsTarget{moments, 5, 1},
                                            FrameMomentsTarget{moments, 4, 0}}) {
@@ -144,7 +154,7 @@ TEST(RingSumsGpu, MisalignedRingTablesAreABadRequest) {
   std::uint16_t frame[4] = {};
   const auto kind_of = [&](const std::uint32_t* pixels, const std::uint16_t* rings) {
     try {
-      dense_ring_sums(frame, DType::uint16, 1, 4, pixels, rings, 1, sums, 4, 1, 0, nullptr);
+      dense_ring_sums(frame, DType::uint16, 1, 4, pixels, rings, nullptr, 1, sums, 4, 1, 0, nullptr);
     } catch (const Error& error) {
       EXPECT_NE(std::string(error.what()).find("aligned"), std::string::npos) << error.what();
       return error.kind();
@@ -166,6 +176,7 @@ TEST(RingSumsGpu, MatchTheCpuReferenceForEveryDtypeAndWidth) {
   // Columns a multiple of a 16-byte load's values: the moments 16 bytes at a time.
   check_ring_sums<std::uint8_t>(DType::uint8, 4, 0xff, 24, 48, 40);
   check_ring_sums<std::uint16_t>(DType::uint16, 4, 0xffff, 64, 40, 30);
+  check_ring_sums<std::uint16_t>(DType::uint16, 4, 0xffff, 192, 192, 6);  // the realistic detector
   check_ring_sums<std::uint32_t>(DType::uint32, 8, 0xffffffffu, 33, 36, 20);
   check_ring_sums<std::uint32_t>(DType::uint32, 8, 0xffffffffu, 256, 256, 3);  // not staged
 }
