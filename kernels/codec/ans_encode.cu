@@ -719,8 +719,8 @@ std::size_t ans_group_count(std::uint64_t total_frames, std::uint32_t frames_per
 
 std::size_t ans_encode_scratch_bytes(const AnsEncodeBatch& batch) { return plan_scratch(make_geometry(batch)).total; }
 
-std::vector<std::uint64_t> ans_encode_measure(const AnsEncodeBatch& batch, void* d_scratch, std::size_t scratch_bytes,
-                                              StreamHandle stream) {
+void ans_encode_measure_async(const AnsEncodeBatch& batch, void* d_scratch, std::size_t scratch_bytes,
+                              std::uint64_t* h_blob_bytes, StreamHandle stream) {
   const EncodeGeometry geometry = make_geometry(batch);
   const ScratchPlan plan = plan_scratch(geometry);
   if (d_scratch == nullptr || scratch_bytes < plan.total) throw bad_request("ANS encode: scratch too small");
@@ -736,12 +736,21 @@ std::vector<std::uint64_t> ans_encode_measure(const AnsEncodeBatch& batch, void*
     case DType::uint16: launch_measure(static_cast<const std::uint16_t*>(batch.d_frames), geometry, s, batch.d_pattern_sum, stream); break;
     case DType::uint32: launch_measure(static_cast<const std::uint32_t*>(batch.d_frames), geometry, s, batch.d_pattern_sum, stream); break;
   }
-  std::vector<std::uint64_t> blob_bytes(geometry.group_count);
-  QUANTEM_CUDA_TRY(cudaMemcpyAsync(blob_bytes.data(), s.d_blob_bytes, blob_bytes.size() * sizeof(std::uint64_t),
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(h_blob_bytes, s.d_blob_bytes, std::size_t{geometry.group_count} * sizeof(std::uint64_t),
                                    cudaMemcpyDeviceToHost, stream));
-  QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));
+}
+
+void ans_encode_check_sizes(const std::vector<std::uint64_t>& blob_bytes) {
   for (std::uint64_t bytes : blob_bytes)
     if (bytes > 0xffffffffull) throw bad_request("ANS encode: a group exceeds 4 GiB; use fewer frames per group");
+}
+
+std::vector<std::uint64_t> ans_encode_measure(const AnsEncodeBatch& batch, void* d_scratch, std::size_t scratch_bytes,
+                                              StreamHandle stream) {
+  std::vector<std::uint64_t> blob_bytes(ans_group_count(batch.total_frames, batch.frames_per_group));
+  ans_encode_measure_async(batch, d_scratch, scratch_bytes, blob_bytes.data(), stream);
+  QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));
+  ans_encode_check_sizes(blob_bytes);
   return blob_bytes;
 }
 

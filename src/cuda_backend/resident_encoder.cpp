@@ -65,6 +65,7 @@ ResidentEncoder::ResidentEncoder(const catalog::Acquisition& source, const CudaL
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_pattern_.data(), 0, plan.frame_pixels * 8, stream_));
   scratch_ = TrackedBuffer(plan.encode_scratch_bytes, ledger_);
   host_offsets_ = cuda::PinnedBuffer(std::size_t{plan.groups_per_batch} * 8);
+  host_sizes_ = cuda::PinnedBuffer(std::size_t{plan.groups_per_batch} * 8);
   QUANTEM_CUDA_TRY(cudaMemsetAsync(misc_.data(), 0, plan.batch_misc_bytes, stream_));  // the max value starts at 0
   QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream_));  // the host mask list goes out of scope
   prepare_host_staging();
@@ -127,17 +128,22 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
     batch.d_seek_points = batch_seek_points;
     batch.frames_per_seek_point = plan_.frames_per_seek_point;
   }
-  // Synchronises stream_; so the previous batch's copy from host_offsets_ has
-  // finished before the host rewrites it below.
-  const std::vector<std::uint64_t> sizes = cuda::ans_encode_measure(batch, scratch_.data(), scratch_.size(), stream_);
-
-  if (!rings_) set_up_rings();  // from the first batch's pattern, which d_pattern_ holds now
-  // One pass over the frames for their ring sums and their moments.
-  cuda::dense_ring_sums(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
-                        d_pixels_by_ring_.as<std::uint32_t>(), d_ring_of_sorted_.as<std::uint16_t>(),
-                        d_ring_of_pixel_.as<std::uint16_t>(), rings_->ring_count(), d_ring_sums_.data(), ring_sum_bytes_, plan_.frames, first_frame, stream_,
-                        cuda::FrameMomentsTarget{d_frame_moments_.as<std::uint64_t>(),
-                                                 static_cast<std::uint32_t>(source_.detector_cols), plan_.frames});
+  // The measuring pass, then (from the second batch on, the partition being
+  // set up) the ring pass, which needs nothing measured: the stream runs it
+  // while this thread waits for the sizes and sizes the batch's piece.
+  const std::size_t group_count = cuda::ans_group_count(frame_count, plan_.frames_per_group);
+  cuda::ans_encode_measure_async(batch, scratch_.data(), scratch_.size(), host_sizes_.as<std::uint64_t>(), stream_);
+  QUANTEM_CUDA_TRY(cudaEventRecord(measured_.get(), stream_));
+  const bool rings_ready = rings_.has_value();
+  if (rings_ready) enqueue_ring_pass(d_frames, first_frame, frame_count);
+  // Also orders the previous batch's copy from host_offsets_ before the host rewrites it below.
+  QUANTEM_CUDA_TRY(cudaEventSynchronize(measured_.get()));
+  const std::vector<std::uint64_t> sizes(host_sizes_.as<std::uint64_t>(), host_sizes_.as<std::uint64_t>() + group_count);
+  cuda::ans_encode_check_sizes(sizes);
+  if (!rings_ready) {
+    set_up_rings();  // from the first batch's pattern, which d_pattern_ holds now
+    enqueue_ring_pass(d_frames, first_frame, frame_count);
+  }
 
   auto* offsets = host_offsets_.as<std::uint64_t>();
   std::uint64_t piece_bytes = 0;
@@ -181,6 +187,16 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
   encoded_bytes_ += piece_bytes;
   encoded_frames_ += frame_count;
   pieces_.push_back(std::move(piece));
+}
+
+void ResidentEncoder::enqueue_ring_pass(const void* d_frames, std::uint64_t first_frame, std::uint64_t frame_count) {
+  // One pass over the frames for their ring sums and their moments.
+  cuda::dense_ring_sums(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
+                        d_pixels_by_ring_.as<std::uint32_t>(), d_ring_of_sorted_.as<std::uint16_t>(),
+                        d_ring_of_pixel_.as<std::uint16_t>(), rings_->ring_count(), d_ring_sums_.data(),
+                        ring_sum_bytes_, plan_.frames, first_frame, stream_,
+                        cuda::FrameMomentsTarget{d_frame_moments_.as<std::uint64_t>(),
+                                                 static_cast<std::uint32_t>(source_.detector_cols), plan_.frames});
 }
 
 void ResidentEncoder::set_up_rings() {

@@ -95,6 +95,8 @@ class ResidentEncoder {
   // On the first batch: the ring partition around the batch's bright-field
   // centre, its device tables and the resident's ring table (blocks on the stream).
   void set_up_rings();  // from d_pattern_ after the first batch
+  // Enqueues the ring sums and moments of the batch's frames (the partition set up).
+  void enqueue_ring_pass(const void* d_frames, std::uint64_t first_frame, std::uint64_t frame_count);
 
   struct DenseSlot {
     TrackedBuffer frames;
@@ -117,6 +119,8 @@ class ResidentEncoder {
   TrackedBuffer misc_;     // max value | the batch's group offsets
   TrackedBuffer scratch_;  // ANS encoder scratch
   cuda::PinnedBuffer host_offsets_;  // the batch's group offsets, staged for the copy
+  cuda::PinnedBuffer host_sizes_;    // the batch's blob sizes, as the measuring pass copies them back
+  Event measured_;                   // recorded after each batch's measuring pass
   std::vector<TrackedBuffer> pieces_;
   std::vector<const std::uint8_t*> group_addresses_;
   std::uint64_t encoded_bytes_ = 0;

@@ -59,6 +59,15 @@ std::size_t ans_encode_scratch_bytes(const AnsEncodeBatch& batch);
 // stream, then waits for `stream` and returns each group's blob size in bytes.
 std::vector<std::uint64_t> ans_encode_measure(const AnsEncodeBatch& batch, void* d_scratch, std::size_t scratch_bytes,
                                               StreamHandle stream);
+// ans_encode_measure without the wait: enqueues the measuring pass and the
+// copy of each group's blob size to h_blob_bytes (pinned host memory, one
+// uint64 per group), which hold them once `stream` has passed this point
+// (wait on an event recorded after the call). The caller checks that no group
+// exceeds 4 GiB (ans_encode_check_sizes), as ans_encode_measure does.
+void ans_encode_measure_async(const AnsEncodeBatch& batch, void* d_scratch, std::size_t scratch_bytes,
+                              std::uint64_t* h_blob_bytes, StreamHandle stream);
+// Throws Error(bad_request) when a group's blob exceeds 4 GiB.
+void ans_encode_check_sizes(const std::vector<std::uint64_t>& blob_bytes);
 
 // Writes group g's blob at d_output + d_group_offsets[g] (offsets device-side,
 // each a multiple of 16, with the sizes from ans_encode_measure). Needs the scratch
