@@ -265,6 +265,7 @@ __global__ void __launch_bounds__(kernels::tuning::kBslz4WarpsPerCta * 32)
 constexpr std::size_t kDecodeSharedBytes = kernels::tuning::kBslz4WarpsPerCta * kMaxBitshuffleBlockBytes;
 std::atomic<int> forced_blocks_per_warp{0};
 std::atomic<bool> batched_literals{true};
+std::atomic<int> grid_percent{0};
 
 // CTAs of decode_blocks_kernel<element bytes> that fit the current device at
 // once (asked once per device and element size).
@@ -314,6 +315,11 @@ void bitshuffle_lz4_blocks_per_warp(int blocks) {
 
 void bitshuffle_lz4_batched_literals(bool batched) { batched_literals.store(batched); }
 
+void bitshuffle_lz4_grid_percent(int percent) {
+  if (percent < 0 || percent > 100) throw bad_request("bitshuffle_lz4_grid_percent: 0 (the default) or 1..100");
+  grid_percent.store(percent);
+}
+
 std::size_t bitshuffle_lz4_scratch_bytes(const BitshuffleLz4Batch& batch) {
   return scratch_parts(batch, make_layout(batch)).total;
 }
@@ -352,7 +358,9 @@ void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std
   const std::uint64_t blocks_per_cta = std::uint64_t{kernels::tuning::kBslz4WarpsPerCta} * batch_blocks;
   const bool batched = batched_literals.load();
   const std::uint64_t ctas_needed = (total_blocks + blocks_per_cta - 1) / blocks_per_cta;
-  const std::uint64_t ctas_resident = resident_decode_ctas(layout.element_size);  // the GPU filled once
+  const int percent = grid_percent.load();
+  const std::uint64_t ctas_resident = std::max<std::uint64_t>(  // the GPU filled once (by default)
+      1, resident_decode_ctas(layout.element_size) * static_cast<std::uint64_t>(percent == 0 ? 100 : percent) / 100);
   const unsigned ctas = static_cast<unsigned>(std::min(ctas_needed, ctas_resident));
   const unsigned threads = kernels::tuning::kBslz4WarpsPerCta * 32;
   const std::size_t shared_bytes = kDecodeSharedBytes;

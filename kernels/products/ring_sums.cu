@@ -2,7 +2,6 @@
 // masked sums) and frame moments — declared in
 // include/quantem/cuda/resident_products.hpp; the ring partition and the mask
 // split are host code: include/quantem/backend/ring_partition.hpp.
-#include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -133,16 +132,11 @@ __global__ void __launch_bounds__(tuning::kRingSumThreads)
     const auto* source = reinterpret_cast<const std::uint8_t*>(frame);
     auto* target = reinterpret_cast<std::uint8_t*>(staged);
     if ((reinterpret_cast<std::uintptr_t>(source) & 15u) == 0) {
-      // Asynchronous copies (cp.async): every 16-byte piece of the thread in
-      // flight at once, none through registers; the CTAs of the SM that are
-      // past their staging sum theirs meanwhile.
       const std::uint64_t vectors = bytes / 16;
       for (std::uint64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
-        __pipeline_memcpy_async(reinterpret_cast<uint4*>(target) + v, reinterpret_cast<const uint4*>(source) + v, 16);
+        reinterpret_cast<uint4*>(target)[v] = __ldg(reinterpret_cast<const uint4*>(source) + v);
       }
-      __pipeline_commit();
       for (std::uint64_t b = vectors * 16 + threadIdx.x; b < bytes; b += blockDim.x) target[b] = source[b];
-      __pipeline_wait_prior(0);
     } else {
       for (std::uint32_t p = threadIdx.x; p < frame_pixels; p += blockDim.x) staged[p] = frame[p];
     }

@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   bool seek_frames_given = false;
   int accumulate_threads = 0;
   int bslz4_blocks_per_warp = 0;
+  int bslz4_grid_percent = 0;
   bool bslz4_batched_literals = true;
   bool decode_tables_at_load = true;
   bool load_only = false;
@@ -70,6 +71,7 @@ int main(int argc, char** argv) {
     }
     if (flag == "--accumulate-threads") accumulate_threads = std::atoi(argv[i + 1]);
     if (flag == "--bslz4-blocks-per-warp") bslz4_blocks_per_warp = std::atoi(argv[i + 1]);
+    if (flag == "--bslz4-grid-percent") bslz4_grid_percent = std::atoi(argv[i + 1]);
     if (flag == "--bslz4-batched-literals") bslz4_batched_literals = std::atoi(argv[i + 1]) != 0;
     if (flag == "--decode-tables-at-load") decode_tables_at_load = std::atoi(argv[i + 1]) != 0;
     if (flag == "--kept-words-per-frame") kept_words_per_frame = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
@@ -101,6 +103,7 @@ int main(int argc, char** argv) {
     auto cuda = backend::make_cuda_backend(options);
     cuda::ans_accumulate_frames_cta_threads(accumulate_threads);
     cuda::bitshuffle_lz4_blocks_per_warp(bslz4_blocks_per_warp);
+    cuda::bitshuffle_lz4_grid_percent(bslz4_grid_percent);
     cuda::bitshuffle_lz4_batched_literals(bslz4_batched_literals);
     const backend::LoadEstimate estimate = cuda->estimate_load(acquisition);
     const auto device = cuda->devices().front();
@@ -272,6 +275,8 @@ int main(int argc, char** argv) {
     out["seek_points_from_encoder"] = seek_from_encoder;
     out["frames_per_group"] = frames_per_group;  // 0: the default
     out["kept_words_per_frame"] = kept_words_per_frame;  // 0: the default
+    out["bslz4_blocks_per_warp"] = bslz4_blocks_per_warp;  // 0: the default
+    out["bslz4_grid_percent"] = bslz4_grid_percent;        // 0: the default (100)
     out["groups_per_batch"] = groups_per_batch;
     out["load_seconds"] = seconds;
     out["load_seconds_median"] = median_seconds;

@@ -67,6 +67,10 @@ void bitshuffle_lz4_blocks_per_warp(int blocks);
 // Replay a block's recorded sequences with the literals of 32 sequences copied
 // at once (true, the default) or sequence by sequence (benchmarks).
 void bitshuffle_lz4_batched_literals(bool batched);
+// The decode kernel's grid as a percentage of the CTAs the device holds at
+// once (1..100; 0 restores the default, 100): benchmarks, for leaving the
+// encoder's kernels room beside it during a load.
+void bitshuffle_lz4_grid_percent(int percent);
 
 // Enqueues the decode on `stream` (asynchronous: synchronise before reading
 // d_decoded or d_status). d_scratch must hold bitshuffle_lz4_scratch_bytes().
