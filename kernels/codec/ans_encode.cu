@@ -149,6 +149,16 @@ __device__ std::uint32_t frames_in_group(const EncodeGeometry& geometry, std::ui
   return left < geometry.frames_per_group ? static_cast<std::uint32_t>(left) : geometry.frames_per_group;
 }
 
+// The frames [first, last) of this CTA's slice (blockIdx.y, `per_slice`
+// frames each) of group blockIdx.z; false when the slice starts past the group's end.
+__device__ __forceinline__ bool slice_frames(const EncodeGeometry& geometry, std::uint32_t per_slice,
+                                             std::uint32_t& first, std::uint32_t& last) {
+  const std::uint32_t frame_count = frames_in_group(geometry, blockIdx.z);
+  first = blockIdx.y * per_slice;
+  last = min(first + per_slice, frame_count);
+  return first < frame_count;
+}
+
 template <class T>
 __device__ __forceinline__ std::uint32_t frame_value(const T* frames, const EncodeGeometry& geometry, std::uint32_t group,
                                                      std::uint32_t frame, std::uint32_t pixel) {
@@ -194,10 +204,8 @@ template <class T>
 __global__ void pixel_sums_kernel(const T* __restrict__ frames, EncodeGeometry geometry, EncodeScratch s) {
   const std::uint32_t group = blockIdx.z;
   const std::uint32_t pixel = blockIdx.x * blockDim.x + threadIdx.x;
-  const std::uint32_t frame_count = frames_in_group(geometry, group);
-  const std::uint32_t first = blockIdx.y * kernels::tuning::kAnsSumFramesPerSlice;
-  if (first >= frame_count) return;
-  const std::uint32_t last = min(first + kernels::tuning::kAnsSumFramesPerSlice, frame_count);
+  std::uint32_t first = 0, last = 0;
+  if (!slice_frames(geometry, kernels::tuning::kAnsSumFramesPerSlice, first, last)) return;
   std::uint64_t sum = 0;
   std::uint32_t max_value = 0;
   if (pixel < geometry.pixels) {
@@ -223,10 +231,8 @@ __global__ void pixel_sums_quads_kernel(const T* __restrict__ frames, EncodeGeom
   const std::uint32_t group = blockIdx.z;
   const std::uint32_t quad = blockIdx.x * blockDim.x + threadIdx.x;
   const std::uint32_t quads = geometry.pixels / kVectorPixels;
-  const std::uint32_t frame_count = frames_in_group(geometry, group);
-  const std::uint32_t first = blockIdx.y * kernels::tuning::kAnsSumFramesPerSlice;
-  if (first >= frame_count) return;
-  const std::uint32_t last = min(first + kernels::tuning::kAnsSumFramesPerSlice, frame_count);
+  std::uint32_t first = 0, last = 0;
+  if (!slice_frames(geometry, kernels::tuning::kAnsSumFramesPerSlice, first, last)) return;
   Partial sum[4] = {0, 0, 0, 0};
   std::uint32_t max_value = 0;
   if (quad < quads) {
@@ -325,18 +331,28 @@ struct SmallSymbolCounts {
 };
 static_assert(kernels::tuning::kAnsCountFramesPerSlice < (1u << 16), "packed 16-bit counters");
 
+// The CTA's per-class histograms of a symbol-count kernel: zeroed before the
+// slice, then added to the group's counts (their non-zero entries).
+__device__ __forceinline__ void zero_class_counts(std::uint32_t* counts) {
+  for (std::uint32_t i = threadIdx.x; i < kAnsClassCount * kAnsAlphabetSize; i += blockDim.x) counts[i] = 0;
+  __syncthreads();
+}
+__device__ __forceinline__ void add_class_counts(const std::uint32_t* counts, const EncodeScratch& s, std::uint32_t group) {
+  __syncthreads();
+  std::uint32_t* out = s.d_counts + std::uint64_t{group} * kAnsClassCount * kAnsAlphabetSize;
+  for (std::uint32_t i = threadIdx.x; i < kAnsClassCount * kAnsAlphabetSize; i += blockDim.x)
+    if (counts[i] != 0) atomicAdd(out + i, counts[i]);
+}
+
 // grid: (pixel blocks, frame slices, groups); per-CTA histograms in shared memory.
 template <class T>
 __global__ void __launch_bounds__(kernels::tuning::kAnsCountThreads)
     symbol_counts_kernel(const T* __restrict__ frames, EncodeGeometry geometry, EncodeScratch s) {
   __shared__ std::uint32_t counts[kAnsClassCount * kAnsAlphabetSize];
   const std::uint32_t group = blockIdx.z;
-  const std::uint32_t frame_count = frames_in_group(geometry, group);
-  const std::uint32_t first = blockIdx.y * kernels::tuning::kAnsCountFramesPerSlice;
-  if (first >= frame_count) return;
-  const std::uint32_t last = min(first + kernels::tuning::kAnsCountFramesPerSlice, frame_count);
-  for (std::uint32_t i = threadIdx.x; i < kAnsClassCount * kAnsAlphabetSize; i += blockDim.x) counts[i] = 0;
-  __syncthreads();
+  std::uint32_t first = 0, last = 0;
+  if (!slice_frames(geometry, kernels::tuning::kAnsCountFramesPerSlice, first, last)) return;
+  zero_class_counts(counts);
   const std::uint32_t pixel = blockIdx.x * blockDim.x + threadIdx.x;
   if (pixel < geometry.pixels) {
     const std::uint32_t cls = s.d_classes[std::uint64_t{group} * geometry.pixels_padded + pixel];
@@ -346,10 +362,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsCountThreads)
       small.add(value_symbol(frame_value(frames, geometry, group, f, pixel), shift), counts + cls * kAnsAlphabetSize);
     small.flush(counts + cls * kAnsAlphabetSize);
   }
-  __syncthreads();
-  std::uint32_t* out = s.d_counts + std::uint64_t{group} * kAnsClassCount * kAnsAlphabetSize;
-  for (std::uint32_t i = threadIdx.x; i < kAnsClassCount * kAnsAlphabetSize; i += blockDim.x)
-    if (counts[i] != 0) atomicAdd(out + i, counts[i]);
+  add_class_counts(counts, s, group);
 }
 
 // symbol_counts_kernel, a quad of pixels per thread (geometry.pixels % 4 == 0).
@@ -359,12 +372,9 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsCountThreads)
     symbol_counts_quads_kernel(const T* __restrict__ frames, EncodeGeometry geometry, EncodeScratch s) {
   __shared__ std::uint32_t counts[kAnsClassCount * kAnsAlphabetSize];
   const std::uint32_t group = blockIdx.z;
-  const std::uint32_t frame_count = frames_in_group(geometry, group);
-  const std::uint32_t first = blockIdx.y * kernels::tuning::kAnsCountFramesPerSlice;
-  if (first >= frame_count) return;
-  const std::uint32_t last = min(first + kernels::tuning::kAnsCountFramesPerSlice, frame_count);
-  for (std::uint32_t i = threadIdx.x; i < kAnsClassCount * kAnsAlphabetSize; i += blockDim.x) counts[i] = 0;
-  __syncthreads();
+  std::uint32_t first = 0, last = 0;
+  if (!slice_frames(geometry, kernels::tuning::kAnsCountFramesPerSlice, first, last)) return;
+  zero_class_counts(counts);
   const std::uint32_t quad = blockIdx.x * blockDim.x + threadIdx.x;
   const std::uint32_t quads = geometry.pixels / kVectorPixels;
   if (quad < quads) {
@@ -391,10 +401,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsCountThreads)
 #pragma unroll
     for (int k = 0; k < 4; ++k) small[k].flush(class_counts[k]);
   }
-  __syncthreads();
-  std::uint32_t* out = s.d_counts + std::uint64_t{group} * kAnsClassCount * kAnsAlphabetSize;
-  for (std::uint32_t i = threadIdx.x; i < kAnsClassCount * kAnsAlphabetSize; i += blockDim.x)
-    if (counts[i] != 0) atomicAdd(out + i, counts[i]);
+  add_class_counts(counts, s, group);
 }
 
 // grid: groups; kAnsClassCount threads, one per class.

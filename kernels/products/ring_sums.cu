@@ -26,6 +26,33 @@ namespace tuning = quantem::kernels::tuning;
 // not a multiple of a load's values, or the frame is not 16-byte aligned),
 // keeping its row and column incrementally; warp reductions, then one thread
 // per moment adds the warps' partial sums.
+// A thread's walk over a frame in steps of `stride` pixels whose pixels
+// k = 0.. lie in one row: its partial Σ I, Σ row·I and Σ col·I, each step
+// adding its Σ v and Σ k·v with its row and first column, kept incrementally.
+struct MomentsWalk {
+  std::uint32_t cols, stride_rows, stride_cols, row, col;
+  unsigned long long total = 0, row_moment = 0, col_moment = 0;
+
+  __device__ MomentsWalk(std::uint32_t detector_cols, std::uint32_t stride, std::uint32_t first_pixel)
+      : cols(detector_cols),
+        stride_rows(stride / detector_cols),
+        stride_cols(stride % detector_cols),
+        row(first_pixel / detector_cols),
+        col(first_pixel % detector_cols) {}
+  // The step's Σ v and Σ k·v; then on to the next step.
+  __device__ __forceinline__ void add(unsigned long long sum, unsigned long long weighted) {
+    total += sum;
+    row_moment += sum * row;
+    col_moment += sum * col + weighted;
+    row += stride_rows;
+    col += stride_cols;
+    if (col >= cols) {
+      col -= cols;
+      ++row;
+    }
+  }
+};
+
 // The threads' partial moments of one frame summed (CTA-wide; every thread
 // calls it; at most 32 warps) and written as row `frame_index` of the table.
 __device__ void store_frame_moments(unsigned long long total, unsigned long long row_moment,
@@ -53,16 +80,13 @@ template <class T>
 __device__ void frame_moments_of(const T* frame, std::uint32_t pixels, const FrameMomentsTarget& target,
                                  std::uint64_t frame_index) {
   const std::uint32_t cols = target.detector_cols;
-  unsigned long long total = 0, row_moment = 0, col_moment = 0;
   constexpr std::uint32_t kPerVector = 16 / sizeof(T);
   if (cols % kPerVector == 0 && (reinterpret_cast<std::uintptr_t>(frame) & 15u) == 0) {
     // 16 bytes at a time, all in one row (cols is a multiple of the values per
     // load): Σ v and Σ k·v over the load's values k = 0.., then one update of
     // each moment with the load's row and first column.
     using Partial = std::conditional_t<sizeof(T) == 4, unsigned long long, std::uint32_t>;  // exact: 16 values of < 2^16
-    const std::uint32_t stride = blockDim.x * kPerVector;
-    const std::uint32_t stride_rows = stride / cols, stride_cols = stride % cols;
-    std::uint32_t row = threadIdx.x * kPerVector / cols, col = threadIdx.x * kPerVector % cols;
+    MomentsWalk walk(cols, blockDim.x * kPerVector, threadIdx.x * kPerVector);
     const auto* vectors = reinterpret_cast<const uint4*>(frame);
     for (std::uint32_t v = threadIdx.x; v < pixels / kPerVector; v += blockDim.x) {
       const uint4 loaded = vectors[v];
@@ -73,33 +97,14 @@ __device__ void frame_moments_of(const T* frame, std::uint32_t pixels, const Fra
         sum += values[k];
         weighted += static_cast<Partial>(values[k]) * k;
       }
-      total += sum;
-      row_moment += static_cast<unsigned long long>(sum) * row;
-      col_moment += static_cast<unsigned long long>(sum) * col + weighted;
-      row += stride_rows;
-      col += stride_cols;
-      if (col >= cols) {
-        col -= cols;
-        ++row;
-      }
+      walk.add(sum, weighted);
     }
+    store_frame_moments(walk.total, walk.row_moment, walk.col_moment, target, frame_index);
   } else {
-    const std::uint32_t stride_rows = blockDim.x / cols, stride_cols = blockDim.x % cols;
-    std::uint32_t row = threadIdx.x / cols, col = threadIdx.x % cols;
-    for (std::uint32_t p = threadIdx.x; p < pixels; p += blockDim.x) {
-      const unsigned long long value = frame[p];
-      total += value;
-      row_moment += value * row;
-      col_moment += value * col;
-      row += stride_rows;
-      col += stride_cols;
-      if (col >= cols) {
-        col -= cols;
-        ++row;
-      }
-    }
+    MomentsWalk walk(cols, blockDim.x, threadIdx.x);  // a pixel per step
+    for (std::uint32_t p = threadIdx.x; p < pixels; p += blockDim.x) walk.add(frame[p], 0);
+    store_frame_moments(walk.total, walk.row_moment, walk.col_moment, target, frame_index);
   }
-  store_frame_moments(total, row_moment, col_moment, target, frame_index);
 }
 
 // One CTA per frame. Each warp takes a contiguous share of the pixels sorted
@@ -263,11 +268,8 @@ __global__ void __launch_bounds__(tuning::kRowRingSumThreads)
   // update with its row and first column, kept incrementally. Exact: 8
   // values below 2^16 times at most 7 fit in 32 bits.
   using Partial = std::conditional_t<sizeof(T) == 4, unsigned long long, std::uint32_t>;
-  const std::uint32_t cols = moments.d_moments != nullptr ? moments.detector_cols : frame_pixels;
-  const std::uint32_t stride = blockDim.x * 8;
-  const std::uint32_t stride_rows = stride / cols, stride_cols = stride % cols;
-  std::uint32_t row = threadIdx.x * 8 / cols, col = threadIdx.x * 8 % cols;
-  unsigned long long total = 0, row_moment = 0, col_moment = 0;
+  MomentsWalk walk(moments.d_moments != nullptr ? moments.detector_cols : frame_pixels, blockDim.x * 8,
+                   threadIdx.x * 8);
 #pragma unroll 2
   for (std::uint32_t unit = threadIdx.x; unit < units; unit += blockDim.x) {
     std::uint32_t value[8];
@@ -280,15 +282,7 @@ __global__ void __launch_bounds__(tuning::kRowRingSumThreads)
       sum += value[k];
       weighted += static_cast<Partial>(value[k]) * k;
     }
-    total += sum;
-    row_moment += static_cast<unsigned long long>(sum) * row;
-    col_moment += static_cast<unsigned long long>(sum) * col + weighted;
-    row += stride_rows;
-    col += stride_cols;
-    if (col >= cols) {
-      col -= cols;
-      ++row;
-    }
+    walk.add(sum, weighted);
     if (sum == 0) continue;  // dark pixels: nothing to add
     std::uint32_t ring = ring_words[0] & 0xffffu;
     Bin run = value[0];
@@ -304,7 +298,8 @@ __global__ void __launch_bounds__(tuning::kRowRingSumThreads)
     }
     if (run != 0) atomicAdd(bins + ring, run);
   }
-  if (moments.d_moments != nullptr) store_frame_moments(total, row_moment, col_moment, moments, first_frame + blockIdx.x);
+  if (moments.d_moments != nullptr)
+    store_frame_moments(walk.total, walk.row_moment, walk.col_moment, moments, first_frame + blockIdx.x);
   __syncthreads();
   for (std::uint32_t r = threadIdx.x; r < ring_count; r += blockDim.x) {
     ring_sums[std::uint64_t{r} * ring_stride + first_frame + blockIdx.x] = bins[r];

@@ -11,7 +11,9 @@ sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-san
 echo "commit $(cat "$bundle/COMMIT") $(date -u +%FT%TZ)"
 # cuda_backend_tests' RunningOutOfDeviceMemory* runs out of device memory on purpose: memcheck
 # reports its cudaMalloc failure as 2 API errors, so it runs here without memcheck's API checks.
-for check in "bitshuffle_lz4_gpu_tests *" "cuda_backend_tests -*RunningOutOfDeviceMemory*" "cuda_fault_injection_tests *"; do
+# QUANTEM_MEMCHECK_CHECKS: "suite filter" entries separated by ';' (memcheck-session11.sh sets its own).
+IFS=';' read -r -a checks <<< "${QUANTEM_MEMCHECK_CHECKS:-bitshuffle_lz4_gpu_tests *;cuda_backend_tests -*RunningOutOfDeviceMemory*;cuda_fault_injection_tests *}"
+for check in "${checks[@]}"; do
   read -r suite filter <<< "$check"
   extra=()
   [ "$suite" = cuda_fault_injection_tests ] && extra=(--leak-check full)

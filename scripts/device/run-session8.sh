@@ -31,25 +31,7 @@ if [ "$what" = loadprof ] && command -v ncu > /dev/null; then
     --metrics gpu__time_duration.sum --csv "$bundle/cuda_backend_bench" "$master" --repeats 1 --load-only 1 \
     > "$out/ncu_load.csv" 2> "$out/ncu_load.log"
   echo "ncu rc=$?"
-  python3 - "$out/ncu_load.csv" > "$out/load_kernels.json" <<'PY'
-import csv, collections, json, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-head = rows[0]
-k, m, v = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
-by = collections.defaultdict(lambda: [0, 0.0])
-for r in rows[1:]:
-    if r[m] != "gpu__time_duration.sum":
-        continue
-    name = r[k].split("(")[0]
-    name = name.replace("void ", "").replace("quantem::", "").replace("cuda::", "").replace("(anonymous namespace)::", "")
-    by[name][0] += 1
-    by[name][1] += float(r[v].replace(",", "")) / 1e6  # ns -> ms
-loads = 2  # run 0 (page cache, runtime) and run 1
-out = {n: {"launches_per_load": c / loads, "ms_per_load": round(t / loads, 3)} for n, (c, t) in
-       sorted(by.items(), key=lambda kv: -kv[1][1])}
-out["_total_ms_per_load"] = round(sum(t for _, t in by.values()) / loads, 3)
-print(json.dumps(out, indent=1))
-PY
+  python3 "$(dirname "$0")/ncu_kernel_table.py" "$out/ncu_load.csv" 2 > "$out/load_kernels.json"  # run 0 and run 1
   cat "$out/load_kernels.json"
 fi
 # QUANTEM_LOAD_VARIANTS: "name=cuda_backend_bench flags" entries separated by ';'.
