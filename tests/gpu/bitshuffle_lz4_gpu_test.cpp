@@ -375,6 +375,20 @@ TEST(BitshuffleLz4Gpu, BlocksPerWarpOutsideOneToThirtyTwoAreABadRequest) {
   cuda::bitshuffle_lz4_blocks_per_warp(0);
 }
 
+// The benchmark switch for the decode's grid takes 0 (the default, 100 %) or
+// 1..100 percent of the CTAs the device holds; other values are refused (no device needed).
+TEST(BitshuffleLz4Gpu, GridPercentOutsideOneToHundredIsABadRequest) {
+  for (const int percent : {-1, 101}) {
+    try {
+      cuda::bitshuffle_lz4_grid_percent(percent);
+      ADD_FAILURE() << "accepted " << percent;
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::bad_request);
+    }
+  }
+  cuda::bitshuffle_lz4_grid_percent(0);
+}
+
 TEST(BitshuffleLz4Gpu, RejectsInvalidBatchShapes) {
   cuda::BitshuffleLz4Batch batch;
   batch.element_size = 3;

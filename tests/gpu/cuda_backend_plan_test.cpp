@@ -144,6 +144,30 @@ TEST(CudaLoadPlan, DefaultsHoldAbout1GiBOfFramesPerBatchAndBoundTheResident) {
   EXPECT_GE(plan_cuda_load(a, {}).resident_bound_bytes, 64ull * 64 * 192 * 192 * 6);
 }
 
+// The words each stream keeps for the write pass to copy (2 per frame by
+// default) size the encoder's scratch, and the scratch is admitted with the
+// rest of the load's working memory.
+TEST(CudaLoadPlan, KeptWordsPerFrameSizeTheEncoderScratchAndAreAdmitted) {
+  const catalog::Acquisition a = realistic_512("kept_master.h5");
+  const CudaLoadPlan by_default = plan_cuda_load(a, {});
+  EXPECT_EQ(by_default.kept_words_per_frame, 2u);
+  CudaLoadTuning tuning;
+  tuning.kept_words_per_frame = 4;
+  const CudaLoadPlan four = plan_cuda_load(a, tuning);
+  tuning.kept_words_per_frame = CudaLoadTuning::kNoKeptWords;
+  const CudaLoadPlan none = plan_cuda_load(a, tuning);
+  EXPECT_EQ(four.kept_words_per_frame, 4u);
+  EXPECT_EQ(none.kept_words_per_frame, 0u);
+  // 96 x 96 streams per group, 7 groups per batch, 2048 frames: 2 bytes per kept word.
+  const std::uint64_t per_word_per_frame = 96ull * 96 * 7 * 2048 * 2;
+  EXPECT_NEAR(static_cast<double>(four.encode_scratch_bytes - by_default.encode_scratch_bytes),
+              static_cast<double>(2 * per_word_per_frame), 512.0);
+  EXPECT_NEAR(static_cast<double>(by_default.encode_scratch_bytes - none.encode_scratch_bytes),
+              static_cast<double>(2 * per_word_per_frame), 512.0);
+  EXPECT_EQ(four.working_bytes(true) - by_default.working_bytes(true),
+            round_to_granularity(four.encode_scratch_bytes) - round_to_granularity(by_default.encode_scratch_bytes));
+}
+
 TEST(CudaLoadPlan, RecentFramesHoldOneSeekSegmentWithinTheirCap) {
   catalog::Acquisition a = realistic_512("recent_master.h5");
   CudaLoadPlan plan = plan_cuda_load(a, {});
