@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -361,32 +362,28 @@ TEST(BitshuffleLz4Gpu, ManyFramesInOneBatch) {
   }
 }
 
-// The benchmark switch takes 0 (the default) or 1..32 blocks per warp; other
-// counts are refused before anything runs (no device needed).
-TEST(BitshuffleLz4Gpu, BlocksPerWarpOutsideOneToThirtyTwoAreABadRequest) {
-  for (const int blocks : {-1, 33}) {
+// A benchmark switch refuses each of `values` as a bad request before anything
+// runs (no device needed), then is set back to its default (0).
+void expect_switch_refuses(void (*set)(int), std::initializer_list<int> values) {
+  for (const int value : values) {
     try {
-      cuda::bitshuffle_lz4_blocks_per_warp(blocks);
-      ADD_FAILURE() << "accepted " << blocks;
+      set(value);
+      ADD_FAILURE() << "accepted " << value;
     } catch (const Error& error) {
       EXPECT_EQ(error.kind(), ErrorKind::bad_request);
     }
   }
-  cuda::bitshuffle_lz4_blocks_per_warp(0);
+  set(0);
 }
 
-// The benchmark switch for the decode's grid takes 0 (the default, 100 %) or
-// 1..100 percent of the CTAs the device holds; other values are refused (no device needed).
+// The blocks per warp: 0 (the default) or 1..32.
+TEST(BitshuffleLz4Gpu, BlocksPerWarpOutsideOneToThirtyTwoAreABadRequest) {
+  expect_switch_refuses(cuda::bitshuffle_lz4_blocks_per_warp, {-1, 33});
+}
+
+// The decode's grid: 0 (the default, 100 %) or 1..100 percent of the CTAs the device holds.
 TEST(BitshuffleLz4Gpu, GridPercentOutsideOneToHundredIsABadRequest) {
-  for (const int percent : {-1, 101}) {
-    try {
-      cuda::bitshuffle_lz4_grid_percent(percent);
-      ADD_FAILURE() << "accepted " << percent;
-    } catch (const Error& error) {
-      EXPECT_EQ(error.kind(), ErrorKind::bad_request);
-    }
-  }
-  cuda::bitshuffle_lz4_grid_percent(0);
+  expect_switch_refuses(cuda::bitshuffle_lz4_grid_percent, {-1, 101});
 }
 
 TEST(BitshuffleLz4Gpu, RejectsInvalidBatchShapes) {
