@@ -10,7 +10,9 @@
 #           with each load's stage split (decode and encode streams).
 # kprof:    ncu's sections (speed of light, memory, occupancy, warp states,
 #           source counters) for one launch of each kernel named in
-#           QUANTEM_KPROF_KERNELS (';'-separated regexes), text under $OUT.
+#           QUANTEM_KPROF_KERNELS (';'-separated regexes of the names ncu's
+#           QUANTEM_KPROF_NAME_BASE gives: function (default), demangled or
+#           mangled, e.g. encode_streams_kernelItLb0E), text under $OUT.
 # cold, http: run-session10.sh cold / http.
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -52,9 +54,10 @@ if [ "$what" = kprof ] && command -v ncu > /dev/null; then
   i=0
   for kernel in "${kernels[@]}"; do
     i=$((i + 1))
-    LD_LIBRARY_PATH="$bundle/lib" timeout 200 ncu --clock-control none -k "regex:$kernel" -s 3 -c 1 \
+    LD_LIBRARY_PATH="$bundle/lib" timeout 200 ncu --clock-control none \
+      --kernel-name-base "${QUANTEM_KPROF_NAME_BASE:-function}" -k "regex:$kernel" -s 3 -c 1 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
-      --section WarpStateStats --section SchedulerStats --section SourceCounters \
+      --section WarpStateStats --section SchedulerStats --section SourceCounters --section InstructionStats \
       "$bundle/cuda_backend_bench" "$master" --repeats 1 --load-only 1 > "$out/kprof_$i.txt" 2>&1
     echo "== kprof $kernel rc=$?"
     grep -E "Duration|Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Shared Memory Config|Block Limit|Warp Cycles Per Issued|Issued Warp|No Eligible|Stall|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Bank" "$out/kprof_$i.txt" | head -60
