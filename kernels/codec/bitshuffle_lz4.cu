@@ -313,6 +313,16 @@ void bitshuffle_lz4_blocks_per_warp(int blocks) {
   forced_blocks_per_warp.store(blocks);
 }
 
+std::uint32_t bitshuffle_lz4_balanced_blocks_per_warp(std::uint64_t total_blocks, std::uint64_t resident_warps) {
+  const std::uint64_t most = kernels::tuning::kBslz4BlocksPerWarp;
+  const std::uint64_t warps = std::max<std::uint64_t>(resident_warps, 1);
+  // The rounds the resident warps need at the most blocks per warp, then the
+  // fewest blocks per warp that still finish in that many rounds.
+  const std::uint64_t rounds = std::max<std::uint64_t>((total_blocks + most * warps - 1) / (most * warps), 1);
+  const std::uint64_t blocks = (total_blocks + rounds * warps - 1) / (rounds * warps);
+  return static_cast<std::uint32_t>(std::clamp<std::uint64_t>(blocks, 1, most));
+}
+
 void bitshuffle_lz4_batched_literals(bool batched) { batched_literals.store(batched); }
 
 void bitshuffle_lz4_grid_percent(int percent) {
@@ -352,15 +362,16 @@ void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std
 
   const std::uint64_t total_blocks = std::uint64_t{batch.chunk_count} * layout.blocks_per_chunk;
   if (total_blocks == 0) return;
-  const int forced = forced_blocks_per_warp.load();
-  const std::uint32_t batch_blocks =
-      forced != 0 ? static_cast<std::uint32_t>(forced) : kernels::tuning::kBslz4BlocksPerWarp;
-  const std::uint64_t blocks_per_cta = std::uint64_t{kernels::tuning::kBslz4WarpsPerCta} * batch_blocks;
-  const bool batched = batched_literals.load();
-  const std::uint64_t ctas_needed = (total_blocks + blocks_per_cta - 1) / blocks_per_cta;
   const int percent = grid_percent.load();
   const std::uint64_t ctas_resident = std::max<std::uint64_t>(  // the GPU filled once (by default)
       1, resident_decode_ctas(layout.element_size) * static_cast<std::uint64_t>(percent == 0 ? 100 : percent) / 100);
+  const int forced = forced_blocks_per_warp.load();
+  const std::uint32_t batch_blocks =
+      forced != 0 ? static_cast<std::uint32_t>(forced)
+                  : bitshuffle_lz4_balanced_blocks_per_warp(total_blocks, ctas_resident * kernels::tuning::kBslz4WarpsPerCta);
+  const std::uint64_t blocks_per_cta = std::uint64_t{kernels::tuning::kBslz4WarpsPerCta} * batch_blocks;
+  const bool batched = batched_literals.load();
+  const std::uint64_t ctas_needed = (total_blocks + blocks_per_cta - 1) / blocks_per_cta;
   const unsigned ctas = static_cast<unsigned>(std::min(ctas_needed, ctas_resident));
   const unsigned threads = kernels::tuning::kBslz4WarpsPerCta * 32;
   const std::size_t shared_bytes = kDecodeSharedBytes;

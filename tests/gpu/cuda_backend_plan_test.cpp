@@ -14,6 +14,7 @@
 
 #include "cuda_support.hpp"
 #include "load_plan.hpp"
+#include "quantem/cuda/bitshuffle_lz4.hpp"
 #include "quantem/cuda/device.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/synth/synth.hpp"
@@ -205,6 +206,28 @@ TEST(CudaLoadPlan, RecentFramesHoldOneSeekSegmentWithinTheirCap) {
 
 namespace quantem::backend::cuda_detail {
 namespace {
+
+TEST(BitshuffleLz4Launch, BalancedBlocksPerWarpKeepTheRoundsAndShortenThem) {
+  // 4096 frames of 192 x 192 u16 (9 blocks each) on an H200's 3,168 resident
+  // warps: 2 rounds at 8 blocks per warp, and still 2 at 6.
+  EXPECT_EQ(cuda::bitshuffle_lz4_balanced_blocks_per_warp(36864, 3168), 6u);
+  EXPECT_EQ(cuda::bitshuffle_lz4_balanced_blocks_per_warp(18432, 3168), 6u);  // a batch's last 2048 frames: 1 round
+  EXPECT_EQ(cuda::bitshuffle_lz4_balanced_blocks_per_warp(25344, 3168), 8u);  // exactly one round of 8
+  EXPECT_EQ(cuda::bitshuffle_lz4_balanced_blocks_per_warp(25345, 3168), 5u);  // one block more: 2 rounds of 5
+  EXPECT_EQ(cuda::bitshuffle_lz4_balanced_blocks_per_warp(100, 3168), 1u);
+  EXPECT_EQ(cuda::bitshuffle_lz4_balanced_blocks_per_warp(0, 3168), 1u);
+  EXPECT_EQ(cuda::bitshuffle_lz4_balanced_blocks_per_warp(1000, 0), 8u);  // no warps known: the most
+  for (std::uint64_t blocks : {1ull, 7ull, 3169ull, 50000ull, 1234567ull}) {
+    for (std::uint64_t warps : {1ull, 96ull, 3168ull}) {
+      const std::uint64_t per_warp = cuda::bitshuffle_lz4_balanced_blocks_per_warp(blocks, warps);
+      ASSERT_GE(per_warp, 1u);
+      ASSERT_LE(per_warp, 8u);
+      const auto rounds = [&](std::uint64_t b) { return ((blocks + b - 1) / b + warps - 1) / warps; };
+      EXPECT_EQ(rounds(per_warp), rounds(8)) << blocks << " blocks, " << warps << " warps";
+      if (per_warp > 1) EXPECT_GT(rounds(per_warp - 1), rounds(8)) << "the fewest blocks per warp";
+    }
+  }
+}
 
 // cuda::HostPages needs no device (start-up faults the staging slots in while
 // the context is created): zeroed, writable, split across threads, move-only.

@@ -62,8 +62,17 @@ inline constexpr std::size_t kMaxBitshuffleBlockBytes = 8192;
 std::size_t bitshuffle_lz4_scratch_bytes(const BitshuffleLz4Batch& batch);
 
 // Bitshuffle blocks each warp of the decode takes at a time (its lanes parse
-// them side by side): 1..32 forces a count, 0 restores the default (benchmarks).
+// them side by side): 1..32 forces a count, 0 restores the default,
+// bitshuffle_lz4_balanced_blocks_per_warp (benchmarks).
 void bitshuffle_lz4_blocks_per_warp(int blocks);
+// The default blocks per warp of a decode of `total_blocks` blocks by
+// `resident_warps` warps (the grid fills the GPU once and each warp walks its
+// share): the rounds the warps need at 8 blocks each, then the fewest blocks
+// per warp (1..8) that finish in as many rounds. A launch's time is its rounds
+// times one round's parse and replay, and a round of fewer blocks replays less
+// (a 4096-frame launch of 192x192 u16 frames on an H200: 36,864 blocks, 3,168
+// warps: 2 rounds either way, 6 blocks per warp instead of 8).
+std::uint32_t bitshuffle_lz4_balanced_blocks_per_warp(std::uint64_t total_blocks, std::uint64_t resident_warps);
 // Replay a block's recorded sequences with the literals of 32 sequences copied
 // at once (true, the default) or sequence by sequence (benchmarks).
 void bitshuffle_lz4_batched_literals(bool batched);
