@@ -84,7 +84,16 @@ void TrackedBuffer::release() noexcept {
   ledger_.reset();
 }
 
-Stream::Stream() { QUANTEM_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+Stream::Stream(Priority priority) {
+  if (priority == Priority::normal) {
+    QUANTEM_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    return;
+  }
+  int least = 0;
+  int greatest = 0;
+  QUANTEM_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  QUANTEM_CUDA_TRY(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
+}
 
 Stream::~Stream() {
   if (stream_ != nullptr) QUANTEM_CUDA_TRY_NOTHROW(cudaStreamDestroy(stream_));

@@ -68,7 +68,10 @@ class TrackedBuffer {
 
 class Stream {
  public:
-  Stream();  // non-blocking: never waits for the legacy default stream
+  enum class Priority { normal, highest };
+  // Non-blocking: never waits for the legacy default stream. `highest`: the
+  // device's greatest stream priority (its CTAs are scheduled first).
+  explicit Stream(Priority priority = Priority::normal);
   ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;

@@ -143,7 +143,8 @@ void PinnedSlotPool::fill(std::uint64_t slot_bytes, const std::function<void()>&
 // declaration on every path (see the header).
 struct LoadPipeline::Buffers {
   Buffers(LoadPipeline& pipeline, const CudaLoadPlan& plan, std::size_t sub_batch_count)
-      : pinned{pipeline.pinned_pool_, pipeline.pinned_pool_.take(plan.device_slot_bytes)},
+      : encode_stream(plan.prioritise_encoder ? Stream::Priority::highest : Stream::Priority::normal),
+        pinned{pipeline.pinned_pool_, pipeline.pinned_pool_.take(plan.device_slot_bytes)},
         raw_areas(kHostSlots),
         encoder(pipeline.acquisition_, plan, kDenseSlots, encode_stream.get(), ledger,
                 ResidentReservation(&pipeline.reservation_, plan.provisional_resident_bytes)) {

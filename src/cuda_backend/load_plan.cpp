@@ -116,6 +116,7 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
                               : tuning.kept_words_per_frame == CudaLoadTuning::kNoKeptWords ? 0
                                                                                             : tuning.kept_words_per_frame;
   encode.kept_words_per_frame = plan.kept_words_per_frame;
+  plan.prioritise_encoder = tuning.prioritise_encoder;
   plan.encode_scratch_bytes = cuda::ans_encode_scratch_bytes(encode);
   plan.group_offsets_bytes = plan.groups * 8;
 

@@ -66,6 +66,7 @@ struct CudaLoadPlan {
   std::uint32_t frames_per_seek_point = 0;   // 0: no seek points
   bool seek_points_from_encoder = true;      // CudaLoadTuning::seek_points_from_encoder
   std::uint32_t kept_words_per_frame = 0;    // CudaLoadTuning::kept_words_per_frame, resolved
+  bool prioritise_encoder = false;           // CudaLoadTuning::prioritise_encoder
   std::uint64_t seek_table_bytes = 0;        // the streams' seek points (cuda::ans_seek_table_words), kept by the resident
   std::uint64_t decode_table_bytes = 0;      // every group's decode tables (cuda::ans_build_decode_tables), kept by the resident
   std::uint64_t recent_frames = 0;           // frames the resident keeps decoded (CudaLoadTuning::recent_frames_max_bytes)

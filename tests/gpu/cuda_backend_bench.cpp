@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
                  "       [--accumulate-threads 0|512|1024 (0: the per-call rule)] [--decode-tables-at-load 1|0]\n"
                  "       [--bslz4-blocks-per-warp 0..32 (0: the default)] [--bslz4-batched-literals 1|0]\n"
                  "       [--load-only 1 (the loads alone: for a profiler)] [--seek-points-from-encoder 1|0]\n"
-                 "       [--frames-per-group N] [--groups-per-batch N] [--sub-batch-frames N] [--staging-mib N] [--prepare-devices-first 1 (as serve: before run 0)]\n"
+                 "       [--frames-per-group N] [--groups-per-batch N] [--sub-batch-frames N] [--staging-mib N] [--prioritise-encoder 1] [--prepare-devices-first 1 (as serve: before run 0)]\n"
                  "       [--keep-frame-index 0|1 (1: loads after the first reuse the kept frame index; 0, the\n"
                  "        default: every load walks the chunk indexes, as a first load does)]\n";
     return 2;
@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
   bool keep_frame_index = false;
   std::uint32_t frames_per_group = 0, groups_per_batch = 0;  // 0: the backend's defaults
   std::uint32_t kept_words_per_frame = 0;                     // 0: the default; 0xffffffff: none
+  bool prioritise_encoder = false;
   std::uint32_t sub_batch_frames = 0;                         // 0: the default (chunks per decode launch)
   std::uint64_t staging_mib = 0;                              // 0: the default (per staging slot)
   for (int i = 2; i + 1 < argc; i += 2) {
@@ -83,6 +84,7 @@ int main(int argc, char** argv) {
     if (flag == "--seek-points-from-encoder") seek_from_encoder = std::atoi(argv[i + 1]) != 0;
     if (flag == "--frames-per-group") frames_per_group = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
     if (flag == "--groups-per-batch") groups_per_batch = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
+    if (flag == "--prioritise-encoder") prioritise_encoder = std::atoi(argv[i + 1]) != 0;
     if (flag == "--sub-batch-frames") sub_batch_frames = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
     if (flag == "--staging-mib") staging_mib = std::strtoull(argv[i + 1], nullptr, 10);
     if (flag == "--repeats") repeats = std::max(1, std::atoi(argv[i + 1]));
@@ -105,6 +107,7 @@ int main(int argc, char** argv) {
     options.tuning.kept_words_per_frame = kept_words_per_frame;
     options.tuning.groups_per_batch = groups_per_batch;
     options.tuning.sub_batch_frames = sub_batch_frames;
+    options.tuning.prioritise_encoder = prioritise_encoder;
     options.tuning.staging_bytes = staging_mib << 20;
     auto cuda = backend::make_cuda_backend(options);
     cuda::ans_accumulate_frames_cta_threads(accumulate_threads);
@@ -284,6 +287,7 @@ int main(int argc, char** argv) {
     out["bslz4_blocks_per_warp"] = bslz4_blocks_per_warp;  // 0: the default
     out["bslz4_grid_percent"] = bslz4_grid_percent;        // 0: the default (100)
     out["groups_per_batch"] = groups_per_batch;
+    out["prioritise_encoder"] = prioritise_encoder;
     out["sub_batch_frames"] = sub_batch_frames;  // 0: the default (4096)
     out["staging_mib"] = staging_mib;            // 0: the default (64)
     out["load_seconds"] = seconds;

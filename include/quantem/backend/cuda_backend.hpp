@@ -59,6 +59,10 @@ struct CudaLoadTuning {
   // bits per value); kNoKeptWords: none (every stream encoded twice).
   std::uint32_t kept_words_per_frame = 0;
   static constexpr std::uint32_t kNoKeptWords = 0xffffffffu;
+  // The encoder's stream at the device's greatest priority, so its kernels
+  // (the load's longer chain) take the SMs first and the decode of the next
+  // batch fills the rest (benchmarks); default: both at the normal priority.
+  bool prioritise_encoder = false;
   // Device memory the resident keeps for the decoded frames of the seek
   // segment its last frame request decoded (a viewer's cursor walks along a
   // scan row: the next frames are copied, not decoded): default 64 MiB, at
