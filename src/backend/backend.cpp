@@ -116,6 +116,18 @@ std::vector<std::uint64_t> Resident::region_reduce(const plan::PlanGeometry& geo
   return compute_region_reduce(geometry, plan::sorted_distinct_positions(geometry, positions), reduce);
 }
 
+std::optional<std::vector<std::uint32_t>> Resident::region_reduce_u32(const plan::PlanGeometry& geometry,
+                                                                      const std::vector<std::uint64_t>& positions,
+                                                                      RegionReduce reduce) {
+  check_geometry(geometry);
+  return compute_region_reduce_u32(geometry, plan::sorted_distinct_positions(geometry, positions), reduce);
+}
+
+std::optional<std::vector<std::uint32_t>> Resident::compute_region_reduce_u32(
+    const plan::PlanGeometry& geometry, const std::vector<std::uint64_t>& sorted_positions, RegionReduce reduce) {
+  return narrowed(compute_region_reduce(geometry, sorted_positions, reduce));
+}
+
 // --- shared load rules ---------------------------------------------------------
 
 void check_loadable_shape(const catalog::Acquisition& acquisition, std::uint64_t max_detector_axis,

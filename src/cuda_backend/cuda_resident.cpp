@@ -154,9 +154,25 @@ void throw_if_malformed(std::uint32_t error_flag, const std::string& name, const
 
 std::vector<std::uint64_t> CudaResident::native_sum(const std::vector<std::uint64_t>& frames,
                                                     std::vector<std::uint32_t>* maxima) {
+  return accumulate_native(frames, maxima, nullptr, nullptr);
+}
+
+std::optional<std::vector<std::uint32_t>> CudaResident::native_sum_u32(const std::vector<std::uint64_t>& frames) {
+  std::vector<std::uint32_t> narrow;
+  bool overflow = false;
+  (void)accumulate_native(frames, nullptr, &narrow, &overflow);
+  if (overflow) return std::nullopt;
+  return narrow;
+}
+
+std::vector<std::uint64_t> CudaResident::accumulate_native(const std::vector<std::uint64_t>& frames,
+                                                           std::vector<std::uint32_t>* maxima,
+                                                           std::vector<std::uint32_t>* narrow, bool* overflow) {
   const std::uint64_t pixels = source_.frame_pixels();
-  std::vector<std::uint64_t> sums(pixels, 0);
+  std::vector<std::uint64_t> sums(narrow != nullptr ? 0 : pixels, 0);
   if (maxima != nullptr) maxima->assign(pixels, 0);
+  if (narrow != nullptr) narrow->assign(pixels, 0);
+  if (overflow != nullptr) *overflow = false;
   if (frames.empty()) return sums;
   const std::uint64_t total_frames = source_.frame_count();
   const std::uint64_t bitmap_words = (total_frames + 31) / 32;
@@ -168,18 +184,26 @@ std::vector<std::uint64_t> CudaResident::native_sum(const std::vector<std::uint6
   cuda::ScratchLayout layout;
   const std::size_t bitmap_at = layout.add(bitmap_words * 4);
   const std::size_t jobs_at = layout.add(jobs.size() * sizeof(cuda::FrameJob));
-  const std::size_t sums_at = layout.add(pixels * 8);  // sums, maxima and the error flag: zeroed together
+  // Sums, maxima, the narrowed sums, the overflow and error flags: zeroed
+  // together; what comes back starts at the narrowed sums when they are asked for.
+  const std::size_t sums_at = layout.add(pixels * 8);
   const std::size_t maxima_at = layout.add(maxima != nullptr ? pixels * 4 : 0);  // copied back only when asked
+  const std::size_t narrow_at = layout.add(narrow != nullptr ? pixels * 4 : 0);
+  const std::size_t overflow_at = layout.add(4);
   const std::size_t error_at = layout.add(4);
   ScratchBuffer scratch(layout.total(), stream);
   auto* d_bitmap = cuda::scratch_part<std::uint32_t>(scratch.data(), bitmap_at);
   auto* d_jobs = cuda::scratch_part<cuda::FrameJob>(scratch.data(), jobs_at);
   auto* d_sums = cuda::scratch_part<std::uint64_t>(scratch.data(), sums_at);
   auto* d_maxima = cuda::scratch_part<std::uint32_t>(scratch.data(), maxima_at);
+  auto* d_narrow = cuda::scratch_part<std::uint32_t>(scratch.data(), narrow_at);
+  auto* d_overflow = cuda::scratch_part<std::uint32_t>(scratch.data(), overflow_at);
   auto* d_error = cuda::scratch_part<std::uint32_t>(scratch.data(), error_at);
   // The frame bitmap and the jobs go up through the resident's pinned staging
   // (asynchronous copies), placed after where the result comes back.
-  const std::size_t result_bytes = layout.total() - sums_at;  // sums, maxima and the error flag
+  const std::size_t zeroed_bytes = layout.total() - sums_at;
+  const std::size_t result_from = narrow != nullptr ? narrow_at : sums_at;
+  const std::size_t result_bytes = layout.total() - result_from;
   cuda::ScratchLayout host_layout;
   const std::size_t host_result_at = host_layout.add(result_bytes);
   const std::size_t host_bitmap_at = host_layout.add(bitmap_words * 4);
@@ -192,25 +216,39 @@ std::vector<std::uint64_t> CudaResident::native_sum(const std::vector<std::uint6
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_bitmap, bitmap, bitmap_words * 4, cudaMemcpyHostToDevice, stream));
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_jobs, host.part<void>(host_jobs_at), jobs.size() * sizeof(cuda::FrameJob),
                                    cudaMemcpyHostToDevice, stream));
-  QUANTEM_CUDA_TRY(cudaMemsetAsync(d_sums, 0, result_bytes, stream));
+  QUANTEM_CUDA_TRY(cudaMemsetAsync(d_sums, 0, zeroed_bytes, stream));
   const cuda::AnsResidentView all = view();
   for (std::size_t first = 0; first < jobs.size(); first += cuda::kMaxFrameJobs) {
     const std::size_t count = std::min(cuda::kMaxFrameJobs, jobs.size() - first);
     cuda::ans_accumulate_frames(all, d_jobs + first, count, d_bitmap, d_sums, maxima != nullptr ? d_maxima : nullptr,
                                 d_error, stream);
   }
-  // Sums, maxima and the error flag lie together in the scratch: one copy back.
-  QUANTEM_CUDA_TRY(
-      cudaMemcpyAsync(host.part<void>(host_result_at), d_sums, result_bytes, cudaMemcpyDeviceToHost, stream));
+  if (narrow != nullptr) {
+    // The pixel sums as one row of "frames": narrow_plan_sums with a one-row region narrows each in place.
+    cuda::PlanRegionView row;
+    row.row_stop = 1;
+    row.col_stop = row.source_cols = row.plan_cols = pixels;
+    row.plan_rows = 1;
+    cuda::narrow_plan_sums(d_sums, 0, row, d_narrow, d_overflow, stream);
+  }
+  // What comes back lies together in the scratch: one copy.
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(host.part<void>(host_result_at), scratch.as<std::uint8_t>() + result_from,
+                                   result_bytes, cudaMemcpyDeviceToHost, stream));
   stage_lap("enqueue");  // bitmap, scratch, uploads, kernels, the copy back
   QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));
   stage_lap("wait");
-  throw_if_malformed(*host.part<std::uint32_t>(host_result_at + (error_at - sums_at)), source_.name,
-                     "accumulate_frames_kernel");
-  const auto* h_sums = host.part<std::uint64_t>(host_result_at);
-  std::copy(h_sums, h_sums + pixels, sums.begin());
+  const auto host_at = [&](std::size_t device_at) { return host_result_at + (device_at - result_from); };
+  throw_if_malformed(*host.part<std::uint32_t>(host_at(error_at)), source_.name, "accumulate_frames_kernel");
+  if (narrow != nullptr) {
+    *overflow = *host.part<std::uint32_t>(host_at(overflow_at)) != 0;
+    const auto* h_narrow = host.part<std::uint32_t>(host_at(narrow_at));
+    std::copy(h_narrow, h_narrow + pixels, narrow->begin());
+  } else {
+    const auto* h_sums = host.part<std::uint64_t>(host_at(sums_at));
+    std::copy(h_sums, h_sums + pixels, sums.begin());
+  }
   if (maxima != nullptr) {
-    const auto* h_maxima = host.part<std::uint32_t>(host_result_at + (maxima_at - sums_at));
+    const auto* h_maxima = host.part<std::uint32_t>(host_at(maxima_at));
     std::copy(h_maxima, h_maxima + pixels, maxima->begin());
   }
   stage_lap("result");
@@ -594,18 +632,25 @@ std::vector<std::uint64_t> CudaResident::binned_position_max(const plan::PlanGeo
   return std::vector<std::uint64_t>(h_result, h_result + binned_pixels);
 }
 
+namespace {
+// Distinct positions have disjoint frame blocks: their union, ascending.
+std::vector<std::uint64_t> region_frames(const plan::PlanGeometry& geometry, const std::vector<std::uint64_t>& sorted) {
+  std::vector<std::uint64_t> frames;
+  for (const std::uint64_t position : sorted) {
+    for (const std::uint64_t frame : plan::position_frame_indices(geometry, position)) frames.push_back(frame);
+  }
+  std::sort(frames.begin(), frames.end());
+  return frames;
+}
+}  // namespace
+
 std::vector<std::uint64_t> CudaResident::compute_region_reduce(const plan::PlanGeometry& geometry,
                                                                const std::vector<std::uint64_t>& sorted,
                                                                RegionReduce reduce) {
   if (reduce == RegionReduce::max && (geometry.scan_bin != 1 || geometry.detector_bin != 1)) {
     return binned_position_max(geometry, sorted);
   }
-  // Distinct positions have disjoint frame blocks: their union, ascending.
-  std::vector<std::uint64_t> frames;
-  for (const std::uint64_t position : sorted) {
-    for (const std::uint64_t frame : plan::position_frame_indices(geometry, position)) frames.push_back(frame);
-  }
-  std::sort(frames.begin(), frames.end());
+  const std::vector<std::uint64_t> frames = region_frames(geometry, sorted);
   if (reduce == RegionReduce::max) {  // one frame per position, native detector: a per-pixel max
     std::vector<std::uint32_t> maxima;
     native_sum(frames, &maxima);
@@ -613,6 +658,20 @@ std::vector<std::uint64_t> CudaResident::compute_region_reduce(const plan::PlanG
   }
   return plan::bin_detector_sums(native_sum(frames, nullptr), source_.detector_rows, source_.detector_cols,
                       geometry.detector_bin);
+}
+
+std::optional<std::vector<std::uint32_t>> CudaResident::compute_region_reduce_u32(
+    const plan::PlanGeometry& geometry, const std::vector<std::uint64_t>& sorted, RegionReduce reduce) {
+  if (geometry.detector_bin != 1 || (reduce == RegionReduce::max && geometry.scan_bin != 1)) {
+    return Resident::compute_region_reduce_u32(geometry, sorted, reduce);  // binned: narrowed on the host
+  }
+  const std::vector<std::uint64_t> frames = region_frames(geometry, sorted);
+  if (reduce == RegionReduce::max) {  // native maxima are uint32 already
+    std::vector<std::uint32_t> maxima;
+    native_sum(frames, &maxima);
+    return maxima;
+  }
+  return native_sum_u32(frames);
 }
 
 }  // namespace quantem::backend::cuda_detail

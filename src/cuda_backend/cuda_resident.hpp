@@ -101,6 +101,9 @@ class CudaResident final : public Resident {
   std::vector<std::uint64_t> compute_region_reduce(const plan::PlanGeometry& geometry,
                                                    const std::vector<std::uint64_t>& sorted_positions,
                                                    RegionReduce reduce) override;
+  std::optional<std::vector<std::uint32_t>> compute_region_reduce_u32(const plan::PlanGeometry& geometry,
+                                                                      const std::vector<std::uint64_t>& sorted_positions,
+                                                                      RegionReduce reduce) override;
 
  private:
   // The frames from a region's first to its last (row-major source order) and the groups holding them.
@@ -118,6 +121,14 @@ class CudaResident final : public Resident {
   // Σ per native pixel over the given frames (sorted, distinct global indices); maxima too when wanted.
   std::vector<std::uint64_t> native_sum(const std::vector<std::uint64_t>& frames,
                                         std::vector<std::uint32_t>* maxima);
+  // native_sum narrowed to uint32 on the device (only those 4 bytes per pixel
+  // come back), or nullopt when some sum exceeds 2^32 - 1.
+  std::optional<std::vector<std::uint32_t>> native_sum_u32(const std::vector<std::uint64_t>& frames);
+  // The work of both: sums (wide, or narrowed into *narrow with `overflow`
+  // set when one does not fit), maxima when asked.
+  std::vector<std::uint64_t> accumulate_native(const std::vector<std::uint64_t>& frames,
+                                               std::vector<std::uint32_t>* maxima, std::vector<std::uint32_t>* narrow,
+                                               bool* overflow);
   // The native frame `frame` (a global index) as uint32 in `out`
   // (frame_pixels values), from the recent frames: copied when they hold it,
   // else its seek segment decoded into them first. false (nothing done) when

@@ -302,10 +302,14 @@ Image selected_diffraction(backend::Resident& resident, const plan::PlanGeometry
 Image region_diffraction(backend::Resident& resident, const plan::PlanGeometry& geometry,
                          const RegionRequest& request) {
   const std::vector<std::uint64_t> positions = scan_roi_positions(request, geometry.scan_rows, geometry.scan_cols);
-  const bool max = request.reduce == RegionRequest::Reduce::max;
-  Image image = count_image(
-      geometry.detector_rows, geometry.detector_cols,
-      resident.region_reduce(geometry, positions, max ? backend::RegionReduce::max : backend::RegionReduce::sum));
+  const backend::RegionReduce reduce =
+      request.reduce == RegionRequest::Reduce::max ? backend::RegionReduce::max : backend::RegionReduce::sum;
+  // Narrowed where the values are when every one fits (sent without a copy),
+  // as a frame is; otherwise the exact uint64 values (the overflow error).
+  auto narrow = resident.region_reduce_u32(geometry, positions, reduce);
+  Image image = narrow ? narrow_count_image(geometry.detector_rows, geometry.detector_cols, std::move(*narrow))
+                       : count_image(geometry.detector_rows, geometry.detector_cols,
+                                     resident.region_reduce(geometry, positions, reduce));
   if (request.reduce == RegionRequest::Reduce::mean) image.value_divisor = positions.size();
   return image;
 }

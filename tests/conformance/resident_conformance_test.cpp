@@ -214,8 +214,15 @@ TYPED_TEST(ResidentConformance, EveryPrimitiveMatchesTheNaiveReferenceForEveryGe
         std::reverse(some.begin(), some.end());  // any order
         for (const auto& positions : {all, some}) {
           for (const auto reduce : {backend::RegionReduce::sum, backend::RegionReduce::max}) {
-            EXPECT_EQ(resident->region_reduce(g, positions, reduce), reference.region_reduce(positions, reduce))
-                << where << (reduce == backend::RegionReduce::sum ? " sum" : " max");
+            const std::vector<std::uint64_t> want = reference.region_reduce(positions, reduce);
+            const std::string what = where + (reduce == backend::RegionReduce::sum ? " sum" : " max");
+            EXPECT_EQ(resident->region_reduce(g, positions, reduce), want) << what;
+            // Narrowed to uint32 exactly when every value fits; never wrapped.
+            const bool fits = std::all_of(want.begin(), want.end(),
+                                          [](std::uint64_t v) { return v <= std::numeric_limits<std::uint32_t>::max(); });
+            const auto narrow = resident->region_reduce_u32(g, positions, reduce);
+            ASSERT_EQ(narrow.has_value(), fits) << what;
+            if (narrow) EXPECT_EQ(std::vector<std::uint64_t>(narrow->begin(), narrow->end()), want) << what << " (uint32)";
           }
         }
       }

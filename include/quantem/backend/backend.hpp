@@ -150,6 +150,11 @@ class Resident {
   // row-major flat indices; a repeated index is a bad_request).
   std::vector<std::uint64_t> region_reduce(const plan::PlanGeometry& geometry,
                                            const std::vector<std::uint64_t>& positions, RegionReduce reduce);
+  // region_reduce narrowed to uint32 (the wire's dtype), or nullopt when some
+  // value exceeds 2^32 - 1 (the caller then uses region_reduce). The same checks.
+  std::optional<std::vector<std::uint32_t>> region_reduce_u32(const plan::PlanGeometry& geometry,
+                                                              const std::vector<std::uint64_t>& positions,
+                                                              RegionReduce reduce);
 
   // Values derived from this resident by higher layers (per-plan BF fit, CoM
   // maps); they are dropped with the resident. Thread-safe.
@@ -175,6 +180,10 @@ class Resident {
   virtual std::vector<std::uint64_t> compute_region_reduce(const plan::PlanGeometry& geometry,
                                                            const std::vector<std::uint64_t>& sorted_positions,
                                                            RegionReduce reduce) = 0;
+  // By default compute_region_reduce narrowed on the host; the CUDA resident
+  // narrows on the device (half the bytes come back).
+  virtual std::optional<std::vector<std::uint32_t>> compute_region_reduce_u32(
+      const plan::PlanGeometry& geometry, const std::vector<std::uint64_t>& sorted_positions, RegionReduce reduce);
 
  private:
   void check_geometry(const plan::PlanGeometry& geometry) const;
