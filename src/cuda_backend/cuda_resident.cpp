@@ -224,7 +224,7 @@ std::vector<std::uint64_t> CudaResident::accumulate_native(const std::vector<std
                                 d_error, stream);
   }
   if (narrow != nullptr) {
-    // The pixel sums as one row of "frames": narrow_plan_sums with a one-row region narrows each in place.
+    // The pixel sums as one row of "frames": narrow_plan_sums over a one-row region narrows each into d_narrow.
     cuda::PlanRegionView row;
     row.row_stop = 1;
     row.col_stop = row.source_cols = row.plan_cols = pixels;
