@@ -121,19 +121,41 @@ TEST(RegionDiffraction, ReferenceExampleSumMeanAndMax) {
   request.center_col = 0.5;
   request.radius = 1.0;
   request.reduce = RegionRequest::Reduce::mean;
+  // Narrowed to the wire's uint32 (every value fits), as a pattern is.
   const Image mean = region_diffraction(*resident, g, request);
-  EXPECT_EQ(mean.counts, (std::vector<std::uint64_t>{100, 104, 108, 112, 116, 120}));
+  EXPECT_EQ(mean.narrow_counts, (std::vector<std::uint32_t>{100, 104, 108, 112, 116, 120}));
+  EXPECT_TRUE(mean.counts.empty());
   EXPECT_EQ(mean.value_divisor, 4u);
   EXPECT_EQ(mean.height, 3u);
   EXPECT_EQ(mean.width, 2u);
   request.reduce = RegionRequest::Reduce::sum;
   const Image sum = region_diffraction(*resident, g, request);
-  EXPECT_EQ(sum.counts, mean.counts);
+  EXPECT_EQ(sum.narrow_counts, mean.narrow_counts);
   EXPECT_EQ(sum.value_divisor, 1u);
   request.reduce = RegionRequest::Reduce::max;
   const Image max = region_diffraction(*resident, g, request);
-  EXPECT_EQ(max.counts, (std::vector<std::uint64_t>{40, 41, 42, 43, 44, 45}));
+  EXPECT_EQ(max.narrow_counts, (std::vector<std::uint32_t>{40, 41, 42, 43, 44, 45}));
   EXPECT_EQ(max.value_divisor, 1u);
+}
+
+TEST(RegionDiffraction, SumsAboveUint32StayExactInUint64) {
+  // Four frames of 2^31 per pixel: the region's sum 2^33 does not fit uint32;
+  // its max (2^31) does.
+  DenseCase c = constant_case(2, 2, 3, 2, 0);
+  c.dtype = DType::uint32;
+  c.counts.assign(c.frames() * c.frame_pixels(), 0x80000000ull);
+  const auto resident = resident_of(c);
+  RegionRequest request;
+  request.center_row = 0.5;
+  request.center_col = 0.5;
+  request.radius = 1.0;
+  request.reduce = RegionRequest::Reduce::sum;
+  const Image sum = region_diffraction(*resident, full_plan(c), request);
+  EXPECT_TRUE(sum.narrow_counts.empty());  // never wrapped: the wire encoder reports the overflow
+  EXPECT_EQ(sum.counts, std::vector<std::uint64_t>(6, 4ull << 31));
+  request.reduce = RegionRequest::Reduce::max;
+  const Image max = region_diffraction(*resident, full_plan(c), request);
+  EXPECT_EQ(max.narrow_counts, std::vector<std::uint32_t>(6, 0x80000000u));
 }
 
 TEST(SelectedDiffraction, ClampsIndicesIntoThePlanGrid) {

@@ -246,17 +246,21 @@ TEST_F(BrowseTimingTest, ImageBodiesAreSentWithoutACopyOrComeFromTheBodyPool) {
   EXPECT_EQ(first_again.sent_body(), first_bytes);
   EXPECT_EQ(service->body_pool_stats().allocated, 0u);
 
-  // A diffraction pattern's counts come narrowed (frame_u32): sent from their
-  // own values. A region's uint64 sums are narrowed into a recycled body,
-  // which returns to the pool once the response is gone and serves the next.
-  {
-    const auto pattern = get("/api/browse/cbed?session=sess&file=beta_master.h5&sx=1&sy=1&ensure_resident=true");
-    ASSERT_EQ(pattern.status, 200);
-    ASSERT_TRUE(pattern.shared_body);
-    EXPECT_EQ(service->body_pool_stats().allocated, 0u);
+  // A diffraction pattern's and a region's counts come narrowed (frame_u32,
+  // region_reduce_u32): sent from their own values. As .npy (a header before
+  // the values) a region is written into a recycled body, which returns to
+  // the pool once the response is gone and serves the next.
+  for (const char* narrowed : {"/api/browse/cbed?session=sess&file=beta_master.h5&sx=1&sy=1&ensure_resident=true",
+                               "/api/browse/cbed-region?session=sess&file=beta_master.h5&shape=circle&reduce=sum&"
+                               "radius=1&cy=1&cx=1&ensure_resident=true"}) {
+    const auto pattern = get(narrowed);
+    ASSERT_EQ(pattern.status, 200) << narrowed;
+    ASSERT_TRUE(pattern.shared_body) << narrowed;
+    EXPECT_EQ(service->body_pool_stats().allocated, 0u) << narrowed;
   }
   const std::string region =
-      "/api/browse/cbed-region?session=sess&file=beta_master.h5&shape=circle&reduce=sum&radius=1&cy=1&ensure_resident=true&cx=";
+      "/api/browse/cbed-region?session=sess&file=beta_master.h5&shape=circle&reduce=sum&radius=1&cy=1&ensure_resident=true&"
+      "format=npy&cx=";
   const char* first_memory = nullptr;
   {
     const auto pattern = get(region + "1");
