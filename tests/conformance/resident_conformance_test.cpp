@@ -22,6 +22,12 @@
 namespace quantem::test {
 namespace {
 
+// Whether every value fits the wire's uint32 (a narrowed primitive answers exactly then).
+bool fit_uint32(const std::vector<std::uint64_t>& values) {
+  return std::all_of(values.begin(), values.end(),
+                     [](std::uint64_t v) { return v <= std::numeric_limits<std::uint32_t>::max(); });
+}
+
 struct CpuResidentFactory {
   static std::shared_ptr<backend::Resident> make(const DenseCase& c, unsigned threads) {
     const std::vector<std::uint8_t> bytes = c.source_bytes();
@@ -189,8 +195,7 @@ TYPED_TEST(ResidentConformance, EveryPrimitiveMatchesTheNaiveReferenceForEveryGe
           const std::vector<std::uint64_t> want = reference.masked_sum(mask);
           EXPECT_EQ(resident->masked_sum(g, mask), want) << where;
           // Narrowed to uint32 exactly when every sum fits; never wrapped.
-          const bool fits = std::all_of(want.begin(), want.end(),
-                                        [](std::uint64_t v) { return v <= std::numeric_limits<std::uint32_t>::max(); });
+          const bool fits = fit_uint32(want);
           const auto narrow = resident->masked_sum_u32(g, mask);
           ASSERT_EQ(narrow.has_value(), fits) << where;
           if (narrow) {
@@ -218,8 +223,7 @@ TYPED_TEST(ResidentConformance, EveryPrimitiveMatchesTheNaiveReferenceForEveryGe
             const std::string what = where + (reduce == backend::RegionReduce::sum ? " sum" : " max");
             EXPECT_EQ(resident->region_reduce(g, positions, reduce), want) << what;
             // Narrowed to uint32 exactly when every value fits; never wrapped.
-            const bool fits = std::all_of(want.begin(), want.end(),
-                                          [](std::uint64_t v) { return v <= std::numeric_limits<std::uint32_t>::max(); });
+            const bool fits = fit_uint32(want);
             const auto narrow = resident->region_reduce_u32(g, positions, reduce);
             ASSERT_EQ(narrow.has_value(), fits) << what;
             if (narrow) EXPECT_EQ(std::vector<std::uint64_t>(narrow->begin(), narrow->end()), want) << what << " (uint32)";
@@ -262,8 +266,7 @@ TYPED_TEST(ResidentConformance, FramesInAnyOrderMatchTheReference) {
             ASSERT_EQ(resident->frame(g, row, col), want) << where << " at " << row << "," << col;
           } else {
             const auto narrow = resident->frame_u32(g, row, col);
-            const bool fits = std::all_of(want.begin(), want.end(),
-                                          [](std::uint64_t v) { return v <= std::numeric_limits<std::uint32_t>::max(); });
+            const bool fits = fit_uint32(want);
             ASSERT_EQ(narrow.has_value(), fits) << where;
             if (narrow) {
               ASSERT_EQ(std::vector<std::uint64_t>(narrow->begin(), narrow->end()), want)
