@@ -75,7 +75,11 @@ Hid create_file(const std::string& path) {
   // extensible array for the unlimited frame axis).
   Hid access = make_property_list(H5P_FILE_ACCESS);
   check_status(H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_V18), "H5Pset_libver_bounds");
-  return Hid(check_id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), "cannot create " + path),
+  // The root group takes its object-creation properties from the file-creation
+  // list: without this its header carries the creation second, and two runs
+  // that straddle a second boundary differ in every file.
+  Hid creation = make_creation_list(H5P_FILE_CREATE);
+  return Hid(check_id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, creation.get(), access.get()), "cannot create " + path),
              H5Fclose);
 }
 

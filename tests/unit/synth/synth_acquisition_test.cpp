@@ -182,6 +182,34 @@ TEST(SynthAcquisition, SameSeedGivesIdenticalFilesForOneAndTwoThreads) {
                file_bytes_of(other_seed.file("synth_data_000001.h5")));
 }
 
+// Every object header, the root group's included, is written without times:
+// a file stamped with its creation second differs from the same options'
+// file written a second later (the flaky identical-files check above).
+TEST(SynthAcquisition, NoObjectCarriesAModificationTime) {
+  TempDir folder;
+  write_acquisition(tiny_options(folder.path()));
+  for (const char* name : {"synth_master.h5", "synth.h5", "synth_data_000001.h5"}) {
+    SCOPED_TRACE(name);
+    const hid_t file = H5Fopen(folder.file(name).c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    struct Visit {
+      int objects = 0;
+      std::vector<std::string> stamped;
+    } visit;
+    const auto record = [](hid_t, const char* path, const H5O_info_t* info, void* data) -> herr_t {
+      auto* visit = static_cast<Visit*>(data);
+      ++visit->objects;
+      if (info->atime != 0 || info->mtime != 0 || info->ctime != 0 || info->btime != 0)
+        visit->stamped.push_back(path);
+      return 0;
+    };
+    EXPECT_GE(H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_NATIVE, record, &visit, H5O_INFO_TIME), 0);
+    EXPECT_GT(visit.objects, 1);
+    EXPECT_EQ(visit.stamped, std::vector<std::string>{});
+    H5Fclose(file);
+  }
+}
+
 TEST(SynthAcquisition, WritesEveryDtypeWithoutSilentOverflow) {
   struct Case {
     DType dtype;
