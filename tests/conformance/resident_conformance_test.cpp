@@ -219,14 +219,16 @@ TYPED_TEST(ResidentConformance, EveryPrimitiveMatchesTheNaiveReferenceForEveryGe
         std::reverse(some.begin(), some.end());  // any order
         for (const auto& positions : {all, some}) {
           for (const auto reduce : {backend::RegionReduce::sum, backend::RegionReduce::max}) {
-            const std::vector<std::uint64_t> want = reference.region_reduce(positions, reduce);
+            const std::vector<std::uint64_t> region = reference.region_reduce(positions, reduce);
             const std::string what = where + (reduce == backend::RegionReduce::sum ? " sum" : " max");
-            EXPECT_EQ(resident->region_reduce(g, positions, reduce), want) << what;
+            EXPECT_EQ(resident->region_reduce(g, positions, reduce), region) << what;
             // Narrowed to uint32 exactly when every value fits; never wrapped.
-            const bool fits = fit_uint32(want);
+            const bool fits = fit_uint32(region);
             const auto narrow = resident->region_reduce_u32(g, positions, reduce);
             ASSERT_EQ(narrow.has_value(), fits) << what;
-            if (narrow) EXPECT_EQ(std::vector<std::uint64_t>(narrow->begin(), narrow->end()), want) << what << " (uint32)";
+            if (narrow) {
+              EXPECT_EQ(std::vector<std::uint64_t>(narrow->begin(), narrow->end()), region) << what << " (uint32)";
+            }
           }
         }
       }
