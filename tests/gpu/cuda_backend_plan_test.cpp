@@ -224,7 +224,9 @@ TEST(BitshuffleLz4Launch, BalancedBlocksPerWarpKeepTheRoundsAndShortenThem) {
       ASSERT_LE(per_warp, 8u);
       const auto rounds = [&](std::uint64_t b) { return ((blocks + b - 1) / b + warps - 1) / warps; };
       EXPECT_EQ(rounds(per_warp), rounds(8)) << blocks << " blocks, " << warps << " warps";
-      if (per_warp > 1) EXPECT_GT(rounds(per_warp - 1), rounds(8)) << "the fewest blocks per warp";
+      if (per_warp > 1) {
+        EXPECT_GT(rounds(per_warp - 1), rounds(8)) << "the fewest blocks per warp";
+      }
     }
   }
 }

@@ -197,10 +197,10 @@ TEST(SynthAcquisition, NoObjectCarriesAModificationTime) {
       std::vector<std::string> stamped;
     } visit;
     const auto record = [](hid_t, const char* path, const H5O_info_t* info, void* data) -> herr_t {
-      auto* visit = static_cast<Visit*>(data);
-      ++visit->objects;
+      auto* seen = static_cast<Visit*>(data);
+      ++seen->objects;
       if (info->atime != 0 || info->mtime != 0 || info->ctime != 0 || info->btime != 0)
-        visit->stamped.push_back(path);
+        seen->stamped.push_back(path);
       return 0;
     };
     EXPECT_GE(H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_NATIVE, record, &visit, H5O_INFO_TIME), 0);
