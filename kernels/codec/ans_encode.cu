@@ -306,35 +306,40 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsClassMapThreads) class_ma
     classes[p] = p < geometry.pixels ? static_cast<std::uint8_t>(pixel_class(sums[p], frame_count, scale)) : 0;
 }
 
-// Symbols 0..7 of one pixel counted in registers: 16 bits per symbol in two
-// packed words (a slice has at most kAnsCountFramesPerSlice < 2^16 frames);
-// larger symbols go to the CTA's shared histogram at once.
+// Symbols 0..7 of one pixel counted in registers: 8 bits per symbol in two
+// packed words (a slice has at most kAnsCountFramesPerSlice < 2^8 frames);
+// larger symbols go to the CTA's shared histogram at once. (16-bit counters in
+// two 64-bit words took a third more of the kernel's instructions.)
 struct SmallSymbolCounts {
-  std::uint64_t low = 0;   // symbols 0..3
-  std::uint64_t high = 0;  // symbols 4..7
+  std::uint32_t low = 0;   // symbols 0..3
+  std::uint32_t high = 0;  // symbols 4..7
 
   __device__ __forceinline__ void add(std::uint32_t symbol, std::uint32_t* class_counts) {
-    const std::uint64_t one = std::uint64_t{1} << (16 * (symbol & 3u));
-    low += symbol < 4 ? one : 0;
-    high += (symbol >= 4 && symbol < 8) ? one : 0;
+    const std::uint32_t one = 1u << (8 * (symbol & 3u));
+    low += symbol < 4 ? one : 0u;
+    high += symbol - 4u < 4u ? one : 0u;
     if (symbol >= 8) atomicAdd(class_counts + symbol, 1u);
   }
   __device__ __forceinline__ void flush(std::uint32_t* class_counts) const {
 #pragma unroll
     for (std::uint32_t k = 0; k < 4; ++k) {
-      const std::uint32_t low_count = static_cast<std::uint32_t>((low >> (16 * k)) & 0xffffu);
-      const std::uint32_t high_count = static_cast<std::uint32_t>((high >> (16 * k)) & 0xffffu);
+      const std::uint32_t low_count = (low >> (8 * k)) & 0xffu;
+      const std::uint32_t high_count = (high >> (8 * k)) & 0xffu;
       if (low_count != 0) atomicAdd(class_counts + k, low_count);
       if (high_count != 0) atomicAdd(class_counts + 4 + k, high_count);
     }
   }
 };
-static_assert(kernels::tuning::kAnsCountFramesPerSlice < (1u << 16), "packed 16-bit counters");
+static_assert(kernels::tuning::kAnsCountFramesPerSlice < (1u << 8), "packed 8-bit counters");
 
 // The CTA's per-class histograms of a symbol-count kernel: zeroed before the
-// slice, then added to the group's counts (their non-zero entries).
-__device__ __forceinline__ void zero_class_counts(std::uint32_t* counts) {
+// slice, then added to the group's counts (their non-zero entries). The
+// classes' shifts are worked out once per CTA beside them (per pixel, the
+// integer square root in class_shift was a tenth of the kernel's instructions).
+__device__ __forceinline__ void zero_class_counts(std::uint32_t* counts, std::uint32_t* class_shifts,
+                                                  std::uint32_t class_scale) {
   for (std::uint32_t i = threadIdx.x; i < kAnsClassCount * kAnsAlphabetSize; i += blockDim.x) counts[i] = 0;
+  for (std::uint32_t cls = threadIdx.x; cls < kAnsClassCount; cls += blockDim.x) class_shifts[cls] = class_shift(cls, class_scale);
   __syncthreads();
 }
 __device__ __forceinline__ void add_class_counts(const std::uint32_t* counts, const EncodeScratch& s, std::uint32_t group) {
@@ -349,14 +354,15 @@ template <class T>
 __global__ void __launch_bounds__(kernels::tuning::kAnsCountThreads)
     symbol_counts_kernel(const T* __restrict__ frames, EncodeGeometry geometry, EncodeScratch s) {
   __shared__ std::uint32_t counts[kAnsClassCount * kAnsAlphabetSize];
+  __shared__ std::uint32_t class_shifts[kAnsClassCount];
   const std::uint32_t group = blockIdx.z;
   std::uint32_t first = 0, last = 0;
   if (!slice_frames(geometry, kernels::tuning::kAnsCountFramesPerSlice, first, last)) return;
-  zero_class_counts(counts);
+  zero_class_counts(counts, class_shifts, s.d_class_params[2 * group]);
   const std::uint32_t pixel = blockIdx.x * blockDim.x + threadIdx.x;
   if (pixel < geometry.pixels) {
     const std::uint32_t cls = s.d_classes[std::uint64_t{group} * geometry.pixels_padded + pixel];
-    const std::uint32_t shift = class_shift(cls, s.d_class_params[2 * group]);
+    const std::uint32_t shift = class_shifts[cls];
     SmallSymbolCounts small;
     for (std::uint32_t f = first; f < last; ++f)
       small.add(value_symbol(frame_value(frames, geometry, group, f, pixel), shift), counts + cls * kAnsAlphabetSize);
@@ -371,14 +377,14 @@ template <class T>
 __global__ void __launch_bounds__(kernels::tuning::kAnsCountThreads)
     symbol_counts_quads_kernel(const T* __restrict__ frames, EncodeGeometry geometry, EncodeScratch s) {
   __shared__ std::uint32_t counts[kAnsClassCount * kAnsAlphabetSize];
+  __shared__ std::uint32_t class_shifts[kAnsClassCount];
   const std::uint32_t group = blockIdx.z;
   std::uint32_t first = 0, last = 0;
   if (!slice_frames(geometry, kernels::tuning::kAnsCountFramesPerSlice, first, last)) return;
-  zero_class_counts(counts);
+  zero_class_counts(counts, class_shifts, s.d_class_params[2 * group]);
   const std::uint32_t quad = blockIdx.x * blockDim.x + threadIdx.x;
   const std::uint32_t quads = geometry.pixels / kVectorPixels;
   if (quad < quads) {
-    const std::uint32_t class_scale = s.d_class_params[2 * group];
     const std::uint32_t packed_classes = *reinterpret_cast<const std::uint32_t*>(
         s.d_classes + std::uint64_t{group} * geometry.pixels_padded + std::uint64_t{quad} * kVectorPixels);
     std::uint32_t* class_counts[4];
@@ -387,7 +393,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsCountThreads)
     for (int k = 0; k < 4; ++k) {
       const std::uint32_t cls = (packed_classes >> (8 * k)) & 0xffu;
       class_counts[k] = counts + cls * kAnsAlphabetSize;
-      shift[k] = class_shift(cls, class_scale);
+      shift[k] = class_shifts[cls];
     }
     SmallSymbolCounts small[4];
     const PixelQuad<T>* at = group_quads(frames, geometry, group) + std::uint64_t{first} * quads + quad;
@@ -513,6 +519,12 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
 
   std::uint32_t emitted = 0;
   std::uint64_t pending = 0;  // the 4-word unit being filled
+  // Measure pass: each kept word stored as it comes, at a running pointer. The
+  // units are little-endian, so word i of a stream is its kept halves' element
+  // i. (Packing four words into a unit before storing it, with the unit's
+  // address and the word's shift recomputed at every emit, was a third of the
+  // kernel's instructions: docs/benchmarks.md, session 14.)
+  std::uint16_t* kept_next = reinterpret_cast<std::uint16_t*>(kept);
   auto emit = [&](std::uint32_t word) {
     if (word == kAnsNoWord) return;
     if constexpr (kWrite) {
@@ -523,11 +535,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
         pending = 0;
       }
     } else if (emitted < geometry.kept_words) {
-      pending |= std::uint64_t{word} << (16 * (emitted % 4));
-      if (emitted % 4 == 3) {
-        kept[emitted / 4] = pending;
-        pending = 0;
-      }
+      *kept_next++ = static_cast<std::uint16_t>(word);
     }
     ++emitted;
   };
@@ -537,16 +545,19 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
   // are encoded last to first). point 0: none left.
   std::uint32_t point = !kWrite && geometry.seek_frames != 0 ? (frame_count - 1) / geometry.seek_frames : 0;
   std::uint32_t point_frame = point * geometry.seek_frames;
+  // The frame whose values `next` holds; one pointer step per frame.
+  const T* frame_row = group_frames + std::uint64_t{frame_count - 1} * geometry.pixels;
   std::uint32_t next[4];
 #pragma unroll
-  for (int k = 0; k < 4; ++k) next[k] = __ldg(group_frames + std::uint64_t{frame_count - 1} * geometry.pixels + pixels[k]);
+  for (int k = 0; k < 4; ++k) next[k] = __ldg(frame_row + pixels[k]);
   for (std::uint32_t f = frame_count; f-- > 0;) {
     std::uint32_t value[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) value[k] = next[k];
     if (f > 0) {  // the previous frame's values load while this frame encodes
+      frame_row -= geometry.pixels;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) next[k] = __ldg(group_frames + std::uint64_t{f - 1} * geometry.pixels + pixels[k]);
+      for (int k = 0; k < 4; ++k) next[k] = __ldg(frame_row + pixels[k]);
     }
 #pragma unroll
     for (int k = 3; k >= 0; --k) {
@@ -579,7 +590,6 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
     // with zeros above its words. Zero the padding units after them.
     for (std::uint32_t u = (out.word_count + 3) / 4; u < out.unit_count; ++u) out.units[u] = 0;
   } else {
-    if (emitted % 4 != 0 && emitted < geometry.kept_words) kept[emitted / 4] = pending;  // the partial last unit
     s.d_stream_words[stream_index] = emitted;
     s.d_final_states[stream_index] = uint4{state[0], state[1], state[2], state[3]};
   }

@@ -21,7 +21,8 @@ inline constexpr int kAnsSumThreads = 256;
 inline constexpr std::uint32_t kAnsSumFramesPerSlice = 64;
 inline constexpr int kAnsClassMapThreads = 1024;
 inline constexpr int kAnsCountThreads = 256;
-inline constexpr std::uint32_t kAnsCountFramesPerSlice = 256;
+// At most 255: the symbol counts keep 8-bit counters per pixel and slice.
+inline constexpr std::uint32_t kAnsCountFramesPerSlice = 255;
 inline constexpr int kAnsEncodeThreads = 128;
 inline constexpr int kAnsScanThreads = 1024;
 
