@@ -519,25 +519,27 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
 
   std::uint32_t emitted = 0;
   std::uint64_t pending = 0;  // the 4-word unit being filled
-  // Measure pass: each kept word stored as it comes, at a running pointer. The
-  // units are little-endian, so word i of a stream is its kept halves' element
-  // i. (Packing four words into a unit before storing it, with the unit's
-  // address and the word's shift recomputed at every emit, was a third of the
-  // kernel's instructions: docs/benchmarks.md, session 14.)
-  std::uint16_t* kept_next = reinterpret_cast<std::uint16_t*>(kept);
+  // Measure pass: each kept word stored as it comes, predicated, no branch.
+  // The units are little-endian, so word i of a stream is its kept halves'
+  // element i. (Packing four words into a unit before storing it, with the
+  // unit's address and the word's shift recomputed at every emit, was a third
+  // of the kernel's instructions: docs/benchmarks.md, session 14.)
+  std::uint16_t* const kept_halves = reinterpret_cast<std::uint16_t*>(kept);
   auto emit = [&](std::uint32_t word) {
-    if (word == kAnsNoWord) return;
     if constexpr (kWrite) {
+      if (word == kAnsNoWord) return;
       const std::uint32_t index = out.word_count - 1 - emitted;  // read position of this word
       pending |= std::uint64_t{word} << (16 * (index % 4));
       if (index % 4 == 0) {
         out.units[index / 4] = pending;
         pending = 0;
       }
-    } else if (emitted < geometry.kept_words) {
-      *kept_next++ = static_cast<std::uint16_t>(word);
+      ++emitted;
+    } else {
+      const bool emitted_one = word != kAnsNoWord;
+      if (emitted_one && emitted < geometry.kept_words) kept_halves[emitted] = static_cast<std::uint16_t>(word);
+      emitted += emitted_one ? 1u : 0u;
     }
-    ++emitted;
   };
   const T* group_frames = frames + std::uint64_t{group} * geometry.frames_per_group * geometry.pixels;
   std::uint32_t state[4] = {kAnsStateLower, kAnsStateLower, kAnsStateLower, kAnsStateLower};

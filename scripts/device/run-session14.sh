@@ -7,7 +7,8 @@
 #          ncu_source_lines.py; the bench binary is QUANTEM_BENCH_BIN (default
 #          cuda_backend_bench).
 # encode:  the GPU suites, then loads by this bundle's bench and by
-#          cuda_backend_bench_base (another commit's, when the bundle holds it),
+#          cuda_backend_bench_base and cuda_backend_bench_prev (other commits',
+#          when the bundle holds them),
 #          alternating (QUANTEM_LOAD_ROUNDS rounds of 5 loads each), then srcprof
 #          of the measuring encode.
 # Everything under $OUT is packed into out.tar.gz at the end (the device tool
@@ -33,6 +34,7 @@ if [ "$what" = encode ]; then
   for round in $(seq "${QUANTEM_LOAD_ROUNDS:-2}"); do
     run_load_variants "$master" "new$round="
     [ -x "$bundle/cuda_backend_bench_base" ] && QUANTEM_BENCH_BIN=cuda_backend_bench_base run_load_variants "$master" "base$round="
+    [ -x "$bundle/cuda_backend_bench_prev" ] && QUANTEM_BENCH_BIN=cuda_backend_bench_prev run_load_variants "$master" "prev$round="
   done
   for log in "$out"/load_*.json; do
     echo "-- $log"; grep -ho "CUDA load of.*" "$log" "${log%.json}.log" | tail -3 | cut -c1-250
