@@ -45,6 +45,38 @@ __device__ inline std::uint32_t warp_transpose_bits(std::uint32_t x, std::uint32
   return x;
 }
 
+// The planes 0 .. 2^kPlaneBits - 1 of a block (the rest are zero) transposed
+// and stored: 32 >> kPlaneBits words of each plane per transpose, so lane k
+// holds that many elements' values side by side in its result. The plane
+// count is a template parameter so that the unpacking of a transpose is
+// unrolled with constant shifts (it was a loop with variable ones).
+template <std::uint32_t kPlaneBits, class Element>
+__device__ __forceinline__ void unshuffle_planes(const std::uint32_t* planes, std::uint32_t words_per_plane, Element* out,
+                                                 std::uint32_t lane) {
+  constexpr std::uint32_t kPlanes = 1u << kPlaneBits;
+  constexpr std::uint32_t kWordsPerTranspose = 32u >> kPlaneBits;
+  constexpr std::uint32_t kValueMask = kPlanes == 32 ? 0xffffffffu : (1u << kPlanes) - 1u;
+  const std::uint32_t plane = lane & (kPlanes - 1u);
+  const std::uint32_t sub_word = lane >> kPlaneBits;
+  const std::uint32_t whole = words_per_plane - words_per_plane % kWordsPerTranspose;
+  std::uint32_t first_word = 0;
+  for (; first_word < whole; first_word += kWordsPerTranspose) {
+    const std::uint32_t mine = warp_transpose_bits(planes[plane * words_per_plane + first_word + sub_word], lane);
+#pragma unroll
+    for (std::uint32_t q = 0; q < kWordsPerTranspose; ++q)
+      out[32 * (first_word + q) + lane] = static_cast<Element>((mine >> (q * kPlanes)) & kValueMask);
+  }
+  if (first_word < words_per_plane) {  // a last, partial transpose
+    const std::uint32_t word_index = first_word + sub_word;
+    const std::uint32_t word = word_index < words_per_plane ? planes[plane * words_per_plane + word_index] : 0u;
+    const std::uint32_t mine = warp_transpose_bits(word, lane);
+#pragma unroll
+    for (std::uint32_t q = 0; q < kWordsPerTranspose; ++q)
+      if (first_word + q < words_per_plane)
+        out[32 * (first_word + q) + lane] = static_cast<Element>((mine >> (q * kPlanes)) & kValueMask);
+  }
+}
+
 template <int kElementBytes>
 __device__ void bitunshuffle_block_warp(const std::uint8_t* block, std::uint32_t element_count,
                                         typename ElementType<kElementBytes>::type* out, std::uint32_t lane) {
@@ -74,17 +106,13 @@ __device__ void bitunshuffle_block_warp(const std::uint8_t* block, std::uint32_t
     }
     std::uint32_t plane_bits = 0;  // log2 of the effective plane count
     while ((1u << plane_bits) < static_cast<std::uint32_t>(top_plane) + 1u) ++plane_bits;
-    const std::uint32_t planes_used = 1u << plane_bits;
-    const std::uint32_t words_per_transpose = 32u >> plane_bits;
-    const std::uint32_t value_mask = planes_used == 32 ? 0xffffffffu : (1u << planes_used) - 1u;
-    const std::uint32_t plane = lane & (planes_used - 1u);
-    const std::uint32_t sub_word = lane >> plane_bits;
-    for (std::uint32_t first_word = 0; first_word < words_per_plane; first_word += words_per_transpose) {
-      const std::uint32_t word_index = first_word + sub_word;
-      const std::uint32_t word = word_index < words_per_plane ? planes[plane * words_per_plane + word_index] : 0u;
-      const std::uint32_t mine = warp_transpose_bits(word, lane);
-      for (std::uint32_t q = 0; q < words_per_transpose && first_word + q < words_per_plane; ++q)
-        out[32 * (first_word + q) + lane] = static_cast<Element>((mine >> (q * planes_used)) & value_mask);
+    switch (plane_bits) {
+      case 0: unshuffle_planes<0>(planes, words_per_plane, out, lane); break;
+      case 1: unshuffle_planes<1>(planes, words_per_plane, out, lane); break;
+      case 2: unshuffle_planes<2>(planes, words_per_plane, out, lane); break;
+      case 3: unshuffle_planes<3>(planes, words_per_plane, out, lane); break;
+      case 4: unshuffle_planes<4>(planes, words_per_plane, out, lane); break;
+      default: unshuffle_planes<5>(planes, words_per_plane, out, lane); break;
     }
   } else {
     for (std::uint32_t element = lane; element < element_count; element += 32) {
