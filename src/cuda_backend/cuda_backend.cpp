@@ -3,6 +3,7 @@
 // (pipeline: include/quantem/backend/cuda_backend.hpp).
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -161,7 +162,13 @@ class CudaBackendImpl final : public CudaBackend {
       });
       const double pinned_seconds = seconds_since(start) - context_seconds;
       start = clock::now();
-      warm_up_kernels(device.index);
+      // QUANTEM_SKIP_KERNEL_WARM_UP=1: a benchmark knob (what the warm-up costs a
+      // cold start's first load, and saves its first request).
+      static const bool skip_warm_up = [] {
+        const char* value = std::getenv("QUANTEM_SKIP_KERNEL_WARM_UP");
+        return value != nullptr && std::string(value) == "1";
+      }();
+      if (!skip_warm_up) warm_up_kernels(device.index);
       spdlog::info("GPU {} prepared: context {:.3f} s, then the pinned staging slots {:.3f} s, kernels warmed {:.3f} s",
                    device.index, context_seconds, pinned_seconds, seconds_since(start));
     }
