@@ -365,7 +365,8 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsCountThreads)
     const std::uint32_t shift = class_shifts[cls];
     SmallSymbolCounts small;
     for (std::uint32_t f = first; f < last; ++f)
-      small.add(value_symbol(frame_value(frames, geometry, group, f, pixel), shift), counts + cls * kAnsAlphabetSize);
+      small.add(value_symbol<(sizeof(T) > 2)>(frame_value(frames, geometry, group, f, pixel), shift),
+                counts + cls * kAnsAlphabetSize);
     small.flush(counts + cls * kAnsAlphabetSize);
   }
   add_class_counts(counts, s, group);
@@ -402,7 +403,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsCountThreads)
       std::uint32_t values[4];
       unpack_quad<T>(__ldg(at), values);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) small[k].add(value_symbol(values[k], shift[k]), class_counts[k]);
+      for (int k = 0; k < 4; ++k) small[k].add(value_symbol<(sizeof(T) > 2)>(values[k], shift[k]), class_counts[k]);
     }
 #pragma unroll
     for (int k = 0; k < 4; ++k) small[k].flush(class_counts[k]);
@@ -564,7 +565,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
 #pragma unroll
     for (int k = 3; k >= 0; --k) {
       if (!((present >> k) & 1u)) continue;
-      encode_value(
+      encode_value<(sizeof(T) > 2)>(
           state[k], value[k], shift[k],
           [&](std::uint32_t& x, std::uint32_t symbol) {
             const std::uint32_t entry = tables[table_offset[k] + symbol];

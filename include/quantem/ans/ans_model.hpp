@@ -113,10 +113,14 @@ QUANTEM_ANS_HD inline std::uint32_t class_shift(std::uint32_t cls, std::uint32_t
   return shift;
 }
 
-// The symbol of a value in a class of shift `shift`.
+// The symbol of a value in a class of shift `shift`. kMayExceed16Bits =
+// false promises value <= 0xffff (8- and 16-bit data), which drops the
+// escape32 test from the GPU encoder's inner loops; the symbol is the same.
+template <bool kMayExceed16Bits = true>
 QUANTEM_ANS_HD inline std::uint32_t value_symbol(std::uint32_t value, std::uint32_t shift) {
   const std::uint32_t high = value >> shift;
   if (high < kAnsEscape16) return high;
+  if constexpr (!kMayExceed16Bits) return kAnsEscape16;
   return value <= 0xffffu ? kAnsEscape16 : kAnsEscape32;
 }
 
@@ -184,11 +188,12 @@ QUANTEM_ANS_HD inline std::uint32_t encode_bits(std::uint32_t& state, std::uint3
 // the pixel's class table and returns the word it emits (or kAnsNoWord).
 // Values are encoded last to first, so each value's parts go in reverse of
 // their decode order: raw bits (or escaped bits) first, then the symbol.
-template <class EncodeSymbolStep, class Emit>
+// kMayExceed16Bits as for value_symbol.
+template <bool kMayExceed16Bits = true, class EncodeSymbolStep, class Emit>
 QUANTEM_ANS_HD inline void encode_value(std::uint32_t& state, std::uint32_t value, std::uint32_t shift,
                                         EncodeSymbolStep&& encode_symbol_step, Emit&& emit) {
-  const std::uint32_t symbol = value_symbol(value, shift);
-  if (symbol == kAnsEscape32) {
+  const std::uint32_t symbol = value_symbol<kMayExceed16Bits>(value, shift);
+  if (kMayExceed16Bits && symbol == kAnsEscape32) {
     emit(encode_bits(state, value >> 16, 16));
     emit(encode_bits(state, value & 0xffffu, 16));
   } else if (symbol == kAnsEscape16) {

@@ -170,6 +170,29 @@ TEST(AnsModel, ReciprocalEncodeStepEqualsTheDivisionForEveryFrequency) {
   }
 }
 
+TEST(AnsModel, SixteenBitValueEncodeEqualsTheGeneralOne) {
+  // The GPU encoder encodes 8- and 16-bit data with encode_value<false> (no
+  // escape32 test); for every value up to 0xffff and every class shift it must
+  // give the symbol, the words and the state of the general encode_value.
+  const auto step = [](std::uint32_t& x, std::uint32_t symbol) {
+    return ans::encode_symbol(x, 1 + symbol % 97, (symbol * 13) % 3000);
+  };
+  for (std::uint32_t shift = 0; shift <= ans::kAnsMaxClassShift; ++shift) {
+    for (std::uint32_t value = 0; value <= 0xffffu; value += (value < 600 ? 1 : 97)) {
+      ASSERT_EQ(ans::value_symbol<false>(value, shift), ans::value_symbol(value, shift)) << value << " >> " << shift;
+      for (std::uint32_t start : {ans::kAnsStateLower, 0x12345678u, 0xfffffff0u}) {
+        std::uint32_t general = start, sixteen = start;
+        std::vector<std::uint32_t> general_words, sixteen_words;
+        ans::encode_value(general, value, shift, step, [&](std::uint32_t w) { general_words.push_back(w); });
+        ans::encode_value<false>(sixteen, value, shift, step, [&](std::uint32_t w) { sixteen_words.push_back(w); });
+        ASSERT_EQ(general, sixteen) << value << " shift " << shift;
+        ASSERT_EQ(general_words, sixteen_words) << value << " shift " << shift;
+      }
+    }
+  }
+  EXPECT_EQ(ans::value_symbol(0x10000u, 0), ans::kAnsEscape32);  // what the general form keeps
+}
+
 TEST(AnsModel, IntegerSquareRootIsExact) {
   for (std::uint64_t n : {0ull, 1ull, 2ull, 3ull, 4ull, 15ull, 16ull, 17ull, (1ull << 40) - 1, 1ull << 40, (1ull << 61) + 12345})
     {
