@@ -1,46 +1,46 @@
-"""ncu --page source --csv (CUDA lines) -> the hottest source lines of a kernel.
+"""ncu --page source --csv --print-source cuda,sass -> the hottest CUDA lines of a kernel.
 
-    python3 ncu_source_lines.py SOURCE_CSV [TOP]
+    python3 ncu_source_lines.py SOURCE_CSV[.gz] [TOP]
 
-Prints, for the TOP lines by instructions executed and by warp-stall samples,
-the line's share of each and its text: where a kernel's instructions go.
+The export lists, per source file, each CUDA line (its metrics summed over
+its SASS instructions, Address "-") followed by those instructions. This
+prints the TOP lines by instructions executed, with their share of the
+kernel's instructions and of its warp-stall samples: where a kernel's
+instructions go (docs/benchmarks.md, session 14).
 """
+import collections
 import csv
+import gzip
 import sys
 
-rows = list(csv.reader(open(sys.argv[1], errors="replace")))
+path = sys.argv[1]
 top = int(sys.argv[2]) if len(sys.argv) > 2 else 30
-head_at = next(i for i, r in enumerate(rows) if any("Source" == c.strip() or "Line" in c for c in r))
-head = rows[head_at]
-print("columns:", " | ".join(head))
-
-
-def column(*needles):
-    for i, name in enumerate(head):
-        if all(n.lower() in name.lower() for n in needles):
-            return i
-    return None
-
-
-source = column("source") if column("source") is not None else 1
-line_no = column("#")
-instr = column("instructions executed")
-stall = column("warp stall sampling (all")
-data = []
-for r in rows[head_at + 1:]:
-    if len(r) != len(head):
+opener = gzip.open if path.endswith(".gz") else open
+lines = collections.defaultdict(lambda: [0.0, 0.0, ""])
+file_name, head = "?", None
+for row in csv.reader(opener(path, "rt", errors="replace")):
+    if not row:
         continue
-
-    def num(i):
-        try:
-            return float(r[i].replace(",", "")) if i is not None and r[i] else 0.0
-        except ValueError:
-            return 0.0
-
-    data.append((num(instr), num(stall), r[line_no] if line_no is not None else "", r[source][:150]))
-for label, key in (("instructions executed", 0), ("warp stall samples (all)", 1)):
-    total = sum(d[key] for d in data) or 1.0
-    print(f"== top {top} lines by {label} (total {total:.4g})")
-    for d in sorted(data, key=lambda d: -d[key])[:top]:
-        print(f"{100 * d[key] / total:6.2f}%  {100 * d[1 - key] / (sum(x[1 - key] for x in data) or 1):6.2f}%  "
-              f"L{d[2]:>5}  {d[3].strip()}")
+    if row[0] == "File Path":
+        file_name = row[1].rsplit("/", 1)[-1]
+        continue
+    if row[0] == "Line No":
+        head = row
+        executed = head.index("Instructions Executed")
+        stalls = head.index("Warp Stall Sampling (All Samples)")
+        continue
+    if head is None or row[0] in ("", "Function Name") or len(row) < len(head) or row[2] != "-":
+        continue
+    try:
+        entry = lines[f"{file_name}:{row[0]}"]
+        entry[0] += float(row[executed] or 0)
+        entry[1] += float(row[stalls] or 0)
+        entry[2] = row[1].strip()
+    except ValueError:
+        continue
+total_executed = sum(v[0] for v in lines.values()) or 1.0
+total_stalls = sum(v[1] for v in lines.values()) or 1.0
+print(f"instructions executed {total_executed:.4g}, warp-stall samples {total_stalls:.4g}")
+print("  instr%  stall%  line")
+for name, (count, stall, text) in sorted(lines.items(), key=lambda kv: -kv[1][0])[:top]:
+    print(f"{100 * count / total_executed:7.2f} {100 * stall / total_stalls:7.2f}  {name:30s} {text[:110]}")

@@ -2,10 +2,10 @@
 # Session 14 on the GPU machine (issue 10: the load's kernels, line by line). JSON/text under $OUT.
 #   bash scripts/device/run-session14.sh [srcprof|encode|load|http|cold|suites]
 # srcprof: ncu source counters for one launch of each kernel in QUANTEM_KPROF_KERNELS
-#          (';'-separated regexes of mangled names), exported per CUDA source line
-#          (instructions executed, warp-stall samples) and summarised by
-#          ncu_source_lines.py; the bench binary is QUANTEM_BENCH_BIN (default
-#          cuda_backend_bench).
+#          (';'-separated regexes of mangled names), exported per SASS instruction
+#          with its CUDA line (--print-source sass and cuda,sass) and summarised
+#          by ncu_source_lines.py (the hottest lines); the bench binary is
+#          QUANTEM_BENCH_BIN (default cuda_backend_bench).
 # encode:  the GPU suites, then loads by this bundle's bench and by
 #          cuda_backend_bench_base and cuda_backend_bench_prev (other commits',
 #          when the bundle holds them),
@@ -58,6 +58,7 @@ for kernel in "${kernels[@]}"; do
     head -n 3 "$out/src_$i.${view/,/_}.csv" | cut -c1-400
   done
   gzip -f "$out"/src_$i.*.csv
+  python3 "$here/ncu_source_lines.py" "$out/src_$i.cuda_sass.csv.gz" 25 | tee "$out/src_$i.top.txt" | cut -c1-200
   rm -f "$out/src_$i.ncu-rep"  # too large to bring back
 done
 tar -czf /tmp/quantem-out.tar.gz -C "$out" . && find "$out" -mindepth 1 -delete && mv /tmp/quantem-out.tar.gz "$out/out.tar.gz"
