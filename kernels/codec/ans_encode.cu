@@ -519,7 +519,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
   }
 
   std::uint32_t emitted = 0;
-  std::uint64_t pending = 0;  // the 4-word unit being filled
+  std::uint64_t pending = 0;  // write pass: the 4-word unit being filled
   // Measure pass: each kept word stored as it comes, predicated, no branch.
   // The units are little-endian, so word i of a stream is its kept halves'
   // element i. (Packing four words into a unit before storing it, with the
