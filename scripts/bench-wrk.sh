@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Load benchmark (issue 13 item 4): wrk with 64 connections over the viewer's
+# Load benchmark: wrk with 64 connections over the viewer's
 # mixed routes against `serve BACKEND_ARGS`, then the bodies of a sample of
 # routes fetched again one by one and compared byte for byte with the same
 # requests made before the load (cached and uncached answers must agree).

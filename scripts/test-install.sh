@@ -50,7 +50,7 @@ verify_output="$(XDG_RUNTIME_DIR="$work/xdg" systemd-analyze --user --man=no ver
 [[ -z "$verify_output" ]] || fail "systemd-analyze verify warned: $verify_output"
 
 # --- start it as systemd would ------------------------------------------------------
-"$bin" synth "$work/data/session1" --scan 8x8 --detector 16x16 --threads 2 >/dev/null
+"$bin" synth "$work/data/sample1" --scan 8x8 --detector 16x16 --threads 2 >/dev/null
 env_file="$HOME/.config/quantem-gpu/quantem-gpu.env"
 sed -i -e "s|^QUANTEM_GPU_DATA_FOLDER=.*|QUANTEM_GPU_DATA_FOLDER=$work/data|" \
   -e "s|^QUANTEM_GPU_LISTEN=.*|QUANTEM_GPU_LISTEN=--port 0|" \
@@ -85,7 +85,7 @@ grep -q 'READY=1' "$work/notify.log" || fail "no READY=1: $(cat "$work/daemon.lo
 port="$(cat "$work/port")"
 # deploy.md "Verify"
 grep -q '"ready":true' <<<"$(curl -fsS "http://127.0.0.1:$port/api/health/ready")" || fail "ready"
-grep -q '"session1"' <<<"$(curl -fsS "http://127.0.0.1:$port/api/browse/sessions")" || fail "sessions"
+grep -q '"sample1"' <<<"$(curl -fsS "http://127.0.0.1:$port/api/browse/sessions")" || fail "sessions"
 grep -q "daemon: running, pid $daemon_pid, http://127.0.0.1:$port" <<<"$("$bin" info)" || fail "info does not list the daemon"
 # connect.md "Same host"
 url=$("$bin" info --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["daemons"][0]["url"])')
@@ -115,7 +115,7 @@ for _ in $(seq 300); do
   curl -fsS --unix-socket "$socket_path" http://localhost/api/health/ready >/dev/null 2>&1 && break
   sleep 0.1
 done
-grep -q '"session1"' <<<"$(curl -fsS --unix-socket "$socket_path" http://localhost/api/browse/sessions)" ||
+grep -q '"sample1"' <<<"$(curl -fsS --unix-socket "$socket_path" http://localhost/api/browse/sessions)" ||
   fail "the unix socket does not serve: $(cat "$work/socket.log")"
 [[ "$(stat -c %a "$socket_path")" == 600 ]] || fail "the socket is not 0600"
 grep -q "unix socket $socket_path" <<<"$("$bin" info)" || fail "info does not list the socket"
@@ -135,7 +135,7 @@ for _ in $(seq 300); do
 done
 port="$(cat "$work/token-port")"
 TOKEN=$(cat ~/.config/quantem-gpu/token)
-grep -q '"session1"' <<<"$(curl -fsS -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$port/api/browse/sessions")" ||
+grep -q '"sample1"' <<<"$(curl -fsS -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$port/api/browse/sessions")" ||
   fail "token mode: the token was not accepted: $(cat "$work/token.log")"
 status="$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/api/browse/sessions")"
 [[ "$status" == 403 ]] || fail "token mode: no token gave $status"

@@ -523,8 +523,8 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
   // Measure pass: each kept word stored as it comes, predicated, no branch.
   // The units are little-endian, so word i of a stream is its kept halves'
   // element i. (Packing four words into a unit before storing it, with the
-  // unit's address and the word's shift recomputed at every emit, was a third
-  // of the kernel's instructions: docs/benchmarks.md, session 14.)
+  // unit's address and the word's shift recomputed at every emit, was a large
+  // share of the kernel's instructions: `scripts/device/run.sh profile`, source part.)
   std::uint16_t* const kept_halves = reinterpret_cast<std::uint16_t*>(kept);
   auto emit = [&](std::uint32_t word) {
     if constexpr (kWrite) {

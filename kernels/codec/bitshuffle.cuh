@@ -1,6 +1,6 @@
 #pragma once
 // Warp bit-unshuffle of one bitshuffle block held in shared memory
-// (reference/arina-format-and-codecs.md §2.5).
+// (the bit planes of kiyo-masui/bitshuffle's bitshuffle_core.c).
 //
 // A block of n elements (n a multiple of 8) of B = 8 * element bytes bits is
 // stored as B bit-planes of n/8 bytes; bit k of little-endian word w of plane p

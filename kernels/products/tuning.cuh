@@ -12,8 +12,8 @@ inline constexpr int kBinnedMaxThreads = 256;
 inline constexpr unsigned kElementwiseMaxCtas = 132 * 16;
 // Ring sums of dense frames: one CTA per frame. A staged u16 frame (72 KiB of
 // shared memory) leaves room for 3 CTAs per SM: at 512 threads 48 warps hide
-// the index loads' latency (the 512² load: 256 threads 0.226 s, 512 0.211 s,
-// 1024 0.211 s; session 8).
+// the index loads' latency (256 threads leave it exposed and the load slower;
+// 1024 gain nothing over 512).
 inline constexpr int kRingSumThreads = 512;
 // The row-order ring pass (row_ring_sums_kernel): 8 pixels per thread and
 // step, bins only in shared memory.

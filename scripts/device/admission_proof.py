@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Issue 11's proof through HTTP, against a running `serve --gpus auto --device-budget ...`:
+"""Admission through HTTP, against a running `serve --gpus auto --device-budget ...`:
 the 1024^2 acquisition admitted and loaded, then seven 512^2 tilts resident beside it,
-with the reservations, resident bytes and budget of the device at each step.
+with the reservations, resident bytes and budget of the device at each step. Exit 1
+unless every acquisition ends resident at once.
 
   admission_proof.py BASE_URL BIG_SESSION TILT_SESSION[,TILT_SESSION...] --json OUT
 """
@@ -69,7 +70,8 @@ def main():
         print(step["load"], "%.3f s" % step["seconds"], r.get("state"), "resident", r.get("resident_bytes"),
               "peak reserved seen", r.get("peak_reserved_seen"), "device resident",
               step["devices"][0].get("resident_bytes") if step["devices"] else None)
+    return 0 if report["all_resident_together"] else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -3,22 +3,31 @@
 # bundles them for a GPU machine: .bundle/ holds the binaries (rpath $ORIGIN/lib),
 # .bundle/lib their non-glibc shared libraries (CUDA's runtime is linked
 # statically; the driver comes from the GPU machine), .bundle/data/real the real
-# detector files the tests read.
+# detector files the tests read, .bundle/data/fixtures the CUDA backend tests'
+# fixtures, .bundle/COMMIT the commit built.
 #
-#   scripts/device/build-bundle.sh [SOURCE_DIR] [BUILD_DIR]
+#   scripts/device/build-bundle.sh [--archive] [SOURCE_DIR] [BUILD_DIR]
 #
 # SOURCE_DIR defaults to this checkout. Use a clean `git worktree` of the commit
 # you want to measure when the working tree holds other people's unfinished work.
-# Then, from the repository root: run tool with carry [".bundle"] and
-#   bash scripts/device/run.sh
+# --archive also writes .bundlez/bundle.tar.gz, the bundle compressed (it
+# travels in less space; `scripts/device/run.sh build` unpacks it there).
+# QUANTEM_BUNDLE_TARGETS (space separated) overrides the list of targets, e.g.
+# to keep the bundle small. On the GPU machine, from the repository root:
+#   scripts/device/run.sh build gpu-tests ...   (scripts/device/README.md)
 set -euo pipefail
 repo_root=$(cd "$(dirname "$0")/../.." && pwd)
+archive=0
+if [ "${1:-}" = --archive ]; then
+  archive=1
+  shift
+fi
 source_dir=${1:-$repo_root}
 build_dir=${2:-$source_dir/build-bundle}
 bundle=$repo_root/.bundle
-# QUANTEM_BUNDLE_TARGETS (space separated) overrides the list, e.g. to keep the bundle small.
-read -r -a targets <<< "${QUANTEM_BUNDLE_TARGETS:-lz4_block_host_tests ans_tests ans_reader_host_tests bitshuffle_lz4_gpu_tests ans_conformance_tests bench_gpu_codec cuda_backend_tests resident_conformance_test ring_sums_gpu_tests cuda_backend_bench bench_http_viewer quantem-gpu cuda_fault_injection_tests bench_dense_peers}"
+read -r -a targets <<< "${QUANTEM_BUNDLE_TARGETS:-lz4_block_host_tests ans_tests ans_reader_host_tests bitshuffle_lz4_gpu_tests ans_conformance_tests bench_gpu_codec cuda_backend_tests resident_conformance_test ring_sums_gpu_tests cuda_backend_bench bench_http_viewer quantem-gpu cuda_fault_injection_tests bench_dense_peers pinned_host_bench bench_host_memory}"
 
+# shellcheck disable=SC2016  # $ORIGIN is for the dynamic loader, not the shell
 cmake -S "$source_dir" -B "$build_dir" -G Ninja -DQUANTEM_CUDA=ON -DQUANTEM_CUDA_ARCHITECTURES=90 \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags '-DCMAKE_BUILD_RPATH=$ORIGIN/lib' >/dev/null
@@ -62,3 +71,8 @@ fixture write "$fixtures" corrupt --scan 24x24 --det 32x32 --no-expected
 fixture corrupt "$fixtures/corrupt_data_000001.h5" 500
 git -C "$source_dir" rev-parse HEAD > "$bundle/COMMIT"
 du -sh "$bundle"
+if [ "$archive" = 1 ]; then
+  mkdir -p "$repo_root/.bundlez"
+  tar -czf "$repo_root/.bundlez/bundle.tar.gz" -C "$bundle" .
+  du -sh "$repo_root/.bundlez/bundle.tar.gz"
+fi

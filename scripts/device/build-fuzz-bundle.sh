@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # Bundles the libFuzzer targets (built here in build-fuzz, clang + ASan/UBSan)
-# for the GPU machine's 16 CPU cores: .fuzzbundle/ holds the targets (run with LD_LIBRARY_PATH=lib
-# there), their non-glibc shared libraries, the seed corpora written by
+# for a long run on the GPU machine's CPU cores: .fuzzbundle/ holds the targets,
+# their non-glibc shared libraries (lib/), the seed corpora written by
 # fuzz_seed_writer (QUANTEM_FUZZ_WORK's seeds/ and corpus/ when given, so a
 # long run continues from a local one), the committed regression inputs and
-# the LSan suppressions. Then: run tool with carry [".fuzzbundle"] and
-#   bash scripts/device/run-fuzz-long.sh SECONDS JOBS TARGET...
+# the LSan suppressions. --archive also writes .bundlez/fuzzbundle.tar.gz.
+# On the GPU machine, from the repository root:
+#   scripts/device/run.sh fuzz-long   (QUANTEM_FUZZ_SECONDS, _JOBS, _TARGETS: scripts/device/README.md)
 #
-#   scripts/device/build-fuzz-bundle.sh [BUILD_DIR=build-fuzz]
+#   scripts/device/build-fuzz-bundle.sh [--archive] [BUILD_DIR=build-fuzz]
 set -euo pipefail
 repo_root=$(cd "$(dirname "$0")/../.." && pwd)
+archive=0
+if [ "${1:-}" = --archive ]; then
+  archive=1
+  shift
+fi
 build=${1:-$repo_root/build-fuzz}
 bundle=$repo_root/.fuzzbundle
 work=${QUANTEM_FUZZ_WORK:-$(mktemp -d /tmp/quantem-fuzz-bundle-XXXXXX)}
@@ -35,3 +41,8 @@ cp -r "$repo_root/tests/fuzz/regressions" "$bundle/regressions"
 cp "$repo_root/tests/fuzz/lsan_suppressions.txt" "$bundle/"
 git -C "$repo_root" rev-parse HEAD > "$bundle/COMMIT"
 du -sh "$bundle"
+if [ "$archive" = 1 ]; then
+  mkdir -p "$repo_root/.bundlez"
+  tar -czf "$repo_root/.bundlez/fuzzbundle.tar.gz" -C "$bundle" .
+  du -sh "$repo_root/.bundlez/fuzzbundle.tar.gz"
+fi

@@ -6,7 +6,7 @@ The export lists, per source file, each CUDA line (its metrics summed over
 its SASS instructions, Address "-") followed by those instructions. This
 prints the TOP lines by instructions executed, with their share of the
 kernel's instructions and of its warp-stall samples: where a kernel's
-instructions go (docs/benchmarks.md, session 14).
+instructions go.
 """
 import collections
 import csv

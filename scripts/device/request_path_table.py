@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Markdown table of the viewer benchmark (bench_http_viewer JSON) with the
-dense peer of each product (bench_dense_peers JSON) and the goals of issue 10.
+dense peer of each product (bench_dense_peers JSON, or the bench-kernels.json
+of scripts/device/run.sh that holds it) and the request-path goals (ms, p50).
 
     request_path_table.py HTTP_JSON [DENSE_JSON] [LOOPBACK_FLOOR_JSON]
 """
@@ -15,9 +16,19 @@ GOALS = {
 }
 
 
+def dense_products(path):
+    doc = json.load(open(path))
+    if "products" in doc:
+        return doc["products"]
+    for step in doc.get("steps", []):  # a suite JSON of scripts/device/run.sh
+        if isinstance(step.get("result"), dict) and "products" in step["result"]:
+            return step["result"]["products"]
+    return {}
+
+
 def main():
     http = json.load(open(sys.argv[1]))
-    dense = json.load(open(sys.argv[2]))["products"] if len(sys.argv) > 2 and sys.argv[2] else {}
+    dense = dense_products(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2] else {}
     floor = json.load(open(sys.argv[3])) if len(sys.argv) > 3 and sys.argv[3] else {}
     print("| request | p50 (p90, min) ms | in the daemon: total / compute / encode | dense peer: kernel / host ms "
           "| p50 ÷ dense host | goal |")

@@ -1,115 +1,96 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine, from the repository root, over the bundle made by
-# scripts/device/build-bundle.sh (carried as .bundle): nvidia-smi, the GPU test
-# suites (once more with QUANTEM_DEBUG_SYNC=1), compute-sanitizer memcheck and
-# racecheck on small decodes, then the benchmarks. Results go to $OUT (at most
-# 8 files come back): tests.log, sanitizer.log, bench_*.json, summary.txt.
+# The GPU machine's runs, from the repository root, over the bundle that
+# scripts/device/build-bundle.sh makes on a CPU machine (carried as .bundle, or
+# compressed as .bundlez/bundle.tar.gz):
 #
-#   bash scripts/device/run.sh [quick|large|profile|masked]
-#     quick: tests + sanitizer only; large: also a 1024x1024x192x192 u16 scan
-#     (77 GB dense); profile: tests + sanitizer + Nsight Compute on a small scan;
-#     masked: tests + sanitizer + the 512x512 u16 benchmark, the SASS of the
-#     masked-sum kernel (sass_masked_sum.txt) and Nsight Compute on it alone
+#   scripts/device/run.sh [--dry-run] SUITE...
+#
+# Each suite writes $OUT/<suite>.json (its steps with their exit status and
+# time, and the JSON its programs wrote) and prints one summary line; its logs
+# and raw outputs are appended to $OUT/logs.tar; the summary lines also go to
+# $OUT/summary.txt. --dry-run prints what each suite would run, runs nothing.
+# Exit status: 0 when every suite passed, 1 otherwise, 2 for a usage error.
+# Environment knobs of each suite: scripts/device/README.md.
 set -uo pipefail
-bundle=$(pwd)/.bundle
-out=${OUT:-/tmp/quantem-device-out}
-mkdir -p "$out"
-export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export QUANTEM_REAL_DATA_DIR="$bundle/data/real"
-summary="$out/summary.txt"
-: > "$summary"
-note() { echo "$*" | tee -a "$summary"; }
 
-note "commit $(cat "$bundle/COMMIT" 2>/dev/null) date $(date -u +%FT%TZ)"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$summary"
-nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+suite_names=(build gpu-tests memcheck e2e bench-load bench-http bench-kernels bench-codec admission soak fuzz-long
+             profile)
 
-tests=(lz4_block_host_tests ans_tests ans_reader_host_tests bitshuffle_lz4_gpu_tests ans_conformance_tests)
-for test in "${tests[@]}"; do
-  start=$(date +%s)
-  "$bundle/$test" --gtest_brief=1 >> "$out/tests.log" 2>&1
-  rc=$?
-  note "test $test rc=$rc ($(( $(date +%s) - start )) s)"
+usage() {
+  cat <<'EOF'
+usage: scripts/device/run.sh [--dry-run] SUITE...
+suites:
+  build          unpack a carried .bundlez archive; check the bundle's binaries and libraries
+  gpu-tests      the GPU test binaries (gtest JSON per binary), some again with QUANTEM_DEBUG_SYNC=1
+  memcheck       compute-sanitizer memcheck/racecheck over the GPU test binaries
+  e2e            serve --gpus auto vs serve --backend cpu, same requests, same answers (e2e_compare.py)
+  bench-load     cuda_backend_bench: loads and request primitives, 512x512 u16 and 128x512 u32
+  bench-http     bench_http_viewer against serve --gpus auto, the loopback floor, cold starts
+  bench-kernels  bench_dense_peers (the dense peer of every product) and the in-process primitives
+  bench-codec    bench_gpu_codec: bitshuffle/LZ4 decode, ANS encode/decode, masked sums
+  admission      admission through HTTP under a device budget (admission_proof.py), a 413 refusal
+  soak           load/evict cycles through HTTP with device memory and RSS sampled (soak_cycles.py)
+  fuzz-long      libFuzzer on the machine's CPU cores over .fuzzbundle (scripts/device/build-fuzz-bundle.sh)
+  profile        Nsight Compute tables: kernels of a load, request kernels, hottest source lines
+EOF
+}
+
+dry_run=0
+suites=()
+for arg in "$@"; do
+  case $arg in
+    --dry-run|-n) dry_run=1 ;;
+    -h|--help) usage; exit 0 ;;
+    *)
+      known=0
+      for name in "${suite_names[@]}"; do [ "$arg" = "$name" ] && known=1; done
+      if [ "$known" = 0 ]; then
+        echo "run.sh: unknown suite or option: $arg" >&2
+        usage >&2
+        exit 2
+      fi
+      suites+=("$arg") ;;
+  esac
 done
-QUANTEM_DEBUG_SYNC=1 "$bundle/bitshuffle_lz4_gpu_tests" --gtest_brief=1 >> "$out/tests.log" 2>&1
-note "test bitshuffle_lz4_gpu_tests QUANTEM_DEBUG_SYNC=1 rc=$?"
-grep -E "FAILED|Failure|error" "$out/tests.log" | head -20 | tee -a "$summary"
-
-sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-if [ -x "$sanitizer" ]; then
-  "$sanitizer" --tool memcheck --error-exitcode 9 "$bundle/bitshuffle_lz4_gpu_tests" \
-    --gtest_filter='*Generated*:*Corrupt*:*RealDetector*' --gtest_brief=1 >> "$out/sanitizer.log" 2>&1
-  note "memcheck bitshuffle_lz4 rc=$?"
-  "$sanitizer" --tool racecheck --error-exitcode 9 "$bundle/bitshuffle_lz4_gpu_tests" \
-    --gtest_filter='*Generated*' --gtest_brief=1 >> "$out/sanitizer.log" 2>&1
-  note "racecheck bitshuffle_lz4 rc=$?"
-  "$sanitizer" --tool memcheck --error-exitcode 9 "$bundle/ans_conformance_tests" \
-    --gtest_filter='AnsConformance/1.*:AnsCudaDecoder.*' --gtest_brief=1 >> "$out/sanitizer.log" 2>&1
-  note "memcheck ans rc=$?"
-  "$sanitizer" --tool racecheck --error-exitcode 9 "$bundle/ans_conformance_tests" \
-    --gtest_filter='AnsConformance/1.MaskedSums*' --gtest_brief=1 >> "$out/sanitizer.log" 2>&1
-  note "racecheck ans rc=$?"
-else
-  note "compute-sanitizer not found"
+if [ ${#suites[@]} = 0 ]; then
+  usage >&2
+  exit 2
 fi
 
-if [ "${1:-}" = "profile" ]; then
-  # Nsight Compute on a small scan (leave the clocks alone): stall reasons and
-  # throughput of the codec kernels, one launch each.
-  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  for kernel in masked_sum_kernel decode_frames_kernel decode_blocks_kernel encode_streams_kernel; do
-    "$ncu" --clock-control none -k "regex:$kernel" -c 1 \
-      --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section InstructionStats \
-      --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
-      "$bundle/bench_gpu_codec" --scan-rows 32 --scan-cols 512 --unique-frames 2048 --repeats 1 \
-      >> "$out/ncu.txt" 2>&1
-    note "ncu $kernel rc=$?"
-  done
-  grep -E "^  [a-z_]+.*\(|Duration|Warp Cycles Per Issued|Issue Slots Busy|Executed Ipc Active|Stall|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Executed Instructions  " "$out/ncu.txt" | head -80
-fi
+# shellcheck source=scripts/device/lib.sh
+source "$(dirname "$0")/lib.sh"
+# shellcheck source=scripts/device/suites.sh
+source "$(dirname "$0")/suites.sh"
 
-if [ "${1:-}" = "masked" ]; then
-  cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
-  "$cuobjdump" -sass "$bundle/bench_gpu_codec" 2>&1 |
-    awk '/Function : /{p = /masked_sum_kernel/} p' > "$out/sass_masked_sum.txt"
-  note "sass masked_sum_kernel rc=$? lines $(wc -l < "$out/sass_masked_sum.txt")"
-  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  "$ncu" --clock-control none -k "regex:masked_sum_kernel" -c 1 \
-    --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section InstructionStats \
-    --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats \
-    "$bundle/bench_gpu_codec" --scan-rows 32 --scan-cols 512 --unique-frames 2048 --repeats 1 > "$out/ncu.txt" 2>&1
-  note "ncu masked_sum_kernel rc=$?"
-  grep -E "Duration|Warp Cycles Per Issued|Issue Slots Busy|Executed Ipc Active|Executed Instructions  |Achieved Occupancy|Compute \(SM\) Throughput|Pipe|Stall" "$out/ncu.txt" | head -30
+if [ "$dry_run" = 0 ]; then
+  mkdir -p "$out"
+  rm -f "$out/logs.tar"
+  : > "$out/summary.txt"
 fi
-
-if [ "${1:-}" != "quick" ] && [ "${1:-}" != "profile" ]; then
-  "$bundle/bench_gpu_codec" --json "$out/bench_u16_512.json" > /dev/null 2>> "$out/tests.log"
-  note "bench u16 512x512 rc=$?"
-  "$bundle/bench_gpu_codec" --frames-per-group 1024 --repeats 3 --json "$out/bench_u16_512_g1024.json" \
-    > /dev/null 2>> "$out/tests.log"
-  note "bench u16 512x512 frames-per-group 1024 rc=$?"
-  "$bundle/bench_gpu_codec" --dtype uint32 --preset dense --scan-rows 128 --scan-cols 512 --unique-frames 4096 \
-    --json "$out/bench_u32_128x512.json" > /dev/null 2>> "$out/tests.log"
-  note "bench u32 128x512 rc=$?"
-  if [ "${1:-}" = "large" ]; then
-    "$bundle/bench_gpu_codec" --scan-rows 1024 --scan-cols 1024 --full-decode 0 --repeats 3 \
-      --json "$out/bench_u16_1024.json" > /dev/null 2>> "$out/tests.log"
-    note "bench u16 1024x1024 rc=$?"
+failed=0
+for suite in "${suites[@]}"; do
+  work=$out/$suite
+  if [ "$dry_run" = 1 ]; then
+    echo "== $suite -> $out/$suite.json"
+    "suite_${suite//-/_}"
+    continue
   fi
-  for f in "$out"/bench_*.json; do
-    [ -f "$f" ] || continue
-    python3 - "$f" <<'PY' | tee -a "$summary"
-import json, sys
-r = json.load(open(sys.argv[1]))
-m = r.get("masked_sum", {})
-print(sys.argv[1].split("/")[-1],
-      "bslz4 %.1f GB/s" % r["bslz4_decode"]["decoded_GBps"],
-      "ok" if r["bslz4_decode"]["matches_host_frames"] and r["bslz4_decode"]["failed_chunks"] == 0 else "MISMATCH",
-      "| ans enc %.1f GB/s" % r["ans_encode"]["dense_GBps"],
-      "| ans dec %.1f GB/s diff %s" % (r.get("ans_decode", {}).get("dense_GBps", 0), r.get("ans_decode", {}).get("differing_bytes")),
-      "| resident/stored %.3f" % r["resident_over_stored"],
-      "| masked ans %.3f ms dense %s ms identical %s" % (m.get("ans_ms_median", 0), m.get("dense_ms_median"), m.get("sums_identical")),
-      "| load %.3f s" % r["pipelined_load"]["seconds"])
-PY
-  done
+  rm -rf "$work" && mkdir -p "$work"
+  : > "$work/steps.tsv"
+  echo "== $suite $(date -u +%FT%TZ)"
+  start=$EPOCHREALTIME
+  "suite_${suite//-/_}"
+  seconds=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')
+  line=$(python3 "$device_scripts/suite_report.py" "$suite" "$work" "$out/$suite.json" "$seconds" "$bundle/COMMIT")
+  rc=$?
+  [ "$rc" = 0 ] || failed=1
+  echo "$line" | tee -a "$out/summary.txt"
+  # Large raw outputs compressed, then everything appended to one archive.
+  find "$work" -type f -size +1M ! -name '*.gz' -exec gzip -f {} +
+  tar -rf "$out/logs.tar" -C "$out" "$suite" && rm -rf "$work"
+done
+if [ "$dry_run" = 0 ]; then
+  echo "== summary ($out)"
+  cat "$out/summary.txt"
 fi
+exit "$failed"

@@ -2,7 +2,7 @@
 """Load/evict cycles through HTTP against a running `serve --gpus auto`: each cycle
 POSTs /load, waits for "resident", DELETEs the resident. Samples the device's used
 memory (nvidia-smi) and the daemon's resident set (/proc/PID/status) before, during
-and after, to show memory comes back to its baseline.
+and after, to show memory comes back to its baseline. Exit 1 when a cycle failed.
 
   soak_cycles.py BASE_URL SESSION FILE DAEMON_PID CYCLES --json OUT
 """
@@ -60,7 +60,8 @@ def main():
     for s in samples:
         print("  after cycle %d: device used %d MiB, daemon RSS %.1f MiB" % (s["cycle"], s["device_used_mib"],
                                                                             s["rss_kib"] / 1024))
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

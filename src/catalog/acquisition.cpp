@@ -1,5 +1,5 @@
 // Per-master inspection (readiness, shapes, calibration, pixel mask,
-// signature): reference/browse-protocol.md §2.3-§2.7.
+// signature): docs/protocol.md, 'Masters, sessions and readiness'.
 #include "quantem/catalog/acquisition.hpp"
 
 #include <sys/stat.h>
@@ -30,7 +30,7 @@ constexpr const char* kMasterSuffix = "_master.h5";
 constexpr const char* kDetectorSpecific = "entry/instrument/detector/detectorSpecific";
 constexpr const char* kPixelMaskPath = "entry/instrument/detector/detectorSpecific/pixel_mask";
 
-// --- readiness texts (reference §2.3; the tightenings in the same style) ---
+// --- readiness texts (the reference's; the tightenings in the same style) ---
 
 LoadStatus not_ready(std::string reason, std::string action) { return {false, std::move(reason), std::move(action)}; }
 
@@ -631,7 +631,7 @@ class Inspector {
   }
 
   void read_scan_shape(hid_t master) {
-    // 1. The first scan_shape of reference §2.4.
+    // 1. The first scan_shape: root dataset, root attribute, entry/data, first source.
     if (const auto value = dataset_value(master, "scan_shape")) {
       if (const auto shape = as_scan_shape(*value)) return set_scan_shape(*shape, "root dataset scan_shape");
     }
@@ -698,7 +698,7 @@ class Inspector {
     return false;
   }
 
-  // Reference §2.5: entry/data attributes, then root attributes, then
+  // As the reference: entry/data attributes, then root attributes, then
   // root-level datasets (later assignments win in the Python metadata dict).
   void read_calibration(hid_t master) {
     const auto lookup = [&](const std::string& key) -> std::optional<double> {
@@ -755,7 +755,7 @@ class Inspector {
   }
 
   // size_bytes: the master plus every distinct linked file that exists
-  // (reference §2.6; an empty master falls back to the <stem>_data_*.h5 glob).
+  // (as the reference; an empty master falls back to the <stem>_data_*.h5 glob).
   void finish_sizes() {
     std::uint64_t total = 0;
     for (const auto& entry : acq_.signature) {

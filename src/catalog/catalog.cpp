@@ -1,5 +1,4 @@
-// Discovery, sessions and the sessions document: reference/browse-protocol.md
-// §2.1-§2.2, §2.6 and §4.2.
+// Discovery, sessions and the sessions document: docs/protocol.md, 'Masters, sessions and readiness'.
 #include "quantem/catalog/catalog.hpp"
 
 #include <pwd.h>
@@ -125,7 +124,7 @@ std::string parent_of(const std::string& path) {
 // Python's Path.name of an absolute path: "" for "/".
 std::string path_name(const std::string& absolute) { return absolute == "/" ? "" : base_name(absolute); }
 
-// Reference §2.2: (source, date) from the relative directory parts.
+// (source, date) from the relative directory parts, as the reference derives them.
 std::pair<std::string, std::string> source_and_date(const std::string& root, const std::vector<std::string>& parts) {
   if (parts.size() >= 2) return {parts[parts.size() - 2], parts.back()};
   if (parts.size() == 1) return {path_name(root), parts[0]};

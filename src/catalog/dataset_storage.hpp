@@ -2,7 +2,7 @@
 // How a detector dataset is stored (private header): layout, chunk shape and
 // the filter pipeline, read from its creation property list, and whether the
 // daemon can read it directly (one frame per chunk; bitshuffle-LZ4, LZ4 or no
-// filter; reference/arina-format-and-codecs.md §1.3, §1.9, §2.1).
+// filter: HDF5 filters 32008 and 32004, or none).
 #include <cstddef>
 #include <optional>
 #include <string>

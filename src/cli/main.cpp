@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
   synth_cmd->add_option("--prefix", synth_options.prefix, "File name prefix")->capture_default_str();
 
   // serve's flag spellings are part of the compatibility surface, including
-  // argparse's unique-prefix abbreviations (reference §1).
+  // argparse's unique-prefix abbreviations (docs/protocol.md, '1. Starting it').
   std::vector<std::string> arguments(argv, argv + argc);
   if (arguments.size() > 1 && arguments[1] == "serve") {
     const std::vector<std::string> serve_arguments(arguments.begin() + 2, arguments.end());
@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
     app.parse(static_cast<int>(expanded_argv.size()), expanded_argv.data());
   } catch (const CLI::ParseError& e) {
     // Usage errors exit with status 2, like the argparse CLI of the service we
-    // replace (reference §1); --help still exits 0.
+    // replace; --help still exits 0.
     const int status = app.exit(e);
     return status == 0 ? 0 : 2;
   }

@@ -1,4 +1,4 @@
-// Bit transposes of one bitshuffle block (reference/arina-format-and-codecs.md §2.5).
+// Bit transposes of one bitshuffle block (kiyo-masui/bitshuffle's bitshuffle_core.c).
 //
 // Layout: a block of n elements (n a multiple of 8) of element_size bytes is
 // stored as 8*element_size bit planes of n/8 bytes each; bit m of byte g of

@@ -14,13 +14,12 @@
 namespace quantem::backend::cuda_detail {
 namespace {
 
-// 2048 frames per group. 1024 makes the load 7-10 ms faster on the H200
-// (the encoder runs twice the streams per 1 GiB batch) but every masked sum
-// slower: its CTAs hold a group's 128 KiB decode tables (one CTA per SM) and
-// never span groups, so twice the groups round up to more CTAs (the BF disk
-// of radius 31: 0.25 -> 0.39 ms in the kernel, BF through HTTP over its 1 ms
-// goal on a slower instance; docs/benchmarks.md, session 10). A load happens
-// once, a masked sum on every request: 2048.
+// 2048 frames per group. 1024 makes the load a little faster (the encoder
+// runs twice the streams per 1 GiB batch) but every masked sum slower: its
+// CTAs hold a group's 128 KiB decode tables (one CTA per SM) and never span
+// groups, so twice the groups round up to more CTAs, and a BF disk's masked
+// sum takes markedly longer (docs/benchmarks.md has both figures). A load
+// happens once, a masked sum on every request: 2048.
 constexpr std::uint32_t kDefaultFramesPerGroup = 2048;
 // Frames between a stream's seek points: a group of 2048 frames decodes as
 // chains of at most 512 (3 points per stream, 20 bytes each).

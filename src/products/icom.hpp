@@ -1,5 +1,5 @@
 #pragma once
-// Internal: Fourier integration of the CoM field (reference §4.5 "iCoM",
+// Internal: Fourier integration of the CoM field (docs/protocol.md, 'Products', "iCoM";
 // dpc.integrate of the Python service), in float64 with FFTW.
 #include <cstdint>
 #include <vector>

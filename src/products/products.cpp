@@ -12,7 +12,7 @@
 namespace quantem::products {
 namespace {
 
-// Per-plan CoM maps in binned detector coordinates (reference §4.5).
+// Per-plan CoM maps in binned detector coordinates (docs/protocol.md, '4. Tightened rules', CoM).
 struct CenterOfMassMaps {
   std::vector<float> row;  // CoMy
   std::vector<float> col;  // CoMx

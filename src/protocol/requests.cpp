@@ -158,7 +158,7 @@ RealspaceQuery parse_realspace_query(const QueryParams& params) {
   query.request.center_col = reader.optional_float("cx");
   query.request.center_row = reader.optional_float("cy");
   raw.det_bin = reader.int_or("det_bin", 1);
-  (void)reader.string_or("dtype", "uint16");  // accepted and ignored (reference §4.5)
+  (void)reader.string_or("dtype", "uint16");  // accepted and ignored, as by the reference
   raw.scan_bin = reader.int_or("scan_bin", 1);
   read_crop(reader, raw);
   query.ensure_resident = reader.bool_or("ensure_resident", false);

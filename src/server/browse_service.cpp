@@ -40,7 +40,7 @@ std::string geometry_key(const plan::PlanGeometry& g) {
 }
 
 // Sources that are not ready or have no usable shape are refused before any
-// residency work (PROTOCOL.md §2).
+// residency work (docs/protocol.md, '4. Tightened rules').
 void require_servable(const catalog::Acquisition& acquisition) {
   if (!acquisition.status.loadable) throw conflict(acquisition.status.reason);
   if (!acquisition.scan_shape_known() || !acquisition.detector_shape_known()) throw unprocessable(kUnusableShapeMessage);
@@ -446,7 +446,7 @@ HttpResponse BrowseService::realspace(const HttpRequest& request, const QueryPar
   const auto& acquisition = *resolved.acquisition;
   const auto& r = query.request;
   // Exact values and the source signature: a rewritten file or a different
-  // centre never reuses an image (reference §8.8 tightened).
+  // centre never reuses an image (the reference rounded them; docs/protocol.md, '4. Tightened rules').
   const std::string key = product_key_prefix("realspace", acquisition.master_path, resolved.signature_digest,
                                              resolved.geometry) +
                           "\n" + query.mode_name + "\n" + double_bits(r.inner) + "\n" + double_bits(r.outer) + "\n" +

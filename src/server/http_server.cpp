@@ -565,12 +565,12 @@ void Core::accept_on(Acceptor& acceptor) {
     if constexpr (std::is_same_v<typename Acceptor::protocol_type, Tcp>) {
       error_code ignored;
       // Responses go out as headers then body: without TCP_NODELAY, Nagle holds
-      // the body until the client's delayed ACK (~40 ms per keep-alive request).
+      // the body until the client's delayed ACK, on every keep-alive request.
       socket.set_option(Tcp::no_delay(true), ignored);
       // Room for most of an image body in one write (the kernel caps the size
       // at net.core.wmem_max, doubled; an explicit size turns autotuning off,
-      // which loopback clients do not need). Loopback floor of 1 MB on the
-      // H200: 0.237 -> 0.200 and 0.171 -> 0.164 ms (docs/benchmarks.md, session 6).
+      // which loopback clients do not need). A body in one write lowers the
+      // loopback floor of a 1 MB response (scripts/device/loopback_floor.py).
       if (options.socket_send_buffer_bytes > 0) {
         socket.set_option(asio::socket_base::send_buffer_size(options.socket_send_buffer_bytes), ignored);
       }

@@ -598,8 +598,8 @@ void shut_down_in_order(DaemonWiring& daemon, BackgroundThreads& threads, Runtim
 // request. With glibc's defaults a block above the (dynamic) mmap threshold is
 // a fresh mapping, and freed heap memory above the trim threshold goes back to
 // the kernel: either way the next body of that size is written into untouched
-// pages, one page fault per 4 KiB (0.5 ms per MiB in a VM; docs/benchmarks.md,
-// bench_host_memory). Blocks up to 32 MiB (glibc's largest threshold) come
+// pages, one page fault per 4 KiB (tests/bench/bench_host_memory measures
+// what that costs). Blocks up to 32 MiB (glibc's largest threshold) come
 // from the heap, and up to 256 MiB of freed heap stays mapped for reuse.
 // One arena: a body freed by whichever thread (the image cache evicting it,
 // the I/O thread after the write) is reused by the next request's worker,

@@ -4,8 +4,8 @@
 //
 // Frames are sparse electron-counting 192x192 u16 patterns (a Poisson bright
 // disc wandering around the centre plus diffuse counts, about 8 KB stored per
-// frame, close to the 7.6 KB/frame of the real Arina acquisition in
-// reference/arina-format-and-codecs.md §2.7), encoded with our encoder.
+// frame, close to what a real Arina acquisition stores per frame), encoded
+// with our encoder.
 // Throughputs are decoded bytes per second of thread CPU time, best of 3 rounds.
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// The dense peers of the viewer's request benchmark (issue 10 item 7; prints
+// The dense peers of the viewer's request benchmark (prints
 // JSON): every product row of bench_http_viewer computed by plain CUDA kernels
 // (dense_peer_kernels.cu) over the acquisition held dense on the GPU, so each
 // product of the ANS resident has a dense ratio. Per product, median of

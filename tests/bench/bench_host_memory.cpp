@@ -1,4 +1,4 @@
-// What writing a fresh image body costs on this host (issue 10: the encode
+// What writing a fresh image body costs on this host (the request path's encode
 // stage of the first realspace misses). Each variant writes `--count` bodies
 // of `--bytes` (one memcpy of a warm source per body) and reports the median
 // microseconds per body; JSON on stdout. Variants:

@@ -1,5 +1,5 @@
 // The viewer's access pattern through HTTP, as a user would measure it: one
-// keep-alive connection (httplib::Client), every row of issue 10 with N
+// keep-alive connection (httplib::Client), every row of the request-path table with N
 // requests each, cache misses forced by changing a float parameter by 1e-7
 // (or a new crop / position per request for the fresh-plan and cbed rows: one
 // cbed row walks along a scan row as a cursor does, one jumps across the scan),

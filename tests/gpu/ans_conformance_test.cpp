@@ -277,7 +277,7 @@ TEST(AnsCudaEncoder, WritesTheCpuReferenceBytes) {
 }
 
 // Corrupt stream offsets are reported by the frame decoder and the masked sum,
-// and (compute-sanitizer memcheck in scripts/device/run.sh) read no stray
+// and (compute-sanitizer memcheck: scripts/device/run.sh memcheck) read no stray
 // memory, also where the corrupt stream's classes read words in every frame
 // (uniform 16-bit noise).
 TEST(AnsCudaDecoder, ReportsMalformedStreams) {

@@ -1,4 +1,4 @@
-// Device allocation failure in the middle of a CUDA load (issue 13), injected
+// Device allocation failure in the middle of a CUDA load, injected
 // by the CUDA backend's test hook (set_device_allocation_failure_for_testing):
 // acquisition A is resident, then B's load fails at its k-th device allocation
 // for every k from the first (the encoder's working buffers) through the ring

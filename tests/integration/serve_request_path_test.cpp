@@ -73,7 +73,7 @@ TEST(ServeRequestPath, ConditionalRequestsAre304WithoutBodyOrResidencyWorkAndEve
     server_ms.push_back(total_ms(timing));
   }
   std::sort(server_ms.begin(), server_ms.end());
-  // The bound (0.2 ms in the daemon); the median, so one descheduled
+  // The bound for a 304 (0.2 ms in the daemon); the median, so one descheduled
   // request on a busy machine does not decide it.
   EXPECT_LE(server_ms[server_ms.size() / 2], 0.2) << "median 304 time in the daemon, ms";
   EXPECT_EQ(json::parse(daemon->get("/api/browse/residency?" + source)->body)["state"], "absent");

@@ -1,4 +1,4 @@
-// `serve --unix-socket PATH` (issue 12 item 3) through the real binary: every
+// `serve --unix-socket PATH` through the real binary: every
 // route over the socket with the Host and token rules as over TCP, the file's
 // mode and its directory's, stale sockets of dead daemons replaced, a live one
 // refused, the file removed on stop.

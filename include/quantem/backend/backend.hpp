@@ -46,7 +46,7 @@ struct LoadProgress {
 };
 
 // Byte accounting computed before allocation: what admission reserves before
-// the load starts (docs/admission.md §1). A load whose real needs are only
+// the load starts (docs/admission.md, '1. What is admitted'). A load whose real needs are only
 // known as it proceeds (an encoded resident) starts from a provisional
 // resident size and grows its LoadReservation before each allocation beyond it.
 struct LoadEstimate {

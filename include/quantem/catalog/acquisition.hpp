@@ -1,10 +1,10 @@
 #pragma once
 // What the catalog knows about one Arina/Eiger acquisition (one *_master.h5).
 // Inspection reads HDF5 headers only, never frames, and never throws for a bad
-// file: the problem is reported in `status` (reference/browse-protocol.md §2.3).
+// file: the problem is reported in `status` (docs/protocol.md, 'Masters, sessions and readiness').
 //
-// Readiness runs the reference's checks (§2.3 rows 1-21) in order, then these
-// tightenings, then the stability check (row 22):
+// Readiness runs the reference's checks in their order, then these
+// tightenings, then the check that no file changed during the inspection:
 //   - the stored dtype is uint8, uint16 or uint32 (little-endian);
 //   - every source is contiguous or chunked one frame per chunk (1, ..., rows, cols);
 //   - every source's filter pipeline is bitshuffle-LZ4 (32008, cd_values[2] =
@@ -12,7 +12,8 @@
 //   - every chunk of every source is written (H5Dget_num_chunks), and a
 //     contiguous source has its storage allocated;
 //   - a known scan shape covers exactly the stored frames.
-// Scan shape: the first positive 2-vector `scan_shape` of §2.4, else the Arina
+// Scan shape: the first positive 2-vector `scan_shape` (root dataset, root
+// attribute, entry/data attribute, the first source's attribute), else the Arina
 // sidecar <stem>.h5 (/STEM Metadata NumPixelsY rows x NumPixelsX cols, or
 // NumPixelsX + NumPixelsPrescan cols, whichever matches the frame total), else
 // the square root of the frame total (ntrigger x nimages, or the stored frames
@@ -29,7 +30,7 @@
 
 namespace quantem::catalog {
 
-// Readiness as shown to users: exact reason/action texts of the reference §2.3.
+// Readiness as shown to users: the reference's exact reason/action texts.
 struct LoadStatus {
   bool loadable = false;
   std::string reason;

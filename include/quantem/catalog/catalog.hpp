@@ -1,7 +1,7 @@
 #pragma once
 // The catalog of a data folder: sessions (directories that directly contain
 // masters) and their acquisitions, with the reference's discovery, exclusion,
-// ordering and alias rules (reference/browse-protocol.md §2.1-§2.2).
+// ordering and alias rules (docs/protocol.md, 'Masters, sessions and readiness').
 #include <functional>
 #include <map>
 #include <string>
@@ -16,7 +16,7 @@ namespace quantem::catalog {
 struct Session {
   std::string path;    // relative POSIX path of the directory, "." for the root
   std::string directory;  // absolute
-  std::string source;  // see reference §2.2
+  std::string source;  // source and date: the relative path's last two parts
   std::string date;
   std::vector<Acquisition> files;  // sorted by name
 };
@@ -36,7 +36,7 @@ std::string absolute_folder(const std::string& folder);
 // Every catalogued master under data_folder, absolute paths, in the reference's
 // component-wise order. Skips `_`/`.` components; does not descend into
 // symlinked directories; skips (with a warning) paths that are not valid UTF-8
-// (reference §8.17). A missing or unreadable folder gives an empty list.
+// (JSON could not carry them). A missing or unreadable folder gives an empty list.
 std::vector<std::string> discover_masters(const std::string& data_folder);
 
 // How a master is inspected: inspect_master in this process, or the daemon's
@@ -50,7 +50,7 @@ using InspectFunction = std::function<Acquisition(const std::string& master_path
 Catalog build_catalog(const std::string& data_folder);
 Catalog build_catalog(const std::string& data_folder, const InspectFunction& inspect);
 
-// The JSON document of GET /api/browse/sessions (reference §4.2) with the
+// The JSON document of GET /api/browse/sessions (docs/protocol.md, '3. Routes') with the
 // reference's key order, byte-compatible when dumped with dump() (compact
 // separators). Text that is not valid UTF-8 is repaired with U+FFFD so dump()
 // never throws (discovery already skips undecodable names).

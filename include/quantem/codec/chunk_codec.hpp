@@ -1,7 +1,8 @@
 #pragma once
 // CPU reference codecs for stored detector chunks (host memory only, no CUDA).
 //
-// Formats (reference/arina-format-and-codecs.md §2, §1.9):
+// Formats (the bitshuffle HDF5 filter's, kiyo-masui/bitshuffle src/bshuf_h5filter.c;
+// the HDF5 LZ4 filter's):
 //  - bitshuffle_lz4 (HDF5 filter 32008, cd_values {major, minor, elem_size, block, 2}):
 //    12-byte big-endian header (u64 total bytes, u32 block bytes), then per block
 //    a u32 BE compressed length + an LZ4 raw block that decodes to the

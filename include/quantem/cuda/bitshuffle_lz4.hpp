@@ -2,7 +2,7 @@
 // GPU decode of bitshuffle/LZ4 chunks (HDF5 filter 32008), a batch at a time.
 // CUDA-free header; implemented in kernels/codec/bitshuffle_lz4.cu.
 //
-// Format: reference/arina-format-and-codecs.md §2 (12-byte big-endian header,
+// Format: the bitshuffle HDF5 filter's (12-byte big-endian header,
 // per block a u32 BE length + an LZ4 raw block decoding to the bit-shuffled
 // block, an optional partial block of (N mod block) rounded down to 8 elements,
 // then (N mod 8) raw elements). The CPU reference is codec::decode_chunk.
@@ -70,8 +70,8 @@ void bitshuffle_lz4_blocks_per_warp(int blocks);
 // share): the rounds the warps need at 8 blocks each, then the fewest blocks
 // per warp (1..8) that finish in as many rounds. A launch's time is its rounds
 // times one round's parse and replay, and a round of fewer blocks replays less
-// (a 4096-frame launch of 192x192 u16 frames on an H200: 36,864 blocks, 3,168
-// warps: 2 rounds either way, 6 blocks per warp instead of 8).
+// (for example 36,864 blocks over 3,168 warps: 2 rounds either way, 6 blocks
+// per warp instead of 8).
 std::uint32_t bitshuffle_lz4_balanced_blocks_per_warp(std::uint64_t total_blocks, std::uint64_t resident_warps);
 // Replay a block's recorded sequences with the literals of 32 sequences copied
 // at once (true, the default) or sequence by sequence (benchmarks).

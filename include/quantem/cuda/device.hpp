@@ -80,9 +80,10 @@ void fill_device(void* d_destination, int byte_value, std::size_t bytes);
 // Anonymous host memory, advised to transparent huge pages, its pages
 // faulted in by up to `threads` threads. Needs no device and no CUDA context:
 // start-up faults in the staging slots while the context is created, and
-// PinnedBuffer(HostPages) then pins them (registering populated huge pages
-// takes ~5 ms for 192 MiB on the H200's host, cudaMallocHost ~110 ms; see
-// tests/gpu/pinned_host_bench.cpp). Unmapped on destruction. Move-only.
+// PinnedBuffer(HostPages) then pins them (registering pages already faulted
+// in costs a small part of what cudaMallocHost of the same size does, which
+// faults and pins on the calling thread; tests/gpu/pinned_host_bench.cpp
+// compares them). Unmapped on destruction. Move-only.
 class HostPages {
  public:
   HostPages() = default;

@@ -43,8 +43,9 @@ struct InspectorOptions {
   std::string executable = "/proc/self/exe";  // a quantem-gpu binary (tests name the built one)
   std::chrono::milliseconds deadline{std::chrono::seconds(10)};  // an inspection, and the worker's start
   // A shard's storage: longer, since listing the chunks of an extensible
-  // array or v2 B-tree through H5Dget_chunk_info is O(N^2) (20,000 chunks:
-  // about 30 s), as it was in-process.
+  // array or v2 B-tree through H5Dget_chunk_info is O(N^2) in the chunks (a
+  // shard of tens of thousands takes far longer than an inspection), as it
+  // was in-process.
   std::chrono::milliseconds storage_deadline{std::chrono::minutes(2)};
   std::uint64_t address_space_limit_bytes = std::uint64_t{4} << 30;  // 0: no limit
   std::chrono::milliseconds restart_interval{100};

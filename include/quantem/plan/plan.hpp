@@ -1,7 +1,7 @@
 #pragma once
 // A browse plan is a view of one resident acquisition: a half-open scan crop,
 // a scan bin and a detector bin. Plans never touch devices; every plan of an
-// acquisition is served from its one resident (PROTOCOL.md §2).
+// acquisition is served from its one resident (docs/protocol.md, '4. Tightened rules').
 #include <cstdint>
 #include <functional>
 #include <optional>

@@ -1,6 +1,6 @@
 #pragma once
 // Protocol products built from a Resident's exact primitives
-// (reference/browse-protocol.md §4.5-§4.8, PROTOCOL.md §2):
+// (docs/protocol.md, 'Products' and '4. Tightened rules'):
 //   realspace:      BF / ABF / ADF / HAADF / DF (one annulus rule), CoMx / CoMy /
 //                   CoMmag / DPC (float32), iCoM (FFT integration, float32)
 //   realspace-shape: circle / square / annulus in absolute binned detector pixels
@@ -85,7 +85,7 @@ struct RegionRequest {
   enum class Reduce { mean, sum, max } reduce = Reduce::mean;
 };
 
-// Row-major flat indices of the scan ROI (reference §4.8 step 5). Throws
+// Row-major flat indices of the scan ROI, ascending (docs/protocol.md, 'Products'). Throws
 // bad_request "scan ROI does not include any scan positions" when empty.
 std::vector<std::uint64_t> scan_roi_positions(const RegionRequest& request, std::uint64_t scan_rows,
                                               std::uint64_t scan_cols);
@@ -100,7 +100,7 @@ Image realspace(backend::Resident& resident, const plan::PlanGeometry& geometry,
 Image realspace_shape(backend::Resident& resident, const plan::PlanGeometry& geometry, const ShapeRequest& request,
                       UsedGeometry& used);
 Image selected_diffraction(backend::Resident& resident, const plan::PlanGeometry& geometry, std::int64_t scan_row,
-                           std::int64_t scan_col);  // indices clamped into the grid (reference §4.7)
+                           std::int64_t scan_col);  // indices clamped into the grid, as the reference does
 Image region_diffraction(backend::Resident& resident, const plan::PlanGeometry& geometry,
                          const RegionRequest& request);
 

@@ -1,6 +1,6 @@
 #pragma once
 // Typed parameters of every route, read and validated before any residency
-// work (PROTOCOL.md §2). Each parse_* function:
+// work (docs/protocol.md, 'Order of checks for an array request'). Each parse_* function:
 //  1. reads the parameters in the reference's declaration order, throwing
 //     QueryValidationError (422, pydantic list) when any coercion fails;
 //  2. checks everything that does not need the source: mode and shape names,
@@ -19,7 +19,7 @@
 
 namespace quantem::protocol {
 
-// Exact 400 texts of the reference (§6) used by the parsers.
+// Exact 400 texts of the reference used by the parsers.
 extern const char* const kCropIncompleteMessage;
 extern const char* const kCropEmptyMessage;
 
@@ -46,7 +46,7 @@ struct ShapeQuery : ProductQuery {
 };
 
 struct CbedQuery : ProductQuery {
-  std::int64_t scan_row = 0;  // sx: scan ROW (reference §4.7)
+  std::int64_t scan_row = 0;  // sx: scan ROW (the reference's naming)
   std::int64_t scan_col = 0;  // sy: scan COLUMN
   bool ensure_resident = false;
 };

@@ -1,6 +1,6 @@
 #pragma once
-// The binary image payload of the array routes (reference/browse-protocol.md
-// §3.4, PROTOCOL.md §1/§3): a raw row-major little-endian body (`<u4` for
+// The binary image payload of the array routes (docs/protocol.md, 'Array
+// responses'): a raw row-major little-endian body (`<u4` for
 // exact counts, `<f4` for the CoM family), or the same values as a NumPy .npy.
 #include <cstdint>
 #include <optional>

@@ -1,9 +1,9 @@
 #pragma once
-// The capacity model of one device (reference §5.1), as pure functions of a
+// The capacity model of one device (docs/admission.md, '2. The capacity model'), as pure functions of a
 // snapshot. The capabilities route reports these numbers and admission filters
 // candidate devices with exactly the same function, so a load whose estimate
 // equals the advertised (available_resident_bytes, available_peak_bytes) is a
-// candidate and one byte more in either is not (reference §7 item 4).
+// candidate and one byte more in either is not, as in the reference.
 //
 // Bytes held on a device:
 //   resident  Σ resident_bytes() of the acquisitions resident there (pinned or not);
@@ -57,7 +57,7 @@ DeviceCapacity device_capacity(const DeviceHoldings& holdings);
 // (nullopt: unlimited).
 bool is_candidate(const DeviceCapacity& capacity, const backend::LoadEstimate& estimate);
 
-// Candidate order (reference §5.3): fewest resident entries, then the largest
+// Candidate order (docs/admission.md, '3. Admission'): fewest resident entries, then the largest
 // available peak, then the lowest fill (resident_bytes / budget), then the
 // lowest device index. Returns the indices into `capacities` of the candidates
 // for `estimate`, best first.
@@ -65,7 +65,7 @@ std::vector<std::size_t> order_candidates(const std::vector<DeviceCapacity>& cap
                                           const backend::LoadEstimate& estimate);
 
 // Free memory admission wants before a load of this transition peak: the peak
-// plus 5% headroom, at most 1 GiB (reference §5.3, evict-for).
+// plus 5% headroom, at most 1 GiB (docs/admission.md, '3. Admission').
 std::uint64_t required_free_bytes(std::uint64_t transition_peak_bytes);
 
 }  // namespace quantem::residency

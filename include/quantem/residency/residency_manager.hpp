@@ -1,7 +1,8 @@
 #pragma once
 // Which acquisition is resident on which device: the one admission path both
 // backends share (plan -> admit -> run). docs/admission.md has the rules with
-// examples; reference/browse-protocol.md §5 is the behaviour they follow.
+// examples, the reference's admission and residency behaviour adapted to one
+// resident per acquisition.
 //
 // One resident per acquisition, keyed by master path and source signature:
 // every plan (crop, bins) is a view of it, and a resident whose files changed

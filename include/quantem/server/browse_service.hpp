@@ -172,10 +172,10 @@ class BrowseService {
 };
 
 // Whether an If-None-Match header value names `etag` (a list of tags, weak
-// comparison as RFC 9110 §13.1.2 asks, or "*").
+// comparison as RFC 9110, section 13.1.2, asks, or "*").
 bool if_none_match_names(const std::string& header_value, const std::string& etag);
 
-// Errors whose texts clients match (reference §6).
+// Errors whose texts clients match (the reference's texts).
 extern const char* const kNotResidentMessage;
 extern const char* const kUnusableShapeMessage;
 

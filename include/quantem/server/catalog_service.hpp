@@ -1,5 +1,5 @@
 #pragma once
-// The daemon's view of the data folder (reference §2, §4.2-§4.4.1):
+// The daemon's view of the data folder (docs/protocol.md, 'Masters, sessions and readiness'):
 //  - the catalog, built on first use and cached; `refresh` rebuilds it and
 //    concurrent rebuilds are coalesced (a caller that waited for a running
 //    rebuild gets its result);

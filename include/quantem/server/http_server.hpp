@@ -16,7 +16,7 @@
 //     the keep-alive idle timeout);
 //   - request line + headers above `max_header_bytes`, or more than
 //     `max_header_fields` fields: 431;
-//   - two Host fields, or none in HTTP/1.1: 400 (RFC 9112 §3.2);
+//   - two Host fields, or none in HTTP/1.1: 400 (RFC 9112, section 3.2);
 //   - a body above `max_body_bytes`: 413; chunked bodies: 411; compressed: 415;
 //   - malformed requests: 400.
 // Range and If-Range are ignored: every response is the full representation

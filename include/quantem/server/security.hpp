@@ -1,5 +1,5 @@
 #pragma once
-// Request guards (PROTOCOL.md §4): DNS-rebinding protection through the Host
+// Request guards (docs/protocol.md, '6. Security'): DNS-rebinding protection through the Host
 // header, the opt-in token, and the loopback rule for bind addresses.
 #include <cstddef>
 #include <optional>

@@ -1,6 +1,6 @@
 #pragma once
-// Options of `quantem-gpu serve` and their validation (reference §1,
-// PROTOCOL.md §1/§4). CLI11 only fills the struct (serve_cli.hpp); every rule
+// Options of `quantem-gpu serve` and their validation (docs/protocol.md,
+// '1. Starting it' and '6. Security'). CLI11 only fills the struct (serve_cli.hpp); every rule
 // lives here so it is testable without a command line.
 #include <chrono>
 #include <cstdint>

@@ -78,7 +78,7 @@ class PoissonSampler {
   std::vector<double> inverse_count_;  // 1 / k
 };
 
-// The mask bit a bad pixel carries in pixel_mask (NXdetector, reference §1.7).
+// The mask bit a bad pixel carries in pixel_mask (NXdetector's pixel_mask bits).
 enum PixelMaskBit : std::uint32_t { pixel_mask_gap = 1u << 0, pixel_mask_dead = 1u << 1 };
 
 struct BadPixel {

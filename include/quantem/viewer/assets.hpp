@@ -25,7 +25,7 @@ const std::vector<Asset>& assets();
 const Asset* find_asset(std::string_view path);
 
 // True when an `if-none-match` header value (a list of entity tags, or "*")
-// names `etag` (weak comparison, RFC 9110 §13.1.2): the answer is 304.
+// names `etag` (weak comparison, RFC 9110, section 13.1.2): the answer is 304.
 bool etag_matches(std::string_view if_none_match, std::string_view etag);
 
 // Headers (lower-case names) sent with every asset, besides content-type:

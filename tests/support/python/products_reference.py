@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Independent numpy reference for the browse products (reference/browse-protocol.md
-§4.5-§4.8 with the PROTOCOL.md §2 tightenings).
+"""Independent numpy reference for the browse products (docs/protocol.md, "Products",
+with the tightenings of "4. Tightened rules").
 
 Usage: products_reference.py WORKDIR
 Reads WORKDIR/data.npy (4-D counts, source dtype), WORKDIR/mask.npy (uint8 detector

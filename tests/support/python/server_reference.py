@@ -14,7 +14,7 @@ ROOT/expected/<case>.npy for every success case and ROOT/manifest.json:
                "dtype", "width", "height", "divisor", "cache_control",
                "scan_bin", "det_bin", "masked_pixels", "source_dtype"}],
    "errors": [{"name", "method", "route", "query", "status", "detail"}]}
-Rules implemented here (reference/browse-protocol.md §4.4-§4.8, PROTOCOL.md §2):
+Rules implemented here (docs/protocol.md, "Products" and "4. Tightened rules"):
 masked pixels (pixel_mask & 0xFFFF != 0) are zero in every frame; crop half-open;
 scan and detector bins are uint64 block sums with partial edges kept; the
 bright-field fit is float64 from the exact mean pattern (threshold mean +

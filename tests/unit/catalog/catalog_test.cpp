@@ -1,5 +1,6 @@
 // Discovery, sessions, aliases, ordering, size formatting and the sessions
-// document (reference/browse-protocol.md §2.1-§2.2, §2.6, §4.2, Appendix C).
+// document (docs/protocol.md, 'Masters, sessions and readiness'), and facts
+// observed on the Python service's catalog of h5py fixtures.
 #include <gtest/gtest.h>
 
 #include <unistd.h>

@@ -381,7 +381,7 @@ TEST(FrameIndexReal, ArinaTest00) {
   ASSERT_TRUE(a.status.loadable) << a.status.reason;
   const auto index = build_frame_index(a);
   ASSERT_EQ(index.frames.size(), 16u);
-  // reference/arina-format-and-codecs.md §1.3: 16 chunks of 858 bytes at 3933, 4791, ...
+  // The real data file as h5ls lists it: 16 chunks of 858 bytes at 3933, 4791, ...
   for (std::size_t i = 0; i < 16; ++i) {
     EXPECT_EQ(index.frames[i].file_offset, 3933u + 858u * i);
     EXPECT_EQ(index.frames[i].stored_bytes, 858u);

@@ -1,4 +1,4 @@
-// Per-master inspection: readiness texts (reference/browse-protocol.md §2.3),
+// Per-master inspection: readiness texts (docs/protocol.md, 'Masters, sessions and readiness'),
 // shapes, dtypes, filters, pixel masks, calibration and sizes, on fixtures
 // written by h5py (tests/support/python/catalog_fixtures.py) and on the real
 // Arina files.
@@ -194,7 +194,7 @@ TEST_F(InspectMaster, SquareGuessFromFrameTotal) {
                                  dir_.path() + " stored --shard-frames 9"});
   const auto nimages = inspect_master(dir_.file("sq_master.h5"));
   EXPECT_TRUE(nimages.status.loadable) << nimages.status.reason;
-  // ntrigger x nimages, not ntrigger alone (reference §8.18 tightened).
+  // ntrigger x nimages, not ntrigger alone (the reference's guess, tightened).
   EXPECT_EQ(shape_of(nimages), (std::vector<std::uint64_t>{2, 2, 4, 4}));
   const auto six = inspect_master(dir_.file("six_master.h5"));
   EXPECT_TRUE(six.status.loadable) << six.status.reason;

@@ -1,4 +1,5 @@
-// Bit transposes against the §2.5 definition (reference/arina-format-and-codecs.md).
+// Bit transposes against the definition of bitshuffle's bit planes (bitshuffle_core.c):
+// bit m of byte g of plane p is bit p of element 8g+m.
 #include <gtest/gtest.h>
 
 #include <random>

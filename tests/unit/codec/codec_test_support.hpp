@@ -1,7 +1,7 @@
 #pragma once
 // Helpers shared by the codec tests: the manifest printed by
 // tests/support/python/codec_reference.py, a naive bit-by-bit bitshuffle
-// (the §2.5 definition, written independently of src/codec), and test data.
+// (bitshuffle's bit-plane definition, written independently of src/codec), and test data.
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -46,7 +46,8 @@ TEST(CodecEncoder, ChunksAreByteIdenticalToTheOfficialFilter) {
 }
 
 TEST(CodecEncoder, AllZeroFrameMatchesWorkedExample) {
-  // reference §2.8: a 192x192 u16 zero frame is 12 + 9 x 47 = 435 bytes, every block the same.
+  // The format's worked example: a 192x192 u16 zero frame is a 12-byte header and 9 blocks of
+  // 4096 elements, each 47 bytes (4-byte length + LZ4 block): 435 bytes, every block the same.
   const std::vector<std::uint8_t> zeros(192 * 192 * 2, 0);
   const auto chunk = encode_bitshuffle_lz4(zeros.data(), 192 * 192, 2);
   ASSERT_EQ(chunk.size(), 435u);

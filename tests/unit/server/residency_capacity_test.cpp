@@ -1,4 +1,5 @@
-// The capacity model as pure functions (reference §5.1 examples, §5.3 order).
+// The capacity model as pure functions (docs/admission.md, '2. The capacity model'
+// with the reference's examples, and the candidate order of '3. Admission').
 #include <gtest/gtest.h>
 
 #include "quantem/residency/capacity.hpp"

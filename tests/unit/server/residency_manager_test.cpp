@@ -1,6 +1,7 @@
 // Admission, placement, LRU, pins, out-of-memory retries, bounded waits and
 // per-device loaders, through a fake backend with injected faults
-// (reference §7 items 2-20, adapted to one resident per acquisition).
+// (the reference's admission and eviction behaviours, adapted to one resident
+// per acquisition).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -454,7 +455,7 @@ TEST(ResidencyManager, ConcurrentRequestsForOneAcquisitionShareOneLoad) {
   EXPECT_EQ(manager.counters().loads_started, 1u);
 }
 
-// ---- headroom (item 17) ----------------------------------------------------------
+// ---- free-memory headroom before a load -------------------------------------------
 
 TEST(ResidencyManager, FreeMemoryHeadroomEvictsAnInactiveResidentBeforeLoading) {
   FakeBackend backend({1000});

@@ -1,4 +1,4 @@
-// The residency routes (PROTOCOL.md §3) without sockets: load progress and
+// The residency routes (docs/protocol.md, '3. Routes') without sockets: load progress and
 // stage while loading, cancelling a load with DELETE, capacity freed, a
 // remembered failure, and sources being written refused before any residency
 // work.
