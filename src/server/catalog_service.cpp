@@ -389,6 +389,7 @@ std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
   }
   building_ = true;
   const std::uint64_t change_turns_at_start = change_turns_;
+  change_turns_at_running_build_start_ = change_turns_at_start;
   lock.unlock();
 
   std::shared_ptr<const catalog::Catalog> built;
@@ -451,20 +452,30 @@ nlohmann::ordered_json CatalogService::sessions_document(bool refresh) {
   return document;
 }
 
-bool CatalogService::nothing_changed_since_build_began_locked() const {
-  if (!watcher_ || !catalog_ || !watcher_->reports_every_change()) return false;
+bool CatalogService::nothing_changed_since_locked(std::uint64_t change_turns) const {
+  if (!watcher_ || !watcher_->reports_every_change()) return false;
   // Order as in watched_unchanged(): nothing queued, nothing read but unapplied, no change applied.
   if (watcher_->has_unread_changes() || watcher_->reads_begun() != reads_applied_) return false;
-  return change_turns_ == change_turns_at_build_start_;
+  return change_turns_ == change_turns;
 }
 
 std::shared_ptr<const catalog::Catalog> CatalogService::refreshed_catalog() {
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    while (!building_ && catalog_ && !stopping_) {
+    while (!stopping_) {
+      if (building_) {
+        // Shared when it began after every change; otherwise its end is awaited and a later build answers.
+        if (nothing_changed_since_locked(change_turns_at_running_build_start_)) break;
+        const std::uint64_t attempt = build_attempts_;
+        if (!build_done_.wait_for(lock, options_.rebuild_wait_limit, [&] { return build_attempts_ != attempt; })) {
+          throw unavailable("the catalog of " + data_folder_ + " is still being built; retry shortly");
+        }
+        continue;
+      }
+      if (!catalog_) break;
       const auto since = std::chrono::steady_clock::now() - last_build_;
       if (since >= options_.refresh_interval) break;
-      if (nothing_changed_since_build_began_locked()) {
+      if (nothing_changed_since_locked(change_turns_at_build_start_)) {
         ++refreshes_reused_;
         return catalog_;
       }

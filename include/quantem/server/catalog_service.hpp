@@ -43,11 +43,13 @@
 //    folder's path swapped before the watcher's next look, an ancestor
 //    renamed, a write through a hard link elsewhere) is found by the next
 //    stat, at most that long after it happened.
-//  - refreshes (`sessions?refresh=true`): one build at a time, concurrent
-//    callers share it; a refresh within refresh_interval of the last build's
-//    end reuses that build when the watcher vouches that nothing under the
-//    folder changed since it began, and otherwise waits for the end of the
-//    interval and builds (shared with everyone who asks meanwhile).
+//  - refreshes (`sessions?refresh=true`): one build at a time. A refresh
+//    shares the build in flight, or within refresh_interval of the last
+//    build's end reuses that build, when the watcher vouches that nothing
+//    under the folder changed since that build began; otherwise it waits for
+//    the build in flight and for the end of the interval, then builds
+//    (shared with everyone who asks meanwhile). No refresh answers from
+//    before a change made before it arrived.
 //  - directories the walk cannot list (a session folder with mode 000) are
 //    kept in health(): the sessions document, /api/health/ready and /metrics
 //    report them.
@@ -176,7 +178,8 @@ class CatalogService {
   std::shared_ptr<const catalog::Catalog> rebuild_for_unknown_name();
   // A refresh: reuses, waits for or starts a build (see above).
   std::shared_ptr<const catalog::Catalog> refreshed_catalog();
-  bool nothing_changed_since_build_began_locked() const;
+  // The watcher vouches that nothing under the folder changed since change_turns_ was `change_turns`.
+  bool nothing_changed_since_locked(std::uint64_t change_turns) const;
   struct Walk {
     std::vector<std::string> masters;
     std::vector<catalog::UnreadableDirectory> unreadable;
@@ -217,6 +220,7 @@ class CatalogService {
   std::optional<std::string> build_error_;
   std::chrono::steady_clock::time_point last_build_{};
   std::uint64_t change_turns_at_build_start_ = 0;  // change_turns_ when the last successful build began
+  std::uint64_t change_turns_at_running_build_start_ = 0;  // the same for the build in flight
   bool refresh_pending_ = false;  // a refresh waits for the end of the interval to build
   std::atomic<std::uint64_t> refreshes_reused_{0};
   std::map<std::string, catalog::Acquisition> fresh_;  // re-inspections since the last build
