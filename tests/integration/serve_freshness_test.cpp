@@ -117,6 +117,45 @@ class ServeFreshness : public ::testing::Test {
     return false;
   }
 
+  // mv SWAPPED AWAY && cp -a AWAY SWAPPED while the daemon serves D, products
+  // asked for meanwhile, then the acquisition rewritten (synth, another seed).
+  void swap_for_a_copy_then_rewrite(const std::string& swapped, const std::string& away) {
+    synth(folder() + "/sess", "a", "1");
+    synth(reference_data.file("sess"), "a", "2");
+    auto daemon = Daemon::start(folder());
+    auto reference = Daemon::start(reference_data.path());
+    ASSERT_NE(daemon, nullptr);
+    ASSERT_NE(reference, nullptr);
+    remember_products(*daemon, *reference);
+    const json acquisitions = json::parse(daemon->get("/api/browse/acquisitions")->body);
+
+    const std::string command = "mv '" + swapped + "' '" + away + "' && cp -a '" + away + "' '" + swapped + "'";
+    ASSERT_EQ(std::system(command.c_str()), 0);
+    // Served from the copy (same bytes, other inodes) for a second, as clients keep asking.
+    for (int round = 0; round < 20; ++round) {
+      for (const auto& target : product_targets(0)) EXPECT_EQ(answer(*daemon, target).status, 200) << target;
+      std::this_thread::sleep_for(50ms);
+    }
+    synth(folder() + "/sess", "a", "2");
+    EXPECT_TRUE(serves_the_new_content(*daemon, *reference, 5s));
+    EXPECT_TRUE(wait_for(
+        [&] {
+          const json now = json::parse(daemon->get("/api/browse/acquisitions")->body);
+          return now["ready_token"] != acquisitions["ready_token"] && now["history"].size() == 1;
+        },
+        5s));
+    const json ready_body = json::parse(daemon->get("/api/health/ready")->body);
+    EXPECT_EQ(ready_body["watcher"]["kind"], "inotify");
+    EXPECT_EQ(ready_body["watcher"]["polled_directories"], 0);
+    if (swapped == folder()) {
+      const std::string text = daemon->get("/metrics")->body;
+      const auto at = text.find("\nquantem_watch_folder_refollows_total ");
+      ASSERT_NE(at, std::string::npos);
+      EXPECT_GE(std::stoi(text.substr(at + 38)), 1) << text.substr(at);
+    }
+    EXPECT_EQ(daemon->stop(), 0);
+  }
+
   void remember_products(const Daemon& daemon, const Daemon& reference) {
     for (const auto& target : product_targets(0)) {
       before_[target] = answer(daemon, target);
@@ -135,35 +174,11 @@ class ServeFreshness : public ::testing::Test {
 }  // namespace
 
 TEST_F(ServeFreshness, AFolderSwappedForACopyThenRewrittenIsServedFreshNeverOld) {
-  synth(folder() + "/sess", "a", "1");
-  synth(reference_data.file("sess"), "a", "2");
-  auto daemon = Daemon::start(folder());
-  auto reference = Daemon::start(reference_data.path());
-  ASSERT_NE(daemon, nullptr);
-  ASSERT_NE(reference, nullptr);
-  remember_products(*daemon, *reference);
-  const json acquisitions = json::parse(daemon->get("/api/browse/acquisitions")->body);
+  swap_for_a_copy_then_rewrite(folder(), folder() + ".old");
+}
 
-  // mv D D.old && cp -a D.old D, then rewrite the acquisition inside the new D.
-  const std::string command = "mv '" + folder() + "' '" + folder() + ".old' && cp -a '" + folder() + ".old' '" +
-                              folder() + "'";
-  ASSERT_EQ(std::system(command.c_str()), 0);
-  // Served from the copy (same bytes, other inodes) for a while, as clients keep asking.
-  for (int round = 0; round < 20; ++round) {
-    for (const auto& target : product_targets(0)) EXPECT_EQ(answer(*daemon, target).status, 200) << target;
-    std::this_thread::sleep_for(50ms);
-  }
-  synth(folder() + "/sess", "a", "2");
-  EXPECT_TRUE(serves_the_new_content(*daemon, *reference, 5s));
-  EXPECT_TRUE(wait_for(
-      [&] {
-        const json now = json::parse(daemon->get("/api/browse/acquisitions")->body);
-        return now["ready_token"] != acquisitions["ready_token"] && now["history"].size() == 1;
-      },
-      5s));
-  EXPECT_NE(daemon->get("/metrics")->body.find("quantem_watch_folder_refollows_total "), std::string::npos);
-  EXPECT_EQ(json::parse(daemon->get("/api/health/ready")->body)["watcher"]["kind"], "inotify");
-  EXPECT_EQ(daemon->stop(), 0);
+TEST_F(ServeFreshness, ASessionFolderSwappedForACopyThenRewrittenIsServedFreshNeverOld) {
+  swap_for_a_copy_then_rewrite(folder() + "/sess", data.file("sess.old"));
 }
 
 TEST_F(ServeFreshness, AFileRewrittenInPlaceWhileResidentIsServedFreshNeverOld) {
