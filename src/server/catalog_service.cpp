@@ -512,7 +512,10 @@ void CatalogService::add_health_fields(nlohmann::ordered_json& document) const {
                            {"watched_directories", w.watched_directories},
                            {"polled_directories", w.polled_directories},
                            {"poll_interval_ms", w.poll_period.count()}};
-    if (w.polled_directories > 0) {
+    if (w.kind == "polling") {
+      warnings.push_back("the data folder is polled every " + std::to_string(w.poll_period.count()) +
+                         " ms: inotify cannot watch it (see the log)");
+    } else if (w.polled_directories > 0) {
       warnings.push_back(std::to_string(w.polled_directories) + " directories are polled every " +
                          std::to_string(w.poll_period.count()) +
                          " ms: inotify cannot watch them (raise fs.inotify.max_user_watches)");
