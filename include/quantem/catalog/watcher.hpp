@@ -37,7 +37,10 @@
 // already applied. inotify qualifies for directories it watches on local
 // filesystems; it does not see writes through an mmap or through a hard link
 // in an unwatched directory, nor writes by other hosts (network filesystems
-// report false). Polling never qualifies (it sees a change a period late).
+// report false). Polling never qualifies (it sees a change a period late),
+// nor do directories polled beyond the watch limit. For what inotify cannot
+// see, CatalogService also trusts a watcher for a bounded time only
+// (CatalogServiceOptions::identity_recheck_interval).
 #include <atomic>
 #include <chrono>
 #include <cstddef>
