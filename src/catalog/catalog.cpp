@@ -187,8 +187,11 @@ void walk_directory(const std::string& root, const fs::path& directory, std::vec
   // Not skip_permission_denied: an unreadable directory is reported, not silently empty.
   fs::directory_iterator it(directory, error);
   if (error) {
-    spdlog::warn("catalog: cannot list {}: {}", directory.string(), error.message());
-    if (unreadable) unreadable->push_back({directory.string(), error.message()});
+    if (unreadable) {
+      unreadable->push_back({directory.string(), error.message()});  // the caller reports it (once)
+    } else {
+      spdlog::warn("catalog: cannot list {}: {}", directory.string(), error.message());
+    }
     return;
   }
   std::vector<fs::path> subdirectories;

@@ -322,6 +322,19 @@ CatalogService::Walk CatalogService::walk_folder() const {
 
 void CatalogService::set_masters_locked(Walk walk) {
   masters_ = std::move(walk.masters);
+  // Said once when a folder becomes unreadable, once when it is readable again.
+  auto listed = [](const std::vector<catalog::UnreadableDirectory>& list, const std::string& path) {
+    return std::any_of(list.begin(), list.end(), [&](const catalog::UnreadableDirectory& d) { return d.path == path; });
+  };
+  for (const auto& directory : walk.unreadable) {
+    if (!listed(unreadable_, directory.path)) {
+      spdlog::warn("catalog: cannot list {}: {}; its acquisitions are not listed until it can be read",
+                   directory.path, directory.reason);
+    }
+  }
+  for (const auto& directory : unreadable_) {
+    if (!listed(walk.unreadable, directory.path)) spdlog::info("catalog: {} can be listed again", directory.path);
+  }
   unreadable_ = std::move(walk.unreadable);
   walked_ = true;
   last_walk_ = std::chrono::steady_clock::now();

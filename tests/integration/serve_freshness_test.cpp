@@ -236,7 +236,10 @@ TEST_F(ServeFreshness, AnUnreadableSessionFolderIsReportedNotSilentlyDropped) {
   ASSERT_EQ(ready_body["warnings"].size(), 1u);
   EXPECT_NE(ready_body["warnings"][0].get<std::string>().find("locked"), std::string::npos);
   EXPECT_NE(metrics_text.find("quantem_catalog_unreadable_folders 1\n"), std::string::npos) << metrics_text;
-  EXPECT_NE(daemon->stderr_text().find("cannot list"), std::string::npos);
+  const std::string said = "cannot list " + folder() + "/locked: Permission denied; its acquisitions are not listed";
+  const std::string log = daemon->stderr_text();
+  EXPECT_NE(log.find(said), std::string::npos) << log;
+  EXPECT_EQ(log.find(said), log.rfind(said)) << "said more than once: " << log;
 
   // Readable again: listed again, nothing reported.
   EXPECT_TRUE(wait_for(
@@ -246,6 +249,7 @@ TEST_F(ServeFreshness, AnUnreadableSessionFolderIsReportedNotSilentlyDropped) {
       },
       5s));
   EXPECT_FALSE(json::parse(daemon->get("/api/health/ready")->body).contains("unreadable_folders"));
+  EXPECT_NE(daemon->stderr_text().find("/locked can be listed again"), std::string::npos);
   EXPECT_EQ(daemon->stop(), 0);
 }
 
