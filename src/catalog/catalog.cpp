@@ -180,11 +180,17 @@ using FoundMaster = std::pair<std::vector<std::string>, std::string>;  // (compo
 
 // One directory level; an unreadable directory is skipped with a warning, its
 // siblings are still walked. Symlinked directories are not descended into.
-void walk_directory(const std::string& root, const fs::path& directory, std::vector<FoundMaster>& found) {
+void walk_directory(const std::string& root, const fs::path& directory, std::vector<FoundMaster>& found,
+                    std::vector<UnreadableDirectory>* unreadable) {
   std::error_code error;
-  fs::directory_iterator it(directory, fs::directory_options::skip_permission_denied, error);
+  // Not skip_permission_denied: an unreadable directory is reported, not silently empty.
+  fs::directory_iterator it(directory, error);
   if (error) {
-    spdlog::warn("catalog: cannot list {}: {}", directory.string(), error.message());
+    if (unreadable) {
+      unreadable->push_back({directory.string(), error.message()});  // the caller reports it (once)
+    } else {
+      spdlog::warn("catalog: cannot list {}: {}", directory.string(), error.message());
+    }
     return;
   }
   std::vector<fs::path> subdirectories;
@@ -206,15 +212,17 @@ void walk_directory(const std::string& root, const fs::path& directory, std::vec
     }
     found.emplace_back(split_components(relative), path);
   }
-  for (const auto& subdirectory : subdirectories) walk_directory(root, subdirectory, found);
+  for (const auto& subdirectory : subdirectories) walk_directory(root, subdirectory, found, unreadable);
 }
 
 }  // namespace
 
-std::vector<std::string> discover_masters(const std::string& data_folder) {
+std::vector<std::string> discover_masters(const std::string& data_folder) { return discover_masters(data_folder, nullptr); }
+
+std::vector<std::string> discover_masters(const std::string& data_folder, std::vector<UnreadableDirectory>* unreadable) {
   const std::string root = absolute_folder(data_folder);
   std::vector<FoundMaster> found;
-  walk_directory(root, root, found);
+  walk_directory(root, root, found, unreadable);
   std::sort(found.begin(), found.end());
   std::vector<std::string> masters;
   masters.reserve(found.size());

@@ -662,6 +662,7 @@ HttpResponse BrowseService::health_ready(const HttpRequest&, const QueryParams&,
   doc["live"] = true;
   const auto stale = catalog_.check_data_folder();
   doc["ready"] = ready_.load() && !stale;
+  catalog_.add_health_fields(doc);  // polled and unreadable folders: reported, still ready
   if (doc["ready"] == true) return HttpResponse::json(200, doc);
   if (stale) {
     doc["reason"] = *stale + "; the last good catalog is served, marked stale";
@@ -678,7 +679,8 @@ HttpResponse BrowseService::metrics(const HttpRequest&, const QueryParams&, Requ
   HttpResponse response;
   response.status = 200;
   response.content_type = "text/plain; version=0.0.4; charset=utf-8";
-  response.body = metrics_.render(residency_.device_usage(), residency_.counters(), catalog_.builds(), ready_);
+  response.body = metrics_.render(residency_.device_usage(), residency_.counters(), catalog_.builds(), ready_) +
+                  catalog_.metrics_text();
   return response;
 }
 

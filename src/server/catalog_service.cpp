@@ -31,6 +31,15 @@ bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// `path` relative to the data folder `root` ("." for the folder itself).
+std::string relative_to_folder(const std::string& root, const std::string& path) {
+  if (path == root) return ".";
+  if (path.size() > root.size() && path.compare(0, root.size(), root) == 0 && path[root.size()] == '/') {
+    return path.substr(root.size() + 1);
+  }
+  return path;
+}
+
 }  // namespace
 
 CatalogServiceOptions watching_catalog_options(std::chrono::milliseconds polling_period) {
@@ -98,7 +107,7 @@ void CatalogService::on_sources_changed(std::function<void(const SourceChange&)>
 
 std::size_t CatalogService::watch_turn(std::chrono::milliseconds timeout) {
   if (!watcher_) return 0;
-  std::lock_guard<std::mutex> turn(turn_mutex_);
+  std::lock_guard<std::mutex> turn_lock(turn_mutex_);
   // A turn that fails after the watcher began reading may have lost changes:
   // every verified inspection is forgotten (resolves stat() again).
   struct ForgetUnlessApplied {
@@ -108,102 +117,126 @@ std::size_t CatalogService::watch_turn(std::chrono::milliseconds timeout) {
       if (applied) return;
       std::lock_guard<std::mutex> lock(service.mutex_);
       service.unchanged_since_stat_.clear();
+      ++service.change_turns_;
     }
   } guard{*this};
   const catalog::FileChanges seen = watcher_->wait(timeout);
   const std::uint64_t reads = watcher_->reads_begun();  // every read of this wait() has begun
-  if (seen.empty()) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    reads_applied_ = reads;
-    guard.applied = true;
-    return 0;
-  }
-  SourceChange change;
-  change.overflow = seen.overflow;
-  bool walk = seen.overflow;
-  std::vector<std::function<void(const SourceChange&)>> listeners;
+  TurnResult turn;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    const auto now = std::chrono::steady_clock::now();
-    std::set<std::string> files;
-    for (const auto& seen_change : seen.changes) {
-      const std::string name = base_name(seen_change.path);
-      if (name.rfind(kCookiePrefix, 0) == 0) {
-        if (seen_change.event == catalog::FileEvent::created) cookies_seen_.push_back(seen_change.path);
-        continue;
-      }
-      if (files.insert(seen_change.path).second) change.files.push_back(seen_change.path);
-      switch (seen_change.event) {
-        case catalog::FileEvent::written: writing_[seen_change.path] = now; break;
-        case catalog::FileEvent::write_closed:
-        case catalog::FileEvent::removed: writing_.erase(seen_change.path); break;
-        case catalog::FileEvent::created:
-        case catalog::FileEvent::attributes: break;
-      }
-      const bool master_appeared_or_vanished =
-          ends_with(name, "_master.h5") &&
-          (seen_change.event == catalog::FileEvent::created || seen_change.event == catalog::FileEvent::removed);
-      if (seen_change.is_directory || master_appeared_or_vanished) walk = true;
-    }
-    for (auto it = writing_.begin(); it != writing_.end();) {
-      it = now - it->second >= options_.write_quiet_period ? writing_.erase(it) : std::next(it);
-    }
-    std::set<std::string> masters;
-    auto collect = [&](const std::map<std::string, catalog::Acquisition>& known) {
-      for (const auto& [master, inspection] : known) {
-        const bool named = change.overflow || files.count(master) ||
-                           std::any_of(inspection.signature.begin(), inspection.signature.end(),
-                                       [&](const catalog::SignatureEntry& entry) { return files.count(entry.path) > 0; });
-        if (named) masters.insert(master);
-      }
-    };
-    collect(inspections_);
-    collect(fresh_);
-    for (const auto& master : masters_) {
-      if (files.count(master)) masters.insert(master);
-    }
-    change.masters.assign(masters.begin(), masters.end());
-    listeners = listeners_;
-    // Resolves stat() again what this turn names: a file of the signature,
-    // the master, or a directory above one (moved or removed as a whole).
-    auto names = [&](const std::string& path) {
-      if (files.count(path)) return true;
-      for (auto slash = path.find_last_of('/'); slash != std::string::npos && slash > 0;
-           slash = path.find_last_of('/', slash - 1)) {
-        if (files.count(path.substr(0, slash))) return true;
-      }
-      return false;
-    };
-    for (auto it = unchanged_since_stat_.begin(); it != unchanged_since_stat_.end();) {
-      const auto& signature = it->second->signature;
-      const bool named = change.overflow || names(it->first) ||
-                         std::any_of(signature.begin(), signature.end(),
-                                     [&](const catalog::SignatureEntry& entry) { return names(entry.path); });
-      it = named ? unchanged_since_stat_.erase(it) : std::next(it);
-    }
+    if (!seen.empty()) turn = apply_changes_locked(seen);
     reads_applied_ = reads;
     guard.applied = true;
   }
+  if (seen.empty()) return 0;
   cookie_seen_.notify_all();
-  if (walk) {
-    try {
-      auto masters = catalog::discover_masters(data_folder_);
-      std::lock_guard<std::mutex> lock(mutex_);
-      set_masters_locked(std::move(masters));
-    } catch (const std::exception& error) {
-      spdlog::warn("re-walking {} after a change failed: {}", data_folder_, error.what());
-    }
-  }
-  if (!change.files.empty() || change.overflow) {
-    for (const auto& listener : listeners) {
-      try {
-        listener(change);
-      } catch (const std::exception& error) {
-        spdlog::warn("a source-change listener failed: {}", error.what());
-      }
-    }
-  }
+  if (turn.walk) rewalk_after_change();
+  if (!turn.change.files.empty() || turn.change.overflow) tell_listeners(turn);
   return seen.changes.size();
+}
+
+// What one turn saw: files being written, the masters named, the vouches to
+// forget, whether to re-walk.
+CatalogService::TurnResult CatalogService::apply_changes_locked(const catalog::FileChanges& seen) {
+  TurnResult turn;
+  turn.change.overflow = seen.overflow;
+  turn.walk = seen.overflow;
+  const std::set<std::string> files = note_file_events_locked(seen, turn);
+  turn.change.masters = masters_named_locked(files, turn.change.overflow);
+  turn.listeners = listeners_;
+  forget_vouches_named_locked(files, turn.change.overflow);
+  if (!files.empty() || seen.overflow) ++change_turns_;
+  return turn;
+}
+
+// Cookies seen, files being written, the changed files (each once); a master
+// or directory that appeared or vanished asks for a re-walk.
+std::set<std::string> CatalogService::note_file_events_locked(const catalog::FileChanges& seen, TurnResult& turn) {
+  const auto now = std::chrono::steady_clock::now();
+  std::set<std::string> files;
+  for (const auto& seen_change : seen.changes) {
+    const std::string name = base_name(seen_change.path);
+    if (name.rfind(kCookiePrefix, 0) == 0) {
+      if (seen_change.event == catalog::FileEvent::created) cookies_seen_.push_back(seen_change.path);
+      continue;
+    }
+    if (files.insert(seen_change.path).second) turn.change.files.push_back(seen_change.path);
+    switch (seen_change.event) {
+      case catalog::FileEvent::written: writing_[seen_change.path] = now; break;
+      case catalog::FileEvent::write_closed:
+      case catalog::FileEvent::removed: writing_.erase(seen_change.path); break;
+      case catalog::FileEvent::created:
+      case catalog::FileEvent::attributes: break;
+    }
+    const bool master_appeared_or_vanished =
+        ends_with(name, "_master.h5") &&
+        (seen_change.event == catalog::FileEvent::created || seen_change.event == catalog::FileEvent::removed);
+    if (seen_change.is_directory || master_appeared_or_vanished) turn.walk = true;
+  }
+  for (auto it = writing_.begin(); it != writing_.end();) {
+    it = now - it->second >= options_.write_quiet_period ? writing_.erase(it) : std::next(it);
+  }
+  return files;
+}
+
+// Known masters whose signature names one of `files` (or that are one).
+std::vector<std::string> CatalogService::masters_named_locked(const std::set<std::string>& files, bool everything) const {
+  std::set<std::string> masters;
+  auto collect = [&](const std::map<std::string, catalog::Acquisition>& known) {
+    for (const auto& [master, inspection] : known) {
+      const bool named = everything || files.count(master) ||
+                         std::any_of(inspection.signature.begin(), inspection.signature.end(),
+                                     [&](const catalog::SignatureEntry& entry) { return files.count(entry.path) > 0; });
+      if (named) masters.insert(master);
+    }
+  };
+  collect(inspections_);
+  collect(fresh_);
+  for (const auto& master : masters_) {
+    if (files.count(master)) masters.insert(master);
+  }
+  return {masters.begin(), masters.end()};
+}
+
+// Resolves stat() again what this turn names: a file of the signature, the
+// master, or a directory above one (moved or removed as a whole).
+void CatalogService::forget_vouches_named_locked(const std::set<std::string>& files, bool everything) {
+  auto names = [&](const std::string& path) {
+    if (files.count(path)) return true;
+    for (auto slash = path.find_last_of('/'); slash != std::string::npos && slash > 0;
+         slash = path.find_last_of('/', slash - 1)) {
+      if (files.count(path.substr(0, slash))) return true;
+    }
+    return false;
+  };
+  for (auto it = unchanged_since_stat_.begin(); it != unchanged_since_stat_.end();) {
+    const auto& signature = it->second.acquisition->signature;
+    const bool named = everything || names(it->first) ||
+                       std::any_of(signature.begin(), signature.end(),
+                                   [&](const catalog::SignatureEntry& entry) { return names(entry.path); });
+    it = named ? unchanged_since_stat_.erase(it) : std::next(it);
+  }
+}
+
+void CatalogService::rewalk_after_change() {
+  try {
+    Walk walk = walk_folder();
+    std::lock_guard<std::mutex> lock(mutex_);
+    set_masters_locked(std::move(walk));
+  } catch (const std::exception& error) {
+    spdlog::warn("re-walking {} after a change failed: {}", data_folder_, error.what());
+  }
+}
+
+void CatalogService::tell_listeners(const TurnResult& turn) {
+  for (const auto& listener : turn.listeners) {
+    try {
+      listener(turn.change);
+    } catch (const std::exception& error) {
+      spdlog::warn("a source-change listener failed: {}", error.what());
+    }
+  }
 }
 
 bool CatalogService::catch_up_with_watcher() {
@@ -276,8 +309,33 @@ std::uint64_t CatalogService::builds() const {
   return builds_;
 }
 
-void CatalogService::set_masters_locked(std::vector<std::string> masters) {
-  masters_ = std::move(masters);
+CatalogService::Walk CatalogService::walk_folder() const {
+  Walk walk;
+  walk.masters = catalog::discover_masters(data_folder_, &walk.unreadable);
+  // The folder itself is reported as `stale` (check_data_folder).
+  const std::string root = catalog::absolute_folder(data_folder_);
+  walk.unreadable.erase(std::remove_if(walk.unreadable.begin(), walk.unreadable.end(),
+                                       [&](const catalog::UnreadableDirectory& d) { return d.path == root; }),
+                        walk.unreadable.end());
+  return walk;
+}
+
+void CatalogService::set_masters_locked(Walk walk) {
+  masters_ = std::move(walk.masters);
+  // Said once when a folder becomes unreadable, once when it is readable again.
+  auto listed = [](const std::vector<catalog::UnreadableDirectory>& list, const std::string& path) {
+    return std::any_of(list.begin(), list.end(), [&](const catalog::UnreadableDirectory& d) { return d.path == path; });
+  };
+  for (const auto& directory : walk.unreadable) {
+    if (!listed(unreadable_, directory.path)) {
+      spdlog::warn("catalog: cannot list {}: {}; its acquisitions are not listed until it can be read",
+                   directory.path, directory.reason);
+    }
+  }
+  for (const auto& directory : unreadable_) {
+    if (!listed(walk.unreadable, directory.path)) spdlog::info("catalog: {} can be listed again", directory.path);
+  }
+  unreadable_ = std::move(walk.unreadable);
   walked_ = true;
   last_walk_ = std::chrono::steady_clock::now();
   // Forget inspections of masters that disappeared.
@@ -343,16 +401,18 @@ std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
     throw Error(ErrorKind::io, "building the catalog failed: " + build_error_.value_or("unknown error"));
   }
   building_ = true;
+  const std::uint64_t change_turns_at_start = change_turns_;
+  change_turns_at_running_build_start_ = change_turns_at_start;
   lock.unlock();
 
   std::shared_ptr<const catalog::Catalog> built;
-  std::vector<std::string> masters;
+  Walk walk;
   std::optional<std::string> error;
   try {
     const auto started = std::chrono::steady_clock::now();
     built = std::make_shared<const catalog::Catalog>(options_.build ? options_.build(data_folder_)
                                                                     : catalog::build_catalog(data_folder_, options_.inspect));
-    masters = catalog::discover_masters(data_folder_);
+    walk = walk_folder();
     std::size_t files = 0;
     for (const auto& session : built->sessions) files += session.files.size();
     spdlog::info("catalog of {}: {} sessions, {} masters in {:.3f} s", data_folder_, built->sessions.size(), files,
@@ -370,9 +430,10 @@ std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
     ++builds_;
     build_error_.reset();
     last_build_ = std::chrono::steady_clock::now();
+    change_turns_at_build_start_ = change_turns_at_start;
     fresh_.clear();
     unchanged_since_stat_.clear();
-    set_masters_locked(std::move(masters));
+    set_masters_locked(std::move(walk));
     for (const auto& session : built->sessions)
       for (const auto& acquisition : session.files) inspections_[acquisition.master_path] = acquisition;
   } else {
@@ -388,14 +449,122 @@ std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
 }
 
 nlohmann::ordered_json CatalogService::sessions_document(bool refresh) {
-  auto document = catalog::sessions_document(*catalog(refresh));
+  auto document = catalog::sessions_document(*(refresh ? refreshed_catalog() : catalog(false)));
   if (const auto reason = check_data_folder()) {
     std::lock_guard<std::mutex> lock(mutex_);
     document["stale"] = true;
     document["stale_reason"] = *reason;
     document["stale_since"] = stale_since_;
   }
+  const std::string root = catalog::absolute_folder(data_folder_);
+  nlohmann::ordered_json unreadable = nlohmann::ordered_json::array();
+  for (const auto& directory : health().unreadable) {
+    unreadable.push_back({{"path", relative_to_folder(root, directory.path)}, {"reason", directory.reason}});
+  }
+  if (!unreadable.empty()) document["unreadable_folders"] = std::move(unreadable);
   return document;
+}
+
+bool CatalogService::nothing_changed_since_locked(std::uint64_t change_turns) const {
+  if (!watcher_ || !watcher_->reports_every_change()) return false;
+  // Order as in watched_unchanged(): nothing queued, nothing read but unapplied, no change applied.
+  if (watcher_->has_unread_changes() || watcher_->reads_begun() != reads_applied_) return false;
+  return change_turns_ == change_turns;
+}
+
+std::shared_ptr<const catalog::Catalog> CatalogService::refreshed_catalog() {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+      if (building_) {
+        // Shared when it began after every change; otherwise its end is awaited and a later build answers.
+        if (nothing_changed_since_locked(change_turns_at_running_build_start_)) break;
+        const std::uint64_t attempt = build_attempts_;
+        if (!build_done_.wait_for(lock, options_.rebuild_wait_limit, [&] { return build_attempts_ != attempt; })) {
+          throw unavailable("the catalog of " + data_folder_ + " is still being built; retry shortly");
+        }
+        continue;
+      }
+      if (!catalog_) break;
+      const auto since = std::chrono::steady_clock::now() - last_build_;
+      if (since >= options_.refresh_interval) break;
+      if (nothing_changed_since_locked(change_turns_at_build_start_)) {
+        ++refreshes_reused_;
+        return catalog_;
+      }
+      // Rate limit: wait for the end of the interval, or for a build that
+      // someone starts meanwhile (it began after this caller arrived).
+      const std::uint64_t attempt = build_attempts_;
+      build_done_.wait_for(lock, options_.refresh_interval - since, [&] { return build_attempts_ != attempt; });
+      if (build_attempts_ != attempt && catalog_) {
+        ++refreshes_reused_;
+        return catalog_;
+      }
+    }
+  }
+  return catalog(true);
+}
+
+CatalogHealth CatalogService::health() const {
+  CatalogHealth health;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    health.unreadable = unreadable_;
+  }
+  if (watcher_) health.watcher = watcher_->health();
+  return health;
+}
+
+void CatalogService::add_health_fields(nlohmann::ordered_json& document) const {
+  const CatalogHealth now = health();
+  const std::string root = catalog::absolute_folder(data_folder_);
+  std::vector<std::string> warnings;
+  if (now.watcher) {
+    const auto& w = *now.watcher;
+    document["watcher"] = {{"kind", w.kind},
+                           {"watched_directories", w.watched_directories},
+                           {"polled_directories", w.polled_directories},
+                           {"poll_interval_ms", w.poll_period.count()}};
+    if (w.kind == "polling") {
+      warnings.push_back("the data folder is polled every " + std::to_string(w.poll_period.count()) +
+                         " ms: inotify cannot watch it (see the log)");
+    } else if (w.polled_directories > 0) {
+      warnings.push_back(std::to_string(w.polled_directories) + " directories are polled every " +
+                         std::to_string(w.poll_period.count()) +
+                         " ms: inotify cannot watch them (raise fs.inotify.max_user_watches)");
+    }
+  }
+  if (!now.unreadable.empty()) {
+    nlohmann::ordered_json folders = nlohmann::ordered_json::array();
+    for (const auto& directory : now.unreadable) {
+      const std::string path = relative_to_folder(root, directory.path);
+      folders.push_back({{"path", path}, {"reason", directory.reason}});
+      warnings.push_back("the folder " + path + " cannot be read (" + directory.reason + "): its acquisitions are not listed");
+    }
+    document["unreadable_folders"] = std::move(folders);
+  }
+  if (!warnings.empty()) document["warnings"] = warnings;
+}
+
+std::string CatalogService::metrics_text() const {
+  const CatalogHealth now = health();
+  std::string text =
+      "# HELP quantem_catalog_unreadable_folders Folders below the data folder that the last walk could not list.\n"
+      "# TYPE quantem_catalog_unreadable_folders gauge\n"
+      "quantem_catalog_unreadable_folders " + std::to_string(now.unreadable.size()) + "\n";
+  if (!now.watcher) return text;
+  const auto& w = *now.watcher;
+  text += "# HELP quantem_watch_directories Directories of the data folder watched with inotify.\n"
+          "# TYPE quantem_watch_directories gauge\n"
+          "quantem_watch_directories " + std::to_string(w.watched_directories) + "\n" +
+          "# HELP quantem_watch_polled_directories Directories polled because inotify cannot watch them.\n"
+          "# TYPE quantem_watch_polled_directories gauge\n"
+          "quantem_watch_polled_directories " + std::to_string(w.polled_directories) + "\n" +
+          "# HELP quantem_watch_folder_refollows_total Times the data folder's path was found to name another "
+          "directory (or none) and was watched anew.\n"
+          "# TYPE quantem_watch_folder_refollows_total counter\n"
+          "quantem_watch_folder_refollows_total " + std::to_string(w.refollows) + "\n";
+  return text;
 }
 
 std::shared_ptr<const catalog::Catalog> CatalogService::rebuild_for_unknown_name() {
@@ -416,7 +585,10 @@ std::shared_ptr<const catalog::Acquisition> CatalogService::watched_unchanged(co
   std::lock_guard<std::mutex> lock(mutex_);
   if (watcher_->reads_begun() != reads_applied_ || !writing_.empty()) return nullptr;
   auto it = unchanged_since_stat_.find(master);
-  return it == unchanged_since_stat_.end() ? nullptr : it->second;
+  if (it == unchanged_since_stat_.end()) return nullptr;
+  // Bounded trust: what inotify cannot see is found by the next stat().
+  if (std::chrono::steady_clock::now() - it->second.verified > options_.identity_recheck_interval) return nullptr;
+  return it->second.acquisition;
 }
 
 bool CatalogService::watcher_reports_every_file_of(const catalog::Acquisition& acquisition) const {
@@ -476,6 +648,7 @@ std::shared_ptr<const catalog::Acquisition> CatalogService::resolve_shared(const
     if (fresh != fresh_.end()) acquisition = fresh->second;
   }
   ++signature_restats_;
+  const auto stat_time = std::chrono::steady_clock::now();
   if (catalog::restat_signature(acquisition.signature) != acquisition.signature) {
     spdlog::info("{} changed since its inspection; inspecting it again", acquisition.master_path);
     acquisition = options_.inspect(acquisition.master_path);
@@ -489,17 +662,17 @@ std::shared_ptr<const catalog::Acquisition> CatalogService::resolve_shared(const
   if (reads_before && resolved->status.loadable && watcher_reports_every_file_of(*resolved)) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (watcher_->reads_begun() == *reads_before && reads_applied_ == *reads_before && writing_.empty()) {
-      unchanged_since_stat_[resolved->master_path] = resolved;
+      unchanged_since_stat_[resolved->master_path] = Vouched{resolved, stat_time};
     }
   }
   return resolved;
 }
 
 void CatalogService::background_walk() {
-  std::vector<std::string> masters;
+  Walk walk;
   bool ok = true;
   try {
-    masters = catalog::discover_masters(data_folder_);
+    walk = walk_folder();
   } catch (const std::exception& e) {
     ok = false;
     spdlog::warn("background discovery of {} failed: {}", data_folder_, e.what());
@@ -507,7 +680,7 @@ void CatalogService::background_walk() {
   std::lock_guard<std::mutex> lock(mutex_);
   walk_in_flight_ = false;
   if (ok) {
-    set_masters_locked(std::move(masters));
+    set_masters_locked(std::move(walk));
   } else {
     last_walk_ = std::chrono::steady_clock::now();  // wait a full interval before retrying
   }
@@ -519,7 +692,7 @@ nlohmann::ordered_json CatalogService::acquisitions_document() {
     std::unique_lock<std::mutex> lock(mutex_);
     if (!walked_) {
       lock.unlock();
-      auto walked = catalog::discover_masters(data_folder_);
+      Walk walked = walk_folder();
       lock.lock();
       if (!walked_) set_masters_locked(std::move(walked));
     } else if (!walk_in_flight_ && !stopping_ &&

@@ -39,6 +39,15 @@ std::string absolute_folder(const std::string& folder);
 // (JSON could not carry them). A missing or unreadable folder gives an empty list.
 std::vector<std::string> discover_masters(const std::string& data_folder);
 
+// A directory the walk could not list (its masters are missing from the catalog).
+struct UnreadableDirectory {
+  std::string path;    // absolute
+  std::string reason;  // the system's message, e.g. "Permission denied"
+};
+// The same, also telling which directories could not be listed (the folder
+// itself included).
+std::vector<std::string> discover_masters(const std::string& data_folder, std::vector<UnreadableDirectory>* unreadable);
+
 // How a master is inspected: inspect_master in this process, or the daemon's
 // crash-isolated inspector (inspector/inspector.hpp).
 using InspectFunction = std::function<Acquisition(const std::string& master_path)>;

@@ -14,6 +14,21 @@
 // Watchers never throw from wait() for files that vanish; an overflow (events
 // lost, the root replaced) is reported as `overflow`: treat everything as changed.
 //
+// Following the folder by path: inotify watches inodes, so a data folder
+// renamed away (`mv D D.old && cp -a D.old D`) would leave every watch on the
+// old directory. The inotify watcher stats the folder's path at every wait()
+// and on IN_MOVE_SELF / IN_DELETE_SELF / IN_IGNORED / IN_UNMOUNT of the root;
+// when the path names another directory (device, inode) or none, it drops
+// every watch, watches the directory now at the path (if any) and reports an
+// overflow. A watched directory below the root that is moved or deleted as
+// itself is forgotten and, when a directory is at its path again, watched anew.
+//
+// More directories than inotify watches (ENOSPC, or the watch limit of the
+// options, which tests set low): the directories that cannot be watched are
+// polled, each with everything below it, every poll_period (their changes
+// come from wait() like the others, at most a period late); the first time
+// this happens it is logged once as a warning, and health() counts them.
+//
 // Relying on a watcher instead of stat()ing (CatalogService's resolve): a
 // caller may skip its own stat of a file only when reports_changes_in() holds
 // for the file's directory, nothing is queued (has_unread_changes() false)
@@ -22,9 +37,13 @@
 // already applied. inotify qualifies for directories it watches on local
 // filesystems; it does not see writes through an mmap or through a hard link
 // in an unwatched directory, nor writes by other hosts (network filesystems
-// report false). Polling never qualifies (it sees a change a period late).
+// report false). Polling never qualifies (it sees a change a period late),
+// nor do directories polled beyond the watch limit. For what inotify cannot
+// see, CatalogService also trusts a watcher for a bounded time only
+// (CatalogServiceOptions::identity_recheck_interval).
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <condition_variable>
 #include <memory>
@@ -55,6 +74,16 @@ struct FileChanges {
   bool empty() const { return changes.empty() && !overflow; }
 };
 
+// What a watcher can see, for /api/health/ready and /metrics.
+struct WatcherHealth {
+  std::string kind;                    // "inotify", "polling", "fake"
+  std::size_t watched_directories = 0;  // with an inotify watch
+  std::size_t polled_directories = 0;   // inotify could not watch them (the watch limit): polled
+  std::chrono::milliseconds poll_period{0};  // how often polled directories (or everything, polling) are scanned
+  bool folder_present = true;           // the data folder's path names a directory now
+  std::uint64_t refollows = 0;          // times the folder's path was found to name another directory (or none)
+};
+
 class Watcher {
  public:
   virtual ~Watcher() = default;
@@ -71,6 +100,15 @@ class Watcher {
     (void)directory;
     return false;
   }
+  // Whether every change anywhere under the folder is reported by a later
+  // wait() (inotify watching every directory, all local, the folder's path
+  // followed). Thread-safe.
+  virtual bool reports_every_change() const { return false; }
+  virtual WatcherHealth health() const {
+    WatcherHealth health;
+    health.kind = kind();
+    return health;
+  }
   // Whether changes may be waiting that no wait() has started to read (one
   // poll() for inotify). Thread-safe; true when unsure.
   virtual bool has_unread_changes() const { return true; }
@@ -86,15 +124,27 @@ class Watcher {
   std::atomic<std::uint64_t> reads_begun_{0};
 };
 
+struct InotifyOptions {
+  // How often directories that inotify cannot watch are scanned.
+  std::chrono::milliseconds poll_period{std::chrono::seconds(1)};
+  // At most this many inotify watches (0: as many as the kernel gives; the
+  // daemon reads QUANTEM_WATCH_LIMIT so that tests can reach the limit
+  // without changing fs.inotify.max_user_watches).
+  std::size_t watch_limit = 0;
+};
+
 // inotify on every directory under `folder` (symlinked directories are not
-// followed). Throws IoError when inotify cannot be used (no kernel support,
-// the per-user watch limit reached, the folder cannot be watched).
-std::unique_ptr<Watcher> make_inotify_watcher(const std::string& folder);
+// followed), polling the directories it cannot watch. Throws IoError when
+// inotify cannot be used at all (no kernel support, the folder itself cannot
+// be watched).
+std::unique_ptr<Watcher> make_inotify_watcher(const std::string& folder, InotifyOptions options = {});
 
 // Stats the tree once per `period`. Never throws.
 std::unique_ptr<Watcher> make_polling_watcher(const std::string& folder, std::chrono::milliseconds period);
 
-// inotify, or polling (logged) when inotify cannot be used.
+// inotify (directories it cannot watch polled every polling_period, the watch
+// limit from QUANTEM_WATCH_LIMIT when set), or polling (logged) when inotify
+// cannot be used.
 std::unique_ptr<Watcher> make_watcher(const std::string& folder, std::chrono::milliseconds polling_period);
 
 // For tests: push changes, then the consumer's next wait() returns them.
@@ -105,8 +155,9 @@ class FakeWatcher : public Watcher {
   void interrupt() override;
   bool reports_changes_in(const std::string& directory) const override;
   bool has_unread_changes() const override;
-  // Makes reports_changes_in() answer true for every directory (a test that
-  // pushes every change it makes).
+  bool reports_every_change() const override;
+  // Makes reports_changes_in() and reports_every_change() answer true (a test
+  // that pushes every change it makes).
   void set_reports_every_change(bool value);
 
   void push(const std::string& path, FileEvent event, bool is_directory = false);

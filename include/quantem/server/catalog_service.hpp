@@ -36,6 +36,23 @@
 //    the reason, and the problem is logged once (and once when it ends).
 //    A folder that never existed still gives the reference's empty catalog,
 //    marked stale the same way.
+//  - freshness (docs/protocol.md "Freshness"): the watcher follows the data
+//    folder by path (catalog/watcher.hpp) and a resolve trusts the watcher's
+//    word that nothing changed for at most identity_recheck_interval after
+//    its last stat() of the signature: a change inotify cannot see (the
+//    folder's path swapped before the watcher's next look, an ancestor
+//    renamed, a write through a hard link elsewhere) is found by the next
+//    stat, at most that long after it happened.
+//  - refreshes (`sessions?refresh=true`): one build at a time. A refresh
+//    shares the build in flight, or within refresh_interval of the last
+//    build's end reuses that build, when the watcher vouches that nothing
+//    under the folder changed since that build began; otherwise it waits for
+//    the build in flight and for the end of the interval, then builds
+//    (shared with everyone who asks meanwhile). No refresh answers from
+//    before a change made before it arrived.
+//  - directories the walk cannot list (a session folder with mode 000) are
+//    kept in health(): the sessions document, /api/health/ready and /metrics
+//    report them.
 // Thread-safe. Waits for a running rebuild are bounded.
 #include <atomic>
 #include <chrono>
@@ -46,6 +63,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -76,6 +94,16 @@ struct CatalogServiceOptions {
   std::chrono::milliseconds watch_turn_timeout{500};
   std::chrono::milliseconds write_quiet_period{std::chrono::seconds(2)};
   std::chrono::milliseconds cookie_wait_limit{std::chrono::seconds(2)};
+  // How long a resolve may trust the watcher instead of a stat() of the signature.
+  std::chrono::milliseconds identity_recheck_interval{250};
+  // The least time from the end of one refresh build to the start of the next (sessions?refresh=true).
+  std::chrono::milliseconds refresh_interval{std::chrono::seconds(1)};
+};
+
+// What the catalog cannot see well, for /api/health/ready, /metrics and the sessions document.
+struct CatalogHealth {
+  std::vector<catalog::UnreadableDirectory> unreadable;  // below the data folder (its own state is `stale`)
+  std::optional<catalog::WatcherHealth> watcher;          // none without a watcher
 };
 
 // What one watch turn saw, for listeners.
@@ -104,7 +132,19 @@ class CatalogService {
   std::uint64_t callers_waiting_for_build() const;  // callers sharing a running build
   std::uint64_t inspections_made() const { return inspections_made_; }  // re-inspections outside builds (tests)
 
+  // The sessions document: the cached catalog, or with `refresh` a refresh
+  // (coalesced and rate-limited, see above). Adds "unreadable_folders" when
+  // a directory cannot be listed.
   nlohmann::ordered_json sessions_document(bool refresh);
+  std::uint64_t refreshes_reused() const { return refreshes_reused_; }  // refreshes answered without a build
+
+  CatalogHealth health() const;
+  // Adds what health() found to /api/health/ready's document: "watcher" (always
+  // with a watcher), "unreadable_folders" and "warnings" (when there are any).
+  void add_health_fields(nlohmann::ordered_json& document) const;
+  // Prometheus lines: quantem_catalog_unreadable_folders, quantem_watch_directories,
+  // quantem_watch_polled_directories, quantem_watch_folder_refollows_total.
+  std::string metrics_text() const;
 
   // Opens the data folder; returns why it cannot be read (and marks the
   // catalog stale, logging the change), nullopt when it can.
@@ -136,8 +176,29 @@ class CatalogService {
 
  private:
   std::shared_ptr<const catalog::Catalog> rebuild_for_unknown_name();
-  void set_masters_locked(std::vector<std::string> masters);
+  // A refresh: reuses, waits for or starts a build (see above).
+  std::shared_ptr<const catalog::Catalog> refreshed_catalog();
+  // The watcher vouches that nothing under the folder changed since change_turns_ was `change_turns`.
+  bool nothing_changed_since_locked(std::uint64_t change_turns) const;
+  struct Walk {
+    std::vector<std::string> masters;
+    std::vector<catalog::UnreadableDirectory> unreadable;
+  };
+  Walk walk_folder() const;
+  void set_masters_locked(Walk walk);
   void background_walk();
+  // The steps of watch_turn().
+  struct TurnResult {
+    SourceChange change;
+    bool walk = false;
+    std::vector<std::function<void(const SourceChange&)>> listeners;
+  };
+  TurnResult apply_changes_locked(const catalog::FileChanges& seen);
+  std::set<std::string> note_file_events_locked(const catalog::FileChanges& seen, TurnResult& turn);
+  std::vector<std::string> masters_named_locked(const std::set<std::string>& files, bool everything) const;
+  void forget_vouches_named_locked(const std::set<std::string>& files, bool everything);
+  void rewalk_after_change();
+  static void tell_listeners(const TurnResult& turn);
   // Marks the acquisition not ready when one of its files is being written.
   void mark_files_being_written(std::vector<catalog::Acquisition>& acquisitions);
   std::vector<std::string> files_being_written_locked(const catalog::Acquisition& acquisition) const;
@@ -158,12 +219,17 @@ class CatalogService {
   std::uint64_t waiting_ = 0;
   std::optional<std::string> build_error_;
   std::chrono::steady_clock::time_point last_build_{};
+  std::uint64_t change_turns_at_build_start_ = 0;  // change_turns_ when the last successful build began
+  std::uint64_t change_turns_at_running_build_start_ = 0;  // the same for the build in flight
+  bool refresh_pending_ = false;  // a refresh waits for the end of the interval to build
+  std::atomic<std::uint64_t> refreshes_reused_{0};
   std::map<std::string, catalog::Acquisition> fresh_;  // re-inspections since the last build
   std::optional<std::string> stale_reason_;  // the data folder cannot be read
   std::string stale_since_;                  // UTC, ISO 8601
 
   // Acquisitions poll.
   std::vector<std::string> masters_;
+  std::vector<catalog::UnreadableDirectory> unreadable_;  // by the last walk
   bool walked_ = false;
   bool walk_in_flight_ = false;
   std::chrono::steady_clock::time_point last_walk_{};
@@ -182,8 +248,14 @@ class CatalogService {
   // Inspections verified by a stat() with every later change to their files
   // reported by the watcher: dropped by any turn that names one of their
   // files (or a directory above one), by an overflow and by a rebuild.
-  std::map<std::string, std::shared_ptr<const catalog::Acquisition>> unchanged_since_stat_;
+  // Trusted for identity_recheck_interval after `verified`.
+  struct Vouched {
+    std::shared_ptr<const catalog::Acquisition> acquisition;
+    std::chrono::steady_clock::time_point verified;
+  };
+  std::map<std::string, Vouched> unchanged_since_stat_;
   std::uint64_t reads_applied_ = 0;  // the watcher's reads_begun() whose changes are applied
+  std::uint64_t change_turns_ = 0;   // turns that applied a change or an overflow (a generation)
   std::atomic<std::uint64_t> signature_restats_{0};
   std::uint64_t cookies_made_ = 0;
   std::vector<std::string> cookies_seen_;

@@ -116,6 +116,83 @@ TEST(InotifyWatcher, InterruptEndsAWait) {
   EXPECT_TRUE(waiting.get());
 }
 
+TEST(InotifyWatcher, FollowsTheFolderByPathWhenItIsSwappedForACopy) {
+  test::TempDir dir;
+  const std::string folder = dir.file("data");
+  fs::create_directories(folder + "/sess");
+  write_file(folder + "/sess/a_data_000001.h5", "old");
+  auto watcher = make_inotify_watcher(folder);
+  ASSERT_TRUE(watcher->reports_every_change());
+  // mv data data.old && cp -a data.old data
+  fs::rename(folder, dir.file("data.old"));
+  fs::copy(dir.file("data.old"), folder, fs::copy_options::recursive);
+  FileChanges seen;
+  for (int turn = 0; turn < 100 && !seen.overflow; ++turn) seen.overflow = watcher->wait(20ms).overflow;
+  EXPECT_TRUE(seen.overflow);  // everything may have changed
+  EXPECT_GE(watcher->health().refollows, 1u);
+  EXPECT_TRUE(watcher->health().folder_present);
+  EXPECT_TRUE(watcher->reports_changes_in(folder + "/sess"));  // the new directory at the path
+  // A rewrite inside the new folder is reported; one inside the old is not.
+  write_file(dir.file("data.old/sess/a_data_000001.h5"), "old, again");
+  write_file(folder + "/sess/a_data_000001.h5", "new");
+  EXPECT_TRUE(wait_for_events(*watcher, {{folder + "/sess/a_data_000001.h5", FileEvent::write_closed}}, &seen))
+      << describe(seen);
+  EXPECT_FALSE(std::any_of(seen.changes.begin(), seen.changes.end(),
+                           [](const FileChange& c) { return c.path.find("data.old") != std::string::npos; }));
+}
+
+TEST(InotifyWatcher, AFolderThatGoesAwayAndComesBackIsWatchedAgain) {
+  test::TempDir dir;
+  const std::string folder = dir.file("data");
+  fs::create_directories(folder);
+  auto watcher = make_inotify_watcher(folder);
+  fs::rename(folder, dir.file("away"));
+  FileChanges seen;
+  for (int turn = 0; turn < 100 && !seen.overflow; ++turn) seen.overflow = watcher->wait(20ms).overflow;
+  EXPECT_TRUE(seen.overflow);
+  EXPECT_FALSE(watcher->health().folder_present);
+  EXPECT_FALSE(watcher->reports_every_change());
+  EXPECT_FALSE(watcher->reports_changes_in(folder));
+  fs::create_directories(folder + "/sess");  // another directory at the path
+  seen = {};
+  for (int turn = 0; turn < 100 && !seen.overflow; ++turn) seen.overflow = watcher->wait(20ms).overflow;
+  EXPECT_TRUE(seen.overflow);
+  EXPECT_TRUE(watcher->health().folder_present);
+  write_file(folder + "/sess/b_master.h5", "x");
+  EXPECT_TRUE(wait_for_events(*watcher, {{folder + "/sess/b_master.h5", FileEvent::write_closed}}, &seen))
+      << describe(seen);
+}
+
+TEST(InotifyWatcher, BeyondTheWatchLimitItPollsTheRestAndKeepsReporting) {
+  test::TempDir dir;
+  fs::create_directories(dir.file("one"));
+  fs::create_directories(dir.file("two/deeper"));
+  InotifyOptions options;
+  options.watch_limit = 2;  // the folder and one of its directories
+  options.poll_period = 20ms;
+  auto watcher = make_inotify_watcher(dir.path(), options);
+  const WatcherHealth health = watcher->health();
+  EXPECT_EQ(health.watched_directories, 2u);
+  EXPECT_EQ(health.polled_directories, 2u);  // the other directory and the one below it
+  EXPECT_EQ(health.poll_period, 20ms);
+  EXPECT_FALSE(watcher->reports_every_change());
+  const std::string polled = watcher->reports_changes_in(dir.file("one")) ? "two" : "one";
+  EXPECT_FALSE(watcher->reports_changes_in(dir.file(polled)));
+  // New files and directories in polled directories are reported by the scans.
+  const std::string file = dir.file(polled + "/new_master.h5");
+  write_file(file, "x");
+  fs::create_directories(dir.file("three"));  // beyond the limit: polled too
+  FileChanges seen;
+  EXPECT_TRUE(wait_for_events(*watcher, {{file, FileEvent::created}, {dir.file("three"), FileEvent::created}}, &seen))
+      << describe(seen);
+  write_file(dir.file("three/late_master.h5"), "y");
+  EXPECT_TRUE(wait_for_events(*watcher, {{dir.file("three/late_master.h5"), FileEvent::created}}, &seen))
+      << describe(seen);
+  write_file(file, "rewritten, longer");
+  EXPECT_TRUE(wait_for_events(*watcher, {{file, FileEvent::written}}, &seen)) << describe(seen);
+  EXPECT_EQ(watcher->health().watched_directories, 2u);
+}
+
 TEST(PollingWatcher, ReportsTheDifferencesBetweenScans) {
   test::TempDir dir;
   const std::string path = dir.file("a_data_000001.h5");
@@ -167,6 +244,7 @@ struct WatchedCatalog {
     server::CatalogServiceOptions options;
     options.rewalk_interval = std::chrono::hours(1);  // only the watcher finds new masters here
     options.write_quiet_period = quiet;
+    options.identity_recheck_interval = std::chrono::hours(1);  // vouches do not expire unless a test says so
     options.make_watcher = [this](const std::string&) {
       auto fake = std::make_unique<FakeWatcher>();
       watcher = fake.get();
@@ -358,6 +436,76 @@ TEST(CatalogWatch, AMasterTheWatcherVouchesForIsNotStatAgainUntilAChangeNamesIt)
   service.watch_turn(0ms);
   service.resolve("sess", "alpha_master.h5");
   EXPECT_EQ(service.signature_restats(), before + 1);
+}
+
+TEST(CatalogWatch, TheWatchersWordIsTrustedOnlyForTheRecheckInterval) {
+  test::TempDir dir;
+  test::write_synth(dir.file("sess"), "alpha", 3, 4, 1);
+  server::CatalogServiceOptions options;
+  options.identity_recheck_interval = 100ms;
+  FakeWatcher* fake = nullptr;
+  options.make_watcher = [&](const std::string&) {
+    auto made = std::make_unique<FakeWatcher>();
+    fake = made.get();
+    return made;
+  };
+  server::CatalogService service(dir.path(), options);
+  fake->set_reports_every_change(true);
+  const auto first = service.resolve("sess", "alpha_master.h5");
+  service.resolve("sess", "alpha_master.h5");
+  const auto vouched = service.signature_restats();
+  // A rewrite the watcher never reports (a swapped folder before the watcher
+  // looks, a hard link elsewhere): found by the stat once the interval is over.
+  std::this_thread::sleep_for(20ms);
+  test::write_synth(dir.file("sess"), "alpha", 2, 5, 2);
+  std::this_thread::sleep_for(150ms);
+  const auto later = service.resolve("sess", "alpha_master.h5");
+  EXPECT_EQ(service.signature_restats(), vouched + 1);
+  EXPECT_NE(later.signature, first.signature);
+  EXPECT_EQ(later.scan_rows, 2u);
+}
+
+TEST(CatalogWatch, RefreshesShareOneBuildAndReuseItWhileNothingChanged) {
+  test::TempDir dir;
+  test::write_synth(dir.file("sess"), "alpha");
+  WatchedCatalog watched(dir.path());
+  auto& service = *watched.service;
+  watched.watcher->set_reports_every_change(true);
+  service.sessions_document(false);
+  ASSERT_EQ(service.builds(), 1u);
+  // Nothing changed since the build began (the watcher vouches): reused.
+  for (int i = 0; i < 5; ++i) service.sessions_document(true);
+  EXPECT_EQ(service.builds(), 1u);
+  EXPECT_EQ(service.refreshes_reused(), 5u);
+  // A change: the next refresh builds (after the rate limit's interval) and sees it.
+  test::write_synth(dir.file("sess"), "beta");
+  watched.watcher->push(dir.file("sess/beta_master.h5"), FileEvent::created);
+  service.watch_turn(0ms);
+  std::vector<std::thread> callers;
+  std::vector<std::size_t> files(8);
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    callers.emplace_back([&, i] { files[i] = service.sessions_document(true)["sessions"][0]["files"].size(); });
+  }
+  for (auto& caller : callers) caller.join();
+  EXPECT_EQ(service.builds(), 2u);  // eight concurrent refreshes, one build
+  for (const auto count : files) EXPECT_EQ(count, 2u);
+}
+
+TEST(CatalogWatch, RefreshesWithoutAWatcherThatVouchesAreRateLimited) {
+  test::TempDir dir;
+  test::write_synth(dir.file("sess"), "alpha");
+  server::CatalogServiceOptions options;
+  options.refresh_interval = 300ms;
+  server::CatalogService service(dir.path(), options);  // no watcher: every refresh must look at the disk
+  service.sessions_document(false);
+  test::write_synth(dir.file("sess"), "beta");
+  const auto started = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(service.sessions_document(true)["sessions"][0]["files"].size(), 2u);  // never an old answer
+  }
+  const auto elapsed = std::chrono::steady_clock::now() - started;
+  EXPECT_EQ(service.builds(), 4u);
+  EXPECT_GE(elapsed, 2 * 300ms);  // one build per interval at most (a lower bound, never flaky)
 }
 
 TEST(CatalogWatch, WithoutAWatcherThatSeesEveryChangeEveryResolveStats) {
