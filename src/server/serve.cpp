@@ -764,7 +764,11 @@ ListeningDaemon start_listening(const ServeOptions& options) {
   ListeningDaemon started;
   started.settings = validate_serve_options(options);
   const ServeSettings& settings = started.settings;
-  if (settings.log_level) logging::set_level(*settings.log_level);
+  if (settings.log_level) {
+    logging::set_level(*settings.log_level);
+    // The inspector worker (a child of this process) logs at the same level.
+    if (!options.log_level.empty()) ::setenv(logging::kLevelVariable, options.log_level.c_str(), 1);
+  }
   started.runtime_folder = runtime_directory();
   if (const std::string refusal = prepare_runtime_directory(started.runtime_folder); !refusal.empty()) {
     throw ServeUsageError(refusal);

@@ -122,6 +122,29 @@ TEST(Documents, CapabilitiesHaveTheReferenceFieldsAndOrder) {
   EXPECT_NE(doc.dump().find("\"cache_fraction\":0.8,"), std::string::npos);
 }
 
+// browse_gpu names a GPU only on the CUDA backend (the replaced service's
+// null for anything else); browse_gpus lists every device either way.
+TEST(Documents, BrowseGpuIsTheFirstCudaDeviceAndNullOtherwise) {
+  CapabilitiesInput input;
+  input.implementation_revision = "rev";
+  input.data_folder = "/data";
+  DeviceCapacity device;
+  device.index = 3;
+  device.name = "GPU 3";
+  device.cache_budget_bytes = 100;
+  input.devices = {device};
+  input.backend = "cuda";
+  const auto cuda = capabilities_document(input);
+  EXPECT_EQ(cuda["browse_gpu"], 3);
+  input.backend = "cpu";
+  const auto cpu = capabilities_document(input);
+  EXPECT_TRUE(cpu["browse_gpu"].is_null());
+  EXPECT_EQ(cpu["browse_gpus"].dump(), "[3]");
+  input.backend = "cuda";
+  input.devices.clear();
+  EXPECT_TRUE(capabilities_document(input)["browse_gpu"].is_null());
+}
+
 TEST(Documents, ProvenanceIsCompactAsciiJson) {
   Provenance p;
   p.session = "s\xC3\xA9";
