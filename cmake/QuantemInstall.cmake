@@ -24,4 +24,6 @@ install(CODE "
   message(STATUS \"Installing: \$ENV{DESTDIR}\${QUANTEM_UNIT_PATH}\")
   configure_file(\"${PROJECT_SOURCE_DIR}/packaging/systemd/quantem-gpu.service.in\"
                  \"\$ENV{DESTDIR}\${QUANTEM_UNIT_PATH}\" @ONLY)
+  # In install_manifest.txt like every other installed file (the uninstall reads it).
+  list(APPEND CMAKE_INSTALL_MANIFEST_FILES \"\$ENV{DESTDIR}\${QUANTEM_UNIT_PATH}\")
 ")

@@ -18,6 +18,9 @@ if [[ "${1:-}" == "--test" ]]; then
   packages+=(chromium chromium-driver python3-selenium)
   # systemd: systemd-analyze verifies the installed user unit (scripts/test-install.sh)
   packages+=(systemd)
+  # The ssh recipes of docs/connect.md against a throwaway local sshd
+  # (tests/integration/ssh_recipe_test.sh).
+  packages+=(openssh-server openssh-client)
   # The fuzz targets (tests/fuzz): clang 14 and its libFuzzer/sanitizer runtimes
   # (libclang-rt-14-dev is only recommended by clang-14).
   packages+=(clang libclang-rt-14-dev)

@@ -1,23 +1,22 @@
 // quantem-gpu: the executable is only CLI wiring; every behaviour lives in a
-// component library.
-#include <unistd.h>
-
+// component library. Each subcommand is one add_* function that declares its
+// options and returns how to run it; main takes the same few steps for all.
 #include <cstdio>
 #include <cstdlib>
-#include <memory>
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <spdlog/pattern_formatter.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "quantem/catalog/catalog.hpp"
 #include "quantem/core/error.hpp"
+#include "quantem/core/exit_codes.hpp"
+#include "quantem/core/logging.hpp"
 #include "quantem/core/version.hpp"
 #include "quantem/inspector/inspector.hpp"
 #include "quantem/inspector/worker.hpp"
@@ -28,39 +27,19 @@
 
 namespace {
 
-// "<N>": the syslog priority prefix journald reads from a service's stderr
-// (sd-daemon(3): <3> error ... <7> debug).
-class JournalPriorityFlag final : public spdlog::custom_flag_formatter {
- public:
-  void format(const spdlog::details::log_msg& message, const std::tm&, spdlog::memory_buf_t& destination) override {
-    static const char* const prefixes[] = {"<7>", "<7>", "<6>", "<4>", "<3>", "<2>", "<6>"};
-    const auto level = static_cast<std::size_t>(message.level);
-    const char* prefix = prefixes[level < 7 ? level : 6];
-    destination.append(prefix, prefix + 3);
-  }
-  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<JournalPriorityFlag>(); }
+namespace exit_status = quantem::exit_status;
+
+// A declared subcommand: its CLI11 node and what runs when it was given.
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
 };
 
-void configure_logging() {
-  // stdout stays quiet: logs go to stderr. On a terminal with colours; under
-  // systemd (stderr connected to the journal: $JOURNAL_STREAM) each line
-  // starts with its priority and carries no time (the journal adds it);
-  // otherwise plain lines without colour codes.
-  const bool journal = std::getenv("JOURNAL_STREAM") != nullptr;
-  if (journal) {
-    auto logger = spdlog::stderr_logger_mt("quantem");
-    auto formatter = std::make_unique<spdlog::pattern_formatter>();
-    formatter->add_flag<JournalPriorityFlag>('*').set_pattern("%*%v");
-    logger->set_formatter(std::move(formatter));
-    spdlog::set_default_logger(logger);
-  } else if (::isatty(STDERR_FILENO)) {
-    spdlog::set_default_logger(spdlog::stderr_color_mt("quantem"));
-  } else {
-    auto logger = spdlog::stderr_logger_mt("quantem");
-    logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
-    spdlog::set_default_logger(logger);
-  }
-  spdlog::set_level(spdlog::level::info);
+// A refused option value of a subcommand other than serve: the text on
+// stderr, exit status 2 (a command-line error).
+int usage_error(const std::string& message) {
+  std::cerr << message << "\n";
+  return exit_status::usage;
 }
 
 bool parse_pair(const std::string& text, std::uint64_t& first, std::uint64_t& second) {
@@ -81,141 +60,171 @@ bool parse_pair(const std::string& text, std::uint64_t& first, std::uint64_t& se
   }
 }
 
-}  // namespace
+Command add_version(CLI::App& app) {
+  return {app.add_subcommand("version", "Print the version and git revision"), [] {
+            std::printf("quantem-gpu %s (%s)\n", quantem::version_string(), quantem::build_git_revision());
+            return exit_status::ok;
+          }};
+}
 
-int main(int argc, char** argv) {
-  configure_logging();
-  CLI::App app{"quantem-gpu: exact 4D-STEM virtual detectors from GPU-resident acquisitions"};
-  app.require_subcommand(1);
+Command add_info(CLI::App& app) {
+  struct Options {
+    bool json = false;
+    std::string device_budget;
+  };
+  auto options = std::make_shared<Options>();
+  auto* command = app.add_subcommand("info", "Check this host: version, CUDA driver/runtime, GPUs with memory and "
+                                             "admission budget, running daemons of this user and where they listen");
+  command->add_flag("--json", options->json, "Print the report as JSON");
+  command->add_option("--device-budget", options->device_budget, "The budget serve would be given (default: 80% of each GPU)");
+  return {command, [options] {
+            quantem::server::HostInfoOptions info_options;
+            if (!options->device_budget.empty()) {
+              const auto bytes = quantem::server::parse_byte_size(options->device_budget);
+              if (!bytes || *bytes == 0) {
+                return usage_error("--device-budget must be a positive byte count such as 64MiB or 2GB, got '" +
+                                   options->device_budget + "'");
+              }
+              info_options.device_budget_bytes = *bytes;
+            }
+            const auto document = quantem::server::host_info_document(info_options);
+            std::cout << (options->json ? document.dump(2) + "\n" : quantem::server::host_info_text(document));
+            return exit_status::ok;
+          }};
+}
 
-  auto* version_cmd = app.add_subcommand("version", "Print the version and git revision");
+Command add_serve(CLI::App& app) {
+  auto options = std::make_shared<quantem::server::ServeOptions>();
+  auto* command = app.add_subcommand("serve", "Serve the browse protocol (quantem-gpu-browse v1) on loopback HTTP");
+  quantem::server::add_serve_options(*command, *options);
+  return {command, [options] { return quantem::server::run_serve(*options); }};
+}
 
-  bool info_json = false;
-  std::string info_device_budget;
-  auto* info_cmd = app.add_subcommand("info", "Check this host: version, CUDA driver/runtime, GPUs with memory and "
-                                              "admission budget, running daemons of this user and where they listen");
-  info_cmd->add_flag("--json", info_json, "Print the report as JSON");
-  info_cmd->add_option("--device-budget", info_device_budget, "The budget serve would be given (default: 80% of each GPU)");
+Command add_catalog(CLI::App& app) {
+  auto folder = std::make_shared<std::string>();
+  auto* command = app.add_subcommand("catalog", "Print the catalog of a data folder as JSON (GET /api/browse/sessions)");
+  command->add_option("data_folder", *folder, "Data folder")->required();
+  return {command, [folder] {
+            // Like the daemon: libhdf5 runs on the folder's masters in the inspector only.
+            quantem::inspector::Inspector inspector;
+            const auto catalog = quantem::catalog::build_catalog(*folder, inspector.inspect_function());
+            std::cout << quantem::catalog::sessions_document(catalog).dump() << "\n";
+            return exit_status::ok;
+          }};
+}
 
-  quantem::server::ServeOptions serve_options;
-  auto* serve_cmd = app.add_subcommand("serve", "Serve the browse protocol (quantem-gpu-browse v1) on loopback HTTP");
-  quantem::server::add_serve_options(*serve_cmd, serve_options);
+Command add_inspect_worker(CLI::App& app) {
+  auto options = std::make_shared<quantem::inspector::WorkerOptions>();
+  auto* command = app.add_subcommand("inspect-worker", "Internal: the master inspector that serve and catalog start "
+                                                       "(JSON lines on stdin/stdout, decision 0012)");
+  command->add_option("--address-space-limit", options->address_space_limit_bytes, "RLIMIT_AS in bytes (0: unchanged)");
+  command->group("");  // not listed in --help
+  return {command, [options] { return quantem::inspector::run_inspect_worker(*options); }};
+}
 
-  std::string catalog_folder;
-  auto* catalog_cmd = app.add_subcommand("catalog", "Print the catalog of a data folder as JSON (GET /api/browse/sessions)");
-  catalog_cmd->add_option("data_folder", catalog_folder, "Data folder")->required();
+Command add_synth(CLI::App& app) {
+  struct Options {
+    quantem::synth::SynthOptions synth;
+    std::string scan = "16x16", detector = "64x64", dtype = "uint16", preset = "realistic";
+  };
+  auto options = std::make_shared<Options>();
+  auto* command = app.add_subcommand("synth", "Write a synthetic Arina-style acquisition");
+  command->add_option("out_dir", options->synth.output_dir, "Output folder")->required();
+  command->add_option("--scan", options->scan, "Scan shape ROWSxCOLS")->capture_default_str();
+  command->add_option("--detector", options->detector, "Detector shape ROWSxCOLS")->capture_default_str();
+  command->add_option("--dtype", options->dtype, "uint8|uint16|uint32")->capture_default_str();
+  command->add_option("--frames-per-shard", options->synth.frames_per_shard, "Frames per data file (0: one file)");
+  command->add_option("--preset", options->preset, "sparse|realistic|dense")->capture_default_str();
+  command->add_option("--seed", options->synth.seed, "Random seed")->capture_default_str();
+  command->add_option("--threads", options->synth.threads, "Worker threads (0: all cores)");
+  command->add_option("--prefix", options->synth.prefix, "File name prefix")->capture_default_str();
+  return {command, [options] {
+            quantem::synth::SynthOptions& synth = options->synth;
+            if (!parse_pair(options->scan, synth.scan_rows, synth.scan_cols)) {
+              return usage_error("--scan must be ROWSxCOLS with positive integers, got '" + options->scan + "'");
+            }
+            if (!parse_pair(options->detector, synth.detector_rows, synth.detector_cols)) {
+              return usage_error("--detector must be ROWSxCOLS with positive integers, got '" + options->detector + "'");
+            }
+            const auto dtype = quantem::dtype_from_name(options->dtype);
+            if (!dtype) return usage_error("--dtype must be uint8, uint16 or uint32, got '" + options->dtype + "'");
+            synth.dtype = *dtype;
+            const auto preset = quantem::synth::preset_from_name(options->preset);
+            if (!preset) return usage_error("--preset must be sparse, realistic or dense, got '" + options->preset + "'");
+            synth.preset = *preset;
+            const auto report = quantem::synth::write_acquisition(synth);
+            nlohmann::json summary = {
+                {"master", report.master_path},
+                {"frames", report.frames},
+                {"dense_bytes", report.dense_bytes},
+                {"stored_bytes", report.stored_bytes},
+                {"compression_ratio", report.stored_bytes ? double(report.dense_bytes) / double(report.stored_bytes) : 0.0},
+                {"seconds", report.seconds}};
+            std::cout << summary.dump() << "\n";
+            return exit_status::ok;
+          }};
+}
 
-  quantem::inspector::WorkerOptions worker_options;
-  auto* worker_cmd = app.add_subcommand("inspect-worker", "Internal: the master inspector that serve and catalog start "
-                                                          "(JSON lines on stdin/stdout, decision 0012)");
-  worker_cmd->add_option("--address-space-limit", worker_options.address_space_limit_bytes,
-                         "RLIMIT_AS in bytes (0: unchanged)");
-  worker_cmd->group("");  // not listed in --help
+// Every subcommand, in the order --help lists them.
+std::vector<Command> declare_commands(CLI::App& app) {
+  return {add_version(app), add_info(app), add_serve(app), add_catalog(app), add_inspect_worker(app), add_synth(app)};
+}
 
-  quantem::synth::SynthOptions synth_options;
-  std::string scan_text = "16x16", detector_text = "64x64", dtype_text = "uint16", preset_text = "realistic";
-  auto* synth_cmd = app.add_subcommand("synth", "Write a synthetic Arina-style acquisition");
-  synth_cmd->add_option("out_dir", synth_options.output_dir, "Output folder")->required();
-  synth_cmd->add_option("--scan", scan_text, "Scan shape ROWSxCOLS")->capture_default_str();
-  synth_cmd->add_option("--detector", detector_text, "Detector shape ROWSxCOLS")->capture_default_str();
-  synth_cmd->add_option("--dtype", dtype_text, "uint8|uint16|uint32")->capture_default_str();
-  synth_cmd->add_option("--frames-per-shard", synth_options.frames_per_shard, "Frames per data file (0: one file)");
-  synth_cmd->add_option("--preset", preset_text, "sparse|realistic|dense")->capture_default_str();
-  synth_cmd->add_option("--seed", synth_options.seed, "Random seed")->capture_default_str();
-  synth_cmd->add_option("--threads", synth_options.threads, "Worker threads (0: all cores)");
-  synth_cmd->add_option("--prefix", synth_options.prefix, "File name prefix")->capture_default_str();
+// serve's flag spellings are part of the compatibility surface, including
+// argparse's unique-prefix abbreviations (docs/protocol.md, '1. Starting it'). Rewrites them in
+// `arguments`; returns an error text for an ambiguous prefix.
+std::string expand_serve_prefixes(const CLI::App& app, std::vector<std::string>& arguments) {
+  if (arguments.size() < 2 || arguments[1] != "serve") return {};
+  const std::vector<std::string> serve_arguments(arguments.begin() + 2, arguments.end());
+  const auto expanded = quantem::server::expand_option_prefixes(*app.get_subcommand("serve"), serve_arguments);
+  if (!expanded.error.empty()) return expanded.error;
+  std::copy(expanded.arguments.begin(), expanded.arguments.end(), arguments.begin() + 2);
+  return {};
+}
 
-  // serve's flag spellings are part of the compatibility surface, including
-  // argparse's unique-prefix abbreviations (docs/protocol.md, '1. Starting it').
-  std::vector<std::string> arguments(argv, argv + argc);
-  if (arguments.size() > 1 && arguments[1] == "serve") {
-    const std::vector<std::string> serve_arguments(arguments.begin() + 2, arguments.end());
-    const quantem::server::ExpandedArguments expanded =
-        quantem::server::expand_option_prefixes(*serve_cmd, serve_arguments);
-    if (!expanded.error.empty()) {
-      std::cerr << "usage: quantem-gpu serve [OPTIONS] data_folder\n"
-                << "quantem-gpu serve: error: " << expanded.error << "\n";
-      return 2;
-    }
-    std::copy(expanded.arguments.begin(), expanded.arguments.end(), arguments.begin() + 2);
+// Usage errors exit with status 2, like the argparse CLI of the service we
+// replace; --help exits 0. Returns nullopt when parsing succeeded.
+std::optional<int> parse_command_line(CLI::App& app, std::vector<std::string> arguments) {
+  if (const std::string error = expand_serve_prefixes(app, arguments); !error.empty()) {
+    std::cerr << "usage: quantem-gpu serve [OPTIONS] data_folder\n"
+              << "quantem-gpu serve: error: " << error << "\n";
+    return exit_status::usage;
   }
-  std::vector<char*> expanded_argv;
-  for (std::string& argument : arguments) expanded_argv.push_back(argument.data());
-
+  std::vector<char*> argv;
+  for (std::string& argument : arguments) argv.push_back(argument.data());
   try {
-    app.parse(static_cast<int>(expanded_argv.size()), expanded_argv.data());
+    app.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const CLI::ParseError& e) {
-    // Usage errors exit with status 2, like the argparse CLI of the service we
-    // replace; --help still exits 0.
-    const int status = app.exit(e);
-    return status == 0 ? 0 : 2;
+    return app.exit(e) == 0 ? exit_status::ok : exit_status::usage;
   }
+  return std::nullopt;
+}
 
+// Runs the subcommand that was given. An error that escapes it is a runtime
+// failure, logged at error priority.
+int run_parsed_command(const std::vector<Command>& commands) {
   try {
-    if (serve_cmd->parsed()) return quantem::server::run_serve(serve_options);
-    if (worker_cmd->parsed()) return quantem::inspector::run_inspect_worker(worker_options);
-    if (version_cmd->parsed()) {
-      std::printf("quantem-gpu %s (%s)\n", quantem::version_string(), quantem::build_git_revision());
-      return 0;
-    }
-    if (info_cmd->parsed()) {
-      quantem::server::HostInfoOptions info_options;
-      if (!info_device_budget.empty()) {
-        const auto bytes = quantem::server::parse_byte_size(info_device_budget);
-        if (!bytes || *bytes == 0) {
-          std::cerr << "--device-budget must be a positive byte count such as 64MiB or 2GB, got '" << info_device_budget << "'\n";
-          return 2;
-        }
-        info_options.device_budget_bytes = *bytes;
-      }
-      const auto document = quantem::server::host_info_document(info_options);
-      std::cout << (info_json ? document.dump(2) + "\n" : quantem::server::host_info_text(document));
-      return 0;
-    }
-    if (catalog_cmd->parsed()) {
-      // Like the daemon: libhdf5 runs on the folder's masters in the inspector only.
-      quantem::inspector::Inspector inspector;
-      const auto catalog = quantem::catalog::build_catalog(catalog_folder, inspector.inspect_function());
-      std::cout << quantem::catalog::sessions_document(catalog).dump() << "\n";
-      return 0;
-    }
-    if (synth_cmd->parsed()) {
-      if (!parse_pair(scan_text, synth_options.scan_rows, synth_options.scan_cols)) {
-        std::cerr << "--scan must be ROWSxCOLS with positive integers, got '" << scan_text << "'\n";
-        return 2;
-      }
-      if (!parse_pair(detector_text, synth_options.detector_rows, synth_options.detector_cols)) {
-        std::cerr << "--detector must be ROWSxCOLS with positive integers, got '" << detector_text << "'\n";
-        return 2;
-      }
-      const auto dtype = quantem::dtype_from_name(dtype_text);
-      if (!dtype) {
-        std::cerr << "--dtype must be uint8, uint16 or uint32, got '" << dtype_text << "'\n";
-        return 2;
-      }
-      synth_options.dtype = *dtype;
-      const auto preset = quantem::synth::preset_from_name(preset_text);
-      if (!preset) {
-        std::cerr << "--preset must be sparse, realistic or dense, got '" << preset_text << "'\n";
-        return 2;
-      }
-      synth_options.preset = *preset;
-      const auto report = quantem::synth::write_acquisition(synth_options);
-      nlohmann::json summary = {{"master", report.master_path},
-                                {"frames", report.frames},
-                                {"dense_bytes", report.dense_bytes},
-                                {"stored_bytes", report.stored_bytes},
-                                {"compression_ratio", report.stored_bytes ? double(report.dense_bytes) / double(report.stored_bytes) : 0.0},
-                                {"seconds", report.seconds}};
-      std::cout << summary.dump() << "\n";
-      return 0;
+    for (const Command& command : commands) {
+      if (command.app->parsed()) return command.run();
     }
   } catch (const quantem::Error& e) {
     spdlog::error("{} error: {}", quantem::error_kind_name(e.kind()), e.what());
-    return 1;
+    return exit_status::failure;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
-    return 1;
+    return exit_status::failure;
   }
-  return 0;
+  return exit_status::ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  quantem::logging::ignore_broken_pipes();
+  quantem::logging::configure();
+  CLI::App app{"quantem-gpu: exact 4D-STEM virtual detectors from GPU-resident acquisitions"};
+  app.require_subcommand(1);
+  const std::vector<Command> commands = declare_commands(app);
+  if (const auto status = parse_command_line(app, std::vector<std::string>(argv, argv + argc))) return *status;
+  return run_parsed_command(commands);
 }

@@ -74,7 +74,10 @@ nlohmann::ordered_json capabilities_document(const CapabilitiesInput& input) {
   doc["backend"] = input.backend;
   doc["device_name"] = input.devices.empty() ? json(nullptr) : json(input.devices.front().name);
   doc["device_error"] = nullptr;
-  doc["browse_gpu"] = input.devices.empty() ? json(nullptr) : json(input.devices.front().index);
+  // The replaced service names a GPU here only when it browses on CUDA: the
+  // CPU backend's virtual devices are listed in browse_gpus and devices only.
+  doc["browse_gpu"] =
+      input.devices.empty() || input.backend != "cuda" ? json(nullptr) : json(input.devices.front().index);
   json indices = json::array();
   std::uint64_t largest_budget = 0, aggregate_budget = 0;
   std::optional<std::uint64_t> largest_memory;

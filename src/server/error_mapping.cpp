@@ -44,7 +44,11 @@ HttpResponse error_response(std::exception_ptr error) noexcept {
       return HttpResponse::json(422, body);
     } catch (const Error& typed) {
       const int status = http_status(typed.kind());
-      if (status >= 500) {
+      if (status == 503) {
+        // Documented, passing states (not ready yet, a load pending, shutting
+        // down; docs/protocol.md): the client retries; not an error of the daemon.
+        spdlog::warn("503 ({}): {}", error_kind_name(typed.kind()), typed.what());
+      } else if (status >= 500) {
         spdlog::error("{} error: {}", error_kind_name(typed.kind()), typed.what());
       } else {
         spdlog::debug("{} ({}): {}", status, error_kind_name(typed.kind()), typed.what());

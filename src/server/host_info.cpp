@@ -52,13 +52,18 @@ json host_info_document(const HostInfoOptions& options) {
   cuda_document["gpus"] = std::move(gpus);
   document["cuda"] = std::move(cuda_document);
   document["systemd_notify"] = ServiceManagerNotifier::available_in_build();
+  // What to change when `serve` (default --backend cuda) would find no GPU.
+  document["advice"] = cuda.devices.empty()
+                           ? json("no usable GPU: `quantem-gpu serve` needs --backend cpu on this host (in the user "
+                                  "service: --backend cpu in QUANTEM_GPU_OPTIONS), or a GPU that CUDA can see")
+                           : json(nullptr);
 
   const std::string directory = runtime_directory();
   document["runtime_directory"] = directory;
   json daemons = json::array();
   for (auto runtime : live_runtime_files(directory)) {
     json daemon;
-    for (const char* key : {"pid", "url", "unix_socket", "version", "backend", "data_folder", "started_at"}) {
+    for (const char* key : {"pid", "url", "curl_args", "unix_socket", "version", "backend", "data_folder", "started_at"}) {
       if (runtime.contains(key)) daemon[key] = runtime[key];
     }
     daemon["token_mode"] = runtime.contains("token") && runtime["token"].is_string();
@@ -88,6 +93,7 @@ std::string host_info_text(const json& document) {
               " free, admission budget " + gib(gpu["budget_bytes"].get<std::uint64_t>()) + "\n";
     }
   }
+  if (document["advice"].is_string()) text += "advice: " + document["advice"].get<std::string>() + "\n";
   text += std::string("systemd notify (Type=notify): ") +
           (document["systemd_notify"].get<bool>() ? "yes" : "no, this build has no libsystemd (use Type=simple)") + "\n";
   text += "runtime directory: " + document["runtime_directory"].get<std::string>() + "\n";

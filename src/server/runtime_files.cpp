@@ -1,10 +1,13 @@
 #include "quantem/server/runtime_files.hpp"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -46,11 +49,76 @@ std::vector<RuntimeEntry> runtime_entries(const std::string& directory) {
 
 }  // namespace
 
-std::string runtime_directory() {
+std::string configured_runtime_directory() {
   if (const char* dir = std::getenv("QUANTEM_GPU_RUNTIME_DIR"); dir && *dir) return dir;
   if (const char* dir = std::getenv("XDG_RUNTIME_DIR"); dir && *dir) return std::string(dir) + "/quantem-gpu";
   if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.local/share/quantem-gpu/runtime";
   return "/tmp/quantem-gpu-" + std::to_string(getuid());
+}
+
+namespace {
+
+// A shared folder like /tmp (others may write, the sticky bit set): the
+// daemon keeps its files in a private subfolder of it.
+bool is_shared_sticky_folder(const struct stat& status) {
+  return S_ISDIR(status.st_mode) && (status.st_mode & S_ISVTX) && (status.st_mode & (S_IWGRP | S_IWOTH));
+}
+
+std::string octal_mode(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
+}
+
+// Why an existing folder cannot hold the runtime files (empty: it can).
+std::string unsafe_folder_reason(const std::string& directory, const struct stat& status) {
+  if (!S_ISDIR(status.st_mode)) return directory + " is not a folder";
+  if (status.st_uid != ::geteuid()) {
+    return directory + " belongs to user " + std::to_string(status.st_uid) + ", not to this user (" +
+           std::to_string(::geteuid()) + ")";
+  }
+  if ((status.st_mode & (S_IWGRP | S_IWOTH)) && !(status.st_mode & S_ISVTX)) {
+    return directory + " (mode " + octal_mode(status.st_mode) +
+           ") may be written by other users, and without the sticky bit they could replace the runtime files";
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string runtime_directory() {
+  const std::string configured = configured_runtime_directory();
+  struct stat status {};
+  if (::stat(configured.c_str(), &status) == 0 && is_shared_sticky_folder(status)) {
+    return configured + "/quantem-gpu-" + std::to_string(::geteuid());
+  }
+  return configured;
+}
+
+std::string prepare_runtime_directory(const std::string& directory) {
+  struct stat status {};
+  if (::lstat(directory.c_str(), &status) != 0) {
+    if (errno != ENOENT) return "cannot use the runtime folder " + directory + ": " + std::strerror(errno);
+    std::error_code error;
+    const std::filesystem::path path(directory);
+    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), error);
+    if (error) return "cannot create the runtime folder " + directory + ": " + error.message();
+    // Created here, so private from the start: mkdir's mode, never a chmod.
+    if (::mkdir(directory.c_str(), 0700) != 0 && errno != EEXIST) {
+      return "cannot create the runtime folder " + directory + ": " + std::strerror(errno);
+    }
+    if (::lstat(directory.c_str(), &status) != 0) {
+      return "cannot use the runtime folder " + directory + ": " + std::strerror(errno);
+    }
+  }
+  if (S_ISLNK(status.st_mode) && ::stat(directory.c_str(), &status) != 0) {
+    return "cannot use the runtime folder " + directory + ": " + std::strerror(errno);
+  }
+  if (const std::string reason = unsafe_folder_reason(directory, status); !reason.empty()) {
+    return "refusing the runtime folder: " + reason +
+           "; point $QUANTEM_GPU_RUNTIME_DIR at a folder of your own (it is created with mode 0700 when missing)";
+  }
+  return {};
 }
 
 bool is_live_daemon(pid_t pid) {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <malloc.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/random.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +31,8 @@
 #include "quantem/backend/backend.hpp"
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/core/error.hpp"
+#include "quantem/core/exit_codes.hpp"
+#include "quantem/core/logging.hpp"
 #include "quantem/catalog/catalog.hpp"
 #include "quantem/catalog/shard_storage.hpp"
 #include "quantem/core/version.hpp"
@@ -86,6 +90,12 @@ void add_serve_options(CLI::App& serve, ServeOptions& options) {
   serve.add_option("--auth", options.auth,
                    "none (default) or token (from $QUANTEM_GPU_TOKEN, $QUANTEM_GPU_TOKEN_FILE, else generated; "
                    "written to the 0600 runtime file)");
+  serve.add_option("--log-level", options.log_level,
+                   std::string("Least severe log lines written: ") + logging::level_names() +
+                       " (default: $QUANTEM_GPU_LOG_LEVEL, else info; debug adds one line per request)");
+  serve.add_flag("--exit-on-stdin-close", options.exit_on_stdin_close,
+                 "Stop cleanly when standard input reaches its end (a launcher such as `ssh host 'quantem-gpu "
+                 "serve ...'` without a terminal closed its session)");
 }
 
 ExpandedArguments expand_option_prefixes(const CLI::App& command, const std::vector<std::string>& arguments) {
@@ -149,10 +159,22 @@ struct TokenSource {
   std::string origin;  // "environment", "file <path>", "generated"
 };
 
+// What a token file that is not a regular file is, for the refusal.
+const char* file_type_name(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
 // Reads the token file like ssh reads a private key: refused when another user
-// owns it or when group or others may access it.
+// owns it or when group or others may access it. Opened without blocking
+// (a FIFO with no writer would otherwise hold start-up forever) and refused
+// unless it is a regular file.
 std::string read_token_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     throw ServeUsageError("cannot read a token from $QUANTEM_GPU_TOKEN_FILE (" + path + "): " + std::strerror(errno));
   }
@@ -161,6 +183,11 @@ std::string read_token_file(const std::string& path) {
     const std::string error = std::strerror(errno);
     ::close(fd);
     throw ServeUsageError("cannot read a token from $QUANTEM_GPU_TOKEN_FILE (" + path + "): " + error);
+  }
+  if (!S_ISREG(status.st_mode)) {
+    ::close(fd);
+    throw ServeUsageError("cannot read a token from $QUANTEM_GPU_TOKEN_FILE (" + path + "): it is " +
+                          file_type_name(status.st_mode) + ", not a regular file");
   }
   if (const std::string refusal = token_file_refusal(path, status.st_uid, status.st_mode, ::getuid()); !refusal.empty()) {
     ::close(fd);
@@ -171,7 +198,12 @@ std::string read_token_file(const std::string& path) {
   while (true) {
     const ssize_t n = ::read(fd, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
+    if (n < 0) {
+      const std::string error = std::strerror(errno);
+      ::close(fd);
+      throw ServeUsageError("cannot read a token from $QUANTEM_GPU_TOKEN_FILE (" + path + "): " + error);
+    }
+    if (n == 0) break;
     content.append(buffer, static_cast<std::size_t>(n));
   }
   ::close(fd);
@@ -196,13 +228,9 @@ TokenSource obtain_token() {
 }
 
 // Writes `content` to `path` with mode 0600 (replacing an older file), in a
-// 0700 directory. Returns an error text, empty on success.
+// folder that prepare_runtime_directory accepted. Returns an error text,
+// empty on success.
 std::string write_private_file(const std::string& path, const std::string& content) {
-  const std::filesystem::path file(path);
-  std::error_code ec;
-  std::filesystem::create_directories(file.parent_path(), ec);
-  if (ec) return "cannot create " + file.parent_path().string() + ": " + ec.message();
-  ::chmod(file.parent_path().c_str(), 0700);
   ::unlink(path.c_str());
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return "cannot create " + path + ": " + std::strerror(errno);
@@ -257,7 +285,13 @@ std::unique_ptr<backend::Backend> make_backend(const ServeSettings& settings, co
     if (settings.gpu_indices) cuda.device_indices = *settings.gpu_indices;
     cuda.budget_bytes = settings.device_budget_bytes;
     if (settings.device_budget_fraction > 0) cuda.budget_fraction = settings.device_budget_fraction;
-    return backend::make_cuda_backend(cuda);
+    try {
+      return backend::make_cuda_backend(cuda);
+    } catch (const Error& error) {
+      // No usable GPU for the devices asked for: a restart finds the same host.
+      if (error.kind() == ErrorKind::unavailable) throw ServeUsageError(error.what());
+      throw;
+    }
   }
   if (options.gpu || options.gpus != "auto") {
     spdlog::warn("--gpu/--gpus select CUDA devices and are ignored by --backend cpu (use --cpu-devices)");
@@ -274,8 +308,10 @@ std::unique_ptr<backend::Backend> make_backend(const ServeSettings& settings, co
 
 // Step 1. The signals the daemon handles are blocked before any thread exists
 // (threads inherit the mask); the signal loop takes them with sigtimedwait.
-// SIGTERM, SIGINT and SIGHUP (the terminal or SSH session that started the
-// daemon went away) stop it cleanly; SIGUSR1 logs the status line.
+// SIGTERM and SIGINT stop it cleanly; SIGHUP re-reads the catalog, unless it
+// is a hang-up of the terminal the daemon runs on (then it stops cleanly);
+// SIGUSR1 logs the status line. A SIGHUP ignored at start (nohup) stays
+// ignored: blocked signals whose action is SIG_IGN are discarded.
 sigset_t block_handled_signals() {
   sigset_t handled;
   sigemptyset(&handled);
@@ -453,24 +489,33 @@ std::string status_line(const DaemonWiring& daemon) {
   return line;
 }
 
-// Step 4. The runtime file `server-<pid>.json` (0600 in a 0700 directory)
-// that tells clients where the daemon listens (and, in token mode, the
-// token); the files of daemons that died without removing theirs are removed
-// first. Removed by remove() in the shutdown.
+// Step 4. The runtime file `server-<pid>.json` (0600, in the folder that
+// prepare_runtime_directory accepted at start) that tells clients where the
+// daemon listens (and, in token mode, the token); the files of daemons that
+// died without removing theirs are removed first. Removed by remove() in the
+// shutdown.
 class RuntimeFile {
  public:
   // Returns an error text when the file is required (token mode) and could
   // not be written; otherwise a failure is only a warning.
-  std::string write(const ServeSettings& settings, const DaemonWiring& daemon, int port) {
+  std::string write(const std::string& directory, const ServeSettings& settings, const DaemonWiring& daemon, int port) {
     const std::string host_for_url =
         settings.host.find(':') != std::string::npos ? "[" + settings.host + "]" : settings.host;
     url_ = settings.unix_socket.empty() ? "http://" + host_for_url + ":" + std::to_string(port)
                                         : "unix:" + settings.unix_socket;
-    const std::string directory = runtime_directory();
+    // What curl needs before a route ("$(...)/api/health/ready"): a browser
+    // or curl cannot use the unix: URL by itself.
+    nlohmann::ordered_json curl_args = nlohmann::ordered_json::array();
+    if (settings.unix_socket.empty()) {
+      curl_args.push_back(url_);
+    } else {
+      curl_args = {"--unix-socket", settings.unix_socket, "http://localhost"};
+    }
     remove_stale_runtime_files(directory, getpid());
     path_ = directory + "/server-" + std::to_string(getpid()) + ".json";
     nlohmann::ordered_json runtime;
     runtime["url"] = url_;
+    runtime["curl_args"] = curl_args;
     runtime["host"] = settings.host;
     runtime["port"] = settings.unix_socket.empty() ? nlohmann::ordered_json(port) : nlohmann::ordered_json(nullptr);
     runtime["unix_socket"] = settings.unix_socket.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(settings.unix_socket);
@@ -538,11 +583,94 @@ void start_background_threads(DaemonWiring& daemon, BackgroundThreads& threads) 
   });
 }
 
+// SIGHUP's re-reads of the catalog (like GET /api/browse/sessions?refresh=true),
+// on a thread of their own so that the signal loop keeps its watchdog beat;
+// signals that arrive during a re-read make one more.
+class CatalogRescans {
+ public:
+  explicit CatalogRescans(CatalogService& catalog) : catalog_(catalog), thread_([this] { run(); }) {}
+  ~CatalogRescans() { stop(); }
+  CatalogRescans(const CatalogRescans&) = delete;
+  CatalogRescans& operator=(const CatalogRescans&) = delete;
+  void request() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_ = true;
+    }
+    wake_.notify_one();
+  }
+  // Waits for a re-read in progress; none starts afterwards.
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      wake_.wait(lock, [this] { return pending_ || stopping_; });
+      if (stopping_) return;
+      pending_ = false;
+      lock.unlock();
+      try {
+        const auto catalog = catalog_.catalog(true);
+        spdlog::info("SIGHUP: the catalog of {} was read again ({} session{})", catalog->data_folder,
+                     catalog->sessions.size(), catalog->sessions.size() == 1 ? "" : "s");
+      } catch (const std::exception& error) {
+        spdlog::warn("SIGHUP: reading the catalog again failed: {}", error.what());
+      }
+      lock.lock();
+    }
+  }
+
+  CatalogService& catalog_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool pending_ = false;
+  bool stopping_ = false;
+  std::thread thread_;  // last: started once the members it uses exist
+};
+
+// True once standard input has reached its end (or is not open): the
+// launcher of `--exit-on-stdin-close` went away. Reads and drops what is
+// there without waiting.
+bool stdin_reached_end() {
+  char buffer[4096];
+  while (true) {
+    pollfd input{STDIN_FILENO, POLLIN, 0};
+    const int ready = ::poll(&input, 1, 0);
+    if (ready < 0) return errno != EINTR && errno != EAGAIN;
+    if (ready == 0) return false;
+    if (input.revents & POLLNVAL) return true;
+    if (!(input.revents & (POLLIN | POLLHUP | POLLERR))) return false;
+    const ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
+    if (n == 0) return true;
+    if (n < 0) return errno != EINTR && errno != EAGAIN;
+  }
+}
+
+// How SIGHUP is taken (Step 1).
+struct HangupPolicy {
+  // Started with a terminal on stdout or stderr: SIGHUP then means that
+  // terminal went away (remembered at start: a hung-up terminal no longer
+  // reports itself as one).
+  bool started_on_terminal = false;
+  bool stops(const siginfo_t& info) const { return started_on_terminal || info.si_code == SI_KERNEL; }
+};
+
 // Step 6. The signal loop: returns the exit code once a stop signal arrives
-// (0) or the HTTP server has stopped on its own (1). Meanwhile it keeps the
-// service manager's STATUS= current, sends WATCHDOG=1 when asked for, and
-// notices a data folder that went away (logged once by the catalog service).
-int wait_for_stop(const sigset_t& handled_signals, const BackgroundThreads& threads, DaemonWiring& daemon) {
+// or stdin ends with --exit-on-stdin-close (0), or the HTTP server has
+// stopped on its own (1). Meanwhile it hands SIGHUP's re-reads to `rescans`,
+// keeps the service manager's STATUS= current, sends WATCHDOG=1 when asked
+// for, and notices a data folder that went away (logged once by the catalog
+// service).
+int wait_for_stop(const sigset_t& handled_signals, const BackgroundThreads& threads, DaemonWiring& daemon,
+                  const ServeSettings& settings, const HangupPolicy& hangup, CatalogRescans& rescans) {
   using clock = std::chrono::steady_clock;
   const auto watchdog_period = daemon.notifier.watchdog_period();
   auto tick = std::chrono::microseconds(200'000);
@@ -552,15 +680,24 @@ int wait_for_stop(const sigset_t& handled_signals, const BackgroundThreads& thre
   std::string last_status;
   while (true) {
     timespec timeout{static_cast<time_t>(tick.count() / 1'000'000), static_cast<long>(tick.count() % 1'000'000) * 1000};
-    const int signal_number = sigtimedwait(&handled_signals, nullptr, &timeout);
-    if (signal_number == SIGINT || signal_number == SIGTERM || signal_number == SIGHUP) {
+    siginfo_t info{};
+    const int signal_number = sigtimedwait(&handled_signals, &info, &timeout);
+    if (signal_number == SIGINT || signal_number == SIGTERM || (signal_number == SIGHUP && hangup.stops(info))) {
       spdlog::info("signal {} ({}) received: stopping", signal_number, sigabbrev(signal_number));
-      return 0;
+      return exit_status::ok;
+    }
+    if (signal_number == SIGHUP) {
+      spdlog::info("signal {} (SIGHUP) received: reading the catalog again", signal_number);
+      rescans.request();
     }
     if (signal_number == SIGUSR1) spdlog::info("status: {}", status_line(daemon));
     if (threads.server_finished) {
       spdlog::error("the HTTP server stopped unexpectedly");
-      return 1;
+      return exit_status::failure;
+    }
+    if (settings.exit_on_stdin_close && stdin_reached_end()) {
+      spdlog::info("standard input reached its end (--exit-on-stdin-close): stopping");
+      return exit_status::ok;
     }
     const auto now = clock::now();
     if (watchdog_period.count() > 0 && now >= next_watchdog) {
@@ -583,10 +720,12 @@ int wait_for_stop(const sigset_t& handled_signals, const BackgroundThreads& thre
 // requests, loads cancelled and requests waiting for them woken (before the
 // HTTP workers are joined, so no worker waits out a long load), threads
 // joined, runtime file removed.
-void shut_down_in_order(DaemonWiring& daemon, BackgroundThreads& threads, RuntimeFile& runtime_file) {
+void shut_down_in_order(DaemonWiring& daemon, BackgroundThreads& threads, CatalogRescans& rescans,
+                        RuntimeFile& runtime_file) {
   daemon.notifier.stopping();
   daemon.service.set_ready(false);
   daemon.http.stop();
+  rescans.stop();
   daemon.catalog.stop_watching();
   daemon.residency.shutdown();
   threads.server.join();
@@ -611,48 +750,89 @@ void keep_freed_body_memory_mapped() {
   mallopt(M_ARENA_MAX, 1);
 }
 
+// Steps 2 and 3 with what they need first: the options validated and applied
+// (the log level), the runtime folder ready, the listener bound. A refusal
+// throws: ServeUsageError for the configuration, anything else a failure.
+struct ListeningDaemon {
+  ServeSettings settings;
+  std::string runtime_folder;
+  std::unique_ptr<DaemonWiring> daemon;
+  int port = 0;
+};
+
+ListeningDaemon start_listening(const ServeOptions& options) {
+  ListeningDaemon started;
+  started.settings = validate_serve_options(options);
+  const ServeSettings& settings = started.settings;
+  if (settings.log_level) {
+    logging::set_level(*settings.log_level);
+    // The inspector worker (a child of this process) logs at the same level.
+    if (!options.log_level.empty()) ::setenv(logging::kLevelVariable, options.log_level.c_str(), 1);
+  }
+  started.runtime_folder = runtime_directory();
+  if (const std::string refusal = prepare_runtime_directory(started.runtime_folder); !refusal.empty()) {
+    throw ServeUsageError(refusal);
+  }
+  started.daemon = std::make_unique<DaemonWiring>(settings, acquire_startup_resources(settings, options));
+  if (settings.unix_socket.empty()) {
+    started.port = started.daemon->http.bind(settings.host, settings.port);
+  } else {
+    started.daemon->http.bind_unix(settings.unix_socket);
+  }
+  return started;
+}
+
+// Where the daemon can be found: the runtime file, and the port file when
+// asked for. Returns an error text (a failure) when a required file could not
+// be written.
+std::string announce(ListeningDaemon& started, RuntimeFile& runtime_file) {
+  const ServeSettings& settings = started.settings;
+  if (std::string error = runtime_file.write(started.runtime_folder, settings, *started.daemon, started.port);
+      !error.empty()) {
+    return error;
+  }
+  if (!settings.port_file.empty() && !write_port_file(settings.port_file, started.port)) {
+    runtime_file.remove();
+    return "cannot write the port file " + settings.port_file;
+  }
+  return {};
+}
+
 }  // namespace
 
 int run_serve(const ServeOptions& options) {
   const auto serve_start = std::chrono::steady_clock::now();
   const sigset_t handled_signals = block_handled_signals();
+  const HangupPolicy hangup{::isatty(STDOUT_FILENO) == 1 || ::isatty(STDERR_FILENO) == 1};
   keep_freed_body_memory_mapped();
 
-  ServeSettings settings;
-  std::unique_ptr<DaemonWiring> daemon;
-  int port = 0;
+  ListeningDaemon started;
   try {
-    settings = validate_serve_options(options);
-    daemon = std::make_unique<DaemonWiring>(settings, acquire_startup_resources(settings, options));
-    if (settings.unix_socket.empty()) {
-      port = daemon->http.bind(settings.host, settings.port);
-    } else {
-      daemon->http.bind_unix(settings.unix_socket);
-    }
+    started = start_listening(options);
+  } catch (const ServeUsageError& error) {
+    logging::fatal(error.what());
+    return exit_status::configuration;
   } catch (const std::exception& error) {
-    std::cerr << error.what() << "\n";
-    return 1;
+    logging::fatal(error.what());
+    return exit_status::failure;
   }
-
   RuntimeFile runtime_file;
-  if (const std::string error = runtime_file.write(settings, *daemon, port); !error.empty()) {
-    std::cerr << error << "\n";
-    return 1;
+  if (const std::string error = announce(started, runtime_file); !error.empty()) {
+    logging::fatal(error);
+    return exit_status::failure;
   }
-  if (!settings.port_file.empty() && !write_port_file(settings.port_file, port)) {
-    std::cerr << "cannot write the port file " << settings.port_file << "\n";
-    runtime_file.remove();
-    return 1;
-  }
+  const ServeSettings& settings = started.settings;
+  DaemonWiring& daemon = *started.daemon;
   spdlog::info("quantem-gpu {} ({}) serving {} on {} with the {} backend ({:.3f} s after start-up began)",
                version_string(), settings.implementation_revision, settings.data_folder, runtime_file.url(),
-               daemon->backend->name(),
+               daemon.backend->name(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - serve_start).count());
 
   BackgroundThreads threads;
-  start_background_threads(*daemon, threads);
-  const int exit_code = wait_for_stop(handled_signals, threads, *daemon);
-  shut_down_in_order(*daemon, threads, runtime_file);
+  start_background_threads(daemon, threads);
+  CatalogRescans rescans(daemon.catalog);
+  const int exit_code = wait_for_stop(handled_signals, threads, daemon, settings, hangup, rescans);
+  shut_down_in_order(daemon, threads, rescans, runtime_file);
   spdlog::info("stopped");
   return exit_code;
 }

@@ -47,6 +47,27 @@ std::optional<long long> python_int(const std::string& raw) {
   return negative ? -value : value;
 }
 
+// --log-level, else $QUANTEM_GPU_LOG_LEVEL (the unit's environment file);
+// nullopt when neither is given.
+std::optional<logging::Level> validate_log_level(const std::string& option_value) {
+  if (!option_value.empty()) {
+    const auto level = logging::parse_level(option_value);
+    if (!level) {
+      throw ServeUsageError(std::string("--log-level must be one of ") + logging::level_names() + ", got '" +
+                            option_value + "'");
+    }
+    return level;
+  }
+  const char* variable = std::getenv(logging::kLevelVariable);
+  if (!variable || !*variable) return std::nullopt;
+  const auto level = logging::parse_level(variable);
+  if (!level) {
+    throw ServeUsageError(std::string("$") + logging::kLevelVariable + " must be one of " + logging::level_names() +
+                          ", got '" + variable + "'");
+  }
+  return level;
+}
+
 }  // namespace
 
 std::vector<int> parse_gpu_list(const std::string& spec) {
@@ -253,6 +274,8 @@ ServeSettings validate_serve_options(const ServeOptions& options) {
   if (!options.unix_socket.empty()) settings.unix_socket = std::filesystem::absolute(options.unix_socket).lexically_normal().string();
   settings.data_folder = catalog::absolute_folder(options.data_folder);
   settings.implementation_revision = resolve_implementation_revision(options.implementation_revision);
+  settings.log_level = validate_log_level(options.log_level);
+  settings.exit_on_stdin_close = options.exit_on_stdin_close;
   return settings;
 }
 

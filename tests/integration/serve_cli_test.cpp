@@ -58,7 +58,7 @@ std::string raw_exchange(int port, const std::string& request) {
 
 TEST_F(ServeCli, CudaIsRequiredUnlessTheCpuBackendIsNamed) {
   const auto result = run_quantem({"serve", data.path(), "--port", "0", "--port-file", data.file("port")});
-  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.exit_code, 78);  // a configuration error: no restart fixes it (docs/deploy.md)
   EXPECT_EQ(result.stderr_text.rfind("CUDA unavailable: ", 0), 0u) << result.stderr_text;
   EXPECT_EQ(result.stdout_text, "");
   EXPECT_FALSE(fs::exists(data.file("port")));  // never listened, never fell back to the CPU
@@ -79,7 +79,7 @@ TEST_F(ServeCli, ReferenceValidationMessages) {
     std::vector<std::string> arguments = {"serve", data.path()};
     arguments.insert(arguments.end(), c.arguments.begin(), c.arguments.end());
     const auto result = run_quantem(arguments);
-    EXPECT_EQ(result.exit_code, 1) << c.message;
+    EXPECT_EQ(result.exit_code, 78) << c.message;  // the replaced service exits 1; docs/protocol.md
     EXPECT_NE(result.stderr_text.find(c.message), std::string::npos) << result.stderr_text;
     EXPECT_EQ(result.stdout_text, "");
   }
@@ -88,7 +88,7 @@ TEST_F(ServeCli, ReferenceValidationMessages) {
 }
 
 TEST_F(ServeCli, UniquePrefixesOfLongOptionsAreAcceptedLikeArgparse) {
-  // Each of these reaches serve's own validation (exit 1 with its message),
+  // Each of these reaches serve's own validation (exit 78 with its message),
   // which it cannot without the abbreviation being understood (CLI11 alone
   // rejects an unknown option with exit 2).
   struct Case {
@@ -103,7 +103,7 @@ TEST_F(ServeCli, UniquePrefixesOfLongOptionsAreAcceptedLikeArgparse) {
     std::vector<std::string> arguments = {"serve", data.path()};
     arguments.insert(arguments.end(), c.arguments.begin(), c.arguments.end());
     const auto result = run_quantem(arguments);
-    EXPECT_EQ(result.exit_code, 1) << c.message << ": " << result.stderr_text;
+    EXPECT_EQ(result.exit_code, 78) << c.message << ": " << result.stderr_text;
     EXPECT_NE(result.stderr_text.find(c.message), std::string::npos) << result.stderr_text;
   }
   // A prefix of several names is argparse's usage error (exit 2).
@@ -122,7 +122,7 @@ TEST_F(ServeCli, UniquePrefixesOfLongOptionsAreAcceptedLikeArgparse) {
 TEST_F(ServeCli, NonLoopbackBindIsRefusedWithoutTheFlag) {
   const auto refused = run_quantem({"serve", data.path(), "--backend", "cpu", "--host", "0.0.0.0", "--port", "0",
                                     "--port-file", data.file("port")});
-  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_EQ(refused.exit_code, 78);
   EXPECT_NE(refused.stderr_text.find("not a loopback address"), std::string::npos) << refused.stderr_text;
   EXPECT_FALSE(fs::exists(data.file("port")));
 

@@ -376,10 +376,10 @@ TEST_F(ServeHttp, EveryResponseIsFramedAndConnectionCloseIsHonoured) {
 
 TEST_F(ServeHttp, GraceAndDeadlineOptionsAreValidated) {
   const auto grace = run_quantem({"serve", data.path(), "--backend", "cpu", "--shutdown-grace", "-1"});
-  EXPECT_EQ(grace.exit_code, 1);
+  EXPECT_EQ(grace.exit_code, 78);
   EXPECT_NE(grace.stderr_text.find("--shutdown-grace must be between 0 and 600 seconds"), std::string::npos) << grace.stderr_text;
   const auto deadline = run_quantem({"serve", data.path(), "--backend", "cpu", "--header-timeout", "0"});
-  EXPECT_EQ(deadline.exit_code, 1);
+  EXPECT_EQ(deadline.exit_code, 78);
   EXPECT_NE(deadline.stderr_text.find("--header-timeout must be between 0.05 and 3600 seconds"), std::string::npos)
       << deadline.stderr_text;
   const auto help = run_quantem({"serve", "--help"});

@@ -122,7 +122,7 @@ TEST_F(ServeInspector, HangingInspectionMissesItsDeadline) {
 
 TEST_F(ServeInspector, InspectTimeoutIsValidated) {
   const auto refused = run_quantem({"serve", data_folder(), "--backend", "cpu", "--inspect-timeout", "0"});
-  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_EQ(refused.exit_code, 78);
   EXPECT_NE(refused.stderr_text.find("--inspect-timeout must be between 0.05 and 3600 seconds"), std::string::npos)
       << refused.stderr_text;
 }

@@ -5,7 +5,8 @@
 //
 // Directory: $QUANTEM_GPU_RUNTIME_DIR, else $XDG_RUNTIME_DIR/quantem-gpu
 // (the systemd unit's RuntimeDirectory=), else
-// ~/.local/share/quantem-gpu/runtime, else /tmp/quantem-gpu-<uid>.
+// ~/.local/share/quantem-gpu/runtime, else /tmp/quantem-gpu-<uid>; a shared
+// sticky folder (1777, like /tmp) gets a private subfolder quantem-gpu-<uid>.
 //
 // A daemon killed without a chance to clean up (SIGKILL, OOM killer, a crash)
 // leaves its file behind; the next daemon removes such stale files at start,
@@ -19,7 +20,21 @@
 
 namespace quantem::server {
 
+// $QUANTEM_GPU_RUNTIME_DIR, else $XDG_RUNTIME_DIR/quantem-gpu, else
+// ~/.local/share/quantem-gpu/runtime, else /tmp/quantem-gpu-<uid>.
+std::string configured_runtime_directory();
+
+// Where this user's runtime files are: the configured folder, or, when that
+// is a shared sticky folder such as /tmp (mode 1777), the private subfolder
+// `quantem-gpu-<uid>` inside it.
 std::string runtime_directory();
+
+// Makes `directory` ready for this daemon's runtime file. A missing folder is
+// created with mode 0700 (its missing parents with the usual mode); an
+// existing one is used as it is, never chmod-ed: it is refused when it is not
+// a folder, belongs to another user, or others may write it without the
+// sticky bit. Returns the refusal (a configuration error), empty when usable.
+std::string prepare_runtime_directory(const std::string& directory);
 
 // True when `pid` is a running quantem-gpu process (not a reused pid of
 // another program).

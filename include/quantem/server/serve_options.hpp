@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "quantem/core/logging.hpp"
+
 namespace quantem::server {
 
 struct ServeOptions {
@@ -33,10 +35,15 @@ struct ServeOptions {
   double shutdown_grace_seconds = 2.0;          // --shutdown-grace
   double header_timeout_seconds = 5.0;          // --header-timeout
   double inspect_timeout_seconds = 10.0;        // --inspect-timeout: the inspector's deadline per master
+  std::string log_level;                        // --log-level (empty: $QUANTEM_GPU_LOG_LEVEL, else info)
+  bool exit_on_stdin_close = false;             // --exit-on-stdin-close: stop cleanly when stdin reaches its end
 };
 
-// A start-up refusal: the message goes to stderr and the process exits 1
-// (the reference's SystemExit("msg")).
+// A start-up refusal caused by the configuration (an option or environment
+// value, the host having no usable GPU, the token, the runtime folder): the
+// message goes to stderr at error priority and the process exits 78
+// (exit_status::configuration; the replaced service exited 1 with the same
+// texts), so that systemd does not restart it (RestartPreventExitStatus=).
 class ServeUsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -65,6 +72,8 @@ struct ServeSettings {
   std::chrono::milliseconds shutdown_grace{2000};
   std::chrono::milliseconds header_timeout{5000};
   std::chrono::milliseconds inspect_timeout{10000};
+  std::optional<logging::Level> log_level;  // nullopt: as configured at start (environment, else info)
+  bool exit_on_stdin_close = false;
 };
 
 // Checks every option; throws ServeUsageError with the reference's texts:

@@ -119,7 +119,7 @@ class CpuBackend final : public Backend {
     const std::uint64_t pixels = acquisition.frame_pixels();
     const std::size_t element = dtype_size(*acquisition.dtype);
     DType code_dtype = cpu::ResidentBuilder::initial_code_dtype(*acquisition.dtype);
-    const std::uint64_t staging_bytes = plan.threads * plan.staging_bytes_per_thread;
+    const std::uint64_t staging_bytes = plan.staging_bytes();
     for (;;) {
       progress.bytes_done = 0;
       try {

@@ -16,7 +16,16 @@ LoadPlan plan_load(const catalog::Acquisition& acquisition, unsigned threads) {
   // Any real encoding of a frame (bitshuffle/LZ4 worst case is ~0.4% above raw
   // plus block headers) is far below this bound.
   plan.max_stored_chunk_bytes = 3 * frame_bytes + 4096;
-  plan.staging_bytes_per_thread = std::max(kReadBatchBytes, plan.max_stored_chunk_bytes);
+  // Staging is sized by what the load reads: a batch holds the chunks of one
+  // frame group (with the small holes read through between them) up to
+  // kReadBatchBytes, or a single larger chunk; only threads that get a group
+  // ever hold a buffer.
+  const std::uint64_t groups = ResidentBuilder::group_count(acquisition);
+  const std::uint64_t frames_per_group = std::min<std::uint64_t>(kGroupFrames, std::max<std::uint64_t>(1, acquisition.frame_count()));
+  const std::uint64_t largest_group_read =
+      frames_per_group * plan.max_stored_chunk_bytes + (frames_per_group - 1) * kReadGapBytes;
+  plan.staging_bytes_per_thread = std::max(plan.max_stored_chunk_bytes, std::min(kReadBatchBytes, largest_group_read));
+  plan.reading_threads = static_cast<unsigned>(std::max<std::uint64_t>(1, std::min<std::uint64_t>(plan.threads, groups)));
   plan.frame_index_bytes = acquisition.frame_count() * (sizeof(catalog::FrameLocation) + sizeof(ReadBatch)) +
                            (ResidentBuilder::group_count(acquisition) + 1) * sizeof(std::size_t) +
                            acquisition.shards.size() * 4096;
@@ -30,7 +39,7 @@ LoadPlan plan_load(const catalog::Acquisition& acquisition, unsigned threads) {
   };
   // A uint32 source may need a second, 32-bit pass; the first pass is freed before it starts.
   plan.resident_bytes = resident(first);
-  plan.transition_peak_bytes = pass(first) + plan.threads * plan.staging_bytes_per_thread + plan.frame_index_bytes;
+  plan.transition_peak_bytes = pass(first) + plan.staging_bytes() + plan.frame_index_bytes;
   plan.wide_pass_growth_bytes = pass(source_dtype) > pass(first) ? pass(source_dtype) - pass(first) : 0;
   plan.max_transition_peak_bytes = plan.transition_peak_bytes + plan.wide_pass_growth_bytes;
   return plan;
@@ -44,6 +53,9 @@ std::vector<ReadBatch> plan_reads(const catalog::Acquisition& acquisition, const
                    std::to_string(acquisition.scan_rows) + " x " + std::to_string(acquisition.scan_cols) +
                    " scan needs " + std::to_string(frames));
   }
+  // A coalesced batch always fits one staging buffer (a single chunk does:
+  // it is at most max_stored_chunk_bytes).
+  const std::uint64_t coalesce_limit = std::min(kReadBatchBytes, plan.staging_bytes_per_thread);
   std::vector<ReadBatch> batches;
   for (std::uint64_t frame = 0; frame < frames; ++frame) {
     const catalog::FrameLocation& location = index.frames[frame];
@@ -65,7 +77,7 @@ std::vector<ReadBatch> plan_reads(const catalog::Acquisition& acquisition, const
       const std::uint64_t chunk_end = location.file_offset + location.stored_bytes;
       if (location.shard == batch.shard && frame / kGroupFrames == batch.first_frame / kGroupFrames &&
           location.file_offset >= batch_end &&
-          location.file_offset - batch_end <= kReadGapBytes && chunk_end - batch.file_offset <= kReadBatchBytes) {
+          location.file_offset - batch_end <= kReadGapBytes && chunk_end - batch.file_offset <= coalesce_limit) {
         batch.bytes = chunk_end - batch.file_offset;
         batch.frame_count += 1;
         batch.stored_bytes += location.stored_bytes;

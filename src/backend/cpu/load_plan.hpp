@@ -17,7 +17,9 @@ constexpr std::uint64_t kReadGapBytes = std::uint64_t{64} << 10;
 struct LoadPlan {
   unsigned threads = 1;
   std::uint64_t max_stored_chunk_bytes = 0;     // a larger chunk is corrupt
-  std::uint64_t staging_bytes_per_thread = 0;   // one read buffer per thread
+  unsigned reading_threads = 1;                 // threads that read: min(threads, frame groups)
+  std::uint64_t staging_bytes_per_thread = 0;   // one read buffer per reading thread: the largest batch
+  std::uint64_t staging_bytes() const { return std::uint64_t{reading_threads} * staging_bytes_per_thread; }
   std::uint64_t frame_index_bytes = 0;          // the catalog's frame index and the read schedule
   // Admitted before the load: the first pass (uint32 sources held as 16-bit codes).
   std::uint64_t resident_bytes = 0;             // the first pass's resident (exact unless it widens)

@@ -132,7 +132,10 @@ TEST(CpuBackend, LoadsShardedBitshuffleFilesExactlyWithMaskedPixelsZeroed) {
     EXPECT_GT(progress.bytes_total.load(), 0u);
     EXPECT_EQ(progress.bytes_done.load(), progress.bytes_total.load());
     EXPECT_EQ(estimate.resident_bytes, resident->resident_bytes());
-    EXPECT_GE(estimate.transition_peak_bytes, estimate.resident_bytes + 4 * (std::uint64_t{1} << 20));
+    // The read staging is sized by what this small file's batches can hold
+    // (one frame group of small chunks), not 4 MiB per thread.
+    EXPECT_GT(estimate.transition_peak_bytes, estimate.resident_bytes);
+    EXPECT_LT(estimate.transition_peak_bytes, estimate.resident_bytes + threads * (std::uint64_t{4} << 20));
     expect_frames_equal(*resident, acquisition, read_u64(dir.file("sharded_expected.u64")));
   }
 }

@@ -104,7 +104,7 @@ TEST(Documents, CapabilitiesHaveTheReferenceFieldsAndOrder) {
   EXPECT_EQ(doc["protocol_version"], 1);
   EXPECT_EQ(doc["backend"], "cpu");
   EXPECT_EQ(doc["device_name"], "CPU virtual device 0");
-  EXPECT_EQ(doc["browse_gpu"], 0);
+  EXPECT_TRUE(doc["browse_gpu"].is_null());  // a CPU backend browses on no GPU, as in the replaced service
   EXPECT_EQ(doc["browse_gpus"].dump(), "[0,1]");
   EXPECT_EQ(doc["cache_budget_bytes"], 800);
   EXPECT_EQ(doc["aggregate_cache_budget_bytes"], 1400);
@@ -120,6 +120,29 @@ TEST(Documents, CapabilitiesHaveTheReferenceFieldsAndOrder) {
             R"("resident_bytes":50,"resident_entries":2,"active_resident_bytes":30,"evictable_bytes":20,)"
             R"("available_peak_bytes":800,"available_resident_bytes":770})");
   EXPECT_NE(doc.dump().find("\"cache_fraction\":0.8,"), std::string::npos);
+}
+
+// browse_gpu names a GPU only on the CUDA backend (the replaced service's
+// null for anything else); browse_gpus lists every device either way.
+TEST(Documents, BrowseGpuIsTheFirstCudaDeviceAndNullOtherwise) {
+  CapabilitiesInput input;
+  input.implementation_revision = "rev";
+  input.data_folder = "/data";
+  DeviceCapacity device;
+  device.index = 3;
+  device.name = "GPU 3";
+  device.cache_budget_bytes = 100;
+  input.devices = {device};
+  input.backend = "cuda";
+  const auto cuda = capabilities_document(input);
+  EXPECT_EQ(cuda["browse_gpu"], 3);
+  input.backend = "cpu";
+  const auto cpu = capabilities_document(input);
+  EXPECT_TRUE(cpu["browse_gpu"].is_null());
+  EXPECT_EQ(cpu["browse_gpus"].dump(), "[3]");
+  input.backend = "cuda";
+  input.devices.clear();
+  EXPECT_TRUE(capabilities_document(input)["browse_gpu"].is_null());
 }
 
 TEST(Documents, ProvenanceIsCompactAsciiJson) {

@@ -1,5 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <sstream>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
 #include "quantem/core/error.hpp"
 #include "quantem/protocol/query.hpp"
 #include "quantem/server/error_mapping.hpp"
@@ -69,4 +75,28 @@ TEST(ErrorMapping, UnknownExceptionsAreAPlainInternalServerError) {
   EXPECT_EQ(response.content_type, "text/plain; charset=utf-8");
   EXPECT_EQ(response.body, "Internal Server Error");
   EXPECT_EQ(respond_to(42).status, 500);
+}
+
+// The documented 503s (not ready, a load pending, shutting down) are passing
+// states a client retries: logged as warnings, never at error level, which
+// `journalctl -p err` keeps for the daemon's own failures.
+TEST(ErrorMapping, Documented503sAreWarningsAnd500sErrors) {
+  std::ostringstream captured;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(captured);
+  auto previous = spdlog::default_logger();
+  auto logger = std::make_shared<spdlog::logger>("capture", sink);
+  logger->set_pattern("%l|%v");
+  logger->set_level(spdlog::level::trace);
+  spdlog::set_default_logger(logger);
+  const auto unavailable_response = respond_to(unavailable("the catalog is being built"));
+  const std::string after_503 = captured.str();
+  const auto internal_response = respond_to(Error(ErrorKind::internal, "a broken invariant"));
+  const std::string after_500 = captured.str().substr(after_503.size());
+  spdlog::set_default_logger(previous);
+
+  EXPECT_EQ(unavailable_response.status, 503);
+  EXPECT_EQ(after_503.rfind("warning|", 0), 0u) << after_503;
+  EXPECT_NE(after_503.find("the catalog is being built"), std::string::npos) << after_503;
+  EXPECT_EQ(internal_response.status, 500);
+  EXPECT_EQ(after_500.rfind("error|", 0), 0u) << after_500;
 }

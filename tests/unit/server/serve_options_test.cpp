@@ -163,3 +163,21 @@ TEST(ServeOptions, RevisionFallsBackToEnvironmentThenBuild) {
   EXPECT_EQ(resolve_implementation_revision("given"), "given");
   ::unsetenv("QUANTEM_GPU_IMPLEMENTATION_REVISION");
 }
+
+// --log-level, else $QUANTEM_GPU_LOG_LEVEL; an unknown level is refused.
+TEST(ServeOptions, LogLevelFromTheOptionElseTheEnvironment) {
+  ::unsetenv("QUANTEM_GPU_LOG_LEVEL");
+  auto options = cpu_options();
+  EXPECT_FALSE(validate_serve_options(options).log_level.has_value());
+  options.log_level = "DEBUG";
+  EXPECT_EQ(validate_serve_options(options).log_level, quantem::logging::Level::debug);
+  ::setenv("QUANTEM_GPU_LOG_LEVEL", "error", 1);
+  EXPECT_EQ(validate_serve_options(options).log_level, quantem::logging::Level::debug);
+  options.log_level.clear();
+  EXPECT_EQ(validate_serve_options(options).log_level, quantem::logging::Level::error);
+  ::setenv("QUANTEM_GPU_LOG_LEVEL", "loud", 1);
+  EXPECT_EQ(usage_error(options), "$QUANTEM_GPU_LOG_LEVEL must be one of trace|debug|info|warn|error, got 'loud'");
+  ::unsetenv("QUANTEM_GPU_LOG_LEVEL");
+  options.log_level = "chatty";
+  EXPECT_EQ(usage_error(options), "--log-level must be one of trace|debug|info|warn|error, got 'chatty'");
+}
