@@ -86,7 +86,7 @@ suite_e2e() {
     --port-file "$work/refused.port"
 }
 
-# run_load_variants NAME_PREFIX MASTER: the load alone (--load-only 1, median
+# run_load_variants MASTER: the load alone (--load-only 1, median
 # of 5 after a first load) for each QUANTEM_LOAD_VARIANTS entry
 # (';'-separated "name=cuda_backend_bench flags"), by this bundle's benchmark
 # and, where the bundle holds them, by cuda_backend_bench_base and
@@ -100,7 +100,7 @@ run_load_variants() {
       for variant in "${variants[@]}"; do
         name=${variant%%=*}
         read -r -a flags <<< "${variant#*=}"
-        step "load_${benchmark#cuda_backend_bench}${name}_$round" 150 --bundle \
+        step "load_${name}_$round${benchmark#cuda_backend_bench}" 150 --bundle \
           --json "$work/load_${benchmark}_${name}_$round.json" -- "$bundle/$benchmark" "$master" --repeats 5 \
           --load-only 1 "${flags[@]}" --json "$work/load_${benchmark}_${name}_$round.json"
       done
