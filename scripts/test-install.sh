@@ -94,7 +94,7 @@ done
 grep -q '"ready":true' <<<"$(curl -fsS --unix-socket "$XDG_RUNTIME_DIR/quantem-gpu/quantem.sock" \
   http://localhost/api/health/ready)" || fail "the default socket does not serve: $(cat "$work/default.log")"
 # deploy.md "Reload": ExecReload= (SIGHUP) reads the catalog again; the daemon keeps serving.
-"$bin" synth "$work/data/session2" --scan 4x4 --detector 16x16 --threads 2 >/dev/null
+"$bin" synth "$work/data/sample2" --scan 4x4 --detector 16x16 --threads 2 >/dev/null
 MAINPID="$daemon_pid" eval "$(sed 's/\$MAINPID/$MAINPID/' <<<"$exec_reload")"
 for _ in $(seq 100); do grep -q 'was read again (2 sessions)' "$work/default.log" && break; sleep 0.1; done
 grep -q 'was read again (2 sessions)' "$work/default.log" || fail "reload did not read the catalog: $(cat "$work/default.log")"
@@ -180,7 +180,7 @@ grep -q '"sample1"' <<<"$(curl -fsS --unix-socket "$socket_path" http://localhos
 grep -q "unix socket $socket_path" <<<"$("$bin" info)" || fail "info does not list the socket"
 # connect.md "Same host": curl with the arguments `info --json` gives.
 curl_args="$("$bin" info --json | python3 -c 'import json, shlex, sys; print(shlex.join(json.load(sys.stdin)["daemons"][0]["curl_args"]))')"
-grep -q '"session1"' <<<"$(eval "curl -fsS $curl_args/api/browse/sessions")" || fail "curl_args ($curl_args) do not reach the daemon"
+grep -q '"sample1"' <<<"$(eval "curl -fsS $curl_args/api/browse/sessions")" || fail "curl_args ($curl_args) do not reach the daemon"
 kill -TERM "$daemon_pid"
 wait "$daemon_pid" || fail "the socket daemon exited with $? on SIGTERM"
 daemon_pid=""

@@ -142,7 +142,7 @@ def main():
         for name in ("QUANTEM_GPU_RUNTIME_DIR", "QUANTEM_GPU_TOKEN", "QUANTEM_GPU_TOKEN_FILE", "JOURNAL_STREAM"):
             env.pop(name, None)
         data = os.path.join(work, "data")
-        subprocess.run([binary, "synth", os.path.join(data, "session1"), "--scan", "4x4", "--detector", "8x8",
+        subprocess.run([binary, "synth", os.path.join(data, "sample1"), "--scan", "4x4", "--detector", "8x8",
                         "--threads", "1"], check=True, capture_output=True)
         daemons = Daemons(binary, env, work)
         socket_path = os.path.join(runtime, "quantem-gpu", "quantem.sock")

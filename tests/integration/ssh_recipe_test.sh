@@ -61,7 +61,7 @@ ssh_options=(-p "$port" -i "$work/client_key" -o BatchMode=yes -o StrictHostKeyC
 host="$(id -un)@127.0.0.1"
 ssh "${ssh_options[@]}" "$host" true || fail "ssh to the private sshd: $(cat "$work/sshd.log")"
 
-"$binary" synth "$work/data/session1" --scan 4x4 --detector 8x8 --threads 1 >/dev/null
+"$binary" synth "$work/data/sample1" --scan 4x4 --detector 8x8 --threads 1 >/dev/null
 runtime="$work/runtime"
 serve="QUANTEM_GPU_RUNTIME_DIR=$runtime '$binary' serve '$work/data' --backend cpu --port 0"
 
