@@ -1,7 +1,8 @@
 #pragma once
-// JSON documents of the browse protocol that are not images: capabilities
-// (reference §4.1 + PROTOCOL.md §3), acquisition events (§4.3), residency
-// status (PROTOCOL.md §3), and the provenance header of every array response.
+// JSON documents of the browse protocol that are not images: capabilities,
+// acquisition events and residency status
+// (docs/protocol.md#3-routes-reference-4-unchanged-unless-noted), and the
+// provenance header of every array response.
 // All are nlohmann::ordered_json so keys keep the reference's order, and are
 // sent compact (dump() with no indent: separators "," and ":").
 #include <cstdint>
@@ -28,7 +29,7 @@ std::string signature_digest(const catalog::SourceSignature& signature);
 
 // ---- capabilities -----------------------------------------------------------
 
-// One device's live capacity, computed as reference §5.1.
+// One device's live capacity, computed as docs/protocol.md#5-residency-and-admission describes.
 struct DeviceCapacity {
   int index = 0;
   std::string name;

@@ -1,6 +1,6 @@
 #pragma once
 // Query strings as the reference service (Starlette + FastAPI + pydantic v2)
-// reads them (reference/browse-protocol.md §3.2):
+// reads them (docs/protocol.md#2-conventions):
 //  - `a=1&b=&c` splits on '&', '+' is a space, %XX is decoded (invalid escapes
 //    stay as written, invalid UTF-8 becomes U+FFFD), blank values are kept;
 //  - names are case-sensitive, unknown names are ignored, the LAST value of a

@@ -1,6 +1,6 @@
 #pragma once
 // Typed parameters of every route, read and validated before any residency
-// work (PROTOCOL.md §2). Each parse_* function:
+// work (docs/protocol.md#order-of-checks-for-an-array-request). Each parse_* function:
 //  1. reads the parameters in the reference's declaration order, throwing
 //     QueryValidationError (422, pydantic list) when any coercion fails;
 //  2. checks everything that does not need the source: mode and shape names,
@@ -19,7 +19,7 @@
 
 namespace quantem::protocol {
 
-// Exact 400 texts of the reference (§6) used by the parsers.
+// Exact 400 texts of the reference (docs/protocol.md#2-conventions) used by the parsers.
 extern const char* const kCropIncompleteMessage;
 extern const char* const kCropEmptyMessage;
 
@@ -32,12 +32,14 @@ struct ProductQuery {
   SourceRef source;
   plan::BrowsePlan plan;
   PayloadFormat format = PayloadFormat::raw;
+  // Load the acquisition when it is not resident (realspace, cbed and
+  // cbed-region declare it; realspace-shape always loads).
+  bool ensure_resident = false;
 };
 
 struct RealspaceQuery : ProductQuery {
   std::string mode_name;
   products::RealspaceRequest request;
-  bool ensure_resident = false;
 };
 
 struct ShapeQuery : ProductQuery {
@@ -46,16 +48,14 @@ struct ShapeQuery : ProductQuery {
 };
 
 struct CbedQuery : ProductQuery {
-  std::int64_t scan_row = 0;  // sx: scan ROW (reference §4.7)
+  std::int64_t scan_row = 0;  // sx: scan ROW (docs/protocol.md#3-routes-reference-4-unchanged-unless-noted)
   std::int64_t scan_col = 0;  // sy: scan COLUMN
-  bool ensure_resident = false;
 };
 
 struct RegionQuery : ProductQuery {
   std::string shape_name;
   std::string reduce_name;
   products::RegionRequest request;
-  bool ensure_resident = false;
 };
 
 RealspaceQuery parse_realspace_query(const QueryParams& params);

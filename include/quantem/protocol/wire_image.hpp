@@ -1,7 +1,7 @@
 #pragma once
-// The binary image payload of the array routes (reference/browse-protocol.md
-// §3.4, PROTOCOL.md §1/§3): a raw row-major little-endian body (`<u4` for
-// exact counts, `<f4` for the CoM family), or the same values as a NumPy .npy.
+// The binary image payload of the array routes (docs/protocol.md#array-responses):
+// a raw row-major little-endian body (`<u4` for exact counts, `<f4` for the
+// CoM family), or the same values as a NumPy .npy.
 #include <cstdint>
 #include <optional>
 #include <string>
