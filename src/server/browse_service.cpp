@@ -244,8 +244,10 @@ class CbedRegionCall final : public ProductCall {
 const BrowseService::ProductRoute kRealspaceRoute{"realspace", "max-age=300", true, true, true, &parse_as<RealspaceCall>};
 const BrowseService::ProductRoute kRealspaceShapeRoute{"realspace-shape", "max-age=300", true, true, false,
                                                        &parse_as<RealspaceShapeCall>};
-const BrowseService::ProductRoute kCbedRoute{"cbed", "max-age=60", false, false, false, &parse_as<CbedCall>};
-const BrowseService::ProductRoute kCbedRegionRoute{"cbed-region", "no-store", false, false, false,
+// The cbed routes, like the reference's, make the acquisition active when
+// they ask for it to be resident (ensure_resident=true).
+const BrowseService::ProductRoute kCbedRoute{"cbed", "max-age=60", false, true, false, &parse_as<CbedCall>};
+const BrowseService::ProductRoute kCbedRegionRoute{"cbed-region", "no-store", false, true, false,
                                                    &parse_as<CbedRegionCall>};
 
 }  // namespace

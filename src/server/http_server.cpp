@@ -99,9 +99,11 @@ class WorkerPool {
  public:
   enum class Submitted { queued, full, stopped };
 
-  // `max_queued` jobs may wait for a thread (0: no limit).
+  // Beyond one job per thread, `max_queued` more may wait for a thread (0:
+  // no limit); the count includes jobs not yet picked up by an idle thread.
   WorkerPool(int threads, std::chrono::microseconds spin, const std::string& name, std::size_t max_queued = 0)
-      : spin_(spin), max_queued_(max_queued) {
+      : spin_(spin),
+        max_outstanding_(max_queued == 0 ? 0 : static_cast<std::size_t>(std::max(1, threads)) + max_queued) {
     for (int index = 0; index < std::max(1, threads); ++index) {
       threads_.emplace_back([this, index, name] {
         name_this_thread(name + std::to_string(index));
@@ -120,7 +122,10 @@ class WorkerPool {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (stopped_) return Submitted::stopped;
-      if (max_queued_ > 0 && jobs_.size() >= max_queued_) return Submitted::full;
+      if (max_outstanding_ > 0) {
+        if (outstanding_ >= max_outstanding_) return Submitted::full;
+        ++outstanding_;
+      }
       jobs_.push_back(std::move(job));
       queued = queued_.fetch_add(1) + 1;
     }
@@ -140,6 +145,7 @@ class WorkerPool {
       stopped_ = true;
       stopping_.store(true);
       dropped.swap(jobs_);
+      if (max_outstanding_ > 0) outstanding_ -= dropped.size();
       queued_.store(0);
     }
     wake_.notify_all();
@@ -169,13 +175,18 @@ class WorkerPool {
         queued_.fetch_sub(1);
       }
       job();
+      if (max_outstanding_ > 0) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        --outstanding_;
+      }
       after_job = true;
     }
   }
 
   const std::chrono::microseconds spin_;
-  const std::size_t max_queued_;
+  const std::size_t max_outstanding_;  // 0: no limit
   std::mutex mutex_;
+  std::size_t outstanding_ = 0;  // jobs queued or running
   std::condition_variable wake_;
   std::deque<std::function<void()>> jobs_;
   bool stopped_ = false;

@@ -66,7 +66,8 @@ struct HttpServerOptions {
   std::chrono::milliseconds write_timeout{60000};   // one whole response
   std::chrono::milliseconds shutdown_grace{2000};   // stop(): in-flight requests may finish this long
   // Threads that run HttpResponse::later (requests waiting for loads), and
-  // how many more such requests may queue for them before a 503.
+  // how many more such requests may queue for them (beyond one per thread)
+  // before a 503.
   int waiting_threads = 32;
   std::size_t max_waiting_requests = 1024;
 };
