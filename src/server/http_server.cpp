@@ -1,6 +1,7 @@
 // The only translation unit of the daemon that includes Boost.Asio and
 // Boost.Beast (decision 0008). I/O threads run every socket operation
-// asynchronously; a fixed worker pool calls the handler.
+// asynchronously; a fixed worker pool calls the handler, and a second pool
+// runs the answers that have to wait for a load (decision 0015).
 #include "quantem/server/http_server.hpp"
 
 #include <pthread.h>
