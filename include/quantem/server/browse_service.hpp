@@ -17,6 +17,11 @@
 // cache (realspace), residency (409/413/503), compute, encoding (409 overflow).
 // Every response carries `server-timing` (RequestTiming in metrics.hpp); the
 // array routes carry an `etag` (docs/protocol.md "ETag").
+// The four array routes are ProductRoute descriptors run by one pipeline
+// (answer_product, a named step per stage); the route table is add_routes(),
+// and add_route() serves a function written elsewhere. A request that has to
+// wait for a load is handed back unanswered by handle_or_defer()
+// (HttpResponse::later, docs/decisions/0015).
 #include <atomic>
 #include <chrono>
 #include <cstdint>
