@@ -18,6 +18,7 @@
 #include "dataset_storage.hpp"
 #include "hdf5_handles.hpp"
 #include "quantem/core/error.hpp"
+#include "quantem/core/text.hpp"
 
 namespace quantem::catalog {
 
@@ -55,11 +56,6 @@ std::string directory_of(const std::string& path) {
   const auto slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";
   return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-std::string base_name(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 struct StatResult {

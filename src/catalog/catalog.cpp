@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "quantem/core/error.hpp"
+#include "quantem/core/text.hpp"
 
 namespace quantem::catalog {
 
@@ -108,11 +109,6 @@ std::string relative_to(const std::string& root, const std::string& path) {
   if (path == root) return "";
   const std::string prefix = root == "/" ? "/" : root + "/";
   return path.compare(0, prefix.size(), prefix) == 0 ? path.substr(prefix.size()) : path;
-}
-
-std::string base_name(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 std::string parent_of(const std::string& path) {

@@ -19,6 +19,7 @@
 #include "resident_encoder.hpp"
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
+#include "quantem/core/clock.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/plan/plan.hpp"
 #include "quantem/cuda/cuda_error.hpp"
@@ -148,9 +149,6 @@ class CudaBackendImpl final : public CudaBackend {
 
   void prepare_devices() override {
     using clock = std::chrono::steady_clock;
-    const auto seconds_since = [](clock::time_point start) {
-      return std::chrono::duration<double>(clock::now() - start).count();
-    };
     for (const DeviceInfo& device : devices_) {
       // The context is created while another thread faults the staging
       // slots' pages in; they are pinned (registered) once it exists.

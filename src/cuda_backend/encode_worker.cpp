@@ -3,6 +3,7 @@
 #include <chrono>
 #include <string>
 
+#include "quantem/core/clock.hpp"
 #include "quantem/core/error.hpp"
 
 namespace quantem::backend::cuda_detail {
@@ -10,9 +11,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 }  // namespace
 

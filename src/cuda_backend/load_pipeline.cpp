@@ -5,6 +5,7 @@
 #include <string>
 #include <thread>
 
+#include "quantem/core/clock.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/bitshuffle_lz4.hpp"
 #include "quantem/cuda/cuda_error.hpp"
@@ -14,8 +15,6 @@ namespace quantem::backend::cuda_detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // What the encode worker's batch check reads. None of it changes while the
 // load runs (the cancel flag is atomic), so through it the worker thread

@@ -16,6 +16,7 @@
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/catalog/shard_storage.hpp"
 #include "quantem/core/error.hpp"
+#include "quantem/core/text.hpp"
 #include "quantem/inspector/wire.hpp"
 
 namespace quantem::inspector {
@@ -27,11 +28,6 @@ using nlohmann::json;
 std::string env_or_empty(const char* name) {
   const char* value = std::getenv(name);
   return value ? value : "";
-}
-
-std::string base_name(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 std::string error_reply(const std::string& message) {

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <limits>
 
+#include "quantem/core/text.hpp"
+
 namespace quantem::protocol {
 
 namespace {
@@ -70,26 +72,7 @@ std::string sanitize_utf8(const std::string& bytes) {
   return out;
 }
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'; }
-
-std::string_view trim(std::string_view text) {
-  while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
-  while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
-  return text;
-}
-
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
-
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
 
 // Rust's `str::parse::<i64>()` grammar ([+-]?[0-9]+), saturating instead of
 // failing on overflow (Python ints are unbounded; see the header).

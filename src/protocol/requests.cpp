@@ -52,17 +52,31 @@ plan::BrowsePlan validate_plan(const RawPlan& raw) {
   return result;
 }
 
-void read_crop(QueryReader& reader, RawPlan& raw) {
-  raw.row_start = reader.optional_int("row_start");
-  raw.row_stop = reader.optional_int("row_stop");
-  raw.column_start = reader.optional_int("column_start");
-  raw.column_stop = reader.optional_int("column_stop");
-}
-
 PayloadFormat validate_format(const std::string& name) {
   if (name == "raw") return PayloadFormat::raw;
   if (name == "npy") return PayloadFormat::npy;
   throw bad_request("format must be raw or npy");
+}
+
+products::DetectorShape detector_shape_from_wire(const std::string& name) {
+  if (name == "circle") return products::DetectorShape::circle;
+  if (name == "square") return products::DetectorShape::square;
+  if (name == "annulus") return products::DetectorShape::annulus;
+  throw bad_request("detector shape must be circle, square, or annulus");
+}
+
+products::ScanRoiShape scan_roi_shape_from_wire(const std::string& name) {
+  if (name == "circle") return products::ScanRoiShape::circle;
+  if (name == "square") return products::ScanRoiShape::square;
+  throw bad_request("scan ROI shape must be circle or square");
+}
+
+products::RegionRequest::Reduce region_reduce_from_wire(const std::string& name) {
+  using Reduce = products::RegionRequest::Reduce;
+  if (name == "mean") return Reduce::mean;
+  if (name == "sum") return Reduce::sum;
+  if (name == "max") return Reduce::max;
+  throw bad_request("scan ROI reduction must be mean, sum, or max");
 }
 
 bool all_finite(std::initializer_list<double> values) {
@@ -143,26 +157,52 @@ std::string python_str_repr(const std::string& text) {
   return out;
 }
 
+namespace {
+
+// ---- the parameters every product route shares, read in one place --------------
+// Each route declares session and file first, then its own parameters, then
+// det_bin, scan_bin and the crop, then (some) ensure_resident, then the
+// additive format. Errors are collected in that order.
+
+SourceRef read_source(QueryReader& reader) {
+  SourceRef source;
+  source.session = reader.required_string("session");
+  source.file = reader.required_string("file");
+  return source;
+}
+
+RawPlan read_plan(QueryReader& reader) {
+  RawPlan raw;
+  raw.det_bin = reader.int_or("det_bin", 1);
+  raw.scan_bin = reader.int_or("scan_bin", 1);
+  raw.row_start = reader.optional_int("row_start");
+  raw.row_stop = reader.optional_int("row_stop");
+  raw.column_start = reader.optional_int("column_start");
+  raw.column_stop = reader.optional_int("column_stop");
+  return raw;
+}
+
+std::string read_format(QueryReader& reader) { return reader.string_or("format", "raw"); }
+
+}  // namespace
+
 RealspaceQuery parse_realspace_query(const QueryParams& params) {
   // Declaration order: session, file, mode, inner, outer, cx, cy, det_bin,
-  // dtype, scan_bin, row_start, row_stop, column_start, column_stop,
-  // ensure_resident (then the additive format).
+  // dtype, scan_bin, crop, ensure_resident (then the additive format). dtype
+  // is accepted and ignored (docs/protocol.md, routes) and never fails, so it
+  // is read before the plan.
   QueryReader reader(params);
   RealspaceQuery query;
-  RawPlan raw;
-  query.source.session = reader.required_string("session");
-  query.source.file = reader.required_string("file");
+  query.source = read_source(reader);
   query.mode_name = reader.string_or("mode", "BF");
   query.request.inner = reader.float_or("inner", 0.0);
   query.request.outer = reader.float_or("outer", 1.0);
   query.request.center_col = reader.optional_float("cx");
   query.request.center_row = reader.optional_float("cy");
-  raw.det_bin = reader.int_or("det_bin", 1);
-  (void)reader.string_or("dtype", "uint16");  // accepted and ignored, as by the reference
-  raw.scan_bin = reader.int_or("scan_bin", 1);
-  read_crop(reader, raw);
+  (void)reader.string_or("dtype", "uint16");
+  const RawPlan raw = read_plan(reader);
   query.ensure_resident = reader.bool_or("ensure_resident", false);
-  const std::string format = reader.string_or("format", "raw");
+  const std::string format = read_format(reader);
   reader.finish();
 
   const auto mode = realspace_mode_from_wire(query.mode_name);
@@ -181,29 +221,17 @@ ShapeQuery parse_shape_query(const QueryParams& params) {
   // session, file, shape, cx, cy, inner, outer, det_bin, scan_bin, crop (then format).
   QueryReader reader(params);
   ShapeQuery query;
-  RawPlan raw;
-  query.source.session = reader.required_string("session");
-  query.source.file = reader.required_string("file");
+  query.source = read_source(reader);
   query.shape_name = reader.string_or("shape", "annulus");
   query.request.center_col = reader.float_or("cx", 0.0);
   query.request.center_row = reader.float_or("cy", 0.0);
   query.request.inner = reader.float_or("inner", 0.0);
   query.request.outer = reader.float_or("outer", 0.0);
-  raw.det_bin = reader.int_or("det_bin", 1);
-  raw.scan_bin = reader.int_or("scan_bin", 1);
-  read_crop(reader, raw);
-  const std::string format = reader.string_or("format", "raw");
+  const RawPlan raw = read_plan(reader);
+  const std::string format = read_format(reader);
   reader.finish();
 
-  if (query.shape_name == "circle") {
-    query.request.shape = products::DetectorShape::circle;
-  } else if (query.shape_name == "square") {
-    query.request.shape = products::DetectorShape::square;
-  } else if (query.shape_name == "annulus") {
-    query.request.shape = products::DetectorShape::annulus;
-  } else {
-    throw bad_request("detector shape must be circle, square, or annulus");
-  }
+  query.request.shape = detector_shape_from_wire(query.shape_name);
   const auto& r = query.request;
   if (!all_finite({r.center_col, r.center_row, r.inner, r.outer})) {
     throw bad_request("detector center and radii must be finite");
@@ -220,16 +248,12 @@ CbedQuery parse_cbed_query(const QueryParams& params) {
   // session, file, sx, sy, det_bin, scan_bin, crop, ensure_resident (then format).
   QueryReader reader(params);
   CbedQuery query;
-  RawPlan raw;
-  query.source.session = reader.required_string("session");
-  query.source.file = reader.required_string("file");
+  query.source = read_source(reader);
   query.scan_row = reader.int_or("sx", 0);
   query.scan_col = reader.int_or("sy", 0);
-  raw.det_bin = reader.int_or("det_bin", 1);
-  raw.scan_bin = reader.int_or("scan_bin", 1);
-  read_crop(reader, raw);
+  const RawPlan raw = read_plan(reader);
   query.ensure_resident = reader.bool_or("ensure_resident", false);
-  const std::string format = reader.string_or("format", "raw");
+  const std::string format = read_format(reader);
   reader.finish();
 
   query.plan = validate_plan(raw);
@@ -242,39 +266,20 @@ RegionQuery parse_region_query(const QueryParams& params) {
   // ensure_resident (then format).
   QueryReader reader(params);
   RegionQuery query;
-  RawPlan raw;
-  query.source.session = reader.required_string("session");
-  query.source.file = reader.required_string("file");
+  query.source = read_source(reader);
   query.shape_name = reader.string_or("shape", "circle");
   query.request.center_col = reader.float_or("cx", 0.0);
   query.request.center_row = reader.float_or("cy", 0.0);
   query.request.radius = reader.float_or("radius", 1.0);
   query.reduce_name = reader.string_or("reduce", "mean");
-  raw.det_bin = reader.int_or("det_bin", 1);
-  raw.scan_bin = reader.int_or("scan_bin", 1);
-  read_crop(reader, raw);
+  const RawPlan raw = read_plan(reader);
   query.ensure_resident = reader.bool_or("ensure_resident", false);
-  const std::string format = reader.string_or("format", "raw");
+  const std::string format = read_format(reader);
   reader.finish();
 
-  using Reduce = products::RegionRequest::Reduce;
-  if (query.reduce_name == "mean") {
-    query.request.reduce = Reduce::mean;
-  } else if (query.reduce_name == "sum") {
-    query.request.reduce = Reduce::sum;
-  } else if (query.reduce_name == "max") {
-    query.request.reduce = Reduce::max;
-  } else {
-    throw bad_request("scan ROI reduction must be mean, sum, or max");
-  }
+  query.request.reduce = region_reduce_from_wire(query.reduce_name);
   query.plan = validate_plan(raw);
-  if (query.shape_name == "circle") {
-    query.request.shape = products::ScanRoiShape::circle;
-  } else if (query.shape_name == "square") {
-    query.request.shape = products::ScanRoiShape::square;
-  } else {
-    throw bad_request("scan ROI shape must be circle or square");
-  }
+  query.request.shape = scan_roi_shape_from_wire(query.shape_name);
   if (!std::isfinite(query.request.radius) || query.request.radius <= 0) {
     throw bad_request("scan ROI radius must be greater than zero");
   }
@@ -287,9 +292,7 @@ RegionQuery parse_region_query(const QueryParams& params) {
 
 SourceRef parse_source_query(const QueryParams& params) {
   QueryReader reader(params);
-  SourceRef source;
-  source.session = reader.required_string("session");
-  source.file = reader.required_string("file");
+  SourceRef source = read_source(reader);
   reader.finish();
   return source;
 }

@@ -95,6 +95,163 @@ std::uint64_t clamp_index(std::int64_t value, std::uint64_t extent) {
 
 }  // namespace
 
+// ---- the four array routes: what each adds to the shared pipeline ---------------
+
+// One array request's route-specific part (answer_product runs the rest).
+class BrowseService::ProductCall {
+ public:
+  virtual ~ProductCall() = default;
+  virtual const protocol::ProductQuery& query() const = 0;
+  // The route's lines of the product key, after the shared prefix (route,
+  // master, signature, plan). Checks that need the source shape but no
+  // residency (an empty scan ROI: 400) throw here.
+  virtual std::string key_details(const Resolved& resolved) = 0;
+  // The image, computed on the resident under its compute lock, and the
+  // geometry its provenance reports.
+  virtual products::Image compute(backend::Resident& resident, const Resolved& resolved, json& geometry) const = 0;
+};
+
+// One array route as the pipeline sees it.
+struct BrowseService::ProductRoute {
+  const char* name;           // the product key's first line
+  const char* cache_control;
+  bool always_loads;          // false: loads only with ensure_resident=true, else 409 when not resident
+  bool marks_active;          // a request that may load makes the acquisition the active one
+  bool keeps_images;          // the realspace image cache
+  std::unique_ptr<ProductCall> (*parse)(const QueryParams& params);
+};
+
+namespace {
+
+using ProductCall = BrowseService::ProductCall;
+using Resolved = BrowseService::Resolved;
+
+template <class Call>
+std::unique_ptr<ProductCall> parse_as(const QueryParams& params) {
+  return std::make_unique<Call>(params);
+}
+
+// "<route>\n<master path>\n<signature digest>\n<plan geometry>" : the start of
+// every product key (the image cache's and the entity tag's).
+std::string product_key_prefix(const char* route, const Resolved& resolved) {
+  std::string key = route;
+  key += '\n';
+  key += resolved.acquisition->master_path;
+  key += '\n';
+  key += resolved.signature_digest;
+  key += '\n';
+  key += geometry_key(resolved.geometry);
+  return key;
+}
+
+class RealspaceCall final : public ProductCall {
+ public:
+  explicit RealspaceCall(const QueryParams& params) : query_(protocol::parse_realspace_query(params)) {}
+  const protocol::ProductQuery& query() const override { return query_; }
+  // Exact values: a different centre or radius never reuses an image.
+  std::string key_details(const Resolved&) override {
+    const auto& r = query_.request;
+    return "\n" + query_.mode_name + "\n" + double_bits(r.inner) + "\n" + double_bits(r.outer) + "\n" +
+           (r.center_row ? double_bits(*r.center_row) : "none") + "\n" +
+           (r.center_col ? double_bits(*r.center_col) : "none");
+  }
+  products::Image compute(backend::Resident& resident, const Resolved& resolved, json& geometry) const override {
+    products::UsedGeometry used;
+    products::Image image = products::realspace(resident, resolved.geometry, query_.request, used);
+    geometry = used_geometry_json(used);
+    geometry["mode"] = query_.mode_name;
+    return image;
+  }
+
+ private:
+  protocol::RealspaceQuery query_;
+};
+
+class RealspaceShapeCall final : public ProductCall {
+ public:
+  explicit RealspaceShapeCall(const QueryParams& params) : query_(protocol::parse_shape_query(params)) {}
+  const protocol::ProductQuery& query() const override { return query_; }
+  std::string key_details(const Resolved&) override {
+    const auto& r = query_.request;
+    return "\n" + query_.shape_name + "\n" + double_bits(r.center_row) + "\n" + double_bits(r.center_col) + "\n" +
+           double_bits(r.inner) + "\n" + double_bits(r.outer);
+  }
+  products::Image compute(backend::Resident& resident, const Resolved& resolved, json& geometry) const override {
+    products::UsedGeometry used;
+    products::Image image = products::realspace_shape(resident, resolved.geometry, query_.request, used);
+    geometry = used_geometry_json(used);
+    geometry["shape"] = query_.shape_name;
+    return image;
+  }
+
+ private:
+  protocol::ShapeQuery query_;
+};
+
+class CbedCall final : public ProductCall {
+ public:
+  explicit CbedCall(const QueryParams& params) : query_(protocol::parse_cbed_query(params)) {}
+  const protocol::ProductQuery& query() const override { return query_; }
+  // Indices are clamped into the plan's scan, as the reference does.
+  std::string key_details(const Resolved& resolved) override {
+    scan_row_ = clamp_index(query_.scan_row, resolved.geometry.scan_rows);
+    scan_col_ = clamp_index(query_.scan_col, resolved.geometry.scan_cols);
+    return "\n" + std::to_string(scan_row_) + "\n" + std::to_string(scan_col_);
+  }
+  products::Image compute(backend::Resident& resident, const Resolved& resolved, json& geometry) const override {
+    products::Image image =
+        products::selected_diffraction(resident, resolved.geometry, query_.scan_row, query_.scan_col);
+    geometry["scan_row"] = scan_row_;
+    geometry["scan_col"] = scan_col_;
+    return image;
+  }
+
+ private:
+  protocol::CbedQuery query_;
+  std::uint64_t scan_row_ = 0, scan_col_ = 0;
+};
+
+class CbedRegionCall final : public ProductCall {
+ public:
+  explicit CbedRegionCall(const QueryParams& params) : query_(protocol::parse_region_query(params)) {}
+  const protocol::ProductQuery& query() const override { return query_; }
+  // An empty ROI is a bad request, found here, before any residency work.
+  std::string key_details(const Resolved& resolved) override {
+    positions_ =
+        products::scan_roi_positions(query_.request, resolved.geometry.scan_rows, resolved.geometry.scan_cols).size();
+    const auto& r = query_.request;
+    return "\n" + query_.shape_name + "\n" + query_.reduce_name + "\n" + double_bits(r.center_row) + "\n" +
+           double_bits(r.center_col) + "\n" + double_bits(r.radius);
+  }
+  products::Image compute(backend::Resident& resident, const Resolved& resolved, json& geometry) const override {
+    products::Image image = products::region_diffraction(resident, resolved.geometry, query_.request);
+    const auto& r = query_.request;
+    geometry["shape"] = query_.shape_name;
+    geometry["center_row"] = r.center_row;
+    geometry["center_col"] = r.center_col;
+    geometry["radius"] = r.radius;
+    geometry["reduce"] = query_.reduce_name;
+    geometry["positions"] = positions_;
+    return image;
+  }
+
+ private:
+  protocol::RegionQuery query_;
+  std::size_t positions_ = 0;
+};
+
+// {name, cache-control, always loads, marks active, keeps images, parser}
+const BrowseService::ProductRoute kRealspaceRoute{"realspace", "max-age=300", true, true, true, &parse_as<RealspaceCall>};
+const BrowseService::ProductRoute kRealspaceShapeRoute{"realspace-shape", "max-age=300", true, true, false,
+                                                       &parse_as<RealspaceShapeCall>};
+// The cbed routes, like the reference's, make the acquisition active when
+// they ask for it to be resident (ensure_resident=true).
+const BrowseService::ProductRoute kCbedRoute{"cbed", "max-age=60", false, true, false, &parse_as<CbedCall>};
+const BrowseService::ProductRoute kCbedRegionRoute{"cbed-region", "no-store", false, true, false,
+                                                   &parse_as<CbedRegionCall>};
+
+}  // namespace
+
 BrowseService::BrowseService(BrowseConfig config, backend::Backend& backend, residency::ResidencyManager& residency,
                              CatalogService& catalog, Metrics& metrics)
     : config_(std::move(config)),
@@ -103,40 +260,114 @@ BrowseService::BrowseService(BrowseConfig config, backend::Backend& backend, res
       catalog_(catalog),
       metrics_(metrics),
       body_pool_(config_.body_pool) {
-  routes_["/api/browse/capabilities"] = {"GET", &BrowseService::capabilities};
-  routes_["/api/browse/sessions"] = {"GET", &BrowseService::sessions};
-  routes_["/api/browse/acquisitions"] = {"GET", &BrowseService::acquisitions};
-  routes_["/api/browse/realspace"] = {"GET", &BrowseService::realspace, false, true};
-  routes_["/api/browse/realspace-shape"] = {"GET", &BrowseService::realspace_shape, false, true};
-  routes_["/api/browse/cbed"] = {"GET", &BrowseService::cbed, false, true};
-  routes_["/api/browse/cbed-region"] = {"GET", &BrowseService::cbed_region, false, true};
-  routes_["/api/browse/residency"] = {"GET", &BrowseService::residency_status};
-  routes_["/api/browse/load"] = {"POST", &BrowseService::load};
-  routes_["/api/browse/resident"] = {"DELETE", &BrowseService::evict};
-  routes_["/api/health/live"] = {"GET", &BrowseService::health_live, true};
-  routes_["/api/health/ready"] = {"GET", &BrowseService::health_ready, true};
-  routes_["/metrics"] = {"GET", &BrowseService::metrics};
+  add_routes();
+}
+
+// The route table: one line per route.
+void BrowseService::add_routes() {
+  using T = TokenRule;
+  add_member_route("/api/browse/capabilities", "GET", &BrowseService::capabilities);
+  add_member_route("/api/browse/sessions", "GET", &BrowseService::sessions);
+  add_member_route("/api/browse/acquisitions", "GET", &BrowseService::acquisitions);
+  add_product_route("/api/browse/realspace", kRealspaceRoute);
+  add_product_route("/api/browse/realspace-shape", kRealspaceShapeRoute);
+  add_product_route("/api/browse/cbed", kCbedRoute);
+  add_product_route("/api/browse/cbed-region", kCbedRegionRoute);
+  add_member_route("/api/browse/residency", "GET", &BrowseService::residency_status);
+  add_member_route("/api/browse/load", "POST", &BrowseService::load);
+  add_member_route("/api/browse/resident", "DELETE", &BrowseService::evict);
+  add_member_route("/api/health/live", "GET", &BrowseService::health_live, T::exempt);
+  add_member_route("/api/health/ready", "GET", &BrowseService::health_ready, T::exempt);
+  add_member_route("/metrics", "GET", &BrowseService::metrics);
   // The browser viewer: the page holds no data, so no token (the Host rule applies).
-  for (const auto& asset : viewer::assets()) routes_[std::string(asset.path)] = {"GET", &BrowseService::viewer_asset, true};
+  for (const auto& asset : viewer::assets()) {
+    add_member_route(std::string(asset.path), "GET", &BrowseService::viewer_asset, T::exempt);
+  }
+}
+
+void BrowseService::add_route(const std::string& path, const std::string& method, RouteFunction function,
+                              TokenRule token) {
+  routes_[path] = Route{method, std::move(function), token == TokenRule::exempt, false};
+}
+
+void BrowseService::add_member_route(const std::string& path, const std::string& method, Member member,
+                                     TokenRule token) {
+  add_route(path, method,
+            [this, member](const HttpRequest& request, const QueryParams& params, RequestTiming& timing) {
+              return (this->*member)(request, params, timing);
+            },
+            token);
+}
+
+void BrowseService::add_product_route(const std::string& path, const ProductRoute& route) {
+  add_route(path, "GET", [this, &route](const HttpRequest& request, const QueryParams& params, RequestTiming& timing) {
+    return answer_product(route, request, params, timing);
+  });
+  routes_[path].is_product = true;
 }
 
 HttpResponse BrowseService::handle(const HttpRequest& request) noexcept {
-  RequestTiming timing;
+  HttpResponse response = handle_or_defer(request);
+  if (response.later) return response.later();  // noexcept: the deferred part maps its own errors
+  return response;
+}
+
+HttpResponse BrowseService::handle_or_defer(const HttpRequest& request) noexcept {
+  // Shared with a deferred answer, which laps the stages it runs.
+  auto timing = std::make_shared<RequestTiming>();
   std::string route_label = "other";
   bool is_product = false;
   HttpResponse response;
   try {
-    response = dispatch(request, route_label, is_product, timing);
+    response = dispatch(request, route_label, is_product, *timing);
   } catch (...) {
     response = error_response(std::current_exception());
   }
+  if (response.later) {
+    response.later = [this, waited = std::move(response.later), timing, route_label, is_product]() noexcept {
+      HttpResponse answer;
+      try {
+        answer = waited();
+      } catch (...) {
+        answer = error_response(std::current_exception());
+      }
+      finish(answer, route_label, is_product, *timing);
+      return answer;
+    };
+    return response;
+  }
+  finish(response, route_label, is_product, *timing);
+  return response;
+}
+
+void BrowseService::finish(HttpResponse& response, const std::string& route_label, bool is_product,
+                           const RequestTiming& timing) {
   try {
     metrics_.observe_request(route_label, response.status, timing.total_seconds(), is_product, &timing);
     response.set_header("server-timing", timing.header());
   } catch (...) {
     // Metrics never fail a request.
   }
-  return response;
+}
+
+std::optional<HttpResponse> BrowseService::screen(const HttpRequest& request) noexcept {
+  const auto route = routes_.find(request.path);
+  try {
+    config_.access.check(request, protocol::parse_query_string(request.query),
+                         route != routes_.end() && route->second.token_exempt);
+    return std::nullopt;
+  } catch (...) {
+    HttpResponse refusal = error_response(std::current_exception());
+    finish(refusal, route != routes_.end() ? route->first : "other", false, RequestTiming());
+    return refusal;
+  }
+}
+
+HttpService BrowseService::http_service() {
+  HttpService service;
+  service.handle = [this](const HttpRequest& request) { return handle_or_defer(request); };
+  service.screen = [this](const HttpRequest& request) { return screen(request); };
+  return service;
 }
 
 HttpResponse BrowseService::dispatch(const HttpRequest& request, std::string& route_label, bool& is_product,
@@ -145,21 +376,7 @@ HttpResponse BrowseService::dispatch(const HttpRequest& request, std::string& ro
   auto route = routes_.find(request.path);
   const bool exempt = route != routes_.end() && route->second.token_exempt;
   config_.access.check(request, query, exempt);
-
-  if (route == routes_.end()) {
-    // Starlette's redirect_slashes: a known path with a trailing slash redirects.
-    if (request.path.size() > 1 && request.path.back() == '/' &&
-        routes_.count(request.path.substr(0, request.path.size() - 1))) {
-      HttpResponse redirect;
-      redirect.status = 307;
-      std::string location = "http://" + request.header("host").value_or("localhost") +
-                             request.path.substr(0, request.path.size() - 1);
-      if (!request.query.empty()) location += "?" + request.query;
-      redirect.set_header("location", location);
-      return redirect;
-    }
-    return HttpResponse::detail(404, "Not Found");
-  }
+  if (route == routes_.end()) return slash_redirect_or_not_found(request);
   route_label = route->first;
   is_product = route->second.is_product;
   if (request.method != route->second.method) {
@@ -167,7 +384,22 @@ HttpResponse BrowseService::dispatch(const HttpRequest& request, std::string& ro
     response.set_header("allow", route->second.method);
     return response;
   }
-  return (this->*(route->second.handler))(request, query, timing);
+  return route->second.function(request, query, timing);
+}
+
+// Starlette's redirect_slashes: a known path with a trailing slash redirects.
+HttpResponse BrowseService::slash_redirect_or_not_found(const HttpRequest& request) const {
+  if (request.path.size() > 1 && request.path.back() == '/' &&
+      routes_.count(request.path.substr(0, request.path.size() - 1))) {
+    HttpResponse redirect;
+    redirect.status = 307;
+    std::string location =
+        "http://" + request.header("host").value_or("localhost") + request.path.substr(0, request.path.size() - 1);
+    if (!request.query.empty()) location += "?" + request.query;
+    redirect.set_header("location", location);
+    return redirect;
+  }
+  return HttpResponse::detail(404, "Not Found");
 }
 
 // ---- documents ----------------------------------------------------------------
@@ -330,17 +562,6 @@ HttpResponse BrowseService::image_response(const CachedImage& image, const std::
   return response;
 }
 
-HttpResponse BrowseService::image_response(products::Image& image, const protocol::Provenance& provenance,
-                                           protocol::PayloadFormat format, const char* cache_control,
-                                           const std::string& etag, RequestTiming& timing) {
-  timing.lap("compute");
-  auto [wire, body] = wire_body(image, format);
-  HttpResponse response = image_headers(wire, protocol::provenance_header(provenance), cache_control, etag);
-  response.shared_body = std::move(body);
-  timing.lap("encode");
-  return response;
-}
-
 std::pair<protocol::WireImage, protocol::SharedBytes> BrowseService::wire_body(products::Image& image,
                                                                               protocol::PayloadFormat format) {
   // Values already in the wire's layout go out as they are; the rest are
@@ -421,167 +642,116 @@ std::size_t BrowseService::drop_cached_images(const std::vector<std::string>& ma
   return dropped;
 }
 
-namespace {
+// ---- the array routes' pipeline -----------------------------------------------
 
-// "<route>\n<master path>\n<signature digest>\n<plan geometry>" : the start of
-// every product key (the image cache's and the entity tag's).
-std::string product_key_prefix(const char* route, const std::string& master_path, const std::string& signature_digest,
-                               const plan::PlanGeometry& geometry) {
-  std::string key = route;
-  key += '\n';
-  key += master_path;
-  key += '\n';
-  key += signature_digest;
-  key += '\n';
-  key += geometry_key(geometry);
-  return key;
+// An array request between its steps: what the route parsed and what the
+// shared steps found. Shared with a deferred answer.
+struct BrowseService::ProductState {
+  const ProductRoute* route = nullptr;
+  std::unique_ptr<ProductCall> call;
+  Resolved resolved;
+  std::string key;
+  std::string etag;
+};
+
+HttpResponse BrowseService::answer_product(const ProductRoute& route, const HttpRequest& request,
+                                           const QueryParams& params, RequestTiming& timing) {
+  auto state = std::make_shared<ProductState>();
+  state->route = &route;
+  state->call = route.parse(params);
+  timing.lap("parse");
+  const auto& query = state->call->query();
+  state->resolved = resolve_product(query);
+  state->key = product_key_prefix(route.name, state->resolved) + state->call->key_details(state->resolved);
+  state->etag = entity_tag(state->key, query);
+  timing.lap("resolve");
+  if (auto unchanged = not_modified(request, state->etag, route.cache_control, timing)) return std::move(*unchanged);
+  if (route.keeps_images) {
+    if (auto cached = cached_image(state->key)) return answer_from_cache(state, std::move(cached), timing);
+    timing.set_cache("miss");
+  }
+  const bool loads = route.always_loads || query.ensure_resident;
+  return with_resident(state, loads, [this, state, &timing](const residency::ResidentLease& resident) {
+    return compute_and_respond(*state, resident, timing);
+  });
 }
 
-}  // namespace
+HttpResponse BrowseService::with_resident(const std::shared_ptr<ProductState>& state, bool loads,
+                                          std::function<HttpResponse(const residency::ResidentLease&)> then) {
+  if (auto resident = residency_.find(*state->resolved.acquisition)) return then(resident);
+  if (!loads) throw conflict(kNotResidentMessage);
+  HttpResponse waiting;
+  waiting.later = [this, state, then = std::move(then)] {
+    return then(residency_.acquire(*state->resolved.acquisition));
+  };
+  return waiting;
+}
 
-HttpResponse BrowseService::realspace(const HttpRequest& request, const QueryParams& params, RequestTiming& timing) {
-  const auto query = protocol::parse_realspace_query(params);
-  timing.lap("parse");
-  const Resolved resolved = resolve_product(query);
-  const auto& acquisition = *resolved.acquisition;
-  const auto& r = query.request;
-  // Exact values and the source signature: a rewritten file or a different
-  // centre never reuses an image (the reference rounded them; docs/protocol.md, '4. Tightened rules').
-  const std::string key = product_key_prefix("realspace", acquisition.master_path, resolved.signature_digest,
-                                             resolved.geometry) +
-                          "\n" + query.mode_name + "\n" + double_bits(r.inner) + "\n" + double_bits(r.outer) + "\n" +
-                          (r.center_row ? double_bits(*r.center_row) : "none") + "\n" +
-                          (r.center_col ? double_bits(*r.center_col) : "none");
-  const std::string etag = entity_tag(key, query);
-  timing.lap("resolve");
-  if (auto unchanged = not_modified(request, etag, "max-age=300", timing)) return std::move(*unchanged);
+HttpResponse BrowseService::answer_from_cache(const std::shared_ptr<ProductState>& state,
+                                              std::shared_ptr<const CachedImage> cached, RequestTiming& timing) {
+  timing.set_cache("hit");
+  if (!state->call->query().ensure_resident) return respond_from_cache(*state, *cached, timing);
+  // As the reference: the hit makes the acquisition resident and the one on
+  // the user's screen (resident_result, then mark_active).
+  return with_resident(state, true, [this, state, cached, &timing](const residency::ResidentLease&) {
+    residency_.mark_active(state->resolved.acquisition->master_path);
+    timing.lap("acquire");
+    return respond_from_cache(*state, *cached, timing);
+  });
+}
 
-  if (auto cached = cached_image(key)) {
-    timing.set_cache("hit");
-    if (query.ensure_resident) {
-      // As the reference: the hit makes the acquisition resident and the one
-      // on the user's screen (resident_result, then mark_active).
-      const auto resident = residency_.acquire(acquisition);
-      residency_.mark_active(acquisition.master_path);
-      timing.lap("acquire");
-    }
-    const bool same_names =
-        cached->provenance.session == query.source.session && cached->provenance.file == query.source.file;
-    std::string header;
-    if (!same_names) {
-      protocol::Provenance provenance = cached->provenance;  // the names this request used (an alias may differ)
-      provenance.session = query.source.session;
-      provenance.file = query.source.file;
-      header = protocol::provenance_header(provenance);
-    }
-    HttpResponse response =
-        image_response(*cached, same_names ? cached->provenance_header : header, query.format, "max-age=300", etag);
-    timing.lap("encode");
-    return response;
+HttpResponse BrowseService::respond_from_cache(const ProductState& state, const CachedImage& cached,
+                                               RequestTiming& timing) const {
+  const auto& query = state.call->query();
+  const bool same_names = cached.provenance.session == query.source.session && cached.provenance.file == query.source.file;
+  std::string header;
+  if (!same_names) {
+    protocol::Provenance provenance = cached.provenance;  // the names this request used (an alias may differ)
+    provenance.session = query.source.session;
+    provenance.file = query.source.file;
+    header = protocol::provenance_header(provenance);
   }
-  timing.set_cache("miss");
-  const auto resident = residency_.acquire(acquisition);
-  const auto compute = resident.lock_compute();
-  timing.lap("acquire");
-  products::UsedGeometry used;
-  products::Image image = products::realspace(*resident, resolved.geometry, r, used);
-  json geometry = used_geometry_json(used);
-  geometry["mode"] = query.mode_name;
-  residency_.mark_active(acquisition.master_path);
-  timing.lap("compute");
-  auto entry = std::make_shared<CachedImage>();
-  entry->provenance = provenance(query, resolved, *resident, image, std::move(geometry));
-  entry->provenance_header = protocol::provenance_header(entry->provenance);
-  // Shared by the cache and the responses.
-  std::tie(entry->wire, entry->body) = wire_body(image, protocol::PayloadFormat::raw);
-  HttpResponse response = image_response(*entry, entry->provenance_header, query.format, "max-age=300", etag);
+  HttpResponse response = image_response(cached, same_names ? cached.provenance_header : header, query.format,
+                                         state.route->cache_control, state.etag);
   timing.lap("encode");
-  store_image(key, std::move(entry));
-  timing.lap("store");
   return response;
 }
 
-HttpResponse BrowseService::realspace_shape(const HttpRequest& request, const QueryParams& params,
-                                            RequestTiming& timing) {
-  const auto query = protocol::parse_shape_query(params);
-  timing.lap("parse");
-  const Resolved resolved = resolve_product(query);
-  const auto& acquisition = *resolved.acquisition;
-  const auto& r = query.request;
-  const std::string key = product_key_prefix("realspace-shape", acquisition.master_path, resolved.signature_digest,
-                                             resolved.geometry) +
-                          "\n" + query.shape_name + "\n" + double_bits(r.center_row) + "\n" +
-                          double_bits(r.center_col) + "\n" + double_bits(r.inner) + "\n" + double_bits(r.outer);
-  const std::string etag = entity_tag(key, query);
-  timing.lap("resolve");
-  if (auto unchanged = not_modified(request, etag, "max-age=300", timing)) return std::move(*unchanged);
-  const auto resident = residency_.acquire(acquisition);
+HttpResponse BrowseService::compute_and_respond(const ProductState& state, const residency::ResidentLease& resident,
+                                                RequestTiming& timing) {
   const auto compute = resident.lock_compute();
   timing.lap("acquire");
-  products::UsedGeometry used;
-  products::Image image = products::realspace_shape(*resident, resolved.geometry, r, used);
-  json geometry = used_geometry_json(used);
-  geometry["shape"] = query.shape_name;
-  const auto p = provenance(query, resolved, *resident, image, std::move(geometry));
-  residency_.mark_active(acquisition.master_path);
-  return image_response(image, p, query.format, "max-age=300", etag, timing);
+  const ProductRoute& route = *state.route;
+  const auto& query = state.call->query();
+  json geometry;
+  products::Image image = state.call->compute(*resident, state.resolved, geometry);
+  if (route.marks_active && (route.always_loads || query.ensure_resident)) {
+    residency_.mark_active(state.resolved.acquisition->master_path);
+  }
+  timing.lap("compute");
+  protocol::Provenance provenance_record = provenance(query, state.resolved, *resident, image, std::move(geometry));
+  if (route.keeps_images) return respond_and_keep(state, image, std::move(provenance_record), timing);
+  auto [wire, body] = wire_body(image, query.format);
+  HttpResponse response =
+      image_headers(wire, protocol::provenance_header(provenance_record), route.cache_control, state.etag);
+  response.shared_body = std::move(body);
+  timing.lap("encode");
+  return response;
 }
 
-HttpResponse BrowseService::cbed(const HttpRequest& request, const QueryParams& params, RequestTiming& timing) {
-  const auto query = protocol::parse_cbed_query(params);
-  timing.lap("parse");
-  const Resolved resolved = resolve_product(query);
-  const auto& acquisition = *resolved.acquisition;
-  const std::uint64_t scan_row = clamp_index(query.scan_row, resolved.geometry.scan_rows);
-  const std::uint64_t scan_col = clamp_index(query.scan_col, resolved.geometry.scan_cols);
-  const std::string key =
-      product_key_prefix("cbed", acquisition.master_path, resolved.signature_digest, resolved.geometry) + "\n" +
-      std::to_string(scan_row) + "\n" + std::to_string(scan_col);
-  const std::string etag = entity_tag(key, query);
-  timing.lap("resolve");
-  if (auto unchanged = not_modified(request, etag, "max-age=60", timing)) return std::move(*unchanged);
-  const auto resident = query.ensure_resident ? residency_.acquire(acquisition) : residency_.find(acquisition);
-  if (!resident) throw conflict(kNotResidentMessage);
-  const auto compute = resident.lock_compute();
-  timing.lap("acquire");
-  products::Image image = products::selected_diffraction(*resident, resolved.geometry, query.scan_row, query.scan_col);
-  json geometry;
-  geometry["scan_row"] = scan_row;
-  geometry["scan_col"] = scan_col;
-  const auto p = provenance(query, resolved, *resident, image, std::move(geometry));
-  return image_response(image, p, query.format, "max-age=60", etag, timing);
-}
-
-HttpResponse BrowseService::cbed_region(const HttpRequest& request, const QueryParams& params, RequestTiming& timing) {
-  const auto query = protocol::parse_region_query(params);
-  timing.lap("parse");
-  const Resolved resolved = resolve_product(query);
-  const auto& acquisition = *resolved.acquisition;
-  // An empty ROI is a bad request, found before any residency work.
-  const auto positions =
-      products::scan_roi_positions(query.request, resolved.geometry.scan_rows, resolved.geometry.scan_cols);
-  const auto& r = query.request;
-  const std::string key = product_key_prefix("cbed-region", acquisition.master_path, resolved.signature_digest,
-                                             resolved.geometry) +
-                          "\n" + query.shape_name + "\n" + query.reduce_name + "\n" + double_bits(r.center_row) +
-                          "\n" + double_bits(r.center_col) + "\n" + double_bits(r.radius);
-  const std::string etag = entity_tag(key, query);
-  timing.lap("resolve");
-  if (auto unchanged = not_modified(request, etag, "no-store", timing)) return std::move(*unchanged);
-  const auto resident = query.ensure_resident ? residency_.acquire(acquisition) : residency_.find(acquisition);
-  if (!resident) throw conflict(kNotResidentMessage);
-  const auto compute = resident.lock_compute();
-  timing.lap("acquire");
-  products::Image image = products::region_diffraction(*resident, resolved.geometry, r);
-  json geometry;
-  geometry["shape"] = query.shape_name;
-  geometry["center_row"] = r.center_row;
-  geometry["center_col"] = r.center_col;
-  geometry["radius"] = r.radius;
-  geometry["reduce"] = query.reduce_name;
-  geometry["positions"] = positions.size();
-  const auto p = provenance(query, resolved, *resident, image, std::move(geometry));
-  return image_response(image, p, query.format, "no-store", etag, timing);
+HttpResponse BrowseService::respond_and_keep(const ProductState& state, products::Image& image,
+                                             protocol::Provenance provenance_record, RequestTiming& timing) {
+  auto entry = std::make_shared<CachedImage>();
+  entry->provenance = std::move(provenance_record);
+  entry->provenance_header = protocol::provenance_header(entry->provenance);
+  // Shared by the cache and the responses.
+  std::tie(entry->wire, entry->body) = wire_body(image, protocol::PayloadFormat::raw);
+  HttpResponse response = image_response(*entry, entry->provenance_header, state.call->query().format,
+                                         state.route->cache_control, state.etag);
+  timing.lap("encode");
+  store_image(state.key, std::move(entry));
+  timing.lap("store");
+  return response;
 }
 
 // ---- residency ----------------------------------------------------------------

@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "quantem/core/error.hpp"
+#include "quantem/core/text.hpp"
 #include "quantem/protocol/documents.hpp"
 
 namespace quantem::server {
@@ -21,11 +22,6 @@ namespace quantem::server {
 namespace {
 
 constexpr const char* kCookiePrefix = ".quantem-cookie-";
-
-std::string base_name(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;

@@ -1,6 +1,7 @@
 // The only translation unit of the daemon that includes Boost.Asio and
 // Boost.Beast (decision 0008). I/O threads run every socket operation
-// asynchronously; a fixed worker pool calls the handler.
+// asynchronously; a fixed worker pool calls the handler, and a second pool
+// runs the answers that have to wait for a load (decision 0017).
 #include "quantem/server/http_server.hpp"
 
 #include <pthread.h>
@@ -31,6 +32,7 @@
 #include <spdlog/spdlog.h>
 
 #include "quantem/core/error.hpp"
+#include "quantem/core/text.hpp"
 #include "unix_socket_file.hpp"
 
 namespace quantem::server {
@@ -45,12 +47,6 @@ using Tcp = asio::ip::tcp;
 using Local = asio::local::stream_protocol;
 
 constexpr std::chrono::milliseconds kLingerAfterRefusal{2000};
-
-std::string lower(std::string_view text) {
-  std::string out(text);
-  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -102,10 +98,16 @@ bool spin_until(Ready ready, std::chrono::microseconds window) {
 // busy-waiting.
 class WorkerPool {
  public:
-  WorkerPool(int threads, std::chrono::microseconds spin) : spin_(spin) {
+  enum class Submitted { queued, full, stopped };
+
+  // Beyond one job per thread, `max_queued` more may wait for a thread (0:
+  // no limit); the count includes jobs not yet picked up by an idle thread.
+  WorkerPool(int threads, std::chrono::microseconds spin, const std::string& name, std::size_t max_queued = 0)
+      : spin_(spin),
+        max_outstanding_(max_queued == 0 ? 0 : static_cast<std::size_t>(std::max(1, threads)) + max_queued) {
     for (int index = 0; index < std::max(1, threads); ++index) {
-      threads_.emplace_back([this, index] {
-        name_this_thread("quantem-http-" + std::to_string(index));
+      threads_.emplace_back([this, index, name] {
+        name_this_thread(name + std::to_string(index));
         work();
       });
     }
@@ -115,12 +117,16 @@ class WorkerPool {
     join();
   }
 
-  // False once stopped (the job is not run).
-  bool submit(std::function<void()> job) {
+  // The job is not run when the pool is stopped or its queue is full.
+  Submitted submit(std::function<void()> job) {
     int queued = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (stopped_) return false;
+      if (stopped_) return Submitted::stopped;
+      if (max_outstanding_ > 0) {
+        if (outstanding_ >= max_outstanding_) return Submitted::full;
+        ++outstanding_;
+      }
       jobs_.push_back(std::move(job));
       queued = queued_.fetch_add(1) + 1;
     }
@@ -129,7 +135,7 @@ class WorkerPool {
     // checks the queue under the lock and sleeps, so a skipped wake-up never
     // strands a job.
     if (queued > spinning_.load()) wake_.notify_one();
-    return true;
+    return Submitted::queued;
   }
 
   // Jobs not started are dropped; running ones finish.
@@ -140,6 +146,7 @@ class WorkerPool {
       stopped_ = true;
       stopping_.store(true);
       dropped.swap(jobs_);
+      if (max_outstanding_ > 0) outstanding_ -= dropped.size();
       queued_.store(0);
     }
     wake_.notify_all();
@@ -169,12 +176,18 @@ class WorkerPool {
         queued_.fetch_sub(1);
       }
       job();
+      if (max_outstanding_ > 0) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        --outstanding_;
+      }
       after_job = true;
     }
   }
 
   const std::chrono::microseconds spin_;
+  const std::size_t max_outstanding_;  // 0: no limit
   std::mutex mutex_;
+  std::size_t outstanding_ = 0;  // jobs queued or running
   std::condition_variable wake_;
   std::deque<std::function<void()>> jobs_;
   bool stopped_ = false;
@@ -184,18 +197,100 @@ class WorkerPool {
   std::vector<std::thread> threads_;
 };
 
+// Request bodies are read and dropped as they arrive: no route takes one
+// (HttpRequest has no body), so a connection holds no more of a body than its
+// read buffer, whatever the Content-Length (docs/decisions/0017).
+struct DiscardedBody {
+  struct value_type {};
+  class reader {
+   public:
+    template <bool isRequest, class Fields>
+    reader(http::header<isRequest, Fields>&, value_type&) {}
+    void init(const boost::optional<std::uint64_t>&, error_code& ec) { ec = {}; }
+    template <class ConstBufferSequence>
+    std::size_t put(const ConstBufferSequence& buffers, error_code& ec) {
+      ec = {};
+      return asio::buffer_size(buffers);
+    }
+    void finish(error_code& ec) { ec = {}; }
+  };
+};
+
+// A read buffer above this is given back when the connection waits for its
+// next request (one request line and headers fit far below it).
+constexpr std::size_t kIdleReadBufferBytes = 16 << 10;
+// At the end of the shutdown grace, requests still in flight are answered
+// 503; this long is given to write those answers.
+constexpr std::chrono::milliseconds kStoppingAnswerWindow{500};
+
+struct Target {
+  std::string path;   // percent-decoded
+  std::string query;  // raw
+  std::optional<std::string> authority;  // absolute-form only ("host:port")
+};
+
+bool starts_with_ignoring_case(std::string_view text, std::string_view prefix) {
+  return text.size() >= prefix.size() && iequals(text.substr(0, prefix.size()), prefix);
+}
+
+Target split_target(std::string_view target) {
+  Target split;
+  // absolute-form ("http://host/path?query") names its host (RFC 9112 section 3.2.2).
+  for (std::string_view scheme : {"http://", "https://"}) {
+    if (!starts_with_ignoring_case(target, scheme)) continue;
+    target.remove_prefix(scheme.size());
+    const auto authority_end = std::min(target.find_first_of("/?"), target.size());
+    split.authority = std::string(target.substr(0, authority_end));
+    target.remove_prefix(authority_end);
+    break;
+  }
+  const auto question = target.find('?');
+  const std::string_view path = target.substr(0, question);
+  split.path = split.authority && path.empty() ? std::string("/") : percent_decode_path(path);
+  if (question != std::string_view::npos) split.query = std::string(target.substr(question + 1));
+  return split;
+}
+
+// The request as the service sees it. A request in absolute-form is for the
+// host its target names, whatever its Host header says (RFC 9112 section
+// 3.2.2): that authority is the Host the service checks.
+template <class Message>
+HttpRequest request_from(const Message& message) {
+  HttpRequest request;
+  request.method = std::string(message.method_string());
+  Target target = split_target(message.target());
+  request.path = std::move(target.path);
+  request.query = std::move(target.query);
+  request.headers.reserve(static_cast<std::size_t>(std::distance(message.begin(), message.end())) + 1);
+  for (const auto& field : message) {
+    std::string name = to_lower(field.name_string());
+    if (target.authority && name == "host") continue;
+    request.headers.emplace_back(std::move(name), std::string(field.value()));
+  }
+  if (target.authority) request.headers.emplace_back("host", std::move(*target.authority));
+  return request;
+}
+
+HttpResponse retry_later(const std::string& detail) {
+  HttpResponse response = HttpResponse::detail(503, detail);
+  response.set_header("retry-after", "1");
+  return response;
+}
+
 class Connection;
 
 // Everything the connections share.
 struct Core {
-  Core(HttpServer::Handler handler_in, HttpServerOptions options_in)
-      : handler(std::move(handler_in)),
+  Core(HttpService service_in, HttpServerOptions options_in)
+      : service(std::move(service_in)),
         options(options_in),
         ioc(std::max(1, options_in.io_threads)),
         work(asio::make_work_guard(ioc)),
-        pool(options_in.threads, options_in.spin_wait) {}
+        waiting_pool(options_in.waiting_threads, std::chrono::microseconds(0), "quantem-wait-",
+                     options_in.max_waiting_requests),
+        pool(options_in.threads, options_in.spin_wait, "quantem-http-") {}
 
-  HttpServer::Handler handler;
+  HttpService service;
   HttpServerOptions options;
 
   // Declared before the io_context: connections destroyed with its pending
@@ -225,6 +320,9 @@ struct Core {
   std::string unix_path;
   unix_socket::FileIdentity unix_file;
   std::atomic<bool> stopping{false};
+  // Requests that wait (HttpResponse::later), apart from the workers so that
+  // waiting never holds the threads that answer everything else.
+  WorkerPool waiting_pool;
   WorkerPool pool;  // declared last: joined (and its queued jobs dropped) first
 
   void request_started() {
@@ -239,25 +337,35 @@ struct Core {
     requests_changed.notify_all();
   }
 
-  HttpResponse call_handler(const HttpRequest& request) {
-    HttpResponse response;
+  // The handler's answer, or (when it returned HttpResponse::later) the
+  // answer of `later` run here. Never throws.
+  template <class Call>
+  static HttpResponse guarded(Call call) {
     try {
-      response = handler(request);
+      return call();
     } catch (...) {
       // The handler is noexcept by contract; this only guards the server.
-      response = HttpResponse();
+      HttpResponse response;
       response.status = 500;
       response.content_type = "text/plain; charset=utf-8";
       response.body = "Internal Server Error";
+      return response;
     }
+  }
+
+  static void log_answer(const std::string& method, const std::string& path, const HttpResponse& response) {
     // The path only: a query may carry a token.
-    spdlog::debug("{} {} -> {} ({} bytes)", request.method, request.path, response.status, response.sent_body().size());
-    return response;
+    spdlog::debug("{} {} -> {} ({} bytes)", method, path, response.status, response.sent_body().size());
   }
 
   template <class Acceptor>
   void accept_on(Acceptor& acceptor);
+  std::vector<std::shared_ptr<Connection>> live_connections();
+  void stop_accepting_and_drain();
+  // True when every request read has been answered (or closed) by `deadline`.
+  bool wait_for_requests(std::chrono::steady_clock::time_point deadline);
   void drain_connections();
+  void answer_stopping_connections();
   void close_every_connection();
 };
 
@@ -298,6 +406,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     });
   }
 
+  // stop(), at the end of the grace (from any thread): a request still being
+  // handled or waiting for a load is answered 503 now rather than cut off.
+  void answer_stopping() {
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      self->answer(retry_later("the daemon is shutting down; retry"));
+    });
+  }
+
   void close_now() {
     error_code ignored;
     socket_.close(ignored);
@@ -310,6 +426,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (state_ == State::closed) return;
     if (core_.stopping) return close();
     state_ = State::reading;
+    if (buffer_.size() == 0 && buffer_.capacity() > kIdleReadBufferBytes) buffer_.shrink_to_fit();
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(core_.options.max_header_bytes, UINT32_MAX)));
     parser_->body_limit(static_cast<std::uint64_t>(core_.options.max_body_bytes));
@@ -338,6 +455,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return refuse(413, "request body too large (at most " + std::to_string(core_.options.max_body_bytes) + " bytes)");
     }
     if (parser_->is_done()) return dispatch();
+    // A body follows: the Host and token checks first, so that the body of a
+    // refused request is never read.
+    if (auto refusal = screen(message)) return refuse_with(std::move(*refusal));
     const auto expect = message.find(http::field::expect);
     if (expect != message.end() && beast::iequals(expect->value(), "100-continue")) {
       static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -376,52 +496,85 @@ class Connection : public std::enable_shared_from_this<Connection> {
     refuse(400, "malformed HTTP request: " + ec.message());
   }
 
-  static std::pair<std::string, std::string> split_target(std::string_view target) {
-    // absolute-form ("http://host/path?query") is answered like origin-form.
-    if (target.substr(0, 7) == "http://" || target.substr(0, 8) == "https://") {
-      const auto authority = target.find("//") + 2;
-      const auto path_start = target.find('/', authority);
-      target = path_start == std::string_view::npos ? std::string_view("/") : target.substr(path_start);
+  template <class Message>
+  std::optional<HttpResponse> screen(const Message& message) {
+    if (!core_.service.screen) return std::nullopt;
+    try {
+      return core_.service.screen(request_from(message));
+    } catch (const std::exception& error) {
+      spdlog::error("the request screen failed: {}", error.what());
+      return HttpResponse::detail(500, "Internal Server Error");
     }
-    const auto question = target.find('?');
-    if (question == std::string_view::npos) return {percent_decode_path(target), {}};
-    return {percent_decode_path(target.substr(0, question)), std::string(target.substr(question + 1))};
   }
 
   void dispatch() {
     cancel_timer();
     state_ = State::handling;
     const auto& message = parser_->get();
-    HttpRequest request;
-    request.method = std::string(message.method_string());
-    std::tie(request.path, request.query) = split_target(message.target());
-    request.headers.reserve(static_cast<std::size_t>(std::distance(message.begin(), message.end())));
-    for (const auto& field : message) request.headers.emplace_back(lower(field.name_string()), std::string(field.value()));
+    HttpRequest request = request_from(message);
     version_ = message.version();
     keep_alive_ = message.keep_alive();
     head_ = message.method() == http::verb::head;
     parser_.reset();
     core_.request_started();
     counted_ = true;
-    const bool queued = core_.pool.submit([self = shared_from_this(), request = std::move(request)] {
-      HttpResponse response = self->core_.call_handler(request);
-      asio::post(self->socket_.get_executor(), [self, response = std::move(response)]() mutable {
-        self->write_response(std::move(response), false);
-      });
+    const auto submitted = core_.pool.submit(
+        [self = shared_from_this(), request = std::move(request)] { self->run_handler(request); });
+    if (submitted != WorkerPool::Submitted::queued) close();
+  }
+
+  // On a worker.
+  void run_handler(const HttpRequest& request) {
+    HttpResponse response = Core::guarded([&] { return core_.service.handle(request); });
+    if (response.later) return wait_elsewhere(std::move(response.later), request);
+    Core::log_answer(request.method, request.path, response);
+    post_answer(std::move(response));
+  }
+
+  // On a worker: the request has to wait (for a load); its waiting and its
+  // answer happen on the waiting threads, and this worker is free at once.
+  void wait_elsewhere(std::function<HttpResponse()> later, const HttpRequest& request) {
+    const auto submitted = core_.waiting_pool.submit(
+        [self = shared_from_this(), later = std::move(later), method = request.method, path = request.path] {
+          HttpResponse response = Core::guarded(later);
+          Core::log_answer(method, path, response);
+          self->post_answer(std::move(response));
+        });
+    if (submitted == WorkerPool::Submitted::full) {
+      post_answer(retry_later("too many requests are waiting for loads (at most " +
+                              std::to_string(core_.options.waiting_threads) + " waiting and " +
+                              std::to_string(core_.options.max_waiting_requests) + " queued); retry"));
+    }
+    // Stopped: stop() answers every request still in flight, or closes it.
+  }
+
+  // From any thread: the answer is written on the connection's strand.
+  void post_answer(HttpResponse response) {
+    asio::post(socket_.get_executor(), [self = shared_from_this(), response = std::move(response)]() mutable {
+      self->answer(std::move(response));
     });
-    if (!queued) close();
+  }
+
+  // An answer that comes after stop() has answered the request (503) is dropped.
+  void answer(HttpResponse response) {
+    if (state_ != State::handling) return;
+    write_response(std::move(response), false);
   }
 
   // A refusal before the handler: the client may still be sending (a huge
   // header block), so the answer is followed by a lingering close.
   void refuse(int status, const std::string& detail) {
     spdlog::debug("HTTP request refused: {} {}", status, detail);
+    refuse_with(HttpResponse::detail(status, detail));
+  }
+
+  void refuse_with(HttpResponse response) {
     if (parser_) {
       version_ = parser_->is_header_done() ? parser_->get().version() : 11;
       head_ = parser_->is_header_done() && parser_->get().method() == http::verb::head;
     }
     parser_.reset();
-    write_response(HttpResponse::detail(status, detail), true);
+    write_response(std::move(response), true);
   }
 
   void write_response(HttpResponse from, bool refusal) {
@@ -540,7 +693,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::steady_timer timer_;
   std::uint64_t timer_generation_ = 0;
   beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<http::request_parser<DiscardedBody>> parser_;
   std::unique_ptr<std::array<char, 16384>> discard_;
   State state_ = State::reading;
   unsigned version_ = 11;
@@ -580,39 +733,74 @@ void Core::accept_on(Acceptor& acceptor) {
   });
 }
 
-void Core::drain_connections() {
+std::vector<std::shared_ptr<Connection>> Core::live_connections() {
   std::vector<std::shared_ptr<Connection>> connections;
-  {
-    std::lock_guard<std::mutex> lock(registry_mutex);
-    for (auto& [key, weak] : registry)
-      if (auto connection = weak.lock()) connections.push_back(std::move(connection));
-  }
-  for (auto& connection : connections) connection->drain();
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  for (auto& [key, weak] : registry)
+    if (auto connection = weak.lock()) connections.push_back(std::move(connection));
+  return connections;
+}
+
+void Core::drain_connections() {
+  for (auto& connection : live_connections()) connection->drain();
+}
+
+void Core::answer_stopping_connections() {
+  for (auto& connection : live_connections()) connection->answer_stopping();
+}
+
+// Stops accepting and closes idle connections on the I/O threads.
+void Core::stop_accepting_and_drain() {
+  auto close_acceptor = [](auto& acceptor) {
+    if (acceptor) {
+      asio::post(acceptor->get_executor(), [&acceptor] {
+        error_code ignored;
+        acceptor->close(ignored);
+      });
+    }
+  };
+  close_acceptor(tcp_acceptor);
+  close_acceptor(unix_acceptor);
+  asio::post(ioc, [this] {
+    drain_connections();
+    // Queued after every connection's drain: with one I/O thread it runs after them
+    // (with more, the grace still bounds the wait).
+    asio::post(ioc, [this] {
+      {
+        std::lock_guard<std::mutex> lock(requests_mutex);
+        drained = true;
+      }
+      requests_changed.notify_all();
+    });
+  });
+}
+
+bool Core::wait_for_requests(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(requests_mutex);
+  return requests_changed.wait_until(lock, deadline, [this] { return drained && active_requests == 0; });
 }
 
 void Core::close_every_connection() {
-  std::vector<std::shared_ptr<Connection>> connections;
-  {
-    std::lock_guard<std::mutex> lock(registry_mutex);
-    for (auto& [key, weak] : registry)
-      if (auto connection = weak.lock()) connections.push_back(std::move(connection));
-  }
-  for (auto& connection : connections) connection->close_now();
+  for (auto& connection : live_connections()) connection->close_now();
 }
 
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(Handler handler, HttpServerOptions options) : core(std::move(handler), options) {}
+  Impl(HttpService service, HttpServerOptions options) : core(std::move(service), options) {}
   Core core;
 };
 
 HttpServer::HttpServer(Handler handler, HttpServerOptions options)
-    : impl_(std::make_unique<Impl>(std::move(handler), options)) {}
+    : HttpServer(HttpService{std::move(handler), nullptr}, options) {}
+
+HttpServer::HttpServer(HttpService service, HttpServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(service), options)) {}
 
 HttpServer::~HttpServer() {
   stop();
   impl_->core.pool.join();
+  impl_->core.waiting_pool.join();
 }
 
 int HttpServer::bind(const std::string& host, int port) {
@@ -730,33 +918,13 @@ void HttpServer::stop() {
     was_running = core.running;
   }
   if (was_running) {
-    // Stop accepting and close idle connections on the I/O threads, then give
-    // the requests already read until the grace ends.
-    const auto deadline = std::chrono::steady_clock::now() + core.options.shutdown_grace;
-    auto close_acceptor = [](auto& acceptor) {
-      if (acceptor) {
-        asio::post(acceptor->get_executor(), [&acceptor] {
-          error_code ignored;
-          acceptor->close(ignored);
-        });
-      }
-    };
-    close_acceptor(core.tcp_acceptor);
-    close_acceptor(core.unix_acceptor);
-    asio::post(core.ioc, [&core] {
-      core.drain_connections();
-      // Queued after every connection's drain: with one I/O thread it runs after them
-      // (with more, the grace still bounds the wait).
-      asio::post(core.ioc, [&core] {
-        {
-          std::lock_guard<std::mutex> lock(core.requests_mutex);
-          core.drained = true;
-        }
-        core.requests_changed.notify_all();
-      });
-    });
-    std::unique_lock<std::mutex> lock(core.requests_mutex);
-    core.requests_changed.wait_until(lock, deadline, [&core] { return core.drained && core.active_requests == 0; });
+    core.stop_accepting_and_drain();
+    // Requests already read may finish until the grace ends; those still in
+    // flight then (a long load above all) are answered 503, not cut off.
+    if (!core.wait_for_requests(std::chrono::steady_clock::now() + core.options.shutdown_grace)) {
+      asio::post(core.ioc, [&core] { core.answer_stopping_connections(); });
+      core.wait_for_requests(std::chrono::steady_clock::now() + kStoppingAnswerWindow);
+    }
   }
   core.work.reset();
   core.ioc.stop();
@@ -766,6 +934,7 @@ void HttpServer::stop() {
   }
   // No I/O thread runs any more: close what is left from here.
   core.pool.stop();
+  core.waiting_pool.stop();
   core.close_every_connection();
   error_code ignored;
   if (core.tcp_acceptor) core.tcp_acceptor->close(ignored);

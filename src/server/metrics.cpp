@@ -70,81 +70,108 @@ void Metrics::observe_request(const std::string& route, int status, double secon
   add(product_latency_[route], kLatencyBuckets, seconds);
 }
 
+namespace {
+
+// One residency (or catalog) counter as Prometheus exposes it.
+struct CounterRow {
+  const char* name;
+  const char* help;
+  std::uint64_t residency::ResidencyCounters::*value;
+};
+
+const CounterRow kResidencyCounters[] = {
+    {"quantem_loads_started_total", "Loads admitted and queued.", &residency::ResidencyCounters::loads_started},
+    {"quantem_loads_completed_total", "Loads that produced a resident.", &residency::ResidencyCounters::loads_completed},
+    {"quantem_load_failures_total", "Loads that failed.", &residency::ResidencyCounters::loads_failed},
+    {"quantem_evictions_total", "Residents evicted.", &residency::ResidencyCounters::evictions},
+    {"quantem_admission_rejections_total", "Loads refused by admission.",
+     &residency::ResidencyCounters::admission_rejections},
+    {"quantem_load_out_of_memory_retries_total",
+     "Backend out-of-memory errors answered by evicting or moving on.",
+     &residency::ResidencyCounters::out_of_memory_retries},
+    {"quantem_busy_timeouts_total", "Bounded waits for busy devices or loads that ended in 503.",
+     &residency::ResidencyCounters::busy_timeouts},
+    {"quantem_reservation_growths_total", "Reservation growths granted to running loads.",
+     &residency::ResidencyCounters::reservation_growths},
+    {"quantem_reservation_growth_refusals_total",
+     "Reservation growths refused (the load attempt failed with 413).",
+     &residency::ResidencyCounters::growth_refusals},
+    {"quantem_idle_releases_total", "Residents released after --idle-release without use.",
+     &residency::ResidencyCounters::idle_releases},
+};
+
+// A gauge of every device: name, help, and its value for one device.
+struct DeviceGaugeRow {
+  const char* name;
+  const char* help;
+  std::uint64_t (*value)(const residency::DeviceUsage&);
+};
+
+const DeviceGaugeRow kDeviceGauges[] = {
+    {"quantem_resident_bytes", "Bytes held on a device by residents, loads in progress and draining residents.",
+     [](const residency::DeviceUsage& d) -> std::uint64_t { return d.resident_bytes; }},
+    {"quantem_resident_entries", "Residents and loads in progress on a device.",
+     [](const residency::DeviceUsage& d) -> std::uint64_t { return d.resident_entries; }},
+    {"quantem_device_budget_bytes", "Data-cache budget of a device.",
+     [](const residency::DeviceUsage& d) -> std::uint64_t { return d.info.budget_bytes; }},
+};
+
+void write_family_header(std::ostringstream& out, const char* name, const char* help, const char* type) {
+  out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << "\n";
+}
+
+void write_counter(std::ostringstream& out, const char* name, const char* help, std::uint64_t value) {
+  write_family_header(out, name, help, "counter");
+  out << name << ' ' << value << "\n";
+}
+
+// The _bucket, _sum and _count series of one labelled histogram.
+template <typename Histogram, typename Buckets>
+void write_histogram(std::ostringstream& out, const char* name, const std::string& labels, const Buckets& bounds,
+                     const Histogram& histogram) {
+  for (std::size_t i = 0; i < bounds.size(); ++i) {
+    out << name << "_bucket{" << labels << ",le=\"" << number(bounds[i]) << "\"} " << histogram.buckets[i] << "\n";
+  }
+  out << name << "_bucket{" << labels << ",le=\"+Inf\"} " << histogram.count << "\n"
+      << name << "_sum{" << labels << "} " << number(histogram.sum) << "\n"
+      << name << "_count{" << labels << "} " << histogram.count << "\n";
+}
+
+}  // namespace
+
 std::string Metrics::render(const std::vector<residency::DeviceUsage>& devices,
                             const residency::ResidencyCounters& counters, std::uint64_t catalog_builds,
                             bool ready) const {
   std::ostringstream out;
-  out << "# HELP quantem_ready Whether the daemon is ready (catalog built, devices initialised).\n"
-         "# TYPE quantem_ready gauge\n"
-      << "quantem_ready " << (ready ? 1 : 0) << "\n";
-  out << "# HELP quantem_resident_bytes Bytes held on a device by residents, loads in progress and draining residents.\n"
-         "# TYPE quantem_resident_bytes gauge\n";
-  for (const auto& d : devices) out << "quantem_resident_bytes{device=\"" << d.info.index << "\"} " << d.resident_bytes << "\n";
-  out << "# HELP quantem_resident_entries Residents and loads in progress on a device.\n"
-         "# TYPE quantem_resident_entries gauge\n";
-  for (const auto& d : devices) out << "quantem_resident_entries{device=\"" << d.info.index << "\"} " << d.resident_entries << "\n";
-  out << "# HELP quantem_device_budget_bytes Data-cache budget of a device.\n"
-         "# TYPE quantem_device_budget_bytes gauge\n";
-  for (const auto& d : devices) out << "quantem_device_budget_bytes{device=\"" << d.info.index << "\"} " << d.info.budget_bytes << "\n";
-  out << "# HELP quantem_loads_started_total Loads admitted and queued.\n# TYPE quantem_loads_started_total counter\n"
-      << "quantem_loads_started_total " << counters.loads_started << "\n"
-      << "# HELP quantem_loads_completed_total Loads that produced a resident.\n# TYPE quantem_loads_completed_total counter\n"
-      << "quantem_loads_completed_total " << counters.loads_completed << "\n"
-      << "# HELP quantem_load_failures_total Loads that failed.\n# TYPE quantem_load_failures_total counter\n"
-      << "quantem_load_failures_total " << counters.loads_failed << "\n"
-      << "# HELP quantem_evictions_total Residents evicted.\n# TYPE quantem_evictions_total counter\n"
-      << "quantem_evictions_total " << counters.evictions << "\n"
-      << "# HELP quantem_admission_rejections_total Loads refused by admission.\n"
-         "# TYPE quantem_admission_rejections_total counter\n"
-      << "quantem_admission_rejections_total " << counters.admission_rejections << "\n"
-      << "# HELP quantem_load_out_of_memory_retries_total Backend out-of-memory errors answered by evicting or moving on.\n"
-         "# TYPE quantem_load_out_of_memory_retries_total counter\n"
-      << "quantem_load_out_of_memory_retries_total " << counters.out_of_memory_retries << "\n"
-      << "# HELP quantem_busy_timeouts_total Bounded waits for busy devices or loads that ended in 503.\n"
-         "# TYPE quantem_busy_timeouts_total counter\n"
-      << "quantem_busy_timeouts_total " << counters.busy_timeouts << "\n"
-      << "# HELP quantem_reservation_growths_total Reservation growths granted to running loads.\n"
-         "# TYPE quantem_reservation_growths_total counter\n"
-      << "quantem_reservation_growths_total " << counters.reservation_growths << "\n"
-      << "# HELP quantem_reservation_growth_refusals_total Reservation growths refused (the load attempt failed with 413).\n"
-         "# TYPE quantem_reservation_growth_refusals_total counter\n"
-      << "quantem_reservation_growth_refusals_total " << counters.growth_refusals << "\n"
-      << "# HELP quantem_idle_releases_total Residents released after --idle-release without use.\n"
-         "# TYPE quantem_idle_releases_total counter\n"
-      << "quantem_idle_releases_total " << counters.idle_releases << "\n"
-      << "# HELP quantem_catalog_builds_total Catalog builds completed.\n# TYPE quantem_catalog_builds_total counter\n"
-      << "quantem_catalog_builds_total " << catalog_builds << "\n";
+  write_family_header(out, "quantem_ready", "Whether the daemon is ready (catalog built, devices initialised).", "gauge");
+  out << "quantem_ready " << (ready ? 1 : 0) << "\n";
+  for (const auto& gauge : kDeviceGauges) {
+    write_family_header(out, gauge.name, gauge.help, "gauge");
+    for (const auto& d : devices) out << gauge.name << "{device=\"" << d.info.index << "\"} " << gauge.value(d) << "\n";
+  }
+  for (const auto& counter : kResidencyCounters) write_counter(out, counter.name, counter.help, counters.*counter.value);
+  write_counter(out, "quantem_catalog_builds_total", "Catalog builds completed.", catalog_builds);
+  write_requests(out);
+  return out.str();
+}
 
+void Metrics::write_requests(std::ostringstream& out) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  out << "# HELP quantem_http_requests_total HTTP requests by route and status.\n"
-         "# TYPE quantem_http_requests_total counter\n";
+  write_family_header(out, "quantem_http_requests_total", "HTTP requests by route and status.", "counter");
   for (const auto& [key, count] : requests_) {
     out << "quantem_http_requests_total{route=\"" << key.first << "\",code=\"" << key.second << "\"} " << count << "\n";
   }
-  out << "# HELP quantem_product_duration_seconds Time to answer a successful array request.\n"
-         "# TYPE quantem_product_duration_seconds histogram\n";
+  write_family_header(out, "quantem_product_duration_seconds", "Time to answer a successful array request.",
+                      "histogram");
   for (const auto& [route, histogram] : product_latency_) {
-    for (std::size_t i = 0; i < kLatencyBuckets.size(); ++i) {
-      out << "quantem_product_duration_seconds_bucket{route=\"" << route << "\",le=\"" << number(kLatencyBuckets[i])
-          << "\"} " << histogram.buckets[i] << "\n";
-    }
-    out << "quantem_product_duration_seconds_bucket{route=\"" << route << "\",le=\"+Inf\"} " << histogram.count << "\n"
-        << "quantem_product_duration_seconds_sum{route=\"" << route << "\"} " << number(histogram.sum) << "\n"
-        << "quantem_product_duration_seconds_count{route=\"" << route << "\"} " << histogram.count << "\n";
+    write_histogram(out, "quantem_product_duration_seconds", "route=\"" + route + "\"", kLatencyBuckets, histogram);
   }
-  out << "# HELP quantem_request_stage_seconds Time spent in each stage of a request (the server-timing stages).\n"
-         "# TYPE quantem_request_stage_seconds histogram\n";
+  write_family_header(out, "quantem_request_stage_seconds",
+                      "Time spent in each stage of a request (the server-timing stages).", "histogram");
   for (const auto& [key, histogram] : stages_) {
-    const std::string labels = "route=\"" + key.first + "\",stage=\"" + key.second + "\"";
-    for (std::size_t i = 0; i < kStageBuckets.size(); ++i) {
-      out << "quantem_request_stage_seconds_bucket{" << labels << ",le=\"" << number(kStageBuckets[i]) << "\"} "
-          << histogram.buckets[i] << "\n";
-    }
-    out << "quantem_request_stage_seconds_bucket{" << labels << ",le=\"+Inf\"} " << histogram.count << "\n"
-        << "quantem_request_stage_seconds_sum{" << labels << "} " << number(histogram.sum) << "\n"
-        << "quantem_request_stage_seconds_count{" << labels << "} " << histogram.count << "\n";
+    write_histogram(out, "quantem_request_stage_seconds", "route=\"" + key.first + "\",stage=\"" + key.second + "\"",
+                    kStageBuckets, histogram);
   }
-  return out.str();
 }
 
 }  // namespace quantem::server

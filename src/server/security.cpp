@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "quantem/core/error.hpp"
+#include "quantem/core/text.hpp"
 
 namespace quantem::server {
 
@@ -18,12 +19,6 @@ const char* const kTokenRequiredMessage =
     "This daemon requires a token: send 'Authorization: Bearer <token>' or '?token=<token>'.";
 
 namespace {
-
-std::string lower(std::string_view text) {
-  std::string out(text);
-  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 bool all_digits(std::string_view text) {
   if (text.empty()) return false;
@@ -59,15 +54,15 @@ bool is_loopback_host_header(std::string_view host) {
   const auto colon = host.rfind(':');
   if (colon != std::string_view::npos) {
     if (!all_digits(host.substr(colon + 1))) return false;
-    name = lower(host.substr(0, colon));
+    name = to_lower(host.substr(0, colon));
   } else {
-    name = lower(host);
+    name = to_lower(host);
   }
   return name == "localhost" || is_loopback_ipv4(name);
 }
 
 bool is_loopback_address(std::string_view address) {
-  const std::string text = lower(address);
+  const std::string text = to_lower(address);
   return text == "localhost" || is_loopback_ipv4(text) || is_loopback_ipv6(text);
 }
 
@@ -81,7 +76,7 @@ bool constant_time_equals(std::string_view a, std::string_view b) noexcept {
 std::optional<std::string> authorization_token(std::string_view header_value) {
   const auto space = header_value.find(' ');
   if (space == std::string_view::npos) return std::nullopt;
-  const std::string scheme = lower(header_value.substr(0, space));
+  const std::string scheme = to_lower(header_value.substr(0, space));
   if (scheme != "bearer" && scheme != "token") return std::nullopt;
   std::string_view credentials = header_value.substr(space + 1);
   while (!credentials.empty() && credentials.front() == ' ') credentials.remove_prefix(1);

@@ -35,6 +35,7 @@
 #include "quantem/core/logging.hpp"
 #include "quantem/catalog/catalog.hpp"
 #include "quantem/catalog/shard_storage.hpp"
+#include "quantem/core/text.hpp"
 #include "quantem/core/version.hpp"
 #include "quantem/inspector/inspector.hpp"
 #include "quantem/residency/residency_manager.hpp"
@@ -147,13 +148,6 @@ std::string hex_random_token() {
   return token;
 }
 
-std::string trim(std::string text) {
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
-  std::size_t start = 0;
-  while (start < text.size() && std::isspace(static_cast<unsigned char>(text[start]))) ++start;
-  return text.substr(start);
-}
-
 struct TokenSource {
   std::string token;
   std::string origin;  // "environment", "file <path>", "generated"
@@ -207,7 +201,7 @@ std::string read_token_file(const std::string& path) {
     content.append(buffer, static_cast<std::size_t>(n));
   }
   ::close(fd);
-  const std::string token = trim(content);
+  const std::string token(trim(content));
   if (token.empty()) throw ServeUsageError("cannot read a token from $QUANTEM_GPU_TOKEN_FILE (" + path + "): it is empty");
   return token;
 }
@@ -407,7 +401,7 @@ struct DaemonWiring {
         residency(*backend, residency_options(settings)),
         catalog(settings.data_folder, catalog_options(inspector)),
         service(browse_config(settings, token), *backend, residency, catalog, metrics),
-        http([this](const HttpRequest& request) { return service.handle(request); }, http_options(settings)) {
+        http(service.http_service(), http_options(settings)) {
     // Changed files invalidate the residents and cached images built from them
     // (stop_watching() in the shutdown ends the calls before `service` goes away).
     catalog.on_sources_changed([this](const SourceChange& change) {

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "quantem/catalog/catalog.hpp"
+#include "quantem/core/text.hpp"
 #include "quantem/core/version.hpp"
 #include "quantem/server/security.hpp"
 
@@ -15,17 +16,10 @@ namespace quantem::server {
 
 namespace {
 
-std::string trim(const std::string& text) {
-  std::size_t begin = 0, end = text.size();
-  while (begin < end && std::isspace(static_cast<unsigned char>(text[begin]))) ++begin;
-  while (end > begin && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
-  return text.substr(begin, end - begin);
-}
-
 // Python int() of a decimal string: surrounding whitespace, one sign, digits
 // with single underscores between them.
 std::optional<long long> python_int(const std::string& raw) {
-  const std::string text = trim(raw);
+  const std::string text(trim(raw));
   std::size_t i = 0;
   bool negative = false;
   if (i < text.size() && (text[i] == '+' || text[i] == '-')) negative = text[i++] == '-';
@@ -92,10 +86,10 @@ std::vector<int> parse_gpu_list(const std::string& spec) {
 }
 
 std::optional<DeviceBudget> parse_device_budget(const std::string& raw) {
-  const std::string text = trim(raw);
+  const std::string text(trim(raw));
   if (text.empty()) return std::nullopt;
   const bool percent = text.back() == '%';
-  const std::string number = percent ? trim(text.substr(0, text.size() - 1)) : text;
+  const std::string number = percent ? std::string(trim(text.substr(0, text.size() - 1))) : text;
   const bool plain_decimal = !number.empty() && number.find_first_not_of("0123456789.") == std::string::npos &&
                              std::count(number.begin(), number.end(), '.') == 1;
   if (percent || plain_decimal) {
@@ -135,13 +129,12 @@ std::optional<NumberWithUnit> split_number_and_unit(const std::string& text) {
     ++number_end;
   }
   if (!seen_digit) return std::nullopt;
-  std::string unit = trim(text.substr(number_end));
-  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string unit = to_lower(trim(text.substr(number_end)));
   return NumberWithUnit{text.substr(0, number_end), seen_dot, unit};
 }
 
 std::optional<std::chrono::milliseconds> parse_duration(const std::string& raw) {
-  const std::string text = trim(raw);
+  const std::string text(trim(raw));
   const auto split = split_number_and_unit(text);
   if (!split) return std::nullopt;
   const std::string& unit = split->unit;
@@ -157,7 +150,7 @@ std::optional<std::chrono::milliseconds> parse_duration(const std::string& raw) 
 }
 
 std::optional<std::uint64_t> parse_byte_size(const std::string& raw) {
-  const std::string text = trim(raw);
+  const std::string text(trim(raw));
   const auto split = split_number_and_unit(text);
   if (!split) return std::nullopt;
   const std::string& unit = split->unit;

@@ -15,6 +15,7 @@
 
 #include "arina_writer.hpp"
 #include "quantem/codec/chunk_codec.hpp"
+#include "quantem/core/clock.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/synth/pattern_model.hpp"
 
@@ -155,10 +156,6 @@ class FrameWorkers {
   OrderedChunkQueue& queue_;
   std::vector<std::thread> workers_;
 };
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 void remove_if_present(const std::filesystem::path& path) {
   std::error_code error;

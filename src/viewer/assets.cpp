@@ -1,5 +1,7 @@
 #include "quantem/viewer/assets.hpp"
 
+#include "quantem/core/text.hpp"
+
 namespace quantem::viewer {
 
 namespace {
@@ -9,12 +11,6 @@ namespace {
 const char* const kContentSecurityPolicy =
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' blob: data:; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
-
-std::string_view trim(std::string_view text) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
-  return text;
-}
 
 }  // namespace
 
@@ -28,7 +24,7 @@ const Asset* find_asset(std::string_view path) {
 bool etag_matches(std::string_view if_none_match, std::string_view etag) {
   while (!if_none_match.empty()) {
     const auto comma = if_none_match.find(',');
-    std::string_view candidate = trim(if_none_match.substr(0, comma));
+    std::string_view candidate = trim(if_none_match.substr(0, comma), kHttpWhitespace);
     if_none_match = comma == std::string_view::npos ? std::string_view() : if_none_match.substr(comma + 1);
     if (candidate == "*") return true;
     if (candidate.substr(0, 2) == "W/") candidate.remove_prefix(2);

@@ -32,12 +32,14 @@ struct ProductQuery {
   SourceRef source;
   plan::BrowsePlan plan;
   PayloadFormat format = PayloadFormat::raw;
+  // Load the acquisition when it is not resident (realspace, cbed and
+  // cbed-region declare it; realspace-shape always loads).
+  bool ensure_resident = false;
 };
 
 struct RealspaceQuery : ProductQuery {
   std::string mode_name;
   products::RealspaceRequest request;
-  bool ensure_resident = false;
 };
 
 struct ShapeQuery : ProductQuery {
@@ -48,14 +50,12 @@ struct ShapeQuery : ProductQuery {
 struct CbedQuery : ProductQuery {
   std::int64_t scan_row = 0;  // sx: scan ROW (the reference's naming)
   std::int64_t scan_col = 0;  // sy: scan COLUMN
-  bool ensure_resident = false;
 };
 
 struct RegionQuery : ProductQuery {
   std::string shape_name;
   std::string reduce_name;
   products::RegionRequest request;
-  bool ensure_resident = false;
 };
 
 RealspaceQuery parse_realspace_query(const QueryParams& params);

@@ -17,9 +17,15 @@
 // cache (realspace), residency (409/413/503), compute, encoding (409 overflow).
 // Every response carries `server-timing` (RequestTiming in metrics.hpp); the
 // array routes carry an `etag` (docs/protocol.md "ETag").
+// The four array routes are ProductRoute descriptors run by one pipeline
+// (answer_product, a named step per stage); the route table is add_routes(),
+// and add_route() serves a function written elsewhere. A request that has to
+// wait for a load is handed back unanswered by handle_or_defer()
+// (HttpResponse::later, docs/decisions/0017).
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -57,7 +63,30 @@ class BrowseService {
   BrowseService(const BrowseService&) = delete;
   BrowseService& operator=(const BrowseService&) = delete;
 
+  // Answers a request completely (a request that needs a load waits for it
+  // on the calling thread).
   HttpResponse handle(const HttpRequest& request) noexcept;
+
+  // handle(), except that a request that has to wait for a load comes back
+  // unanswered: its HttpResponse::later waits and answers (the HTTP server
+  // runs it on its waiting threads, docs/decisions/0017).
+  HttpResponse handle_or_defer(const HttpRequest& request) noexcept;
+
+  // The Host and token checks alone, for a request whose body has not been
+  // read yet: the refusal (403) or nullopt. Counted in the metrics like any
+  // answer.
+  std::optional<HttpResponse> screen(const HttpRequest& request) noexcept;
+
+  // What the HTTP server serves: handle_or_defer and screen.
+  HttpService http_service();
+
+  // A route served by a function outside this class (in its own file),
+  // called after the Host and token checks with the parsed query. Register
+  // before the server starts.
+  using RouteFunction = std::function<HttpResponse(const HttpRequest&, const protocol::QueryParams&, RequestTiming&)>;
+  enum class TokenRule { required, exempt };
+  void add_route(const std::string& path, const std::string& method, RouteFunction function,
+                 TokenRule token = TokenRule::required);
 
   // Readiness for /api/health/ready: the serve command sets it once the
   // catalog is built and the devices are initialised, and clears it on shutdown.
@@ -75,6 +104,14 @@ class BrowseService {
   // returns to it once the response is written and the image cache drops it.
   protocol::BodyPool::Stats body_pool_stats() const { return body_pool_.stats(); }
 
+  struct Resolved {
+    std::shared_ptr<const catalog::Acquisition> acquisition;
+    plan::PlanGeometry geometry;
+    std::string signature_digest;
+  };
+  class ProductCall;  // one array request's route-specific part (browse_service.cpp)
+  struct ProductRoute;
+
  private:
   // A realspace image as it goes on the wire: the raw body and the headers
   // that do not depend on the request's names, so a hit is a lookup, and its
@@ -88,28 +125,27 @@ class BrowseService {
     protocol::Provenance provenance;
     std::string provenance_header;  // rendered for provenance.session/file
   };
-  struct Resolved {
-    std::shared_ptr<const catalog::Acquisition> acquisition;
-    plan::PlanGeometry geometry;
-    std::string signature_digest;
-  };
-  using Handler = HttpResponse (BrowseService::*)(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
+  struct ProductState;  // an array request between its steps
   struct Route {
     std::string method;
-    Handler handler;
+    RouteFunction function;
     bool token_exempt = false;
     bool is_product = false;
   };
+  using Member = HttpResponse (BrowseService::*)(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
 
+  void add_routes();
+  void add_member_route(const std::string& path, const std::string& method, Member member,
+                        TokenRule token = TokenRule::required);
+  void add_product_route(const std::string& path, const ProductRoute& route);
   HttpResponse dispatch(const HttpRequest& request, std::string& route_label, bool& is_product, RequestTiming& timing);
+  HttpResponse slash_redirect_or_not_found(const HttpRequest& request) const;
+  // Metrics and the server-timing header of a finished answer.
+  void finish(HttpResponse& response, const std::string& route_label, bool is_product, const RequestTiming& timing);
 
   HttpResponse capabilities(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
   HttpResponse sessions(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
   HttpResponse acquisitions(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
-  HttpResponse realspace(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
-  HttpResponse realspace_shape(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
-  HttpResponse cbed(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
-  HttpResponse cbed_region(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
   HttpResponse residency_status(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
   HttpResponse load(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
   HttpResponse evict(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
@@ -118,7 +154,25 @@ class BrowseService {
   HttpResponse metrics(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
   HttpResponse viewer_asset(const HttpRequest&, const protocol::QueryParams&, RequestTiming&);
 
+  // ---- the array routes: one pipeline, its steps in order -----------------------
+  // parse -> resolve -> key and entity tag -> 304 -> image cache (realspace)
+  // -> acquire (or wait for the load) -> compute -> provenance -> respond.
+  HttpResponse answer_product(const ProductRoute& route, const HttpRequest& request,
+                              const protocol::QueryParams& params, RequestTiming& timing);
   Resolved resolve_product(const protocol::ProductQuery& query);
+  // Runs `then` with the request's resident: at once when it is resident;
+  // 409 when it is not and the request does not load; else a response whose
+  // `later` waits for the load (ResidencyManager::acquire) and then runs `then`.
+  HttpResponse with_resident(const std::shared_ptr<ProductState>& state, bool loads,
+                             std::function<HttpResponse(const residency::ResidentLease&)> then);
+  HttpResponse answer_from_cache(const std::shared_ptr<ProductState>& state, std::shared_ptr<const CachedImage> cached,
+                                 RequestTiming& timing);
+  HttpResponse respond_from_cache(const ProductState& state, const CachedImage& cached, RequestTiming& timing) const;
+  HttpResponse compute_and_respond(const ProductState& state, const residency::ResidentLease& resident,
+                                   RequestTiming& timing);
+  // realspace: the response, and its image kept in the image cache.
+  HttpResponse respond_and_keep(const ProductState& state, products::Image& image,
+                                protocol::Provenance provenance_record, RequestTiming& timing);
   protocol::Provenance provenance(const protocol::ProductQuery& query, const Resolved& resolved,
                                   const backend::Resident& resident, const products::Image& image,
                                   nlohmann::ordered_json geometry) const;
@@ -133,10 +187,6 @@ class BrowseService {
                              const char* cache_control, const std::string& etag) const;
   HttpResponse image_response(const CachedImage& image, const std::string& provenance_header,
                               protocol::PayloadFormat format, const char* cache_control, const std::string& etag) const;
-  // An uncached image's response (its body from wire_body).
-  HttpResponse image_response(products::Image& image, const protocol::Provenance& provenance,
-                              protocol::PayloadFormat format, const char* cache_control, const std::string& etag,
-                              RequestTiming& timing);
   // The body of an image: its own value vector when the values already are
   // the wire's bytes (protocol::wire_image_in_place, no copy), else encoded
   // into a recycled body_pool_ string that returns to the pool once released.

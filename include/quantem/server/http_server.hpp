@@ -7,7 +7,11 @@
 // asynchronously, so idle, slow and keep-alive connections cost no worker; a
 // complete request is handed to a fixed pool of `threads` workers that call
 // the handler (handlers block on compute) and the response is written back
-// asynchronously.
+// asynchronously. A request that has to wait (the handler returned
+// HttpResponse::later: a load) waits on a separate pool of `waiting_threads`
+// (at most `max_waiting_requests` queued beyond them, then 503), so waiting
+// never holds the workers that answer health, catalog and resident data
+// (docs/decisions/0017).
 //
 // Limits, each answered with {"detail": ...} and `connection: close`:
 //   - request line + headers not complete within `header_timeout` of the
@@ -19,6 +23,13 @@
 //   - two Host fields, or none in HTTP/1.1: 400 (RFC 9112, section 3.2);
 //   - a body above `max_body_bytes`: 413; chunked bodies: 411; compressed: 415;
 //   - malformed requests: 400.
+// A request that announces a body is first shown to HttpService::screen
+// (the Host and token checks): a refusal is sent before any of the body is
+// read. Bodies are read and dropped (no route takes one): a connection holds
+// no more of one than its read buffer.
+// A request in absolute-form ("GET http://host/path") is for the host its
+// target names (RFC 9112 section 3.2.2): that authority replaces the Host
+// header the handler sees.
 // Range and If-Range are ignored: every response is the full representation
 // (200), never 206 or 416 (docs/protocol.md).
 // Responses always carry content-length; the handler's body is moved into the
@@ -54,6 +65,11 @@ struct HttpServerOptions {
   std::chrono::milliseconds header_timeout{5000};   // whole request line + headers (and body), not per read
   std::chrono::milliseconds write_timeout{60000};   // one whole response
   std::chrono::milliseconds shutdown_grace{2000};   // stop(): in-flight requests may finish this long
+  // Threads that run HttpResponse::later (requests waiting for loads), and
+  // how many more such requests may queue for them (beyond one per thread)
+  // before a 503.
+  int waiting_threads = 32;
+  std::size_t max_waiting_requests = 1024;
 };
 
 class HttpServer {
@@ -61,6 +77,7 @@ class HttpServer {
   using Handler = std::function<HttpResponse(const HttpRequest&)>;
 
   HttpServer(Handler handler, HttpServerOptions options);
+  HttpServer(HttpService service, HttpServerOptions options);
   // Calls stop() and waits for handler calls still running.
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
@@ -83,9 +100,11 @@ class HttpServer {
 
   // Thread-safe, idempotent, also before run() has started. Stops accepting
   // at once and closes connections waiting for a request; requests already
-  // read (being handled or written) may finish for `shutdown_grace`, with
-  // `connection: close`; then every connection is closed and run() returns.
-  // Returns when that is done (at most about `shutdown_grace`).
+  // read (being handled, waiting or written) may finish for `shutdown_grace`,
+  // with `connection: close`; those still in flight then are answered 503
+  // `the daemon is shutting down; retry` with `retry-after: 1` (half a second
+  // is given to write these); then every connection is closed and run()
+  // returns. Returns when that is done (at most about `shutdown_grace` + 0.5 s).
   void stop();
 
  private:

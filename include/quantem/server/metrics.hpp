@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,6 +59,9 @@ class Metrics {
                      std::uint64_t catalog_builds, bool ready) const;
 
  private:
+  // The request counts and histograms (under mutex_).
+  void write_requests(std::ostringstream& out) const;
+
   template <std::size_t N>
   struct Histogram {
     std::array<std::uint64_t, N> buckets{};
