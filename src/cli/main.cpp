@@ -16,6 +16,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "export_command.hpp"
 #include "quantem/catalog/catalog.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/core/version.hpp"
@@ -125,6 +126,9 @@ int main(int argc, char** argv) {
   synth_cmd->add_option("--threads", synth_options.threads, "Worker threads (0: all cores)");
   synth_cmd->add_option("--prefix", synth_options.prefix, "File name prefix")->capture_default_str();
 
+  quantem::cli::ExportCommandOptions export_options;
+  auto* export_cmd = quantem::cli::add_export_command(app, export_options);
+
   // serve's flag spellings are part of the compatibility surface, including
   // argparse's unique-prefix abbreviations (reference §1).
   std::vector<std::string> arguments(argv, argv + argc);
@@ -153,6 +157,7 @@ int main(int argc, char** argv) {
 
   try {
     if (serve_cmd->parsed()) return quantem::server::run_serve(serve_options);
+    if (export_cmd->parsed()) return quantem::cli::run_export_command(export_options);
     if (worker_cmd->parsed()) return quantem::inspector::run_inspect_worker(worker_options);
     if (version_cmd->parsed()) {
       std::printf("quantem-gpu %s (%s)\n", quantem::version_string(), quantem::build_git_revision());

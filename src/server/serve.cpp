@@ -36,6 +36,7 @@
 #include "quantem/residency/residency_manager.hpp"
 #include "quantem/server/browse_service.hpp"
 #include "quantem/server/catalog_service.hpp"
+#include "quantem/server/export_routes.hpp"
 #include "quantem/server/http_server.hpp"
 #include "quantem/server/metrics.hpp"
 #include "quantem/server/runtime_files.hpp"
@@ -80,6 +81,8 @@ void add_serve_options(CLI::App& serve, ServeOptions& options) {
                    "Seconds requests in flight may finish after SIGTERM/SIGINT (default 2)");
   serve.add_option("--header-timeout", options.header_timeout_seconds,
                    "Seconds a client has to send a whole request line and headers; also the keep-alive idle timeout (default 5)");
+  serve.add_option("--export-dir", options.export_dir,
+                   "Folder the export route writes into (exports of plans as Arina-style acquisitions); off without it");
   serve.add_option("--inspect-timeout", options.inspect_timeout_seconds,
                    "Seconds the master inspector may take for one master before it is stopped and the master "
                    "reported not loadable (default 10)");
@@ -370,6 +373,7 @@ struct DaemonWiring {
         shard_storage(inspector),
         residency(*backend, residency_options(settings)),
         catalog(settings.data_folder, catalog_options(inspector)),
+        exports(export_config(settings), residency, catalog),
         service(browse_config(settings, token), *backend, residency, catalog, metrics),
         http([this](const HttpRequest& request) { return service.handle(request); }, http_options(settings)) {
     // Changed files invalidate the residents and cached images built from them
@@ -378,6 +382,7 @@ struct DaemonWiring {
       residency.drop_changed_sources(change.overflow ? std::vector<std::string>{} : change.files);
       service.drop_cached_images(change.masters, change.overflow);
     });
+    service.set_export_jobs(&exports);
   }
 
   static inspector::InspectorOptions inspector_options(const ServeSettings& settings) {
@@ -406,6 +411,13 @@ struct DaemonWiring {
     }
     return config;
   }
+  static ExportJobsConfig export_config(const ServeSettings& settings) {
+    ExportJobsConfig config;
+    config.export_dir = settings.export_dir;
+    config.implementation_revision = settings.implementation_revision;
+    config.threads = settings.cpu_threads;
+    return config;
+  }
   static HttpServerOptions http_options(const ServeSettings& settings) {
     HttpServerOptions options;
     options.threads = settings.http_threads;
@@ -426,6 +438,7 @@ struct DaemonWiring {
   residency::ResidencyManager residency;
   CatalogService catalog;
   Metrics metrics;
+  ExportJobs exports;
   BrowseService service;
   HttpServer http;
 };
@@ -588,6 +601,7 @@ void shut_down_in_order(DaemonWiring& daemon, BackgroundThreads& threads, Runtim
   daemon.service.set_ready(false);
   daemon.http.stop();
   daemon.catalog.stop_watching();
+  daemon.exports.shutdown();
   daemon.residency.shutdown();
   threads.server.join();
   threads.first_catalog.join();

@@ -156,6 +156,23 @@ class Resident {
                                                               const std::vector<std::uint64_t>& positions,
                                                               RegionReduce reduce);
 
+  // The stored chunks (bitshuffle/LZ4, HDF5 filter 32008, `element_size`
+  // bytes per value) of the binned frames at plan positions [first_position,
+  // first_position + count), encoded where the resident lives: chunk i is
+  // bytes[offsets[i], offsets[i + 1]). nullopt when this backend has no such
+  // encoder; the export then reads frame_u32 and encodes on the host
+  // (decision 0016). No backend has one yet.
+  struct EncodedChunks {
+    std::vector<std::uint8_t> bytes;
+    std::vector<std::uint64_t> offsets;  // count + 1 values
+  };
+  virtual std::optional<EncodedChunks> encode_export_chunks(const plan::PlanGeometry& geometry,
+                                                            std::uint64_t first_position, std::uint64_t count,
+                                                            std::size_t element_size) {
+    (void)geometry, (void)first_position, (void)count, (void)element_size;
+    return std::nullopt;
+  }
+
   // Values derived from this resident by higher layers (per-plan BF fit, CoM
   // maps); they are dropped with the resident. Thread-safe.
   DerivedCache& derived_cache() const { return derived_cache_; }

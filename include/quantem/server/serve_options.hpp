@@ -33,6 +33,7 @@ struct ServeOptions {
   double shutdown_grace_seconds = 2.0;          // --shutdown-grace
   double header_timeout_seconds = 5.0;          // --header-timeout
   double inspect_timeout_seconds = 10.0;        // --inspect-timeout: the inspector's deadline per master
+  std::string export_dir;                       // --export-dir: exports are written only below it; empty: off
 };
 
 // A start-up refusal: the message goes to stderr and the process exits 1
@@ -65,6 +66,7 @@ struct ServeSettings {
   std::chrono::milliseconds shutdown_grace{2000};
   std::chrono::milliseconds header_timeout{5000};
   std::chrono::milliseconds inspect_timeout{10000};
+  std::string export_dir;  // absolute; empty: the export route answers how to enable it
 };
 
 // Checks every option; throws ServeUsageError with the reference's texts:
