@@ -82,14 +82,16 @@ struct EncodedBatch {
 };
 
 template <class Out>
-void narrow_frame(const std::vector<std::uint32_t>& values, std::vector<std::uint8_t>& out) {
-  out.resize(values.size() * sizeof(Out));
+void narrow_frame(const std::uint32_t* values, std::size_t count, std::vector<std::uint8_t>& out) {
+  out.resize(count * sizeof(Out));
   Out* target = reinterpret_cast<Out*>(out.data());
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (values[i] > std::numeric_limits<Out>::max()) {
-      throw internal_error("export: an unbinned value exceeds the source's dtype");
-    }
+  std::uint32_t largest = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    largest = std::max(largest, values[i]);
     target[i] = static_cast<Out>(values[i]);
+  }
+  if (largest > std::numeric_limits<Out>::max()) {
+    throw internal_error("export: an unbinned value exceeds the source's dtype");
   }
 }
 
@@ -149,6 +151,7 @@ class BatchPipeline {
 
  private:
   void work() {
+    WorkerScratch scratch;  // reused across batches: no fresh pages per batch
     for (;;) {
       std::uint64_t k = 0;
       {
@@ -160,7 +163,7 @@ class BatchPipeline {
       try {
         if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
         if (progress_.cancel_requested.load()) throw ExportCancelled{};
-        EncodedBatch batch = produce(k);
+        EncodedBatch batch = produce(k, scratch);
         {
           std::lock_guard<std::mutex> lock(mutex_);
           slots_[k % window_] = std::move(batch);
@@ -173,7 +176,12 @@ class BatchPipeline {
     }
   }
 
-  EncodedBatch produce(std::uint64_t k) {
+  struct WorkerScratch {
+    std::vector<std::uint32_t> values;
+    std::vector<std::uint8_t> narrowed;
+  };
+
+  EncodedBatch produce(std::uint64_t k, WorkerScratch& scratch) {
     const plan::PlanGeometry& g = layout_.geometry;
     EncodedBatch batch;
     batch.first_position = k * batch_positions_;
@@ -187,38 +195,34 @@ class BatchPipeline {
       return batch;
     }
     const auto read_start = Clock::now();
-    std::vector<std::vector<std::uint32_t>> frames(batch.count);
+    std::vector<std::uint32_t>& values = scratch.values;
     {
       std::unique_lock<std::mutex> compute;
       if (lock_compute_) compute = lock_compute_();
-      for (std::uint64_t i = 0; i < batch.count; ++i) {
-        const std::uint64_t position = batch.first_position + i;
-        auto frame = resident_.frame_u32(g, position / g.scan_cols, position % g.scan_cols);
-        if (!frame) {
-          throw conflict("a binned value at plan position (" + std::to_string(position / g.scan_cols) + ", " +
-                         std::to_string(position % g.scan_cols) +
-                         ") exceeds 2^32 - 1: the export's uint32 cannot hold it exactly");
-        }
-        frames[i] = std::move(*frame);
+      if (!resident_.frames_u32(g, batch.first_position, batch.count, values)) {
+        throw conflict("a binned value at plan positions [" + std::to_string(batch.first_position) + ", " +
+                       std::to_string(batch.first_position + batch.count) +
+                       ") exceeds 2^32 - 1: the export's uint32 cannot hold it exactly");
       }
     }
     const auto encode_start = Clock::now();
     read_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(encode_start - read_start).count();
+    const std::uint64_t pixels = g.detector_pixels();
     batch.offsets.push_back(0);
-    std::vector<std::uint8_t> narrowed;
+    std::vector<std::uint8_t>& narrowed = scratch.narrowed;
     for (std::uint64_t i = 0; i < batch.count; ++i) {
-      const std::uint8_t* elements = reinterpret_cast<const std::uint8_t*>(frames[i].data());
+      const std::uint32_t* frame = values.data() + i * pixels;
+      const std::uint8_t* elements = reinterpret_cast<const std::uint8_t*>(frame);
       if (layout_.dtype == DType::uint8) {
-        narrow_frame<std::uint8_t>(frames[i], narrowed);
+        narrow_frame<std::uint8_t>(frame, pixels, narrowed);
         elements = narrowed.data();
       } else if (layout_.dtype == DType::uint16) {
-        narrow_frame<std::uint16_t>(frames[i], narrowed);
+        narrow_frame<std::uint16_t>(frame, pixels, narrowed);
         elements = narrowed.data();
       }
-      const auto chunk = codec::encode_bitshuffle_lz4(elements, frames[i].size(), element_size);
+      const auto chunk = codec::encode_bitshuffle_lz4(elements, pixels, element_size);
       batch.bytes.insert(batch.bytes.end(), chunk.begin(), chunk.end());
       batch.offsets.push_back(batch.bytes.size());
-      std::vector<std::uint32_t>().swap(frames[i]);
     }
     encode_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - encode_start).count();
     return batch;

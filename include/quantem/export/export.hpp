@@ -77,7 +77,8 @@ struct ExportReport {
   std::uint64_t output_bytes = 0;   // every file of the export on disk
   std::uint64_t source_bytes = 0;   // the source's files (catalog size_bytes)
   std::uint64_t dense_bytes = 0;    // frames x pixels x element size of the export
-  std::string encoder;              // "host": frames read with Resident::frame_u32, encoded on the CPU
+  std::string encoder;              // "host": frames read with Resident::frames_u32, encoded on the CPU;
+                                    // "device": Resident::encode_export_chunks
   ExportStageSeconds seconds;
 };
 

@@ -181,6 +181,38 @@ TEST(ExportOverflow, ABinnedValueAboveUint32FailsAndLeavesNothing) {
   EXPECT_TRUE(folder_entries(dir.file("out")).empty());
 }
 
+// The export's read: Resident::frames_u32 (the CPU resident copies runs of a
+// group at once for unbinned plans) equals frame_u32 position by position.
+TEST(ResidentFrames, BatchesEqualFrameByFrameAcrossGroupsCropsAndBins) {
+  TempDir dir;
+  const catalog::Acquisition source = write_source(dir, "frames", "--scan 9x11 --det 5x7 --dtype uint16 --mask '1,1'");
+  auto backend = cpu_backend();
+  auto resident = load(*backend, source);
+  const plan::BrowsePlan plans[] = {
+      {}, {plan::ScanRegion{2, 9, 3, 10}, 1, 1}, {plan::ScanRegion{0, 9, 10, 11}, 1, 1}, {std::nullopt, 2, 3}};
+  for (const auto& browse_plan : plans) {
+    const auto g = plan::resolve_plan(browse_plan, 9, 11, 5, 7);
+    for (const std::uint64_t batch : {1u, 5u, 32u, 40u}) {
+      for (std::uint64_t first = 0; first < g.positions(); first += batch) {
+        const std::uint64_t count = std::min<std::uint64_t>(batch, g.positions() - first);
+        std::vector<std::uint32_t> values;
+        ASSERT_TRUE(resident->frames_u32(g, first, count, values));
+        ASSERT_EQ(values.size(), count * g.detector_pixels());
+        for (std::uint64_t i = 0; i < count; ++i) {
+          const std::uint64_t position = first + i;
+          const auto expected = resident->frame_u32(g, position / g.scan_cols, position % g.scan_cols);
+          ASSERT_TRUE(expected);
+          const std::vector<std::uint32_t> got(values.begin() + i * g.detector_pixels(),
+                                               values.begin() + (i + 1) * g.detector_pixels());
+          ASSERT_EQ(got, *expected) << plan::to_string(g) << " position " << position << " batch " << batch;
+        }
+      }
+    }
+    std::vector<std::uint32_t> values;
+    EXPECT_THROW(resident->frames_u32(g, g.positions() - 1, 2, values), Error);
+  }
+}
+
 // --- faults ---------------------------------------------------------------------
 
 class ExportFaults : public ::testing::Test {
