@@ -131,6 +131,16 @@ TEST_F(ExportCli, WritesThePlanAndRefusesToOverwriteIt) {
   EXPECT_NE(again.stderr_text.find("already exists"), std::string::npos) << again.stderr_text;
 }
 
+TEST_F(ExportCli, TheCudaBackendIsNeverReplacedByTheCpu) {
+  // The default backend is cuda: on a machine or build without CUDA the export
+  // refuses to start; it never runs on the CPU instead.
+  const auto result = run_quantem({"export", master, out});
+  if (result.exit_code == 0) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.stderr_text.find("CUDA unavailable"), std::string::npos) << result.stderr_text;
+  EXPECT_TRUE(entries(out).empty());
+}
+
 TEST_F(ExportCli, NoExportFolderIsAClearError) {
   const auto result = run_quantem({"export", master, dir.file("nowhere"), "--backend", "cpu"});
   EXPECT_EQ(result.exit_code, 1);
@@ -140,7 +150,7 @@ TEST_F(ExportCli, NoExportFolderIsAClearError) {
 TEST_F(ExportCli, KilledMidWriteLeavesNothingFinishedAndTheNextExportCleansUp) {
   const pid_t pid = spawn_quantem({"export", master, out, "--backend", "cpu", "--frames-per-file", "10", "--threads",
                                    "1", "--no-progress"},
-                                  std::string(kDelayVariable) + "=40");
+                                  std::string(kDelayVariable) + "=300");
   ASSERT_TRUE(wait_for_partial_data(out, std::chrono::seconds(30)));
   ::kill(pid, SIGKILL);
   int status = 0;
@@ -161,7 +171,7 @@ TEST_F(ExportCli, KilledMidWriteLeavesNothingFinishedAndTheNextExportCleansUp) {
 
 TEST_F(ExportCli, InterruptCancelsAndLeavesNothing) {
   const pid_t pid = spawn_quantem({"export", master, out, "--backend", "cpu", "--threads", "1", "--no-progress"},
-                                  std::string(kDelayVariable) + "=40");
+                                  std::string(kDelayVariable) + "=300");
   ASSERT_TRUE(wait_for_partial_data(out, std::chrono::seconds(30)));
   ::kill(pid, SIGINT);
   int status = 0;
@@ -252,7 +262,7 @@ TEST_F(ExportRoutes, AJobWritesThePlanAndTheCatalogedExportHasThePlansBrightFiel
 
 TEST_F(ExportRoutes, ACancelledJobLeavesNothingAndTheDaemonKeepsServing) {
   auto daemon = Daemon::start(data.path(), {"--export-dir", data.file("exports"), "--cpu-threads", "1"},
-                              {{kDelayVariable, "300"}});
+                              {{kDelayVariable, "1000"}});
   ASSERT_NE(daemon, nullptr);
   auto started = daemon->request("POST", "/api/browse/export?session=sess&file=scan_master.h5");
   ASSERT_TRUE(started);
