@@ -282,6 +282,31 @@ TEST_F(ExportRoutes, ACancelledJobLeavesNothingAndTheDaemonKeepsServing) {
   EXPECT_EQ(daemon->stop(), 0);
 }
 
+TEST_F(ExportRoutes, ADaemonKilledMidExportLeavesNothingFinishedAndTheNextStartCleansUp) {
+  const std::string exports = data.file("exports");
+  {
+    auto daemon = Daemon::start(data.path(), {"--export-dir", exports, "--cpu-threads", "1"},
+                                {{kDelayVariable, "1000"}});
+    ASSERT_NE(daemon, nullptr);
+    auto started = daemon->request("POST", "/api/browse/export?session=sess&file=scan_master.h5");
+    ASSERT_TRUE(started);
+    ASSERT_EQ(started->status, 202) << started->body;
+    ASSERT_TRUE(wait_for_partial_data(exports, std::chrono::seconds(30)));
+    EXPECT_EQ(daemon->stop(SIGKILL), -1);
+  }
+  EXPECT_TRUE(nothing_finished_looking(exports));
+  ASSERT_EQ(entries(exports).size(), 1u);
+  EXPECT_NE(entries(exports)[0].find(".incomplete-export"), std::string::npos);
+
+  auto daemon = Daemon::start(data.path(), {"--export-dir", exports});
+  ASSERT_NE(daemon, nullptr);
+  EXPECT_TRUE(entries(exports).empty());  // removed at start: its writer is gone
+  // Nothing of it was catalogued either.
+  const json sessions = json::parse(daemon->get("/api/browse/sessions?refresh=true")->body);
+  for (const auto& s : sessions["sessions"]) EXPECT_EQ(s["path"].get<std::string>().find("exports"), std::string::npos);
+  EXPECT_EQ(daemon->stop(), 0);
+}
+
 TEST_F(ExportRoutes, WithoutAnExportFolderTheRouteSaysHowToEnableIt) {
   auto daemon = Daemon::start(data.path());
   ASSERT_NE(daemon, nullptr);
