@@ -601,8 +601,10 @@ void shut_down_in_order(DaemonWiring& daemon, BackgroundThreads& threads, Runtim
   daemon.service.set_ready(false);
   daemon.http.stop();
   daemon.catalog.stop_watching();
-  daemon.exports.shutdown();
+  // The residency first: an export job waiting for its source's load is
+  // released (unavailable) instead of holding the shutdown for the load.
   daemon.residency.shutdown();
+  daemon.exports.shutdown();
   threads.server.join();
   threads.first_catalog.join();
   runtime_file.remove();

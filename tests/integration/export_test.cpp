@@ -307,6 +307,19 @@ TEST_F(ExportRoutes, ADaemonKilledMidExportLeavesNothingFinishedAndTheNextStartC
   EXPECT_EQ(daemon->stop(), 0);
 }
 
+TEST_F(ExportRoutes, StoppingTheDaemonMidExportCancelsItAndLeavesNothing) {
+  const std::string exports = data.file("exports");
+  auto daemon = Daemon::start(data.path(), {"--export-dir", exports, "--cpu-threads", "1"},
+                              {{kDelayVariable, "1000"}});
+  ASSERT_NE(daemon, nullptr);
+  auto started = daemon->request("POST", "/api/browse/export?session=sess&file=scan_master.h5");
+  ASSERT_TRUE(started);
+  ASSERT_EQ(started->status, 202) << started->body;
+  ASSERT_TRUE(wait_for_partial_data(exports, std::chrono::seconds(30)));
+  EXPECT_EQ(daemon->stop(), 0);
+  EXPECT_TRUE(entries(exports).empty());
+}
+
 TEST_F(ExportRoutes, WithoutAnExportFolderTheRouteSaysHowToEnableIt) {
   auto daemon = Daemon::start(data.path());
   ASSERT_NE(daemon, nullptr);
