@@ -197,6 +197,11 @@ int run_export_command(const ExportCommandOptions& given) {
     ProgressWatcher watcher(progress, options.progress && ::isatty(STDERR_FILENO));
     residency::ResidencyManager residency(*backend, residency::ResidencyOptions{});
     const residency::ResidentLease lease = residency.acquire(source);
+    residency::WorkingMemoryGrant working_memory;
+    if (options.backend == "cpu") {  // the CPU backend's device is host memory
+      working_memory = residency.admit_working_memory(lease->device_index(), layout.working_bytes,
+                                                      "the export of " + layout.name);
+    }
     report = exporter::export_plan(*lease, source, layout, request, progress,
                                    [&lease] { return lease.lock_compute(); });
   }

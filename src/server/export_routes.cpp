@@ -262,6 +262,11 @@ void ExportJobs::run(Job& job) {
       std::lock_guard<std::mutex> lock(mutex_);
       job.loading = false;
     }
+    residency::WorkingMemoryGrant working_memory;
+    if (config_.working_memory_on_device) {
+      working_memory = residency_.admit_working_memory(lease->device_index(), job.layout.working_bytes,
+                                                       "the export of " + job.layout.name);
+    }
     report = exporter::export_plan(*lease, job.acquisition, job.layout, job.request, job.progress,
                                    [&lease] { return lease.lock_compute(); });
     spdlog::info("export {}: {} written in {:.3f} s ({} bytes)", job.id, report->folder, report->seconds.total,

@@ -416,6 +416,7 @@ struct DaemonWiring {
     config.export_dir = settings.export_dir;
     config.implementation_revision = settings.implementation_revision;
     config.threads = settings.cpu_threads;
+    config.working_memory_on_device = settings.cpu_backend;
     return config;
   }
   static HttpServerOptions http_options(const ServeSettings& settings) {

@@ -38,6 +38,9 @@ struct ExportJobsConfig {
   std::string implementation_revision;  // recorded in every export
   unsigned threads = 0;                 // read+encode workers per export; 0: all cores
   std::size_t kept_finished_jobs = 64;  // finished jobs remembered for GET (oldest forgotten first)
+  // The backend's devices are host memory (the CPU backend): the export's
+  // working memory is admitted on its resident's device too.
+  bool working_memory_on_device = false;
 };
 
 extern const char* const kExportDisabledMessage;
