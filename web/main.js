@@ -1040,6 +1040,51 @@ function applyPlan(event) {
 
 // ---- saving -------------------------------------------------------------------------------
 
+// ---- export ------------------------------------------------------------------------
+
+function showExport(job) {
+  const status = $("export-status");
+  const progress = $("export-progress");
+  status.classList.remove("error-text");
+  const running = job.state === "queued" || job.state === "running";
+  progress.hidden = !running;
+  if (job.frames_total) progress.value = job.frames_done / job.frames_total;
+  if (running) {
+    status.textContent = `export ${job.id}: ${job.stage} ${job.frames_done}/${job.frames_total} frames`;
+  } else if (job.state === "done") {
+    const result = job.result || {};
+    status.textContent = `exported to ${result.path || job.export_dir + "/" + job.folder} (${formatBytes(result.output_bytes || 0)}, ${(result.seconds ? result.seconds.total : job.elapsed_seconds).toFixed(2)} s)`;
+    status.title = result.master_path || "";
+  } else {
+    status.textContent = `export ${job.state}: ${job.error ? `${job.error.status}: ${job.error.detail}` : ""}`;
+    status.classList.add("error-text");
+  }
+}
+
+async function exportPlan() {
+  if (!state.current) return;
+  const status = $("export-status");
+  $("export-button").disabled = true;
+  try {
+    let { body: job } = await api.request("/api/browse/export", planParams(), { method: "POST" });
+    state.exportJob = job;
+    showExport(job);
+    while (job.state === "queued" || job.state === "running") {
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      ({ body: job } = await api.request(`/api/browse/export/${encodeURIComponent(job.id)}`, {}, { quiet: true }));
+      state.exportJob = job;
+      showExport(job);
+    }
+    if (job.state === "done") loadSessions(true);
+  } catch (error) {
+    $("export-progress").hidden = true;
+    status.textContent = "";
+    reportError(error, status);
+  } finally {
+    $("export-button").disabled = false;
+  }
+}
+
 function download(blob, name) {
   const link = document.createElement("a");
   link.href = URL.createObjectURL(blob);
@@ -1141,6 +1186,7 @@ function wire() {
   $("save-diffraction-npy").addEventListener("click", () => saveNpy("diffraction"));
   $("show-mean").addEventListener("click", () => pinDiffraction({ kind: "mean" }));
   $("load-button").addEventListener("click", () => state.current && loadAndShow());
+  $("export-button").addEventListener("click", exportPlan);
   $("evict-button").addEventListener("click", async () => {
     if (!state.current) return;
     try {

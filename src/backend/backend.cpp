@@ -109,6 +109,30 @@ std::optional<std::vector<std::uint32_t>> Resident::compute_frame_u32(const plan
   return narrowed(compute_frame(geometry, scan_row, scan_col));
 }
 
+bool Resident::frames_u32(const plan::PlanGeometry& geometry, std::uint64_t first_position, std::uint64_t count,
+                          std::vector<std::uint32_t>& out) {
+  check_geometry(geometry);
+  if (first_position > geometry.positions() || count > geometry.positions() - first_position) {
+    throw bad_request("plan positions [" + std::to_string(first_position) + ", " +
+                      std::to_string(first_position + count) + ") pass the plan's " +
+                      std::to_string(geometry.positions()) + " positions");
+  }
+  return compute_frames_u32(geometry, first_position, count, out);
+}
+
+bool Resident::compute_frames_u32(const plan::PlanGeometry& geometry, std::uint64_t first_position,
+                                  std::uint64_t count, std::vector<std::uint32_t>& out) {
+  const std::uint64_t pixels = geometry.detector_pixels();
+  out.resize(count * pixels);
+  for (std::uint64_t i = 0; i < count; ++i) {
+    const std::uint64_t position = first_position + i;
+    const auto frame = compute_frame_u32(geometry, position / geometry.scan_cols, position % geometry.scan_cols);
+    if (!frame) return false;
+    std::copy(frame->begin(), frame->end(), out.begin() + static_cast<std::ptrdiff_t>(i * pixels));
+  }
+  return true;
+}
+
 std::vector<std::uint64_t> Resident::region_reduce(const plan::PlanGeometry& geometry,
                                                    const std::vector<std::uint64_t>& positions,
                                                    RegionReduce reduce) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "export_command.hpp"
 #include "quantem/catalog/catalog.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/core/exit_codes.hpp"
@@ -165,9 +166,16 @@ Command add_synth(CLI::App& app) {
           }};
 }
 
+Command add_export(CLI::App& app) {
+  auto options = std::make_shared<quantem::cli::ExportCommandOptions>();
+  auto* command = quantem::cli::add_export_command(app, *options);
+  return {command, [options] { return quantem::cli::run_export_command(*options); }};
+}
+
 // Every subcommand, in the order --help lists them.
 std::vector<Command> declare_commands(CLI::App& app) {
-  return {add_version(app), add_info(app), add_serve(app), add_catalog(app), add_inspect_worker(app), add_synth(app)};
+  return {add_version(app), add_info(app), add_serve(app), add_export(app),
+          add_catalog(app), add_inspect_worker(app), add_synth(app)};
 }
 
 // serve's flag spellings are part of the compatibility surface, including

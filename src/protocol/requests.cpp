@@ -290,6 +290,22 @@ RegionQuery parse_region_query(const QueryParams& params) {
   return query;
 }
 
+ExportQuery parse_export_query(const QueryParams& params) {
+  QueryReader reader(params);
+  ExportQuery query;
+  RawPlan raw;
+  query.source.session = reader.required_string("session");
+  query.source.file = reader.required_string("file");
+  raw.det_bin = reader.int_or("det_bin", 1);
+  raw.scan_bin = reader.int_or("scan_bin", 1);
+  read_crop(reader, raw);
+  query.frames_per_file = reader.int_or("frames_per_file", 0);
+  reader.finish();
+  query.plan = validate_plan(raw);
+  if (query.frames_per_file < 0) throw bad_request("frames_per_file must be 0 (the default) or positive");
+  return query;
+}
+
 SourceRef parse_source_query(const QueryParams& params) {
   QueryReader reader(params);
   SourceRef source = read_source(reader);

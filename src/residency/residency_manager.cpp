@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <utility>
 #include <condition_variable>
 #include <deque>
 #include <new>
@@ -127,6 +128,7 @@ ResidencyManager::ResidencyManager(backend::Backend& backend, ResidencyOptions o
     }
     idle_thread_ = std::thread([this] { idle_loop(); });
   }
+  working_bytes_.assign(devices_.size(), 0);
   for (std::size_t position = 0; position < devices_.size(); ++position) {
     loaders_.push_back(std::make_unique<DeviceLoader>());
   }
@@ -223,7 +225,56 @@ DeviceHoldings ResidencyManager::holdings_locked(std::size_t device_position, bo
   for (const auto& entry : draining_) {
     if (entry->device_position == device_position) holdings.draining_bytes += held_bytes(*entry);
   }
+  holdings.loading_bytes += working_bytes_[device_position];
   return holdings;
+}
+
+WorkingMemoryGrant ResidencyManager::admit_working_memory(int device_index, std::uint64_t bytes,
+                                                          const std::string& purpose) {
+  const auto position = position_of(device_index);
+  if (!position) throw bad_request("no device " + std::to_string(device_index) + " for " + purpose);
+  std::lock_guard<std::mutex> lock(sync_->mutex);
+  const DeviceHoldings holdings = holdings_locked(*position, false);
+  const std::uint64_t held = holdings.resident_bytes + holdings.loading_bytes + holdings.draining_bytes;
+  const std::uint64_t budget = devices_[*position].budget_bytes;
+  if (budget != 0 && (held > budget || bytes > budget - held)) {
+    throw payload_too_large(purpose + " needs " + std::to_string(bytes) + " bytes of working memory on device " +
+                            std::to_string(device_index) + ", which holds " + std::to_string(held) + " of its " +
+                            std::to_string(budget) + " byte budget; evict an acquisition or use fewer threads");
+  }
+  working_bytes_[*position] += bytes;
+  WorkingMemoryGrant grant;
+  grant.manager_ = this;
+  grant.device_position_ = *position;
+  grant.bytes_ = bytes;
+  return grant;
+}
+
+void ResidencyManager::release_working_memory(std::size_t device_position, std::uint64_t bytes) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(sync_->mutex);
+    working_bytes_[device_position] -= std::min(bytes, working_bytes_[device_position]);
+  }
+  sync_->changed.notify_all();  // admission waiting for room may proceed
+}
+
+WorkingMemoryGrant::WorkingMemoryGrant(WorkingMemoryGrant&& other) noexcept
+    : manager_(std::exchange(other.manager_, nullptr)),
+      device_position_(other.device_position_),
+      bytes_(std::exchange(other.bytes_, 0)) {}
+
+WorkingMemoryGrant& WorkingMemoryGrant::operator=(WorkingMemoryGrant&& other) noexcept {
+  if (this != &other) {
+    if (manager_) manager_->release_working_memory(device_position_, bytes_);
+    manager_ = std::exchange(other.manager_, nullptr);
+    device_position_ = other.device_position_;
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+WorkingMemoryGrant::~WorkingMemoryGrant() {
+  if (manager_) manager_->release_working_memory(device_position_, bytes_);
 }
 
 std::vector<DeviceUsage> ResidencyManager::device_usage() const {
@@ -352,6 +403,7 @@ ResidencyManager::Room ResidencyManager::make_room_locked(std::size_t device_pos
   for (const auto& entry : draining_) {
     if (entry->device_position == device_position) held += held_bytes(*entry);
   }
+  held += working_bytes_[device_position];  // grants are never evicted
   std::sort(victims.begin(), victims.end(),
             [](const EntryPtr& a, const EntryPtr& b) { return a->last_used < b->last_used; });
 

@@ -11,6 +11,7 @@
 #include "quantem/protocol/npy.hpp"
 #include "quantem/protocol/wire_image.hpp"
 #include "quantem/server/error_mapping.hpp"
+#include "quantem/server/export_routes.hpp"
 #include "quantem/viewer/assets.hpp"
 
 namespace quantem::server {
@@ -376,6 +377,10 @@ HttpResponse BrowseService::dispatch(const HttpRequest& request, std::string& ro
   auto route = routes_.find(request.path);
   const bool exempt = route != routes_.end() && route->second.token_exempt;
   config_.access.check(request, query, exempt);
+  if (route == routes_.end() && export_jobs_ && ExportJobs::handles(request.path)) {
+    route_label = "/api/browse/export";
+    return export_jobs_->handle(request, query);
+  }
   if (route == routes_.end()) return slash_redirect_or_not_found(request);
   route_label = route->first;
   is_product = route->second.is_product;

@@ -41,6 +41,7 @@
 #include "quantem/residency/residency_manager.hpp"
 #include "quantem/server/browse_service.hpp"
 #include "quantem/server/catalog_service.hpp"
+#include "quantem/server/export_routes.hpp"
 #include "quantem/server/http_server.hpp"
 #include "quantem/server/metrics.hpp"
 #include "quantem/server/runtime_files.hpp"
@@ -85,6 +86,8 @@ void add_serve_options(CLI::App& serve, ServeOptions& options) {
                    "Seconds requests in flight may finish after SIGTERM/SIGINT (default 2)");
   serve.add_option("--header-timeout", options.header_timeout_seconds,
                    "Seconds a client has to send a whole request line and headers; also the keep-alive idle timeout (default 5)");
+  serve.add_option("--export-dir", options.export_dir,
+                   "Folder the export route writes into (exports of plans as Arina-style acquisitions); off without it");
   serve.add_option("--inspect-timeout", options.inspect_timeout_seconds,
                    "Seconds the master inspector may take for one master before it is stopped and the master "
                    "reported not loadable (default 10)");
@@ -400,6 +403,7 @@ struct DaemonWiring {
         shard_storage(inspector),
         residency(*backend, residency_options(settings)),
         catalog(settings.data_folder, catalog_options(inspector)),
+        exports(export_config(settings), residency, catalog),
         service(browse_config(settings, token), *backend, residency, catalog, metrics),
         http(service.http_service(), http_options(settings)) {
     // Changed files invalidate the residents and cached images built from them
@@ -408,6 +412,7 @@ struct DaemonWiring {
       residency.drop_changed_sources(change.overflow ? std::vector<std::string>{} : change.files);
       service.drop_cached_images(change.masters, change.overflow);
     });
+    service.set_export_jobs(&exports);
   }
 
   static inspector::InspectorOptions inspector_options(const ServeSettings& settings) {
@@ -436,6 +441,14 @@ struct DaemonWiring {
     }
     return config;
   }
+  static ExportJobsConfig export_config(const ServeSettings& settings) {
+    ExportJobsConfig config;
+    config.export_dir = settings.export_dir;
+    config.implementation_revision = settings.implementation_revision;
+    config.threads = settings.cpu_threads;
+    config.working_memory_on_device = settings.cpu_backend;
+    return config;
+  }
   static HttpServerOptions http_options(const ServeSettings& settings) {
     HttpServerOptions options;
     options.threads = settings.http_threads;
@@ -456,6 +469,7 @@ struct DaemonWiring {
   residency::ResidencyManager residency;
   CatalogService catalog;
   Metrics metrics;
+  ExportJobs exports;
   BrowseService service;
   HttpServer http;
 };
@@ -721,7 +735,10 @@ void shut_down_in_order(DaemonWiring& daemon, BackgroundThreads& threads, Catalo
   daemon.http.stop();
   rescans.stop();
   daemon.catalog.stop_watching();
+  // The residency first: an export job waiting for its source's load is
+  // released (unavailable) instead of holding the shutdown for the load.
   daemon.residency.shutdown();
+  daemon.exports.shutdown();
   threads.server.join();
   threads.first_catalog.join();
   runtime_file.remove();

@@ -266,6 +266,12 @@ ServeSettings validate_serve_options(const ServeOptions& options) {
   // Absolute, so the runtime file and the logs name it wherever they are read.
   if (!options.unix_socket.empty()) settings.unix_socket = std::filesystem::absolute(options.unix_socket).lexically_normal().string();
   settings.data_folder = catalog::absolute_folder(options.data_folder);
+  if (!options.export_dir.empty()) {
+    if (!std::filesystem::is_directory(options.export_dir)) {
+      throw ServeUsageError("--export-dir " + options.export_dir + " is not an existing folder");
+    }
+    settings.export_dir = std::filesystem::absolute(options.export_dir).lexically_normal().string();
+  }
   settings.implementation_revision = resolve_implementation_revision(options.implementation_revision);
   settings.log_level = validate_log_level(options.log_level);
   settings.exit_on_stdin_close = options.exit_on_stdin_close;

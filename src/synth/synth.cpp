@@ -13,7 +13,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "arina_writer.hpp"
+#include "quantem/export/arina_writer.hpp"
 #include "quantem/codec/chunk_codec.hpp"
 #include "quantem/core/clock.hpp"
 #include "quantem/core/error.hpp"
@@ -194,8 +194,8 @@ SynthReport write_acquisition(const SynthOptions& options) {
   report.frames = frames;
   report.dense_bytes = frames * model.frame_bytes();
 
-  detail::HdfErrorSilencer silence_hdf5;
-  detail::BitshuffleFilterRegistration filter_registration;
+  arina::HdfErrorSilencer silence_hdf5;
+  arina::BitshuffleFilterRegistration filter_registration;
   std::vector<std::string> shard_names;
   {
     OrderedChunkQueue queue(frames, std::max<std::size_t>(8, 4 * static_cast<std::size_t>(threads)));
@@ -203,7 +203,7 @@ SynthReport write_acquisition(const SynthOptions& options) {
     for (std::uint64_t first = 0; first < frames; first += per_shard) {
       const std::uint64_t count = std::min(per_shard, frames - first);
       shard_names.push_back(data_file_name(options.prefix, shard_names.size() + 1));
-      detail::ShardFile shard((folder / shard_names.back()).string(), first + 1, count, options.detector_rows,
+      arina::ShardFile shard((folder / shard_names.back()).string(), first + 1, count, options.detector_rows,
                               options.detector_cols, options.dtype);
       for (std::uint64_t local = 0; local < count; ++local) {
         const std::vector<std::uint8_t> chunk = queue.take(first + local);
@@ -218,9 +218,9 @@ SynthReport write_acquisition(const SynthOptions& options) {
     }
   }
 
-  detail::write_stem_metadata((folder / (options.prefix + ".h5")).string(), options.scan_rows, options.scan_cols);
+  arina::write_stem_metadata((folder / (options.prefix + ".h5")).string(), options.scan_rows, options.scan_cols);
 
-  detail::MasterContents master;
+  arina::MasterContents master;
   master.shard_basenames = shard_names;
   master.scan_rows = options.scan_rows;
   master.scan_cols = options.scan_cols;
@@ -232,7 +232,7 @@ SynthReport write_acquisition(const SynthOptions& options) {
   master.excluded_pixels = static_cast<std::uint32_t>(model.bad_pixels().size());
   // Written aside and renamed: the master appears complete or not at all.
   try {
-    detail::write_master(partial_master_path.string(), master);
+    arina::write_master(partial_master_path.string(), master);
   } catch (...) {
     std::error_code ignored;
     std::filesystem::remove(partial_master_path, ignored);

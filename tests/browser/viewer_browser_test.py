@@ -127,6 +127,7 @@ def start_browser(profile_dir):
 class BrowserCase(unittest.TestCase):
     auth_args = ()
     auth_env = None
+    export_dir = False  # serve --export-dir DATA/exports
 
     @classmethod
     def setUpClass(cls):
@@ -137,7 +138,12 @@ class BrowserCase(unittest.TestCase):
         subprocess.run([ARGS.binary, "synth", session_dir, "--prefix", "demo", "--scan", f"{SCAN[0]}x{SCAN[1]}",
                         "--detector", f"{DETECTOR[0]}x{DETECTOR[1]}", "--preset", "realistic"],
                        check=True, stdout=subprocess.DEVNULL)
-        cls.daemon = Daemon(cls.data, cls.work, cls.auth_args, cls.auth_env)
+        extra_args = tuple(cls.auth_args)
+        if cls.export_dir:
+            cls.exports = os.path.join(cls.data, "exports")
+            os.makedirs(cls.exports)
+            extra_args += ("--export-dir", cls.exports)
+        cls.daemon = Daemon(cls.data, cls.work, extra_args, cls.auth_env)
         cls.driver = start_browser(os.path.join(cls.work, "profile"))
         cls.driver.set_script_timeout(30)
 
@@ -413,6 +419,15 @@ class ViewerWithoutToken(BrowserCase):
         severe = [entry["message"] for entry in self.driver.get_log("browser") if entry["level"] == "SEVERE"]
         self.assertEqual(severe, [])
 
+    def test_4_export_without_an_export_folder_says_how_to_enable_it(self):
+        self.open_page()
+        self.open_acquisition()
+        self.driver.execute_script("document.getElementById('export-button').click();")
+        text = self.wait_for("(() => { const t = document.getElementById('export-status');"
+                             " return t.classList.contains('error-text') ? t.textContent : null; })()",
+                             "the export-disabled message")
+        self.assertIn("--export-dir", text)
+
     def test_3_a_512_image_draws_within_a_frame(self):
         # The drawing path of a real-space answer (percentiles, colour map,
         # putImageData) on a 512x512 image; one frame is 16.7 ms, the bound is generous.
@@ -437,6 +452,40 @@ class ViewerWithoutToken(BrowserCase):
             done(best);""")
         print(f"512x512 draw: {elapsed:.1f} ms", file=sys.stderr)
         self.assertLess(elapsed, 50.0)
+
+
+class ViewerExport(BrowserCase):
+    export_dir = True
+
+    def test_1_export_this_plan_shows_progress_and_where_it_went(self):
+        self.open_page()
+        self.open_acquisition()
+        self.driver.execute_script("""
+            document.getElementById('scan-bin').value = 2;
+            document.getElementById('plan-form').requestSubmit();""")
+        self.wait_for("(() => { const s = window.quantemViewer.state;"
+                      " return s.realspace && s.realspace.params.scan_bin === 2; })()", "the binned plan")
+        self.driver.execute_script("document.getElementById('export-button').click();")
+        text = self.wait_for("(() => { const t = document.getElementById('export-status').textContent;"
+                             " return /^exported to|^export (failed|cancelled)/.test(t) ? t : null; })()",
+                             "the export's result")
+        name = "demo_scanbin2"
+        folder = os.path.join(self.exports, name)
+        self.assertIn(f"exported to {folder}", text)
+        self.assertTrue(os.path.exists(os.path.join(folder, f"{name}_master.h5")))
+        self.assertTrue(os.path.exists(os.path.join(folder, f"{name}_data_000001.h5")))
+        self.assertEqual([n for n in os.listdir(self.exports) if n.startswith(".")], [])
+        # The export folder is inside the data folder: the refreshed list shows it.
+        self.wait_for(f"document.querySelector(`.acquisition[data-file='{name}_master.h5']`)",
+                      "the export in the acquisition list")
+        self.screenshot("09-exported")
+
+        # The same plan again: the daemon never overwrites; the page says so.
+        self.driver.execute_script("document.getElementById('export-button').click();")
+        text = self.wait_for("(() => { const t = document.getElementById('export-status');"
+                             " return t.classList.contains('error-text') ? t.textContent : null; })()",
+                             "the collision message")
+        self.assertIn("already exists", text)
 
 
 class ViewerWithToken(BrowserCase):

@@ -146,6 +146,13 @@ class Resident {
   // value exceeds 2^32 - 1 (the caller then uses frame). The same checks.
   std::optional<std::vector<std::uint32_t>> frame_u32(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
                                                       std::uint64_t scan_col);
+  // frame_u32 of the `count` plan positions first_position,
+  // first_position + 1, ... (row-major), one after the other in `out`
+  // (resized to count * detector_pixels() values). false when some value
+  // exceeds 2^32 - 1 (`out` is then unspecified; nothing is wrapped).
+  // Error(bad_request) when the range passes the plan's last position.
+  bool frames_u32(const plan::PlanGeometry& geometry, std::uint64_t first_position, std::uint64_t count,
+                  std::vector<std::uint32_t>& out);
   // Sum or max over the binned frames at the given plan positions (distinct
   // row-major flat indices; a repeated index is a bad_request).
   std::vector<std::uint64_t> region_reduce(const plan::PlanGeometry& geometry,
@@ -155,6 +162,23 @@ class Resident {
   std::optional<std::vector<std::uint32_t>> region_reduce_u32(const plan::PlanGeometry& geometry,
                                                               const std::vector<std::uint64_t>& positions,
                                                               RegionReduce reduce);
+
+  // The stored chunks (bitshuffle/LZ4, HDF5 filter 32008, `element_size`
+  // bytes per value) of the binned frames at plan positions [first_position,
+  // first_position + count), encoded where the resident lives: chunk i is
+  // bytes[offsets[i], offsets[i + 1]). nullopt when this backend has no such
+  // encoder; the export then reads frame_u32 and encodes on the host
+  // (decision 0016). No backend has one yet.
+  struct EncodedChunks {
+    std::vector<std::uint8_t> bytes;
+    std::vector<std::uint64_t> offsets;  // count + 1 values
+  };
+  virtual std::optional<EncodedChunks> encode_export_chunks(const plan::PlanGeometry& geometry,
+                                                            std::uint64_t first_position, std::uint64_t count,
+                                                            std::size_t element_size) {
+    (void)geometry, (void)first_position, (void)count, (void)element_size;
+    return std::nullopt;
+  }
 
   // Values derived from this resident by higher layers (per-plan BF fit, CoM
   // maps); they are dropped with the resident. Thread-safe.
@@ -176,6 +200,10 @@ class Resident {
   // a frame it decoded recently without decoding (CudaResident::RecentFrames).
   virtual std::optional<std::vector<std::uint32_t>> compute_frame_u32(const plan::PlanGeometry& geometry,
                                                                       std::uint64_t scan_row, std::uint64_t scan_col);
+  // By default compute_frame_u32 per position; the CPU resident copies the
+  // unbinned frames of one group at once (the export's read).
+  virtual bool compute_frames_u32(const plan::PlanGeometry& geometry, std::uint64_t first_position,
+                                  std::uint64_t count, std::vector<std::uint32_t>& out);
   // sorted_positions: ascending, distinct, inside the plan.
   virtual std::vector<std::uint64_t> compute_region_reduce(const plan::PlanGeometry& geometry,
                                                            const std::vector<std::uint64_t>& sorted_positions,

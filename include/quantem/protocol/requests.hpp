@@ -58,7 +58,14 @@ struct RegionQuery : ProductQuery {
   products::RegionRequest request;
 };
 
+// POST /api/browse/export: the source, the plan named as the image routes
+// name it, and frames_per_file (0: the default).
+struct ExportQuery : ProductQuery {
+  std::int64_t frames_per_file = 0;
+};
+
 RealspaceQuery parse_realspace_query(const QueryParams& params);
+ExportQuery parse_export_query(const QueryParams& params);
 ShapeQuery parse_shape_query(const QueryParams& params);
 CbedQuery parse_cbed_query(const QueryParams& params);
 RegionQuery parse_region_query(const QueryParams& params);

@@ -154,6 +154,30 @@ class ResidentLease {
   std::shared_ptr<std::mutex> compute_;
 };
 
+class ResidencyManager;
+
+// Bytes a job other than a load holds on one device while it runs (an
+// export's working memory on the CPU backend, whose devices are host
+// memory), admitted by ResidencyManager::admit_working_memory. Counted with
+// the device's loading bytes until the grant is destroyed. Empty when
+// default constructed. Must not outlive its manager.
+class WorkingMemoryGrant {
+ public:
+  WorkingMemoryGrant() = default;
+  WorkingMemoryGrant(WorkingMemoryGrant&& other) noexcept;
+  WorkingMemoryGrant& operator=(WorkingMemoryGrant&& other) noexcept;
+  WorkingMemoryGrant(const WorkingMemoryGrant&) = delete;
+  WorkingMemoryGrant& operator=(const WorkingMemoryGrant&) = delete;
+  ~WorkingMemoryGrant();
+  std::uint64_t bytes() const { return bytes_; }
+
+ private:
+  friend class ResidencyManager;
+  ResidencyManager* manager_ = nullptr;
+  std::size_t device_position_ = 0;
+  std::uint64_t bytes_ = 0;
+};
+
 class ResidencyManager {
  public:
   ResidencyManager(backend::Backend& backend, ResidencyOptions options);
@@ -182,6 +206,13 @@ class ResidencyManager {
   ResidencyStatus request_load(const catalog::Acquisition& acquisition);
 
   ResidencyStatus status(const catalog::Acquisition& acquisition) const;
+
+  // Admits `bytes` of working memory on a device beside what it holds now
+  // (residents, loads, draining bytes, other grants): nothing is evicted for
+  // them. Throws Error(payload_too_large) naming `purpose` when the device's
+  // budget cannot hold them, bad_request for an unknown device. Loads
+  // admitted while the grant lives see its bytes as loading bytes.
+  WorkingMemoryGrant admit_working_memory(int device_index, std::uint64_t bytes, const std::string& purpose);
 
   // Drops the resident of this master (its bytes drain while requests use it)
   // or cancels its load (everything the load took is freed by the backend;
@@ -264,6 +295,9 @@ class ResidencyManager {
   std::uint64_t clock_ = 0;
   ResidencyCounters counters_;
   bool stopping_ = false;
+  std::vector<std::uint64_t> working_bytes_;  // by device position: live WorkingMemoryGrant bytes
+  friend class WorkingMemoryGrant;
+  void release_working_memory(std::size_t device_position, std::uint64_t bytes) noexcept;
 };
 
 }  // namespace quantem::residency

@@ -48,6 +48,8 @@
 
 namespace quantem::server {
 
+class ExportJobs;
+
 struct BrowseConfig {
   std::string implementation_revision;
   AccessPolicy access;
@@ -91,6 +93,8 @@ class BrowseService {
   // Readiness for /api/health/ready: the serve command sets it once the
   // catalog is built and the devices are initialised, and clears it on shutdown.
   void set_ready(bool ready) { ready_ = ready; }
+  // The export job routes (export_routes.hpp); they answer 404 until set.
+  void set_export_jobs(ExportJobs* jobs) { export_jobs_ = jobs; }
   bool ready() const { return ready_; }
 
   // Forgets the cached realspace images of these masters (every image when
@@ -209,6 +213,7 @@ class BrowseService {
   Metrics& metrics_;
   std::map<std::string, Route> routes_;  // by path
   std::atomic<bool> ready_{false};
+  ExportJobs* export_jobs_ = nullptr;
   protocol::BodyPool body_pool_;  // image bodies; declared before the image cache, which returns them
 
   std::mutex digest_mutex_;

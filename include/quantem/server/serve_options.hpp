@@ -37,6 +37,7 @@ struct ServeOptions {
   double inspect_timeout_seconds = 10.0;        // --inspect-timeout: the inspector's deadline per master
   std::string log_level;                        // --log-level (empty: $QUANTEM_GPU_LOG_LEVEL, else info)
   bool exit_on_stdin_close = false;             // --exit-on-stdin-close: stop cleanly when stdin reaches its end
+  std::string export_dir;                       // --export-dir: exports are written only below it; empty: off
 };
 
 // A start-up refusal caused by the configuration (an option or environment
@@ -74,6 +75,7 @@ struct ServeSettings {
   std::chrono::milliseconds inspect_timeout{10000};
   std::optional<logging::Level> log_level;  // nullopt: as configured at start (environment, else info)
   bool exit_on_stdin_close = false;
+  std::string export_dir;  // absolute; empty: the export route answers how to enable it
 };
 
 // Checks every option; throws ServeUsageError with the reference's texts:

@@ -49,7 +49,7 @@ std::optional<Preset> preset_from_name(const std::string& name);
 // (codec::encode_bitshuffle_lz4); the calling thread alone makes every HDF5 call,
 // in frame order. The files are byte-identical for a given seed and shape,
 // whatever the thread count. While it runs, filter 32008 is registered in this
-// process as a write-only class (see src/synth/arina_writer.hpp): do not read
+// process as a write-only class (see include/quantem/export/arina_writer.hpp): do not read
 // bitshuffle data through HDF5 on other threads meanwhile.
 //
 // Throws quantem::Error: bad_request for invalid options (empty scan or

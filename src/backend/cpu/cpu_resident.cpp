@@ -293,6 +293,46 @@ std::vector<std::uint64_t> CpuResident::compute_frame(const plan::PlanGeometry& 
   return out;
 }
 
+bool CpuResident::compute_frames_u32(const plan::PlanGeometry& geometry, std::uint64_t first_position,
+                                     std::uint64_t count, std::vector<std::uint32_t>& out) {
+  if (geometry.scan_bin != 1 || geometry.detector_bin != 1) {
+    return Resident::compute_frames_u32(geometry, first_position, count, out);
+  }
+  const auto global_frame = [&](std::uint64_t position) {
+    return (geometry.region.row_start + position / geometry.scan_cols) * geometry.source_scan_cols +
+           geometry.region.col_start + position % geometry.scan_cols;
+  };
+  out.resize(count * frame_pixels_);
+  with_code_type([&](auto code) {
+    using Code = decltype(code);
+    for (std::uint64_t i = 0; i < count;) {
+      const std::uint64_t frame = global_frame(first_position + i);
+      const std::uint64_t lane = frame % kGroupFrames;
+      std::uint64_t run = 1;
+      while (i + run < count && lane + run < kGroupFrames && global_frame(first_position + i + run) == frame + run) {
+        ++run;
+      }
+      // Tiles of pixels: a tile's lines stay in L1 while each frame's part
+      // is written in one sequential burst (writing every frame of the run
+      // per pixel would put the run's streams, a multiple of 4 KiB apart, in
+      // one cache set).
+      constexpr std::uint64_t kTilePixels = 256;
+      const Code* lines = group_codes<Code>(frame / kGroupFrames) + lane;
+      std::uint32_t* target = out.data() + i * frame_pixels_;
+      for (std::uint64_t tile = 0; tile < frame_pixels_; tile += kTilePixels) {
+        const std::uint64_t end = std::min(tile + kTilePixels, frame_pixels_);
+        for (std::uint64_t k = 0; k < run; ++k) {
+          const Code* line = lines + tile * kGroupFrames + k;
+          std::uint32_t* values = target + k * frame_pixels_;
+          for (std::uint64_t p = tile; p < end; ++p, line += kGroupFrames) values[p] = *line;
+        }
+      }
+      i += run;
+    }
+  });
+  return true;
+}
+
 // --- centre of mass ----------------------------------------------------------
 
 template <class Projection>

@@ -63,6 +63,10 @@ class CpuResident final : public Resident {
   std::vector<std::uint64_t> compute_region_reduce(const plan::PlanGeometry& geometry,
                                                    const std::vector<std::uint64_t>& sorted_positions,
                                                    RegionReduce reduce) override;
+  // Unbinned plans: each run of positions whose frames share a group is
+  // copied out of the group's lines at once; binned plans: the default.
+  bool compute_frames_u32(const plan::PlanGeometry& geometry, std::uint64_t first_position, std::uint64_t count,
+                          std::vector<std::uint32_t>& out) override;
 
  private:
   template <class Code>

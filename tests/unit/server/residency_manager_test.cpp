@@ -90,6 +90,31 @@ TEST(ResidencyManager, CapacityFollowsTheReferenceModel) {
   EXPECT_EQ(usage.available_resident_bytes, 70u);
 }
 
+TEST(ResidencyManager, WorkingMemoryIsAdmittedBesideTheResidentsAndCountedUntilReleased) {
+  FakeBackend backend({100});
+  backend.set_estimate("/fake/a_master.h5", 60, 60);
+  backend.set_estimate("/fake/b_master.h5", 30, 30);
+  ResidencyManager manager(backend, options());
+  const auto a = fake_acquisition("a"), b = fake_acquisition("b");
+  const auto lease = manager.acquire(a);
+  ErrorKind kind{};
+  const std::string refused = error_text([&] { manager.admit_working_memory(0, 41, "the export of a"); }, &kind);
+  EXPECT_EQ(kind, ErrorKind::payload_too_large);
+  EXPECT_NE(refused.find("the export of a needs 41 bytes"), std::string::npos) << refused;
+  EXPECT_EQ(manager.device_usage()[0].resident_bytes, 60u);  // a refusal holds nothing
+  WorkingMemoryGrant grant = manager.admit_working_memory(0, 40, "the export of a");
+  EXPECT_EQ(grant.bytes(), 40u);
+  EXPECT_EQ(manager.device_usage()[0].resident_bytes, 100u);
+  // A load that needs the granted bytes waits for them (like pinned bytes), then loads.
+  auto loading = std::async(std::launch::async, [&] { return bool(manager.acquire(b)); });
+  EXPECT_EQ(loading.wait_for(100ms), std::future_status::timeout);
+  EXPECT_EQ(manager.status(b).state, ResidencyState::absent);
+  grant = WorkingMemoryGrant{};
+  EXPECT_TRUE(loading.get());
+  EXPECT_EQ(manager.device_usage()[0].resident_bytes, 90u);
+  EXPECT_THROW(manager.admit_working_memory(7, 1, "x"), Error);
+}
+
 TEST(ResidencyManager, ALoadOfExactlyTheAdvertisedCapacityIsAdmittedNextToTheActiveOne) {
   FakeBackend backend({100});
   backend.set_estimate("/fake/active_master.h5", 30, 30);

@@ -1,19 +1,23 @@
 #pragma once
-// HDF5 side of `synth` (private to src/synth): the Arina-style master, the
-// STEM Metadata sidecar and the data shards. Not thread-safe: every call runs on
-// the one writer thread (HDF5 is not built thread-safe here). Failures throw
-// quantem::HdfError carrying HDF5's error stack (HDF5's own printing is silenced
-// by HdfErrorSilencer while synth runs).
+// The Arina layout as written by `synth` and `export` (library
+// quantem_arina_writer): data files of pre-compressed bitshuffle/LZ4 chunks
+// written with H5Dwrite_chunk, the master with external links and
+// detectorSpecific metadata, and the small HDF5 helpers both masters use.
+// Not thread-safe: HDF5 is not built thread-safe here, so a process makes
+// every call from one thread at a time (the export library serialises its
+// writers with hdf5_writer_mutex()). Failures throw quantem::HdfError carrying
+// HDF5's error stack (HDF5's own printing is silenced by HdfErrorSilencer).
 #include <hdf5.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "quantem/core/dtype.hpp"
 
-namespace quantem::synth::detail {
+namespace quantem::arina {
 
 // Owns one HDF5 identifier and closes it with the matching H5?close.
 class Hid {
@@ -97,8 +101,32 @@ struct MasterContents {
 
 void write_master(const std::string& path, const MasterContents& contents);
 
+// --- Helpers for masters (fixed-length ASCII strings like DECTRIS writes) ----
+
+// A file with the v1 B-tree chunk index of real Arina files and no times.
+Hid create_file(const std::string& path);
+Hid create_group(hid_t parent, const char* name, const char* nx_class);
+void write_string_attribute(hid_t object, const char* name, const std::string& value);
+// An attribute of `count` elements; count 0 means a scalar dataspace.
+void write_attribute(hid_t object, const char* name, hid_t file_type, hid_t memory_type, const void* value,
+                     hsize_t count = 0);
+void write_u64(hid_t group, const char* name, std::uint64_t value);
+void write_u32(hid_t group, const char* name, std::uint32_t value);
+void write_u16(hid_t group, const char* name, std::uint16_t value);
+void write_i8(hid_t group, const char* name, std::int8_t value);
+void write_f64(hid_t group, const char* name, double value, const char* units);
+void write_text(hid_t group, const char* name, const std::string& value);
+// A contiguous, unfiltered 2-D uint32 dataset (a pixel_mask, as Neggia requires).
+void write_u32_image(hid_t group, const char* name, const std::vector<std::uint32_t>& values, std::uint64_t rows,
+                     std::uint64_t cols);
+// External links data_000001... in `data_group` to /entry/data/data of each file.
+void write_data_links(hid_t data_group, const std::vector<std::string>& shard_basenames);
+
+// HDF5 calls of this process's writers take turns under this mutex.
+std::mutex& hdf5_writer_mutex();
+
 // `<prefix>.h5`: group "/STEM Metadata" with NumPixelsX/Y and a few plausible
 // microscope attributes, typed like the real Arina sidecar.
 void write_stem_metadata(const std::string& path, std::uint64_t scan_rows, std::uint64_t scan_cols);
 
-}  // namespace quantem::synth::detail
+}  // namespace quantem::arina

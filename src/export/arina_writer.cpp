@@ -1,4 +1,4 @@
-#include "arina_writer.hpp"
+#include "quantem/export/arina_writer.hpp"
 
 #include <array>
 #include <cstdio>
@@ -7,7 +7,7 @@
 #include "quantem/core/error.hpp"
 #include "quantem/core/version.hpp"
 
-namespace quantem::synth::detail {
+namespace quantem::arina {
 
 namespace {
 
@@ -28,7 +28,7 @@ std::string hdf5_error_stack() {
   return text;
 }
 
-[[noreturn]] void fail(const std::string& what) { throw HdfError("synth: " + what + hdf5_error_stack()); }
+[[noreturn]] void fail(const std::string& what) { throw HdfError("HDF5: " + what + hdf5_error_stack()); }
 
 hid_t check_id(hid_t id, const std::string& what) {
   if (id < 0) fail(what);
@@ -69,90 +69,6 @@ Hid make_string_type(const std::string& text) {
   return type;
 }
 
-Hid create_file(const std::string& path) {
-  // Low bound 1.8: superblock v2 and a version-3 layout message, i.e. the v1
-  // B-tree chunk index of real Arina files (1.10 bounds would pick an
-  // extensible array for the unlimited frame axis).
-  Hid access = make_property_list(H5P_FILE_ACCESS);
-  check_status(H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_V18), "H5Pset_libver_bounds");
-  // The root group takes its object-creation properties from the file-creation
-  // list: without this its header carries the creation second, and two runs
-  // that straddle a second boundary differ in every file.
-  Hid creation = make_creation_list(H5P_FILE_CREATE);
-  return Hid(check_id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, creation.get(), access.get()), "cannot create " + path),
-             H5Fclose);
-}
-
-Hid create_group(hid_t parent, const char* name, const char* nx_class);
-
-void write_string_attribute(hid_t object, const char* name, const std::string& value) {
-  Hid type = make_string_type(value);
-  Hid space = make_scalar_space();
-  Hid attribute(check_id(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                         std::string("H5Acreate2 ") + name),
-                H5Aclose);
-  check_status(H5Awrite(attribute.get(), type.get(), value.c_str()), std::string("H5Awrite ") + name);
-}
-
-// An attribute of `count` elements; count 0 means a scalar dataspace.
-void write_attribute(hid_t object, const char* name, hid_t file_type, hid_t memory_type, const void* value,
-                     hsize_t count = 0) {
-  Hid space = count == 0 ? make_scalar_space() : make_simple_space({count});
-  Hid attribute(check_id(H5Acreate2(object, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                         std::string("H5Acreate2 ") + name),
-                H5Aclose);
-  check_status(H5Awrite(attribute.get(), memory_type, value), std::string("H5Awrite ") + name);
-}
-
-Hid create_group(hid_t parent, const char* name, const char* nx_class) {
-  Hid creation = make_creation_list(H5P_GROUP_CREATE);
-  Hid group(check_id(H5Gcreate2(parent, name, H5P_DEFAULT, creation.get(), H5P_DEFAULT),
-                     std::string("H5Gcreate2 ") + name),
-            H5Gclose);
-  if (nx_class) write_string_attribute(group.get(), "NX_class", nx_class);
-  return group;
-}
-
-void write_dataset(hid_t group, const char* name, hid_t file_type, hid_t memory_type, hid_t space, const void* value,
-                   const char* units = nullptr) {
-  Hid creation = make_creation_list(H5P_DATASET_CREATE);
-  Hid dataset(check_id(H5Dcreate2(group, name, file_type, space, H5P_DEFAULT, creation.get(), H5P_DEFAULT),
-                       std::string("H5Dcreate2 ") + name),
-              H5Dclose);
-  check_status(H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, value),
-               std::string("H5Dwrite ") + name);
-  if (units) write_string_attribute(dataset.get(), "units", units);
-}
-
-void write_scalar(hid_t group, const char* name, hid_t file_type, hid_t memory_type, const void* value,
-                  const char* units = nullptr) {
-  Hid space = make_scalar_space();
-  write_dataset(group, name, file_type, memory_type, space.get(), value, units);
-}
-
-void write_u64(hid_t group, const char* name, std::uint64_t value) {
-  write_scalar(group, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &value);
-}
-void write_u32(hid_t group, const char* name, std::uint32_t value) {
-  write_scalar(group, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &value);
-}
-void write_u16(hid_t group, const char* name, std::uint16_t value) {
-  write_scalar(group, name, H5T_STD_U16LE, H5T_NATIVE_UINT16, &value);
-}
-void write_i64(hid_t group, const char* name, std::int64_t value) {
-  write_scalar(group, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
-}
-void write_i8(hid_t group, const char* name, std::int8_t value) {
-  write_scalar(group, name, H5T_STD_I8LE, H5T_NATIVE_INT8, &value);
-}
-void write_f64(hid_t group, const char* name, double value, const char* units) {
-  write_scalar(group, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value, units);
-}
-void write_text(hid_t group, const char* name, const std::string& value) {
-  Hid type = make_string_type(value);
-  write_scalar(group, name, type.get(), type.get(), value.c_str());
-}
-
 hid_t file_type_of(DType dtype) {
   switch (dtype) {
     case DType::uint8: return H5T_STD_U8LE;
@@ -184,6 +100,109 @@ constexpr const char* kBitshuffleFilterName = "bitshuffle; see https://github.co
 }  // namespace
 
 // ---------------------------------------------------------------------------
+
+Hid create_file(const std::string& path) {
+  // Low bound 1.8: superblock v2 and a version-3 layout message, i.e. the v1
+  // B-tree chunk index of real Arina files (1.10 bounds would pick an
+  // extensible array for the unlimited frame axis).
+  Hid access = make_property_list(H5P_FILE_ACCESS);
+  check_status(H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_V18), "H5Pset_libver_bounds");
+  // The root group takes its object-creation properties from the file-creation
+  // list: without this its header carries the creation second, and two runs
+  // that straddle a second boundary differ in every file.
+  Hid creation = make_creation_list(H5P_FILE_CREATE);
+  return Hid(check_id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, creation.get(), access.get()), "cannot create " + path),
+             H5Fclose);
+}
+
+void write_string_attribute(hid_t object, const char* name, const std::string& value) {
+  Hid type = make_string_type(value);
+  Hid space = make_scalar_space();
+  Hid attribute(check_id(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                         std::string("H5Acreate2 ") + name),
+                H5Aclose);
+  check_status(H5Awrite(attribute.get(), type.get(), value.c_str()), std::string("H5Awrite ") + name);
+}
+
+void write_attribute(hid_t object, const char* name, hid_t file_type, hid_t memory_type, const void* value,
+                     hsize_t count) {
+  Hid space = count == 0 ? make_scalar_space() : make_simple_space({count});
+  Hid attribute(check_id(H5Acreate2(object, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                         std::string("H5Acreate2 ") + name),
+                H5Aclose);
+  check_status(H5Awrite(attribute.get(), memory_type, value), std::string("H5Awrite ") + name);
+}
+
+Hid create_group(hid_t parent, const char* name, const char* nx_class) {
+  Hid creation = make_creation_list(H5P_GROUP_CREATE);
+  Hid group(check_id(H5Gcreate2(parent, name, H5P_DEFAULT, creation.get(), H5P_DEFAULT),
+                     std::string("H5Gcreate2 ") + name),
+            H5Gclose);
+  if (nx_class) write_string_attribute(group.get(), "NX_class", nx_class);
+  return group;
+}
+
+static void write_dataset(hid_t group, const char* name, hid_t file_type, hid_t memory_type, hid_t space, const void* value,
+                   const char* units = nullptr) {
+  Hid creation = make_creation_list(H5P_DATASET_CREATE);
+  Hid dataset(check_id(H5Dcreate2(group, name, file_type, space, H5P_DEFAULT, creation.get(), H5P_DEFAULT),
+                       std::string("H5Dcreate2 ") + name),
+              H5Dclose);
+  check_status(H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, value),
+               std::string("H5Dwrite ") + name);
+  if (units) write_string_attribute(dataset.get(), "units", units);
+}
+
+static void write_scalar(hid_t group, const char* name, hid_t file_type, hid_t memory_type, const void* value,
+                  const char* units = nullptr) {
+  Hid space = make_scalar_space();
+  write_dataset(group, name, file_type, memory_type, space.get(), value, units);
+}
+
+void write_u64(hid_t group, const char* name, std::uint64_t value) {
+  write_scalar(group, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &value);
+}
+void write_u32(hid_t group, const char* name, std::uint32_t value) {
+  write_scalar(group, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &value);
+}
+void write_u16(hid_t group, const char* name, std::uint16_t value) {
+  write_scalar(group, name, H5T_STD_U16LE, H5T_NATIVE_UINT16, &value);
+}
+static void write_i64(hid_t group, const char* name, std::int64_t value) {
+  write_scalar(group, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
+}
+void write_i8(hid_t group, const char* name, std::int8_t value) {
+  write_scalar(group, name, H5T_STD_I8LE, H5T_NATIVE_INT8, &value);
+}
+void write_f64(hid_t group, const char* name, double value, const char* units) {
+  write_scalar(group, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value, units);
+}
+void write_text(hid_t group, const char* name, const std::string& value) {
+  Hid type = make_string_type(value);
+  write_scalar(group, name, type.get(), type.get(), value.c_str());
+}
+
+void write_u32_image(hid_t group, const char* name, const std::vector<std::uint32_t>& values, std::uint64_t rows,
+                     std::uint64_t cols) {
+  Hid space = make_simple_space({rows, cols});
+  write_dataset(group, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, space.get(), values.data());
+}
+
+void write_data_links(hid_t data_group, const std::vector<std::string>& shard_basenames) {
+  write_string_attribute(data_group, "signal", shard_basenames.empty() ? "" : "data_000001");
+  for (std::size_t i = 0; i < shard_basenames.size(); ++i) {
+    char link_name[32];
+    std::snprintf(link_name, sizeof link_name, "data_%06zu", i + 1);
+    check_status(H5Lcreate_external(shard_basenames[i].c_str(), "/entry/data/data", data_group, link_name,
+                                    H5P_DEFAULT, H5P_DEFAULT),
+                 std::string("H5Lcreate_external ") + link_name);
+  }
+}
+
+std::mutex& hdf5_writer_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
 
 Hid& Hid::operator=(Hid&& other) noexcept {
   if (this != &other) {
@@ -293,14 +312,7 @@ void write_master(const std::string& path, const MasterContents& contents) {
 
   {
     Hid data = create_group(entry.get(), "data", "NXdata");
-    write_string_attribute(data.get(), "signal", contents.shard_basenames.empty() ? "" : "data_000001");
-    for (std::size_t i = 0; i < contents.shard_basenames.size(); ++i) {
-      char link_name[32];
-      std::snprintf(link_name, sizeof link_name, "data_%06zu", i + 1);
-      check_status(H5Lcreate_external(contents.shard_basenames[i].c_str(), "/entry/data/data", data.get(), link_name,
-                                      H5P_DEFAULT, H5P_DEFAULT),
-                   std::string("H5Lcreate_external ") + link_name);
-    }
+    write_data_links(data.get(), contents.shard_basenames);
   }
 
   const unsigned bits = static_cast<unsigned>(dtype_size(contents.dtype) * 8);
@@ -340,12 +352,7 @@ void write_master(const std::string& path, const MasterContents& contents) {
   write_f64(specific.get(), "frame_count_time", 9.95e-5, "s");
   write_f64(specific.get(), "frame_period", 1e-4, "s");
   write_f64(specific.get(), "photon_energy", 300000.0, "eV");
-  {
-    // Contiguous and unfiltered (the default layout), as Neggia requires.
-    Hid space = make_simple_space({contents.detector_rows, contents.detector_cols});
-    write_dataset(specific.get(), "pixel_mask", H5T_STD_U32LE, H5T_NATIVE_UINT32, space.get(),
-                  contents.pixel_mask.data());
-  }
+  write_u32_image(specific.get(), "pixel_mask", contents.pixel_mask, contents.detector_rows, contents.detector_cols);
 
   specific.close("H5Gclose detectorSpecific");
   detector.close("H5Gclose detector");
@@ -380,4 +387,4 @@ void write_stem_metadata(const std::string& path, std::uint64_t scan_rows, std::
   file.close("H5Fclose " + path);
 }
 
-}  // namespace quantem::synth::detail
+}  // namespace quantem::arina
