@@ -293,12 +293,8 @@ RegionQuery parse_region_query(const QueryParams& params) {
 ExportQuery parse_export_query(const QueryParams& params) {
   QueryReader reader(params);
   ExportQuery query;
-  RawPlan raw;
-  query.source.session = reader.required_string("session");
-  query.source.file = reader.required_string("file");
-  raw.det_bin = reader.int_or("det_bin", 1);
-  raw.scan_bin = reader.int_or("scan_bin", 1);
-  read_crop(reader, raw);
+  query.source = read_source(reader);
+  const RawPlan raw = read_plan(reader);
   query.frames_per_file = reader.int_or("frames_per_file", 0);
   reader.finish();
   query.plan = validate_plan(raw);
