@@ -7,6 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -223,29 +227,22 @@ std::vector<std::string> discover_masters(const std::string& data_folder) {
   return masters;
 }
 
-Catalog build_catalog(const std::string& data_folder) { return build_catalog(data_folder, inspect_master); }
+namespace {
 
-Catalog build_catalog(const std::string& data_folder, const InspectFunction& inspect) {
+// Sessions from the inspected masters (results[i] belongs to masters[i]; a
+// master without a result is left out).
+Catalog assemble_catalog(const std::string& root, const std::vector<std::string>& masters,
+                         const std::vector<std::optional<Acquisition>>& results, const std::vector<char>* done) {
   Catalog catalog;
-  catalog.data_folder = absolute_folder(data_folder);
-  const std::string& root = catalog.data_folder;
-
+  catalog.data_folder = root;
   std::map<std::string, Session> by_path;
-  for (const auto& master : discover_masters(root)) {
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    if (done && !(*done)[i]) continue;
+    if (!results[i]) continue;
+    const std::string& master = masters[i];
     const std::string directory = parent_of(master);
     const std::string relative_directory = relative_to(root, directory);
     const std::string session_path = relative_directory.empty() ? "." : relative_directory;
-    Acquisition acquisition;
-    try {
-      acquisition = inspect(master);
-    } catch (const Error& e) {
-      if (e.kind() == ErrorKind::unavailable) throw;
-      spdlog::warn("catalog: skipping {}: {}", master, e.what());
-      continue;
-    } catch (const std::exception& e) {
-      spdlog::warn("catalog: skipping {}: {}", master, e.what());
-      continue;
-    }
     auto [entry, inserted] = by_path.try_emplace(session_path);
     Session& session = entry->second;
     if (inserted) {
@@ -253,9 +250,8 @@ Catalog build_catalog(const std::string& data_folder, const InspectFunction& ins
       session.directory = directory;
       std::tie(session.source, session.date) = source_and_date(root, split_components(relative_directory));
     }
-    session.files.push_back(std::move(acquisition));
+    session.files.push_back(*results[i]);
   }
-
   // std::map orders by plain string order of path, as the reference does.
   for (auto& [path, session] : by_path) {
     std::sort(session.files.begin(), session.files.end(),
@@ -272,6 +268,110 @@ Catalog build_catalog(const std::string& data_folder, const InspectFunction& ins
     if (directories.size() == 1) catalog.session_directories.emplace(alias, *directories.begin());
   }
   return catalog;
+}
+
+// One master's inspection; nullopt (with a warning) when it throws anything
+// but `unavailable`, which is rethrown.
+std::optional<Acquisition> inspect_or_skip(const InspectFunction& inspect, const std::string& master) {
+  try {
+    return inspect(master);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::unavailable) throw;
+    spdlog::warn("catalog: skipping {}: {}", master, e.what());
+  } catch (const std::exception& e) {
+    spdlog::warn("catalog: skipping {}: {}", master, e.what());
+  }
+  return std::nullopt;
+}
+
+// Inspects masters[pending[*]] on `threads` threads; the caller's thread
+// reports progress meanwhile.
+void inspect_in_parallel(const std::string& root, const std::vector<std::string>& masters,
+                         const std::vector<std::size_t>& pending, const InspectFunction& inspect,
+                         const BuildOptions& options, std::vector<std::optional<Acquisition>>& results,
+                         std::vector<char>& done) {
+  std::mutex mutex;
+  std::condition_variable finished;
+  std::size_t next = 0, running = 0;
+  std::exception_ptr failure;
+  auto work = [&] {
+    while (true) {
+      std::size_t index = 0;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (failure || next == pending.size()) break;
+        index = pending[next++];
+      }
+      std::optional<Acquisition> result;
+      try {
+        result = inspect_or_skip(inspect, masters[index]);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!failure) failure = std::current_exception();
+        break;
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      results[index] = std::move(result);
+      done[index] = 1;
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    --running;
+    finished.notify_all();
+  };
+  const std::size_t thread_count = std::max<std::size_t>(1, std::min(options.threads, pending.size()));
+  std::vector<std::thread> threads;
+  running = thread_count;
+  for (std::size_t i = 0; i < thread_count; ++i) threads.emplace_back(work);
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (running > 0) {
+      finished.wait_for(lock, options.progress_interval, [&] { return running == 0; });
+      if (running == 0 || !options.progress) continue;
+      const Catalog partial = assemble_catalog(root, masters, results, &done);
+      lock.unlock();
+      try {
+        options.progress(partial);
+      } catch (const std::exception& e) {
+        spdlog::warn("catalog: a progress listener failed: {}", e.what());
+      }
+      lock.lock();
+    }
+  }
+  for (auto& thread : threads) thread.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace
+
+Catalog build_catalog(const std::string& data_folder) { return build_catalog(data_folder, inspect_master); }
+
+Catalog build_catalog(const std::string& data_folder, const InspectFunction& inspect) {
+  return build_catalog(data_folder, inspect, BuildOptions{});
+}
+
+Catalog build_catalog(const std::string& data_folder, const InspectFunction& inspect, const BuildOptions& options,
+                      BuildCounts* counts) {
+  const std::string root = absolute_folder(data_folder);
+  const std::vector<std::string> masters = discover_masters(root);
+  std::vector<std::optional<Acquisition>> results(masters.size());
+  std::vector<char> done(masters.size(), 0);
+  std::vector<std::size_t> pending;
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    if (options.reuse) results[i] = options.reuse(masters[i]);
+    if (results[i]) {
+      done[i] = 1;
+    } else {
+      pending.push_back(i);
+    }
+  }
+  if (counts) *counts = BuildCounts{masters.size() - pending.size(), pending.size()};
+  if (options.progress && !pending.empty()) options.progress(assemble_catalog(root, masters, results, &done));
+  if (options.threads <= 1 && !options.progress) {
+    for (const std::size_t index : pending) results[index] = inspect_or_skip(inspect, masters[index]);
+  } else if (!pending.empty()) {
+    inspect_in_parallel(root, masters, pending, inspect, options, results, done);
+  }
+  return assemble_catalog(root, masters, results, nullptr);
 }
 
 nlohmann::ordered_json sessions_document(const Catalog& catalog) {

@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
                                                           "(JSON lines on stdin/stdout, decision 0012)");
   worker_cmd->add_option("--address-space-limit", worker_options.address_space_limit_bytes,
                          "RLIMIT_AS in bytes (0: unchanged)");
+  worker_cmd->add_option("--parent-pid", worker_options.parent_pid, "Exit with this process (0: not checked)");
   worker_cmd->group("");  // not listed in --help
 
   quantem::synth::SynthOptions synth_options;
@@ -174,8 +175,12 @@ int main(int argc, char** argv) {
     }
     if (catalog_cmd->parsed()) {
       // Like the daemon: libhdf5 runs on the folder's masters in the inspector only.
-      quantem::inspector::Inspector inspector;
-      const auto catalog = quantem::catalog::build_catalog(catalog_folder, inspector.inspect_function());
+      quantem::inspector::InspectorOptions inspector_options;
+      inspector_options.workers = quantem::inspector::default_inspect_workers();
+      quantem::inspector::Inspector inspector(inspector_options);
+      quantem::catalog::BuildOptions build;
+      build.threads = inspector.workers();
+      const auto catalog = quantem::catalog::build_catalog(catalog_folder, inspector.inspect_function(), build);
       std::cout << quantem::catalog::sessions_document(catalog).dump() << "\n";
       return 0;
     }

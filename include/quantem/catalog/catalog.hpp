@@ -2,8 +2,11 @@
 // The catalog of a data folder: sessions (directories that directly contain
 // masters) and their acquisitions, with the reference's discovery, exclusion,
 // ordering and alias rules (reference/browse-protocol.md §2.1-§2.2).
+#include <chrono>
+#include <cstddef>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +52,31 @@ using InspectFunction = std::function<Acquisition(const std::string& master_path
 // the build.
 Catalog build_catalog(const std::string& data_folder);
 Catalog build_catalog(const std::string& data_folder, const InspectFunction& inspect);
+
+struct BuildOptions {
+  // Inspections run on this many threads at once (1: on the caller's thread);
+  // `inspect` must then be thread-safe (the inspector's worker pool is).
+  std::size_t threads = 1;
+  // A kept inspection of the master that is still current (its signature
+  // stats the same), or nullopt: the master is inspected.
+  std::function<std::optional<Acquisition>(const std::string& master_path)> reuse;
+  // Called on the caller's thread with the catalog of what is known so far:
+  // once after the kept inspections, then at most every progress_interval.
+  std::function<void(const Catalog& partial)> progress;
+  std::chrono::milliseconds progress_interval{250};
+};
+
+struct BuildCounts {
+  std::size_t reused = 0;     // masters answered by options.reuse
+  std::size_t inspected = 0;  // masters inspected
+};
+
+// build_catalog with kept inspections, parallel inspection and progress; the
+// same catalog as the sequential build. A quantem::Error of kind
+// `unavailable` from any inspection ends the build (the others stop taking
+// masters) and is rethrown.
+Catalog build_catalog(const std::string& data_folder, const InspectFunction& inspect, const BuildOptions& options,
+                      BuildCounts* counts = nullptr);
 
 // The JSON document of GET /api/browse/sessions (reference §4.2) with the
 // reference's key order, byte-compatible when dumped with dump() (compact

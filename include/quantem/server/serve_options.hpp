@@ -33,6 +33,8 @@ struct ServeOptions {
   double shutdown_grace_seconds = 2.0;          // --shutdown-grace
   double header_timeout_seconds = 5.0;          // --header-timeout
   double inspect_timeout_seconds = 10.0;        // --inspect-timeout: the inspector's deadline per master
+  long long inspect_workers = 0;                // --inspect-workers (0: one per core, at most 8)
+  std::string catalog_cache;                    // --catalog-cache PATH|off (empty: the default path)
 };
 
 // A start-up refusal: the message goes to stderr and the process exits 1
@@ -65,6 +67,8 @@ struct ServeSettings {
   std::chrono::milliseconds shutdown_grace{2000};
   std::chrono::milliseconds header_timeout{5000};
   std::chrono::milliseconds inspect_timeout{10000};
+  std::size_t inspect_workers = 1;
+  std::string catalog_cache;  // the cache file; empty: no cache
 };
 
 // Checks every option; throws ServeUsageError with the reference's texts:
