@@ -1,5 +1,6 @@
 #include "quantem/inspector/worker.hpp"
 
+#include <malloc.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -135,6 +136,13 @@ int run_inspect_worker(const WorkerOptions& options) {
     if (::getppid() != static_cast<pid_t>(options.parent_pid)) return 1;
   }
   std::signal(SIGPIPE, SIG_IGN);
+  // Every H5Fopen callocs libhdf5's metadata cache (about a megabyte). With
+  // glibc's defaults that block is a fresh mapping, or heap trimmed back to
+  // the kernel when freed: each open then page-faults its way through it,
+  // which profiling showed to be most of a small master's inspection. Keep
+  // freed memory mapped for the next open.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 128 << 20);
   if (options.address_space_limit_bytes != 0) {
     const rlimit limit{options.address_space_limit_bytes, options.address_space_limit_bytes};
     if (::setrlimit(RLIMIT_AS, &limit) != 0) {
