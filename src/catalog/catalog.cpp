@@ -350,7 +350,7 @@ Catalog build_catalog(const std::string& data_folder, const InspectFunction& ins
 }
 
 Catalog build_catalog(const std::string& data_folder, const InspectFunction& inspect, const BuildOptions& options,
-                      BuildCounts* counts) {
+                      BuildCounts* counts, std::vector<std::string>* masters_out) {
   const std::string root = absolute_folder(data_folder);
   const std::vector<std::string> masters = discover_masters(root);
   std::vector<std::optional<Acquisition>> results(masters.size());
@@ -371,7 +371,9 @@ Catalog build_catalog(const std::string& data_folder, const InspectFunction& ins
   } else if (!pending.empty()) {
     inspect_in_parallel(root, masters, pending, inspect, options, results, done);
   }
-  return assemble_catalog(root, masters, results, nullptr);
+  Catalog catalog = assemble_catalog(root, masters, results, nullptr);
+  if (masters_out) *masters_out = masters;
+  return catalog;
 }
 
 nlohmann::ordered_json sessions_document(const Catalog& catalog) {

@@ -354,8 +354,12 @@ std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
   try {
     const auto started = std::chrono::steady_clock::now();
     catalog::BuildCounts counts;
-    built = std::make_shared<const catalog::Catalog>(options_.build ? options_.build(data_folder_) : build_now(counts));
-    masters = catalog::discover_masters(data_folder_);
+    if (options_.build) {
+      built = std::make_shared<const catalog::Catalog>(options_.build(data_folder_));
+      masters = catalog::discover_masters(data_folder_);
+    } else {
+      built = std::make_shared<const catalog::Catalog>(build_now(counts, masters));
+    }
     std::size_t files = 0;
     for (const auto& session : built->sessions) files += session.files.size();
     masters_reused_ += counts.reused;
@@ -478,13 +482,15 @@ std::map<std::string, catalog::Acquisition> CatalogService::kept_inspections() {
   if (!contents.problem.empty()) {
     spdlog::warn("catalog cache {} ignored (it is replaced after this build): {}", options_.cache_path,
                  contents.problem);
+  } else if (contents.entries.empty()) {
+    spdlog::info("catalog cache {}: none yet (written after this build)", options_.cache_path);
   } else {
     spdlog::info("catalog cache {}: {} masters known", options_.cache_path, contents.entries.size());
   }
   return std::move(contents.entries);
 }
 
-catalog::Catalog CatalogService::build_now(catalog::BuildCounts& counts) {
+catalog::Catalog CatalogService::build_now(catalog::BuildCounts& counts, std::vector<std::string>& masters) {
   if (options_.forget_inspection_failures) options_.forget_inspection_failures();
   auto kept = kept_inspections();
   catalog::BuildOptions build;
@@ -501,7 +507,7 @@ catalog::Catalog CatalogService::build_now(catalog::BuildCounts& counts) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!catalog_) partial_ = std::move(known);
   };
-  return catalog::build_catalog(data_folder_, options_.inspect, build, &counts);
+  return catalog::build_catalog(data_folder_, options_.inspect, build, &counts, &masters);
 }
 
 void CatalogService::save_cache(std::shared_ptr<const catalog::Catalog> built) {

@@ -82,6 +82,11 @@ class Daemon:
                 self.connection.close()
             time.sleep(0.005)
 
+    def cpu_seconds(self):
+        """The daemon's user + system CPU time so far (its workers not included)."""
+        fields = open("/proc/%d/stat" % self.process.pid).read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def rss_bytes(self):
         for line in open("/proc/%d/status" % self.process.pid):
             if line.startswith("VmRSS:"):
@@ -120,12 +125,14 @@ def main():
     os.makedirs(folder, exist_ok=True)
     work = tempfile.mkdtemp(prefix="catalog-bench-work-")
     cache = os.path.join(work, "catalog.bin")
-    report = {"count": args.count, "cores": os.cpu_count(), "inspect_workers": args.inspect_workers}
+    report = {"count": args.count, "cores": os.cpu_count(), "inspect_workers": args.inspect_workers,
+              "load_average_1min_at_start": os.getloadavg()[0]}
     report["generate_s"], report["generated"] = timed(lambda: generate(binary, folder, args.count))
 
     first_log = os.path.join(work, "first.log")
     daemon = Daemon(binary, folder, cache, args.inspect_workers, first_log)
     report["first_build_to_ready_s"] = daemon.wait_ready()
+    report["first_build_daemon_cpu_s"] = daemon.cpu_seconds()
     seconds, (status, headers, body) = timed(lambda: daemon.get("/api/browse/sessions"))
     report["sessions_first_get_s"] = seconds
     report["sessions_bytes"] = len(body)
@@ -139,7 +146,9 @@ def main():
         polls.append(seconds)
     polls.sort()
     report["poll_304_median_s"] = polls[len(polls) // 2]
+    cpu_before = daemon.cpu_seconds()
     report["refresh_unchanged_s"], _ = timed(lambda: daemon.get("/api/browse/sessions?refresh=true"))
+    report["refresh_unchanged_daemon_cpu_s"] = daemon.cpu_seconds() - cpu_before
     seconds, (_, _, acquisitions) = timed(lambda: daemon.get("/api/browse/acquisitions"))
     report["acquisitions_get_s"] = seconds
     report["acquisitions_bytes"] = len(acquisitions)
@@ -175,6 +184,8 @@ def main():
     restart_log = os.path.join(work, "restart.log")
     daemon = Daemon(binary, folder, cache, args.inspect_workers, restart_log)
     report["restart_unchanged_to_ready_s"] = daemon.wait_ready()
+    report["restart_daemon_cpu_s"] = daemon.cpu_seconds()
+    report["load_average_1min"] = os.getloadavg()[0]
     report["restart_rss_bytes"] = daemon.rss_bytes()
     daemon.stop()
     report["restart_builds"] = build_counts(restart_log)

@@ -75,8 +75,10 @@ struct BuildCounts {
 // same catalog as the sequential build. A quantem::Error of kind
 // `unavailable` from any inspection ends the build (the others stop taking
 // masters) and is rethrown.
+// `masters`, when given, receives the walk's masters (discover_masters), so
+// the caller need not walk the folder again.
 Catalog build_catalog(const std::string& data_folder, const InspectFunction& inspect, const BuildOptions& options,
-                      BuildCounts* counts = nullptr);
+                      BuildCounts* counts = nullptr, std::vector<std::string>* masters = nullptr);
 
 // The JSON document of GET /api/browse/sessions (reference §4.2) with the
 // reference's key order, byte-compatible when dumped with dump() (compact

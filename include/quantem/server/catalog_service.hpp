@@ -195,7 +195,7 @@ class CatalogService {
  private:
   std::shared_ptr<const catalog::Catalog> rebuild_for_unknown_name();
   // One build: kept inspections reused, the rest inspected; progress published to partial_.
-  catalog::Catalog build_now(catalog::BuildCounts& counts);
+  catalog::Catalog build_now(catalog::BuildCounts& counts, std::vector<std::string>& masters);
   std::map<std::string, catalog::Acquisition> kept_inspections();
   void save_cache(std::shared_ptr<const catalog::Catalog> built);
   bool is_condemned(const catalog::Acquisition& acquisition) const {
