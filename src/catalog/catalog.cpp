@@ -324,10 +324,16 @@ void inspect_in_parallel(const std::string& root, const std::vector<std::string>
   for (std::size_t i = 0; i < thread_count; ++i) threads.emplace_back(work);
   {
     std::unique_lock<std::mutex> lock(mutex);
+    auto interval = options.progress_interval;
     while (running > 0) {
-      finished.wait_for(lock, options.progress_interval, [&] { return running == 0; });
+      finished.wait_for(lock, interval, [&] { return running == 0; });
       if (running == 0 || !options.progress) continue;
+      const auto started = std::chrono::steady_clock::now();
       const Catalog partial = assemble_catalog(root, masters, results, &done);
+      // The snapshot copies what is known under the lock the inspecting
+      // threads take: wait at least ten times its cost before the next one.
+      interval = std::max(options.progress_interval, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                         10 * (std::chrono::steady_clock::now() - started)));
       lock.unlock();
       try {
         options.progress(partial);
@@ -413,6 +419,68 @@ nlohmann::ordered_json sessions_document(const Catalog& catalog) {
   document["sessions"] = std::move(sessions);
   document["complete"] = true;
   return document;
+}
+
+namespace {
+
+// A JSON string as dump() writes it (UTF-8 raw, invalid bytes repaired).
+void append_json_string(std::string& out, const std::string& text) {
+  out += nlohmann::ordered_json(repaired_utf8(text)).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+void append_optional_number(std::string& out, const std::optional<double>& value) {
+  out += optional_number(value).dump();
+}
+
+}  // namespace
+
+std::string sessions_document_text(const Catalog& catalog) {
+  std::string out;
+  out.reserve(256 + catalog.sessions.size() * 512);
+  out += "{\"data_folder\":";
+  append_json_string(out, catalog.data_folder);
+  out += ",\"data_folders\":[";
+  append_json_string(out, catalog.data_folder);
+  out += "],\"sessions\":[";
+  bool first_session = true;
+  for (const auto& session : catalog.sessions) {
+    out += first_session ? "{\"path\":" : ",{\"path\":";
+    first_session = false;
+    append_json_string(out, session.path);
+    out += ",\"source\":";
+    append_json_string(out, session.source);
+    out += ",\"date\":";
+    append_json_string(out, session.date);
+    out += ",\"files\":[";
+    bool first_file = true;
+    for (const auto& file : session.files) {
+      out += first_file ? "{\"name\":" : ",{\"name\":";
+      first_file = false;
+      append_json_string(out, file.name);
+      out += ",\"shape\":[" + std::to_string(file.scan_rows) + "," + std::to_string(file.scan_cols) + "," +
+             std::to_string(file.detector_rows) + "," + std::to_string(file.detector_cols) + "]";
+      out += ",\"dtype\":";
+      out += file.dtype ? "\"" + std::string(dtype_name(*file.dtype)) + "\"" : std::string("null");
+      out += file.scan_sampling_A && std::isfinite(*file.scan_sampling_A) ? ",\"cal\":\"ok\"" : ",\"cal\":\"un\"";
+      out += ",\"size\":";
+      append_json_string(out, format_size(file.size_bytes));
+      out += ",\"size_bytes\":" + std::to_string(file.size_bytes);
+      const char* loadable = file.status.loadable ? "true" : "false";
+      out += std::string(",\"loadable\":") + loadable + ",\"load_status\":{\"loadable\":" + loadable + ",\"reason\":";
+      append_json_string(out, file.status.reason);
+      out += ",\"action\":";  // not repaired first, as sessions_document() leaves it
+      out += nlohmann::ordered_json(file.status.action)
+                 .dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+      out += "},\"scan_sampling_A\":";
+      append_optional_number(out, file.scan_sampling_A);
+      out += ",\"k_pixel_size_mrad\":";
+      append_optional_number(out, file.k_pixel_size_mrad);
+      out += ",\"has_ssb\":false}";
+    }
+    out += "]}";
+  }
+  out += "],\"complete\":true}";
+  return out;
 }
 
 std::string format_size(std::uint64_t bytes) {

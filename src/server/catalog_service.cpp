@@ -10,6 +10,7 @@
 #include <cstring>
 #include <ctime>
 #include <set>
+#include <unordered_set>
 
 #include <spdlog/spdlog.h>
 #include <zlib.h>
@@ -283,9 +284,10 @@ void CatalogService::set_masters_locked(std::vector<std::string> masters) {
   masters_ = std::move(masters);
   walked_ = true;
   last_walk_ = std::chrono::steady_clock::now();
-  // Forget inspections of masters that disappeared.
+  // Forget inspections of masters that disappeared (a set: a folder holds tens of thousands).
+  const std::unordered_set<std::string> present(masters_.begin(), masters_.end());
   for (auto it = inspections_.begin(); it != inspections_.end();) {
-    if (std::find(masters_.begin(), masters_.end(), it->first) == masters_.end()) {
+    if (present.count(it->first) == 0) {
       it = inspections_.erase(it);
     } else {
       ++it;
@@ -442,14 +444,21 @@ std::shared_ptr<const DocumentBody> CatalogService::sessions_body(bool refresh, 
     if (sessions_body_ && sessions_body_catalog_ == current && sessions_body_stale_ == stale) return sessions_body_;
   }
   // Kept until the catalog or its staleness changes: an unchanged poll costs a comparison.
-  auto document = catalog::sessions_document(*current);
+  std::string text = catalog::sessions_document_text(*current);
   if (stale) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    document["stale"] = true;
-    document["stale_reason"] = *stale;
-    document["stale_since"] = stale_since_;
+    nlohmann::ordered_json added;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      added["stale"] = true;
+      added["stale_reason"] = *stale;
+      added["stale_since"] = stale_since_;
+    }
+    // The added keys follow "complete", as sessions_document() orders them.
+    const std::string members = added.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    text.pop_back();
+    text += "," + members.substr(1);
   }
-  auto body = std::make_shared<const DocumentBody>(document.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+  auto body = std::make_shared<const DocumentBody>(std::move(text));
   std::lock_guard<std::mutex> lock(mutex_);
   sessions_body_catalog_ = current;
   sessions_body_stale_ = stale;

@@ -85,6 +85,10 @@ Catalog build_catalog(const std::string& data_folder, const InspectFunction& ins
 // separators). Text that is not valid UTF-8 is repaired with U+FFFD so dump()
 // never throws (discovery already skips undecodable names).
 nlohmann::ordered_json sessions_document(const Catalog& catalog);
+// The same document as compact text, byte for byte sessions_document(c).dump()
+// with error_handler_t::replace, written without building the JSON tree (a
+// folder of tens of thousands of masters).
+std::string sessions_document_text(const Catalog& catalog);
 
 // Python-compatible human size: "0 B", "1023 B", "1.0 KB", "9.6 KB", ...
 std::string format_size(std::uint64_t bytes);

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -236,6 +237,36 @@ TEST_F(CatalogCacheTest, ParallelBuildStopsOnUnavailable) {
   std::size_t files = 0;
   for (const auto& session : built.sessions) files += session.files.size();
   EXPECT_EQ(files, 4u);
+}
+
+TEST_F(CatalogCacheTest, SessionsTextIsTheDocumentByteForByte) {
+  const auto built = build_catalog(dir_->path());
+  EXPECT_EQ(sessions_document_text(built),
+            sessions_document(built).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+  // Text that needs escaping or repair, numbers of every kind, an empty session list.
+  Catalog odd;
+  odd.data_folder = "/data/\"quoted\"\\ \xc3\xa9t\xc3\xa9 \xff";
+  Session session;
+  session.path = "a/b\tc";
+  session.source = "\x01control";
+  session.date = "2026";
+  for (const auto& sampling : {std::optional<double>(0.1), std::optional<double>(1e-300), std::optional<double>(),
+                               std::optional<double>(std::nan("")), std::optional<double>(12345678.0)}) {
+    Acquisition a = named_acquisition("/data/x" + std::to_string(session.files.size()) + "_master.h5");
+    a.scan_sampling_A = sampling;
+    a.k_pixel_size_mrad = sampling ? std::optional<double>(*sampling * 3) : std::nullopt;
+    a.status = {session.files.size() % 2 == 0, "reason \"" + std::string("\xe2\x9c\x93") + "\"", "act\nion \xc3"};
+    a.dtype = session.files.size() % 2 ? std::optional<DType>(DType::uint32) : std::nullopt;
+    a.size_bytes = std::uint64_t{1} << (session.files.size() * 10);
+    a.scan_rows = 3;
+    session.files.push_back(a);
+  }
+  odd.sessions.push_back(session);
+  EXPECT_EQ(sessions_document_text(odd),
+            sessions_document(odd).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+  Catalog empty;
+  empty.data_folder = "/nothing";
+  EXPECT_EQ(sessions_document_text(empty), sessions_document(empty).dump());
 }
 
 }  // namespace
