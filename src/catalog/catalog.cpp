@@ -328,6 +328,7 @@ void inspect_in_parallel(const std::string& root, const std::vector<std::string>
     while (running > 0) {
       finished.wait_for(lock, interval, [&] { return running == 0; });
       if (running == 0 || !options.progress) continue;
+      if (options.progress_wanted && !options.progress_wanted()) continue;
       const auto started = std::chrono::steady_clock::now();
       const Catalog partial = assemble_catalog(root, masters, results, &done);
       // The snapshot copies what is known under the lock the inspecting

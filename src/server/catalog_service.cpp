@@ -409,6 +409,7 @@ nlohmann::ordered_json CatalogService::sessions_document(bool refresh, bool part
   if (partial && !refresh) {
     std::unique_lock<std::mutex> lock(mutex_);
     if (!catalog_ && building_) {
+      partial_wanted_ = true;  // the build reports its progress from now on
       const auto known = partial_;
       lock.unlock();
       catalog::Catalog empty;
@@ -511,6 +512,7 @@ catalog::Catalog CatalogService::build_now(catalog::BuildCounts& counts, std::ve
     }
     return std::move(it->second);
   };
+  build.progress_wanted = [this] { return partial_wanted_.load(); };
   build.progress = [this](const catalog::Catalog& partial) {
     auto known = std::make_shared<const catalog::Catalog>(partial);
     std::lock_guard<std::mutex> lock(mutex_);

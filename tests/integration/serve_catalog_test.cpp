@@ -220,7 +220,10 @@ TEST_F(ServeCatalog, PartialSessionsWhileTheFirstBuildRuns) {
                               {{"XDG_CACHE_HOME", cache.path()}, {"QUANTEM_TEST_INSPECTOR_HANG_ON", "z_master.h5"}},
                               /*wait_ready=*/false);
   ASSERT_NE(daemon, nullptr);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  // The first partial request asks the build to report; a poll a moment later sees a and b.
+  ASSERT_EQ(daemon->get("/api/browse/sessions?partial=true")->status, 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
   auto partial = daemon->get("/api/browse/sessions?partial=true");
   ASSERT_TRUE(partial);
   ASSERT_EQ(partial->status, 200) << partial->body;

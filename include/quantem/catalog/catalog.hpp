@@ -64,6 +64,9 @@ struct BuildOptions {
   // once after the kept inspections, then at most every progress_interval.
   std::function<void(const Catalog& partial)> progress;
   std::chrono::milliseconds progress_interval{250};
+  // When set, the reports after the first are made only while it returns
+  // true (a snapshot copies everything known: only when someone looks).
+  std::function<bool()> progress_wanted;
 };
 
 struct BuildCounts {

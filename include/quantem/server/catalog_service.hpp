@@ -259,6 +259,7 @@ class CatalogService {
   // Builds, the cache file and the documents as sent.
   bool cache_file_read_ = false;
   std::shared_ptr<const catalog::Catalog> partial_;  // the first build's progress
+  std::atomic<bool> partial_wanted_{false};          // a partial request came during the first build
   std::atomic<std::uint64_t> masters_reused_{0};
   std::atomic<std::uint64_t> masters_inspected_{0};
   std::mutex cache_writer_mutex_;
