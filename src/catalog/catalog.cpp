@@ -231,8 +231,10 @@ namespace {
 
 // Sessions from the inspected masters (results[i] belongs to masters[i]; a
 // master without a result is left out).
+// With `take`, the results are moved out instead of copied (the final assembly).
 Catalog assemble_catalog(const std::string& root, const std::vector<std::string>& masters,
-                         const std::vector<std::optional<Acquisition>>& results, const std::vector<char>* done) {
+                         std::vector<std::optional<Acquisition>>& results, const std::vector<char>* done,
+                         bool take = false) {
   Catalog catalog;
   catalog.data_folder = root;
   std::map<std::string, Session> by_path;
@@ -250,7 +252,11 @@ Catalog assemble_catalog(const std::string& root, const std::vector<std::string>
       session.directory = directory;
       std::tie(session.source, session.date) = source_and_date(root, split_components(relative_directory));
     }
-    session.files.push_back(*results[i]);
+    if (take) {
+      session.files.push_back(std::move(*results[i]));
+    } else {
+      session.files.push_back(*results[i]);
+    }
   }
   // std::map orders by plain string order of path, as the reference does.
   for (auto& [path, session] : by_path) {
@@ -378,7 +384,7 @@ Catalog build_catalog(const std::string& data_folder, const InspectFunction& ins
   } else if (!pending.empty()) {
     inspect_in_parallel(root, masters, pending, inspect, options, results, done);
   }
-  Catalog catalog = assemble_catalog(root, masters, results, nullptr);
+  Catalog catalog = assemble_catalog(root, masters, results, nullptr, /*take=*/true);
   if (masters_out) *masters_out = masters;
   return catalog;
 }

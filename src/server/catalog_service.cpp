@@ -478,10 +478,12 @@ std::map<std::string, catalog::Acquisition> CatalogService::kept_inspections() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (catalog_) {
+      // The newest inspection of each master: re-inspections since the build,
+      // then the acquisitions poll's, then the catalog's (each copied once).
+      kept = fresh_;
+      for (const auto& [path, acquisition] : inspections_) kept.emplace(path, acquisition);
       for (const auto& session : catalog_->sessions)
         for (const auto& acquisition : session.files) kept.emplace(acquisition.master_path, acquisition);
-      for (const auto& [path, acquisition] : inspections_) kept.insert_or_assign(path, acquisition);
-      for (const auto& [path, acquisition] : fresh_) kept.insert_or_assign(path, acquisition);
       return kept;
     }
     read_file = !cache_file_read_ && !options_.cache_path.empty();
