@@ -369,8 +369,19 @@ Catalog build_catalog(const std::string& data_folder, const InspectFunction& ins
   std::vector<std::optional<Acquisition>> results(masters.size());
   std::vector<char> done(masters.size(), 0);
   std::vector<std::size_t> pending;
+  if (options.reuse) {
+    // A few stat() calls per master: spread over the build's threads for a large folder.
+    const std::size_t threads = masters.size() >= 1024 ? std::max<std::size_t>(1, options.threads) : 1;
+    std::vector<std::thread> checkers;
+    for (std::size_t t = 1; t < threads; ++t) {
+      checkers.emplace_back([&, t] {
+        for (std::size_t i = t; i < masters.size(); i += threads) results[i] = options.reuse(masters[i]);
+      });
+    }
+    for (std::size_t i = 0; i < masters.size(); i += threads) results[i] = options.reuse(masters[i]);
+    for (auto& checker : checkers) checker.join();
+  }
   for (std::size_t i = 0; i < masters.size(); ++i) {
-    if (options.reuse) results[i] = options.reuse(masters[i]);
     if (results[i]) {
       done[i] = 1;
     } else {

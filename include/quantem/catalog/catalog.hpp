@@ -58,7 +58,8 @@ struct BuildOptions {
   // `inspect` must then be thread-safe (the inspector's worker pool is).
   std::size_t threads = 1;
   // A kept inspection of the master that is still current (its signature
-  // stats the same), or nullopt: the master is inspected.
+  // stats the same), or nullopt: the master is inspected. Called from up to
+  // `threads` threads at once (each master once).
   std::function<std::optional<Acquisition>(const std::string& master_path)> reuse;
   // Called on the caller's thread with the catalog of what is known so far:
   // once after the kept inspections, then at most every progress_interval.

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -217,6 +218,46 @@ TEST_F(CatalogCacheTest, ParallelBuildWithKeptInspectionsEqualsTheSequentialBuil
   EXPECT_EQ(inspected.load(), 3);
   EXPECT_GE(progress_calls, 1);
   EXPECT_EQ(first_progress, 2u);  // the kept ones are known before any inspection
+}
+
+TEST_F(CatalogCacheTest, KeptInspectionsOfALargeFolderAreCheckedOnSeveralThreads) {
+  test::TempDir large;
+  for (int i = 0; i < 1500; ++i) std::ofstream(large.file("m" + std::to_string(i) + "_master.h5"));
+  auto fake = [](const std::string& master) {
+    Acquisition a = named_acquisition(master);
+    a.status = {false, "fake", "none"};
+    return a;
+  };
+  std::mutex mutex;
+  std::set<std::thread::id> threads;
+  std::atomic<int> asked{0};
+  BuildOptions options;
+  options.threads = 2;
+  options.reuse = [&](const std::string& master) -> std::optional<Acquisition> {
+    ++asked;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      threads.insert(std::this_thread::get_id());
+    }
+    if (master.find("m1") != std::string::npos) return std::nullopt;  // inspected
+    Acquisition kept = fake(master);
+    kept.status.reason = "kept";
+    return kept;
+  };
+  BuildCounts counts;
+  const auto built = build_catalog(large.path(), fake, options, &counts);
+  EXPECT_EQ(asked.load(), 1500);
+  EXPECT_EQ(threads.size(), 2u);
+  EXPECT_EQ(counts.reused + counts.inspected, 1500u);
+  ASSERT_EQ(built.sessions.size(), 1u);
+  ASSERT_EQ(built.sessions[0].files.size(), 1500u);
+  std::size_t kept = 0;
+  for (const auto& file : built.sessions[0].files) {
+    const bool should_keep = file.name.rfind("m1", 0) != 0;
+    EXPECT_EQ(file.status.reason, should_keep ? "kept" : "fake") << file.name;
+    kept += should_keep;
+  }
+  EXPECT_EQ(kept, counts.reused);
 }
 
 TEST_F(CatalogCacheTest, ParallelBuildStopsOnUnavailable) {
