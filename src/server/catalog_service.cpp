@@ -353,9 +353,9 @@ std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
   std::shared_ptr<const catalog::Catalog> built;
   std::vector<std::string> masters;
   std::optional<std::string> error;
+  catalog::BuildCounts counts;
   try {
     const auto started = std::chrono::steady_clock::now();
-    catalog::BuildCounts counts;
     if (options_.build) {
       built = std::make_shared<const catalog::Catalog>(options_.build(data_folder_));
       masters = catalog::discover_masters(data_folder_);
@@ -395,7 +395,7 @@ std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
   build_done_.notify_all();
   if (built && !options_.build) {
     lock.unlock();
-    save_cache(built);
+    save_cache(built, counts.inspected);
     lock.lock();
   }
   if (!built) {
@@ -491,6 +491,12 @@ std::map<std::string, catalog::Acquisition> CatalogService::kept_inspections() {
   }
   if (!read_file) return kept;
   auto contents = catalog::read_catalog_cache(options_.cache_path, catalog::absolute_folder(data_folder_));
+  if (contents.problem.empty()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cache_file_masters_.clear();
+    for (const auto& [path, acquisition] : contents.entries) cache_file_masters_.insert(path);
+    cache_file_inspections_made_ = inspections_made_;
+  }
   if (!contents.problem.empty()) {
     spdlog::warn("catalog cache {} ignored (it is replaced after this build): {}", options_.cache_path,
                  contents.problem);
@@ -523,11 +529,21 @@ catalog::Catalog CatalogService::build_now(catalog::BuildCounts& counts, std::ve
   return catalog::build_catalog(data_folder_, options_.inspect, build, &counts, &masters);
 }
 
-void CatalogService::save_cache(std::shared_ptr<const catalog::Catalog> built) {
+void CatalogService::save_cache(std::shared_ptr<const catalog::Catalog> built, std::size_t inspected) {
   if (options_.cache_path.empty()) return;
+  std::set<std::string> masters;
+  for (const auto& session : built->sessions)
+    for (const auto& acquisition : session.files)
+      if (!is_condemned(acquisition)) masters.insert(acquisition.master_path);
+  const std::uint64_t made = inspections_made_;
+  {
+    // Nothing inspected by this build or since the file was written, the same masters: the file is current.
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (inspected == 0 && made == cache_file_inspections_made_ && masters == cache_file_masters_) return;
+  }
   std::lock_guard<std::mutex> writer(cache_writer_mutex_);
   if (cache_writer_.joinable()) cache_writer_.join();
-  cache_writer_ = std::thread([this, built = std::move(built)] {
+  cache_writer_ = std::thread([this, built = std::move(built), masters = std::move(masters), made]() mutable {
     pthread_setname_np(pthread_self(), "quantem-cache");
     std::vector<const catalog::Acquisition*> kept;
     for (const auto& session : built->sessions)
@@ -536,6 +552,11 @@ void CatalogService::save_cache(std::shared_ptr<const catalog::Catalog> built) {
     try {
       const auto started = std::chrono::steady_clock::now();
       catalog::write_catalog_cache(options_.cache_path, built->data_folder, kept);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        cache_file_masters_ = std::move(masters);
+        cache_file_inspections_made_ = made;
+      }
       spdlog::debug("catalog cache {} written ({} masters) in {:.3f} s", options_.cache_path, kept.size(),
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     } catch (const std::exception& error) {

@@ -124,9 +124,12 @@ TEST_F(ServeCatalog, RestartReinspectsExactlyTheChangedMasters) {
   EXPECT_EQ(build_counts(first).inspected, 5) << first;
   ASSERT_EQ(cache_files().size(), 1u);
 
+  const auto written = fs::last_write_time(cache_files().front());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const std::string unchanged = run_once();
   EXPECT_EQ(build_counts(unchanged).reused, 5) << unchanged;
   EXPECT_EQ(build_counts(unchanged).inspected, 0) << unchanged;
+  EXPECT_EQ(fs::last_write_time(cache_files().front()), written);  // nothing new: not rewritten
 
   // a: the master touched; b: a shard truncated; c: a shard replaced by
   // another file of the same size (a copy: new inode, later mtime).
@@ -155,6 +158,9 @@ TEST_F(ServeCatalog, RestartReinspectsExactlyTheChangedMasters) {
   EXPECT_EQ(build_counts(daemon->stderr_text(), 1).reused, 5) << daemon->stderr_text();
   EXPECT_EQ(build_counts(daemon->stderr_text(), 1).inspected, 0);
   EXPECT_EQ(daemon->stop(), 0);
+  EXPECT_NE(fs::last_write_time(cache_files().front()), written);  // the changed run rewrote it
+  const std::string again = run_once();
+  EXPECT_EQ(build_counts(again).reused, 5) << again;
 }
 
 TEST_F(ServeCatalog, CorruptOrTruncatedCacheIsIgnoredAndReplaced) {

@@ -61,6 +61,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -197,7 +198,7 @@ class CatalogService {
   // One build: kept inspections reused, the rest inspected; progress published to partial_.
   catalog::Catalog build_now(catalog::BuildCounts& counts, std::vector<std::string>& masters);
   std::map<std::string, catalog::Acquisition> kept_inspections();
-  void save_cache(std::shared_ptr<const catalog::Catalog> built);
+  void save_cache(std::shared_ptr<const catalog::Catalog> built, std::size_t inspected);
   bool is_condemned(const catalog::Acquisition& acquisition) const {
     return options_.condemned && options_.condemned(acquisition);
   }
@@ -262,6 +263,10 @@ class CatalogService {
   std::atomic<bool> partial_wanted_{false};          // a partial request came during the first build
   std::atomic<std::uint64_t> masters_reused_{0};
   std::atomic<std::uint64_t> masters_inspected_{0};
+  // What the cache file holds (masters, and re-inspections made outside
+  // builds by then): a build that inspected nothing new leaves it as it is.
+  std::set<std::string> cache_file_masters_;
+  std::uint64_t cache_file_inspections_made_ = ~std::uint64_t{0};
   std::mutex cache_writer_mutex_;
   std::thread cache_writer_;
   std::shared_ptr<const catalog::Catalog> sessions_body_catalog_;
