@@ -136,7 +136,7 @@ int run_inspect_worker(const WorkerOptions& options) {
     if (::getppid() != static_cast<pid_t>(options.parent_pid)) return 1;
   }
   std::signal(SIGPIPE, SIG_IGN);
-  // Every H5Fopen callocs libhdf5's metadata cache (about a megabyte). With
+  // Every H5Fopen callocs libhdf5's metadata cache, a large block. With
   // glibc's defaults that block is a fresh mapping, or heap trimmed back to
   // the kernel when freed: each open then page-faults its way through it,
   // which profiling showed to be most of a small master's inspection. Keep
