@@ -6,6 +6,8 @@ find_package(HDF5 REQUIRED COMPONENTS C)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 2.1 REQUIRED)
 find_package(spdlog REQUIRED)
+# zlib: the catalog cache's checksum and gzip bodies of the catalog documents.
+find_package(ZLIB REQUIRED)
 pkg_check_modules(LZ4 REQUIRED IMPORTED_TARGET liblz4)
 pkg_check_modules(FFTW3F REQUIRED IMPORTED_TARGET fftw3f)
 

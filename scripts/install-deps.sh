@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config git
   libhdf5-dev hdf5-tools liblz4-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
   libboost-dev libcpp-httplib-dev libfftw3-dev googletest libgtest-dev curl ca-certificates
+  zlib1g-dev  # the catalog cache's checksum, gzip bodies of the catalog documents
   libsystemd-dev  # sd_notify for the Type=notify user unit (docs/deploy.md)
   python3 python3-numpy)  # numpy: the README's format=npy example
 if [[ "${1:-}" == "--test" ]]; then

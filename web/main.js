@@ -40,6 +40,7 @@ const state = {
   token: takeToken(),
   capabilities: null,
   sessions: [],
+  catalogComplete: true,
   readyToken: null,
   residency: new Map(),  // "session\nfile" -> residency document
   current: null,  // {session, file, entry}
@@ -191,10 +192,13 @@ async function loadCapabilities() {
 
 async function loadSessions(refresh) {
   try {
-    const { body } = await api.request("/api/browse/sessions", refresh ? { refresh: "true" } : {});
+    // partial: while the daemon is still cataloguing, the list known so far (complete: false).
+    const { body } = await api.request("/api/browse/sessions", refresh ? { refresh: "true" } : { partial: "true" });
     state.sessions = body.sessions || [];
+    state.catalogComplete = body.complete !== false;
     renderCatalog();
     pollResidency();
+    if (!state.catalogComplete && !state.stopped) setTimeout(() => loadSessions(false), 1000);
   } catch (error) {
     const text = explainError(error);
     if (text !== null) $("acquisition-list").textContent = `The catalog could not be read: ${text}`;
@@ -216,6 +220,14 @@ async function pollAcquisitions() {
 function renderCatalog() {
   const list = $("acquisition-list");
   list.textContent = "";
+  if (!state.catalogComplete) {
+    const note = document.createElement("p");
+    note.className = "muted";
+    note.id = "cataloguing-note";
+    note.textContent = "Still cataloguing the data folder: the list grows as acquisitions are inspected.";
+    list.appendChild(note);
+    if (!state.sessions.length) return;
+  }
   if (!state.sessions.length) {
     const note = document.createElement("p");
     note.className = "muted";

@@ -6,6 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -226,29 +230,24 @@ std::vector<std::string> discover_masters(const std::string& data_folder, std::v
   return masters;
 }
 
-Catalog build_catalog(const std::string& data_folder) { return build_catalog(data_folder, inspect_master); }
+namespace {
 
-Catalog build_catalog(const std::string& data_folder, const InspectFunction& inspect) {
+// Sessions from the inspected masters (results[i] belongs to masters[i]; a
+// master without a result is left out).
+// With `take`, the results are moved out instead of copied (the final assembly).
+Catalog assemble_catalog(const std::string& root, const std::vector<std::string>& masters,
+                         std::vector<std::optional<Acquisition>>& results, const std::vector<char>* done,
+                         bool take = false) {
   Catalog catalog;
-  catalog.data_folder = absolute_folder(data_folder);
-  const std::string& root = catalog.data_folder;
-
+  catalog.data_folder = root;
   std::map<std::string, Session> by_path;
-  for (const auto& master : discover_masters(root)) {
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    if (done && !(*done)[i]) continue;
+    if (!results[i]) continue;
+    const std::string& master = masters[i];
     const std::string directory = parent_of(master);
     const std::string relative_directory = relative_to(root, directory);
     const std::string session_path = relative_directory.empty() ? "." : relative_directory;
-    Acquisition acquisition;
-    try {
-      acquisition = inspect(master);
-    } catch (const Error& e) {
-      if (e.kind() == ErrorKind::unavailable) throw;
-      spdlog::warn("catalog: skipping {}: {}", master, e.what());
-      continue;
-    } catch (const std::exception& e) {
-      spdlog::warn("catalog: skipping {}: {}", master, e.what());
-      continue;
-    }
     auto [entry, inserted] = by_path.try_emplace(session_path);
     Session& session = entry->second;
     if (inserted) {
@@ -256,9 +255,12 @@ Catalog build_catalog(const std::string& data_folder, const InspectFunction& ins
       session.directory = directory;
       std::tie(session.source, session.date) = source_and_date(root, split_components(relative_directory));
     }
-    session.files.push_back(std::move(acquisition));
+    if (take) {
+      session.files.push_back(std::move(*results[i]));
+    } else {
+      session.files.push_back(*results[i]);
+    }
   }
-
   // std::map orders by plain string order of path, as the reference does.
   for (auto& [path, session] : by_path) {
     std::sort(session.files.begin(), session.files.end(),
@@ -274,6 +276,131 @@ Catalog build_catalog(const std::string& data_folder, const InspectFunction& ins
   for (const auto& [alias, directories] : alias_directories) {
     if (directories.size() == 1) catalog.session_directories.emplace(alias, *directories.begin());
   }
+  return catalog;
+}
+
+// One master's inspection; nullopt (with a warning) when it throws anything
+// but `unavailable`, which is rethrown.
+std::optional<Acquisition> inspect_or_skip(const InspectFunction& inspect, const std::string& master) {
+  try {
+    return inspect(master);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::unavailable) throw;
+    spdlog::warn("catalog: skipping {}: {}", master, e.what());
+  } catch (const std::exception& e) {
+    spdlog::warn("catalog: skipping {}: {}", master, e.what());
+  }
+  return std::nullopt;
+}
+
+// Inspects masters[pending[*]] on `threads` threads; the caller's thread
+// reports progress meanwhile.
+void inspect_in_parallel(const std::string& root, const std::vector<std::string>& masters,
+                         const std::vector<std::size_t>& pending, const InspectFunction& inspect,
+                         const BuildOptions& options, std::vector<std::optional<Acquisition>>& results,
+                         std::vector<char>& done) {
+  std::mutex mutex;
+  std::condition_variable finished;
+  std::size_t next = 0, running = 0;
+  std::exception_ptr failure;
+  auto work = [&] {
+    while (true) {
+      std::size_t index = 0;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (failure || next == pending.size()) break;
+        index = pending[next++];
+      }
+      std::optional<Acquisition> result;
+      try {
+        result = inspect_or_skip(inspect, masters[index]);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!failure) failure = std::current_exception();
+        break;
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      results[index] = std::move(result);
+      done[index] = 1;
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    --running;
+    finished.notify_all();
+  };
+  const std::size_t thread_count = std::max<std::size_t>(1, std::min(options.threads, pending.size()));
+  std::vector<std::thread> threads;
+  running = thread_count;
+  for (std::size_t i = 0; i < thread_count; ++i) threads.emplace_back(work);
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    auto interval = options.progress_interval;
+    while (running > 0) {
+      finished.wait_for(lock, interval, [&] { return running == 0; });
+      if (running == 0 || !options.progress) continue;
+      if (options.progress_wanted && !options.progress_wanted()) continue;
+      const auto started = std::chrono::steady_clock::now();
+      const Catalog partial = assemble_catalog(root, masters, results, &done);
+      // The snapshot copies what is known under the lock the inspecting
+      // threads take: wait at least ten times its cost before the next one.
+      interval = std::max(options.progress_interval, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                         10 * (std::chrono::steady_clock::now() - started)));
+      lock.unlock();
+      try {
+        options.progress(partial);
+      } catch (const std::exception& e) {
+        spdlog::warn("catalog: a progress listener failed: {}", e.what());
+      }
+      lock.lock();
+    }
+  }
+  for (auto& thread : threads) thread.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace
+
+Catalog build_catalog(const std::string& data_folder) { return build_catalog(data_folder, inspect_master); }
+
+Catalog build_catalog(const std::string& data_folder, const InspectFunction& inspect) {
+  return build_catalog(data_folder, inspect, BuildOptions{});
+}
+
+Catalog build_catalog(const std::string& data_folder, const InspectFunction& inspect, const BuildOptions& options,
+                      BuildCounts* counts, std::vector<std::string>* masters_out,
+                      std::vector<UnreadableDirectory>* unreadable) {
+  const std::string root = absolute_folder(data_folder);
+  const std::vector<std::string> masters = discover_masters(root, unreadable);
+  std::vector<std::optional<Acquisition>> results(masters.size());
+  std::vector<char> done(masters.size(), 0);
+  std::vector<std::size_t> pending;
+  if (options.reuse) {
+    // A few stat() calls per master: spread over the build's threads for a large folder.
+    const std::size_t threads = masters.size() >= 1024 ? std::max<std::size_t>(1, options.threads) : 1;
+    std::vector<std::thread> checkers;
+    for (std::size_t t = 1; t < threads; ++t) {
+      checkers.emplace_back([&, t] {
+        for (std::size_t i = t; i < masters.size(); i += threads) results[i] = options.reuse(masters[i]);
+      });
+    }
+    for (std::size_t i = 0; i < masters.size(); i += threads) results[i] = options.reuse(masters[i]);
+    for (auto& checker : checkers) checker.join();
+  }
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    if (results[i]) {
+      done[i] = 1;
+    } else {
+      pending.push_back(i);
+    }
+  }
+  if (counts) *counts = BuildCounts{masters.size() - pending.size(), pending.size()};
+  if (options.progress && !pending.empty()) options.progress(assemble_catalog(root, masters, results, &done));
+  if (options.threads <= 1 && !options.progress) {
+    for (const std::size_t index : pending) results[index] = inspect_or_skip(inspect, masters[index]);
+  } else if (!pending.empty()) {
+    inspect_in_parallel(root, masters, pending, inspect, options, results, done);
+  }
+  Catalog catalog = assemble_catalog(root, masters, results, nullptr, /*take=*/true);
+  if (masters_out) *masters_out = masters;
   return catalog;
 }
 
@@ -314,6 +441,68 @@ nlohmann::ordered_json sessions_document(const Catalog& catalog) {
   document["sessions"] = std::move(sessions);
   document["complete"] = true;
   return document;
+}
+
+namespace {
+
+// A JSON string as dump() writes it (UTF-8 raw, invalid bytes repaired).
+void append_json_string(std::string& out, const std::string& text) {
+  out += nlohmann::ordered_json(repaired_utf8(text)).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+void append_optional_number(std::string& out, const std::optional<double>& value) {
+  out += optional_number(value).dump();
+}
+
+}  // namespace
+
+std::string sessions_document_text(const Catalog& catalog) {
+  std::string out;
+  out.reserve(256 + catalog.sessions.size() * 512);
+  out += "{\"data_folder\":";
+  append_json_string(out, catalog.data_folder);
+  out += ",\"data_folders\":[";
+  append_json_string(out, catalog.data_folder);
+  out += "],\"sessions\":[";
+  bool first_session = true;
+  for (const auto& session : catalog.sessions) {
+    out += first_session ? "{\"path\":" : ",{\"path\":";
+    first_session = false;
+    append_json_string(out, session.path);
+    out += ",\"source\":";
+    append_json_string(out, session.source);
+    out += ",\"date\":";
+    append_json_string(out, session.date);
+    out += ",\"files\":[";
+    bool first_file = true;
+    for (const auto& file : session.files) {
+      out += first_file ? "{\"name\":" : ",{\"name\":";
+      first_file = false;
+      append_json_string(out, file.name);
+      out += ",\"shape\":[" + std::to_string(file.scan_rows) + "," + std::to_string(file.scan_cols) + "," +
+             std::to_string(file.detector_rows) + "," + std::to_string(file.detector_cols) + "]";
+      out += ",\"dtype\":";
+      out += file.dtype ? "\"" + std::string(dtype_name(*file.dtype)) + "\"" : std::string("null");
+      out += file.scan_sampling_A && std::isfinite(*file.scan_sampling_A) ? ",\"cal\":\"ok\"" : ",\"cal\":\"un\"";
+      out += ",\"size\":";
+      append_json_string(out, format_size(file.size_bytes));
+      out += ",\"size_bytes\":" + std::to_string(file.size_bytes);
+      const char* loadable = file.status.loadable ? "true" : "false";
+      out += std::string(",\"loadable\":") + loadable + ",\"load_status\":{\"loadable\":" + loadable + ",\"reason\":";
+      append_json_string(out, file.status.reason);
+      out += ",\"action\":";  // not repaired first, as sessions_document() leaves it
+      out += nlohmann::ordered_json(file.status.action)
+                 .dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+      out += "},\"scan_sampling_A\":";
+      append_optional_number(out, file.scan_sampling_A);
+      out += ",\"k_pixel_size_mrad\":";
+      append_optional_number(out, file.k_pixel_size_mrad);
+      out += ",\"has_ssb\":false}";
+    }
+    out += "]}";
+  }
+  out += "],\"complete\":true}";
+  return out;
 }
 
 std::string format_size(std::uint64_t bytes) {

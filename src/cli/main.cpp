@@ -107,8 +107,12 @@ Command add_catalog(CLI::App& app) {
   command->add_option("data_folder", *folder, "Data folder")->required();
   return {command, [folder] {
             // Like the daemon: libhdf5 runs on the folder's masters in the inspector only.
-            quantem::inspector::Inspector inspector;
-            const auto catalog = quantem::catalog::build_catalog(*folder, inspector.inspect_function());
+            quantem::inspector::InspectorOptions inspector_options;
+            inspector_options.workers = quantem::inspector::default_inspect_workers();
+            quantem::inspector::Inspector inspector(inspector_options);
+            quantem::catalog::BuildOptions build;
+            build.threads = inspector.workers();
+            const auto catalog = quantem::catalog::build_catalog(*folder, inspector.inspect_function(), build);
             std::cout << quantem::catalog::sessions_document(catalog).dump() << "\n";
             return exit_status::ok;
           }};
@@ -119,6 +123,7 @@ Command add_inspect_worker(CLI::App& app) {
   auto* command = app.add_subcommand("inspect-worker", "Internal: the master inspector that serve and catalog start "
                                                        "(JSON lines on stdin/stdout, decision 0012)");
   command->add_option("--address-space-limit", options->address_space_limit_bytes, "RLIMIT_AS in bytes (0: unchanged)");
+  command->add_option("--parent-pid", options->parent_pid, "Exit with this process (0: not checked)");
   command->group("");  // not listed in --help
   return {command, [options] { return quantem::inspector::run_inspect_worker(*options); }};
 }

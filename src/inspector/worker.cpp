@@ -1,11 +1,14 @@
 #include "quantem/inspector/worker.hpp"
 
+#include <malloc.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -53,8 +56,21 @@ const std::string& hang_on() {
   static const std::string name = env_or_empty("QUANTEM_TEST_INSPECTOR_HANG_ON");
   return name;
 }
+// NAME:MARKER: abort() when asked about NAME unless MARKER exists, creating it first.
+const std::string& abort_once_on() {
+  static const std::string spec = env_or_empty("QUANTEM_TEST_INSPECTOR_ABORT_ONCE");
+  return spec;
+}
 void run_test_hooks(const std::string& path) {
   if (!abort_on().empty() && base_name(path) == abort_on()) std::abort();
+  if (const auto colon = abort_once_on().find(':'); colon != std::string::npos) {
+    const std::string marker = abort_once_on().substr(colon + 1);
+    if (base_name(path) == abort_once_on().substr(0, colon) && ::access(marker.c_str(), F_OK) != 0) {
+      std::FILE* created = std::fopen(marker.c_str(), "w");
+      if (created) std::fclose(created);
+      std::abort();
+    }
+  }
   if (!hang_on().empty() && base_name(path) == hang_on()) {
     while (true) std::this_thread::sleep_for(std::chrono::hours(1));
   }
@@ -109,7 +125,20 @@ int run_inspect_worker(const WorkerOptions& options) {
   // Ctrl-C in a terminal reaches the whole process group: the daemon shuts
   // down and closes our stdin, which ends this loop.
   std::signal(SIGINT, SIG_IGN);
+  if (options.parent_pid > 0) {
+    // A worker blocked in a read (a hung network mount, a FIFO) never sees its
+    // input end, so it must not outlive a daemon that was SIGKILLed.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != static_cast<pid_t>(options.parent_pid)) return 1;
+  }
   std::signal(SIGPIPE, SIG_IGN);
+  // Every H5Fopen callocs libhdf5's metadata cache, a large block. With
+  // glibc's defaults that block is a fresh mapping, or heap trimmed back to
+  // the kernel when freed: each open then page-faults its way through it,
+  // which profiling showed to be most of a small master's inspection. Keep
+  // freed memory mapped for the next open.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 128 << 20);
   if (options.address_space_limit_bytes != 0) {
     const rlimit limit{options.address_space_limit_bytes, options.address_space_limit_bytes};
     if (::setrlimit(RLIMIT_AS, &limit) != 0) {

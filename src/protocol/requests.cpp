@@ -316,4 +316,13 @@ bool parse_sessions_refresh(const QueryParams& params) {
   return refresh;
 }
 
+SessionsQuery parse_sessions_query(const QueryParams& params) {
+  QueryReader reader(params);
+  SessionsQuery query;
+  query.refresh = reader.bool_or("refresh", false);
+  query.partial = reader.bool_or("partial", false);
+  reader.finish();
+  return query;
+}
+
 }  // namespace quantem::protocol

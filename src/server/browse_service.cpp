@@ -1,4 +1,5 @@
 #include "quantem/server/browse_service.hpp"
+#include "quantem/server/document_response.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -442,13 +443,13 @@ HttpResponse BrowseService::capabilities(const HttpRequest&, const QueryParams&,
   return HttpResponse::json(200, protocol::capabilities_document(input));
 }
 
-HttpResponse BrowseService::sessions(const HttpRequest&, const QueryParams& query, RequestTiming&) {
-  const bool refresh = protocol::parse_sessions_refresh(query);
-  return HttpResponse::json(200, catalog_.sessions_document(refresh));
+HttpResponse BrowseService::sessions(const HttpRequest& request, const QueryParams& query, RequestTiming&) {
+  const auto parsed = protocol::parse_sessions_query(query);
+  return document_response(request, *catalog_.sessions_body(parsed.refresh, parsed.partial));
 }
 
-HttpResponse BrowseService::acquisitions(const HttpRequest&, const QueryParams&, RequestTiming&) {
-  return HttpResponse::json(200, catalog_.acquisitions_document());
+HttpResponse BrowseService::acquisitions(const HttpRequest& request, const QueryParams&, RequestTiming&) {
+  return document_response(request, *catalog_.acquisitions_body());
 }
 
 // ---- products -----------------------------------------------------------------

@@ -10,9 +10,12 @@
 #include <cstring>
 #include <ctime>
 #include <set>
+#include <unordered_set>
 
 #include <spdlog/spdlog.h>
+#include <zlib.h>
 
+#include "quantem/catalog/catalog_cache.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/core/text.hpp"
 #include "quantem/protocol/documents.hpp"
@@ -81,6 +84,7 @@ CatalogService::~CatalogService() {
     walker = std::move(walker_);
   }
   if (walker.joinable()) walker.join();
+  wait_for_cache_write();
 }
 
 void CatalogService::stop_watching() {
@@ -308,12 +312,16 @@ std::uint64_t CatalogService::builds() const {
 CatalogService::Walk CatalogService::walk_folder() const {
   Walk walk;
   walk.masters = catalog::discover_masters(data_folder_, &walk.unreadable);
+  drop_data_folder(walk);
+  return walk;
+}
+
+void CatalogService::drop_data_folder(Walk& walk) const {
   // The folder itself is reported as `stale` (check_data_folder).
   const std::string root = catalog::absolute_folder(data_folder_);
   walk.unreadable.erase(std::remove_if(walk.unreadable.begin(), walk.unreadable.end(),
                                        [&](const catalog::UnreadableDirectory& d) { return d.path == root; }),
                         walk.unreadable.end());
-  return walk;
 }
 
 void CatalogService::set_masters_locked(Walk walk) {
@@ -334,9 +342,10 @@ void CatalogService::set_masters_locked(Walk walk) {
   unreadable_ = std::move(walk.unreadable);
   walked_ = true;
   last_walk_ = std::chrono::steady_clock::now();
-  // Forget inspections of masters that disappeared.
+  // Forget inspections of masters that disappeared (a set: a folder holds tens of thousands).
+  const std::unordered_set<std::string> present(masters_.begin(), masters_.end());
   for (auto it = inspections_.begin(); it != inspections_.end();) {
-    if (std::find(masters_.begin(), masters_.end(), it->first) == masters_.end()) {
+    if (present.count(it->first) == 0) {
       it = inspections_.erase(it);
     } else {
       ++it;
@@ -404,14 +413,21 @@ std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
   std::shared_ptr<const catalog::Catalog> built;
   Walk walk;
   std::optional<std::string> error;
+  catalog::BuildCounts counts;
   try {
     const auto started = std::chrono::steady_clock::now();
-    built = std::make_shared<const catalog::Catalog>(options_.build ? options_.build(data_folder_)
-                                                                    : catalog::build_catalog(data_folder_, options_.inspect));
-    walk = walk_folder();
+    if (options_.build) {
+      built = std::make_shared<const catalog::Catalog>(options_.build(data_folder_));
+      walk = walk_folder();
+    } else {
+      built = std::make_shared<const catalog::Catalog>(build_now(counts, walk));
+    }
     std::size_t files = 0;
     for (const auto& session : built->sessions) files += session.files.size();
-    spdlog::info("catalog of {}: {} sessions, {} masters in {:.3f} s", data_folder_, built->sessions.size(), files,
+    masters_reused_ += counts.reused;
+    masters_inspected_ += counts.inspected;
+    spdlog::info("catalog of {}: {} sessions, {} masters ({} reused, {} inspected) in {:.3f} s", data_folder_,
+                 built->sessions.size(), files, counts.reused, counts.inspected,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   } catch (const std::exception& e) {
     error = e.what();
@@ -420,6 +436,7 @@ std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
 
   lock.lock();
   building_ = false;
+  partial_.reset();
   ++build_attempts_;
   if (built) {
     catalog_ = built;
@@ -437,6 +454,11 @@ std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
     last_build_ = std::chrono::steady_clock::now();
   }
   build_done_.notify_all();
+  if (built && !options_.build) {
+    lock.unlock();
+    save_cache(built, counts.inspected);
+    lock.lock();
+  }
   if (!built) {
     if (catalog_) return catalog_;  // keep serving the previous catalog
     throw Error(ErrorKind::io, "building the catalog failed: " + error.value_or("unknown error"));
@@ -444,7 +466,20 @@ std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
   return catalog_;
 }
 
-nlohmann::ordered_json CatalogService::sessions_document(bool refresh) {
+nlohmann::ordered_json CatalogService::sessions_document(bool refresh, bool partial) {
+  if (partial && !refresh) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!catalog_ && building_) {
+      partial_wanted_ = true;  // the build reports its progress from now on
+      const auto known = partial_;
+      lock.unlock();
+      catalog::Catalog empty;
+      empty.data_folder = catalog::absolute_folder(data_folder_);
+      auto document = catalog::sessions_document(known ? *known : empty);
+      document["complete"] = false;
+      return document;
+    }
+  }
   auto document = catalog::sessions_document(*(refresh ? refreshed_catalog() : catalog(false)));
   if (const auto reason = check_data_folder()) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -561,6 +596,174 @@ std::string CatalogService::metrics_text() const {
           "# TYPE quantem_watch_folder_refollows_total counter\n"
           "quantem_watch_folder_refollows_total " + std::to_string(w.refollows) + "\n";
   return text;
+
+std::shared_ptr<const DocumentBody> CatalogService::sessions_body(bool refresh, bool partial) {
+  if (partial && !refresh) {
+    // What is known so far changes with every progress report: not kept.
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!catalog_ && building_) {
+      lock.unlock();
+      return std::make_shared<const DocumentBody>(sessions_document(false, true).dump());
+    }
+  }
+  const auto current = refresh ? refreshed_catalog() : catalog(false);
+  const auto stale = check_data_folder();
+  const CatalogHealth now = health();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (now.unreadable.empty() && sessions_body_ && sessions_body_catalog_ == current &&
+        sessions_body_stale_ == stale) {
+      return sessions_body_;
+    }
+  }
+  // Kept until the catalog or its staleness changes: an unchanged poll costs a comparison.
+  std::string text = catalog::sessions_document_text(*current);
+  if (stale || !now.unreadable.empty()) {
+    nlohmann::ordered_json added;
+    if (stale) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      added["stale"] = true;
+      added["stale_reason"] = *stale;
+      added["stale_since"] = stale_since_;
+    }
+    if (!now.unreadable.empty()) {
+      const std::string root = catalog::absolute_folder(data_folder_);
+      nlohmann::ordered_json folders = nlohmann::ordered_json::array();
+      for (const auto& directory : now.unreadable) {
+        folders.push_back({{"path", relative_to_folder(root, directory.path)}, {"reason", directory.reason}});
+      }
+      added["unreadable_folders"] = std::move(folders);
+    }
+    // The added keys follow "complete", as sessions_document() orders them.
+    const std::string members = added.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    text.pop_back();
+    text += "," + members.substr(1);
+  }
+  auto body = std::make_shared<const DocumentBody>(std::move(text));
+  if (!now.unreadable.empty()) return body;  // rare: not kept, the folders' state is read at every poll
+  std::lock_guard<std::mutex> lock(mutex_);
+  sessions_body_catalog_ = current;
+  sessions_body_stale_ = stale;
+  sessions_body_ = body;
+  return body;
+}
+
+std::shared_ptr<const DocumentBody> CatalogService::acquisitions_body() {
+  return std::make_shared<const DocumentBody>(
+      acquisitions_document().dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+}
+
+std::map<std::string, catalog::Acquisition> CatalogService::kept_inspections() {
+  std::map<std::string, catalog::Acquisition> kept;
+  bool read_file = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (catalog_) {
+      // The newest inspection of each master: re-inspections since the build,
+      // then the acquisitions poll's, then the catalog's (each copied once).
+      kept = fresh_;
+      for (const auto& [path, acquisition] : inspections_) kept.emplace(path, acquisition);
+      for (const auto& session : catalog_->sessions)
+        for (const auto& acquisition : session.files) kept.emplace(acquisition.master_path, acquisition);
+      return kept;
+    }
+    read_file = !cache_file_read_ && !options_.cache_path.empty();
+    cache_file_read_ = true;
+  }
+  if (!read_file) return kept;
+  auto contents = catalog::read_catalog_cache(options_.cache_path, catalog::absolute_folder(data_folder_));
+  if (contents.problem.empty()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cache_file_masters_.clear();
+    for (const auto& [path, acquisition] : contents.entries) cache_file_masters_.insert(path);
+    cache_file_inspections_made_ = inspections_made_;
+  }
+  if (!contents.problem.empty()) {
+    spdlog::warn("catalog cache {} ignored (it is replaced after this build): {}", options_.cache_path,
+                 contents.problem);
+  } else if (contents.entries.empty()) {
+    spdlog::info("catalog cache {}: none yet (written after this build)", options_.cache_path);
+  } else {
+    spdlog::info("catalog cache {}: {} masters known", options_.cache_path, contents.entries.size());
+  }
+  return std::move(contents.entries);
+}
+
+catalog::Catalog CatalogService::build_now(catalog::BuildCounts& counts, Walk& walk) {
+  if (options_.forget_inspection_failures) options_.forget_inspection_failures();
+  auto kept = kept_inspections();
+  catalog::BuildOptions build;
+  build.threads = std::max<std::size_t>(1, options_.inspect_threads);
+  build.reuse = [&](const std::string& master) -> std::optional<catalog::Acquisition> {
+    auto it = kept.find(master);
+    if (it == kept.end() || is_condemned(it->second) || !catalog::signature_unchanged(it->second.signature)) {
+      return std::nullopt;
+    }
+    return std::move(it->second);
+  };
+  build.progress_wanted = [this] { return partial_wanted_.load(); };
+  build.progress = [this](const catalog::Catalog& partial) {
+    auto known = std::make_shared<const catalog::Catalog>(partial);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!catalog_) partial_ = std::move(known);
+  };
+  catalog::Catalog built = catalog::build_catalog(data_folder_, options_.inspect, build, &counts, &walk.masters,
+                                                  &walk.unreadable);
+  drop_data_folder(walk);
+  return built;
+}
+
+void CatalogService::save_cache(std::shared_ptr<const catalog::Catalog> built, std::size_t inspected) {
+  if (options_.cache_path.empty()) return;
+  std::set<std::string> masters;
+  for (const auto& session : built->sessions)
+    for (const auto& acquisition : session.files)
+      if (!is_condemned(acquisition)) masters.insert(acquisition.master_path);
+  const std::uint64_t made = inspections_made_;
+  {
+    // Nothing inspected by this build or since the file was written, the same masters: the file is current.
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (inspected == 0 && made == cache_file_inspections_made_ && masters == cache_file_masters_) return;
+  }
+  std::lock_guard<std::mutex> writer(cache_writer_mutex_);
+  if (cache_writer_.joinable()) cache_writer_.join();
+  cache_writer_ = std::thread([this, built = std::move(built), masters = std::move(masters), made]() mutable {
+    pthread_setname_np(pthread_self(), "quantem-cache");
+    std::vector<const catalog::Acquisition*> kept;
+    for (const auto& session : built->sessions)
+      for (const auto& acquisition : session.files)
+        if (!is_condemned(acquisition)) kept.push_back(&acquisition);
+    try {
+      const auto started = std::chrono::steady_clock::now();
+      catalog::write_catalog_cache(options_.cache_path, built->data_folder, kept);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        cache_file_masters_ = std::move(masters);
+        cache_file_inspections_made_ = made;
+      }
+      spdlog::debug("catalog cache {} written ({} masters) in {:.3f} s", options_.cache_path, kept.size(),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    } catch (const std::exception& error) {
+      spdlog::warn("the catalog cache was not written (the next start inspects every master): {}", error.what());
+    }
+  });
+}
+
+void CatalogService::wait_for_cache_write() {
+  std::lock_guard<std::mutex> writer(cache_writer_mutex_);
+  if (cache_writer_.joinable()) cache_writer_.join();
+}
+
+bool CatalogService::retry_condemned(const catalog::Acquisition& acquisition) {
+  if (!options_.forget_inspection_failure || !is_condemned(acquisition)) return false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto now = std::chrono::steady_clock::now();
+    auto [it, inserted] = condemned_retries_.try_emplace(acquisition.master_path, now);
+    if (!inserted && now - it->second < options_.condemned_retry_interval) return false;
+    it->second = now;
+  }
+  return options_.forget_inspection_failure(acquisition.master_path);
 }
 
 std::shared_ptr<const catalog::Catalog> CatalogService::rebuild_for_unknown_name() {
@@ -644,9 +847,11 @@ std::shared_ptr<const catalog::Acquisition> CatalogService::resolve_shared(const
     if (fresh != fresh_.end()) acquisition = fresh->second;
   }
   ++signature_restats_;
+  const bool retry = retry_condemned(acquisition);
+  if (retry) spdlog::info("{} was condemned by the inspector; trying it again", acquisition.master_path);
   const auto stat_time = std::chrono::steady_clock::now();
-  if (catalog::restat_signature(acquisition.signature) != acquisition.signature) {
-    spdlog::info("{} changed since its inspection; inspecting it again", acquisition.master_path);
+  if (retry || catalog::restat_signature(acquisition.signature) != acquisition.signature) {
+    if (!retry) spdlog::info("{} changed since its inspection; inspecting it again", acquisition.master_path);
     acquisition = options_.inspect(acquisition.master_path);
     ++inspections_made_;
     std::lock_guard<std::mutex> lock(mutex_);
@@ -719,6 +924,35 @@ nlohmann::ordered_json CatalogService::acquisitions_document() {
   }
   mark_files_being_written(inspections);
   return protocol::acquisitions_document(inspections);
+}
+
+DocumentBody::DocumentBody(std::string json)
+    : json_(std::make_shared<const std::string>(std::move(json))),
+      etag_("\"" + protocol::digest_hex24(*json_) + "\"") {}
+
+std::shared_ptr<const std::string> DocumentBody::gzip() const {
+  std::lock_guard<std::mutex> lock(gzip_mutex_);
+  if (!gzip_) gzip_ = std::make_shared<const std::string>(gzip_compress(*json_, 6));
+  return gzip_;
+}
+
+std::string gzip_compress(std::string_view bytes, int level) {
+  z_stream stream{};
+  // windowBits 15 + 16: a gzip header and trailer instead of zlib's.
+  if (deflateInit2(&stream, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    throw Error(ErrorKind::internal, "zlib: deflateInit2 failed");
+  }
+  std::string out(deflateBound(&stream, static_cast<uLong>(bytes.size())), '\0');
+  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+  stream.avail_in = static_cast<uInt>(bytes.size());
+  stream.next_out = reinterpret_cast<Bytef*>(out.data());
+  stream.avail_out = static_cast<uInt>(out.size());
+  const int result = deflate(&stream, Z_FINISH);
+  const auto produced = stream.total_out;
+  deflateEnd(&stream);
+  if (result != Z_STREAM_END) throw Error(ErrorKind::internal, "zlib: deflate did not finish");
+  out.resize(produced);
+  return out;
 }
 
 }  // namespace quantem::server

@@ -91,6 +91,11 @@ void add_serve_options(CLI::App& serve, ServeOptions& options) {
   serve.add_option("--inspect-timeout", options.inspect_timeout_seconds,
                    "Seconds the master inspector may take for one master before it is stopped and the master "
                    "reported not loadable (default 10)");
+  serve.add_option("--inspect-workers", options.inspect_workers,
+                   "Inspector worker processes: masters inspected at once (default 0: one per core, at most 8)");
+  serve.add_option("--catalog-cache", options.catalog_cache,
+                   "The catalog cache file, or 'off' (default: $XDG_CACHE_HOME or ~/.cache, "
+                   "quantem-gpu/catalog-<hash of the data folder>.bin)");
   serve.add_option("--auth", options.auth,
                    "none (default) or token (from $QUANTEM_GPU_TOKEN, $QUANTEM_GPU_TOKEN_FILE, else generated; "
                    "written to the 0600 runtime file)");
@@ -402,7 +407,7 @@ struct DaemonWiring {
         inspector(inspector_options(settings)),
         shard_storage(inspector),
         residency(*backend, residency_options(settings)),
-        catalog(settings.data_folder, catalog_options(inspector)),
+        catalog(settings.data_folder, catalog_options(settings, inspector)),
         exports(export_config(settings), residency, catalog),
         service(browse_config(settings, token), *backend, residency, catalog, metrics),
         http(service.http_service(), http_options(settings)) {
@@ -419,11 +424,21 @@ struct DaemonWiring {
     inspector::InspectorOptions options;
     options.deadline = settings.inspect_timeout;
     options.storage_deadline = std::max(options.storage_deadline, settings.inspect_timeout);
+    options.workers = settings.inspect_workers;
     return options;
   }
-  static CatalogServiceOptions catalog_options(inspector::Inspector& inspector) {
+  static CatalogServiceOptions catalog_options(const ServeSettings& settings, inspector::Inspector& inspector) {
     CatalogServiceOptions options = watching_catalog_options();
     options.inspect = inspector.inspect_function();
+    options.inspect_threads = inspector.workers();
+    options.cache_path = settings.catalog_cache;
+    options.forget_inspection_failures = [&inspector] { inspector.forget_failures(); };
+    options.forget_inspection_failure = [&inspector](const std::string& master) {
+      return inspector.forget_failure(master);
+    };
+    options.condemned = [](const catalog::Acquisition& acquisition) {
+      return acquisition.status.reason == inspector::stopped_reason(acquisition.master_path);
+    };
     return options;
   }
   static residency::ResidencyOptions residency_options(const ServeSettings& settings) {
@@ -735,6 +750,8 @@ void shut_down_in_order(DaemonWiring& daemon, BackgroundThreads& threads, Catalo
   daemon.http.stop();
   rescans.stop();
   daemon.catalog.stop_watching();
+  // Requests waiting on a worker (a hung read) end now, not at their deadline.
+  daemon.inspector.shutdown();
   // The residency first: an export job waiting for its source's load is
   // released (unavailable) instead of holding the shutdown for the load.
   daemon.residency.shutdown();

@@ -9,6 +9,8 @@
 
 #include "quantem/catalog/catalog.hpp"
 #include "quantem/core/text.hpp"
+#include "quantem/catalog/catalog_cache.hpp"
+#include "quantem/inspector/inspector.hpp"
 #include "quantem/core/version.hpp"
 #include "quantem/server/security.hpp"
 
@@ -263,6 +265,9 @@ ServeSettings validate_serve_options(const ServeOptions& options) {
     throw ServeUsageError("--inspect-timeout must be between 0.05 and 3600 seconds");
   }
   settings.inspect_timeout = std::chrono::milliseconds(std::llround(options.inspect_timeout_seconds * 1000));
+  if (options.inspect_workers < 0 || options.inspect_workers > 256) throw ServeUsageError("--inspect-workers must be between 0 and 256");
+  settings.inspect_workers = options.inspect_workers == 0 ? inspector::default_inspect_workers()
+                                                          : static_cast<std::size_t>(options.inspect_workers);
   // Absolute, so the runtime file and the logs name it wherever they are read.
   if (!options.unix_socket.empty()) settings.unix_socket = std::filesystem::absolute(options.unix_socket).lexically_normal().string();
   settings.data_folder = catalog::absolute_folder(options.data_folder);
@@ -272,6 +277,9 @@ ServeSettings validate_serve_options(const ServeOptions& options) {
     }
     settings.export_dir = std::filesystem::absolute(options.export_dir).lexically_normal().string();
   }
+  settings.catalog_cache = options.catalog_cache == "off"  ? std::string()
+                           : options.catalog_cache.empty() ? catalog::default_catalog_cache_path(settings.data_folder)
+                                                           : catalog::absolute_folder(options.catalog_cache);
   settings.implementation_revision = resolve_implementation_revision(options.implementation_revision);
   settings.log_level = validate_log_level(options.log_level);
   settings.exit_on_stdin_close = options.exit_on_stdin_close;

@@ -57,13 +57,15 @@ def missing_tools():
 class Daemon:
     """The real binary on an ephemeral port; stderr kept for inspection."""
 
-    def __init__(self, data_dir, work_dir, extra_args=(), env=None):
+    def __init__(self, data_dir, work_dir, extra_args=(), env=None, wait_ready=True):
         self.port_file = os.path.join(work_dir, f"port-{len(os.listdir(work_dir))}")
         self.log_path = self.port_file + ".log"
         self.log = open(self.log_path, "wb")
         runtime = os.path.join(work_dir, "runtime")
         os.makedirs(runtime, mode=0o700, exist_ok=True)
-        environment = dict(os.environ, QUANTEM_GPU_RUNTIME_DIR=runtime, **(env or {}))
+        # The catalog cache goes to this run's folder, not the user's.
+        environment = dict(os.environ, QUANTEM_GPU_RUNTIME_DIR=runtime, XDG_CACHE_HOME=os.path.join(work_dir, "cache"),
+                           **(env or {}))
         self.process = subprocess.Popen(
             [ARGS.binary, "serve", data_dir, "--backend", "cpu", "--port", "0", "--port-file", self.port_file,
              "--device-budget", "1GiB", *extra_args],
@@ -76,7 +78,7 @@ class Daemon:
         with open(self.port_file) as port_file:
             self.port = int(port_file.read().strip())
         self.url = f"http://127.0.0.1:{self.port}/"
-        while True:  # ready: catalog built
+        while wait_ready:  # ready: catalog built
             try:
                 with urllib.request.urlopen(self.url + "api/health/ready", timeout=5) as response:
                     if response.status == 200:
@@ -486,6 +488,36 @@ class ViewerExport(BrowserCase):
                              " return t.classList.contains('error-text') ? t.textContent : null; })()",
                              "the collision message")
         self.assertIn("already exists", text)
+class ViewerWhileCataloguing(BrowserCase):
+    """The first catalog build is held by a master whose inspection hangs
+    until its deadline: the page lists what is known with a note, then the
+    whole catalog without it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.work = tempfile.mkdtemp(prefix="quantem-viewer-test-")
+        cls.data = os.path.join(cls.work, "data")
+        for prefix in ("demo", "zz"):
+            subprocess.run([ARGS.binary, "synth", os.path.join(cls.data, SESSION), "--prefix", prefix, "--scan", "4x4",
+                            "--detector", "8x8"], check=True, stdout=subprocess.DEVNULL)
+        cls.daemon = Daemon(cls.data, cls.work, ("--inspect-workers", "1", "--inspect-timeout", "15"),
+                            {"QUANTEM_TEST_INSPECTOR_HANG_ON": "zz_master.h5"}, wait_ready=False)
+        cls.driver = start_browser(os.path.join(cls.work, "profile"))
+        cls.driver.set_script_timeout(30)
+
+    def test_1_a_growing_list_with_a_note(self):
+        self.open_page()
+        note = self.wait_for("(() => { const n = document.getElementById('cataloguing-note');"
+                             " return n && document.querySelector('.acquisition') ? n.textContent : null; })()",
+                             "the partial list and its note", timeout=20)
+        self.assertIn("Still cataloguing", note)
+        names = self.driver.execute_script(
+            "return [...document.querySelectorAll('.acquisition')].map(b => b.dataset.file);")
+        self.assertEqual(names, ["demo_master.h5"])
+        self.screenshot("10-still-cataloguing")
+        self.wait_for("!document.getElementById('cataloguing-note')"
+                      " && document.querySelectorAll('.acquisition').length === 2",
+                      "the whole catalog without the note", timeout=30)
 
 
 class ViewerWithToken(BrowserCase):

@@ -99,6 +99,8 @@ std::unique_ptr<Daemon> Daemon::start(const std::string& data_folder, const std:
   arguments.insert(arguments.end(), extra_arguments.begin(), extra_arguments.end());
   auto environment = env;
   if (!environment.count("QUANTEM_GPU_RUNTIME_DIR")) environment["QUANTEM_GPU_RUNTIME_DIR"] = daemon->runtime_dir_.path();
+  // The catalog cache goes to a folder of this daemon's unless the test names one.
+  if (!environment.count("XDG_CACHE_HOME")) environment["XDG_CACHE_HOME"] = daemon->cache_dir_.path();
   daemon->pid_ = spawn(arguments, environment, daemon->files_.file("stdout"), daemon->files_.file("stderr"));
 
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -141,6 +143,8 @@ std::unique_ptr<Daemon> Daemon::start_unix(const std::string& data_folder, const
   arguments.insert(arguments.end(), extra_arguments.begin(), extra_arguments.end());
   auto environment = env;
   if (!environment.count("QUANTEM_GPU_RUNTIME_DIR")) environment["QUANTEM_GPU_RUNTIME_DIR"] = daemon->runtime_dir_.path();
+  // The catalog cache goes to a folder of this daemon's unless the test names one.
+  if (!environment.count("XDG_CACHE_HOME")) environment["XDG_CACHE_HOME"] = daemon->cache_dir_.path();
   daemon->pid_ = spawn(arguments, environment, daemon->files_.file("stdout"), daemon->files_.file("stderr"));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (true) {

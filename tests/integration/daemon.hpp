@@ -68,6 +68,7 @@ class Daemon {
   int exit_code_ = -1;
   TempDir files_;
   TempDir runtime_dir_;
+  TempDir cache_dir_;  // $XDG_CACHE_HOME unless the test sets it
 };
 
 }  // namespace quantem::test

@@ -2,8 +2,11 @@
 // The catalog of a data folder: sessions (directories that directly contain
 // masters) and their acquisitions, with the reference's discovery, exclusion,
 // ordering and alias rules (docs/protocol.md, 'Masters, sessions and readiness').
+#include <chrono>
+#include <cstddef>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,11 +62,48 @@ using InspectFunction = std::function<Acquisition(const std::string& master_path
 Catalog build_catalog(const std::string& data_folder);
 Catalog build_catalog(const std::string& data_folder, const InspectFunction& inspect);
 
+struct BuildOptions {
+  // Inspections run on this many threads at once (1: on the caller's thread);
+  // `inspect` must then be thread-safe (the inspector's worker pool is).
+  std::size_t threads = 1;
+  // A kept inspection of the master that is still current (its signature
+  // stats the same), or nullopt: the master is inspected. Called from up to
+  // `threads` threads at once (each master once).
+  std::function<std::optional<Acquisition>(const std::string& master_path)> reuse;
+  // Called on the caller's thread with the catalog of what is known so far:
+  // once after the kept inspections, then at most every progress_interval.
+  std::function<void(const Catalog& partial)> progress;
+  std::chrono::milliseconds progress_interval{250};
+  // When set, the reports after the first are made only while it returns
+  // true (a snapshot copies everything known: only when someone looks).
+  std::function<bool()> progress_wanted;
+};
+
+struct BuildCounts {
+  std::size_t reused = 0;     // masters answered by options.reuse
+  std::size_t inspected = 0;  // masters inspected
+};
+
+// build_catalog with kept inspections, parallel inspection and progress; the
+// same catalog as the sequential build. A quantem::Error of kind
+// `unavailable` from any inspection ends the build (the others stop taking
+// masters) and is rethrown.
+// `masters` and `unreadable`, when given, receive the walk's masters and the
+// folders it could not list (discover_masters), so the caller need not walk
+// the folder again.
+Catalog build_catalog(const std::string& data_folder, const InspectFunction& inspect, const BuildOptions& options,
+                      BuildCounts* counts = nullptr, std::vector<std::string>* masters = nullptr,
+                      std::vector<UnreadableDirectory>* unreadable = nullptr);
+
 // The JSON document of GET /api/browse/sessions (docs/protocol.md, '3. Routes') with the
 // reference's key order, byte-compatible when dumped with dump() (compact
 // separators). Text that is not valid UTF-8 is repaired with U+FFFD so dump()
 // never throws (discovery already skips undecodable names).
 nlohmann::ordered_json sessions_document(const Catalog& catalog);
+// The same document as compact text, byte for byte sessions_document(c).dump()
+// with error_handler_t::replace, written without building the JSON tree (a
+// folder of tens of thousands of masters).
+std::string sessions_document_text(const Catalog& catalog);
 
 // Python-compatible human size: "0 B", "1023 B", "1.0 KB", "9.6 KB", ...
 std::string format_size(std::uint64_t bytes);

@@ -7,28 +7,49 @@
 // (one JSON line each way, wire.hpp).
 //
 // Supervision:
+//  - a pool of options.workers workers (the daemon: bounded by the cores and
+//    --inspect-workers); each request takes a free worker, so one slow or
+//    hung file occupies one worker and the others keep answering;
 //  - every request has a deadline (options.deadline; a shard's storage:
 //    options.storage_deadline);
-//  - when the worker dies, misses the deadline or breaks the protocol, the
-//    master in flight is reported not loadable with the reason
+//  - a worker that dies or breaks the protocol while inspecting a master is
+//    a strike against that master: the master is tried again at once on a
+//    fresh worker, and only options.strikes_to_condemn strikes in a row (at
+//    one signature) condemn it. A worker killed from outside (an OOM killer,
+//    an operator) therefore costs nothing; a master that crashes libhdf5
+//    every time is condemned on its second crash. A missed deadline condemns
+//    at once (a retry would double the stall);
+//  - a condemned master is reported not loadable with the reason
 //    "master file is not readable HDF5: PATH (the inspector stopped on this
 //    file)", and remembered by the master's own signature: asked again, the
 //    inspector answers the same without a worker until the master file
-//    changes (size, times, inode). A master that crashes the worker through a
-//    linked file is retried only when the master itself changes;
-//  - the worker is restarted on the next request, never more often than once
-//    per options.restart_interval; a worker that does not start (no hello
-//    line within the deadline, three times in a row) makes inspect() throw
-//    quantem::Error (unavailable) without remembering the master;
-//  - the worker runs with RLIMIT_AS = options.address_space_limit_bytes.
-// The same worker reads the libhdf5 facts build_frame_index needs about each
+//    changes (size, times, inode), forget_failures() is called (a catalog
+//    refresh) or forget_failure(master) is (a load asked for by a user);
+//  - a worker is restarted on the next request, never more often than once
+//    per options.restart_interval per pool slot; a worker that does not start
+//    (no hello line within the deadline, three times in a row) makes
+//    inspect() throw quantem::Error (unavailable) without remembering the
+//    master;
+//  - workers are spawned from one long-lived thread of the inspector and ask
+//    the kernel for SIGKILL when that thread's process goes (PR_SET_PDEATHSIG,
+//    checked against the expected parent after), so a SIGKILLed daemon leaves
+//    no worker behind;
+//  - shutdown() stops every worker at once, including those in the middle of
+//    a request (their callers get quantem::Error unavailable at once), so a
+//    hung read never holds up the daemon's shutdown;
+//  - each worker runs with RLIMIT_AS = options.address_space_limit_bytes.
+// The same workers read the libhdf5 facts build_frame_index needs about each
 // shard (shard_storage), under options.storage_deadline.
-// Thread-safe; requests are serialised (one worker).
+// Thread-safe; requests run in parallel up to the pool size.
 #include <sys/types.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -49,7 +70,12 @@ struct InspectorOptions {
   std::chrono::milliseconds storage_deadline{std::chrono::minutes(2)};
   std::uint64_t address_space_limit_bytes = std::uint64_t{4} << 30;  // 0: no limit
   std::chrono::milliseconds restart_interval{100};
+  std::size_t workers = 1;         // worker processes (at least 1)
+  unsigned strikes_to_condemn = 2;  // crashes in a row on one master before it is condemned (at least 1)
 };
+
+// Workers the daemon runs by default: one per core, at most `limit`.
+std::size_t default_inspect_workers(std::size_t limit = 8);
 
 // The reason given for a master the worker stopped on.
 std::string stopped_reason(const std::string& master_path);
@@ -57,54 +83,80 @@ std::string stopped_reason(const std::string& master_path);
 class Inspector {
  public:
   explicit Inspector(InspectorOptions options = {});
-  ~Inspector();  // ends the worker (closes its input; SIGKILL after a grace period)
+  ~Inspector();  // ends the workers (closes their input; SIGKILL after a grace period)
   Inspector(const Inspector&) = delete;
   Inspector& operator=(const Inspector&) = delete;
 
-  // Inspects one master in the worker: what catalog::inspect_master would
+  // Inspects one master in a worker: what catalog::inspect_master would
   // return, or the stopped reason above. Throws quantem::Error (unavailable)
-  // only when no worker can be started.
+  // only when no worker can be started or after shutdown().
   catalog::Acquisition inspect(const std::string& master_path);
   // inspect() as a catalog::InspectFunction (valid while this object lives).
   catalog::InspectFunction inspect_function();
 
-  // catalog::read_shard_storage in the worker, for build_frame_index. Throws
+  // catalog::read_shard_storage in a worker, for build_frame_index. Throws
   // what it throws there (quantem::Error: io, corrupt_data, conflict,
   // not_found); corrupt_data "the inspector stopped ..." when the worker dies,
   // misses the deadline or breaks the protocol (not remembered: a load is
-  // asked for, not retried in a loop); unavailable when no worker starts.
+  // asked for, not retried in a loop); unavailable when no worker starts or
+  // after shutdown().
   catalog::ShardStorage shard_storage(const std::string& file_path, const std::string& dataset_path);
   catalog::ShardStorageFunction shard_storage_function();
 
+  // Condemned masters are tried again by their next inspection.
+  void forget_failures();
+  // The same for one master; true when it was condemned.
+  bool forget_failure(const std::string& master_path);
+  // Stops every worker now (requests in flight end with unavailable) and
+  // refuses later requests. Idempotent.
+  void shutdown();
+
   // For tests and metrics.
+  std::size_t workers() const { return options_.workers; }
   std::uint64_t worker_starts() const;
   std::uint64_t worker_failures() const;     // deaths, missed deadlines, protocol violations
   std::size_t remembered_failures() const;   // masters answered without a worker
-  pid_t worker_pid() const;                  // 0 when no worker runs
+  pid_t worker_pid() const;                  // a running worker's pid (the first slot's first), 0 when none runs
+  std::vector<pid_t> worker_pids() const;    // every running worker
 
  private:
   struct Remembered {
     catalog::SignatureEntry master;
     catalog::Acquisition acquisition;
   };
-  bool start_worker_locked(std::string& problem);
-  // Starts the worker when none runs (throws unavailable when it cannot),
-  // sends one request and reads the reply; false (with why) when the worker
-  // failed, which is then stopped and counted.
-  bool exchange_locked(const std::string& request, std::chrono::milliseconds deadline, std::string& reply,
-                       std::string& why);
-  void stop_worker_locked(const std::string& why);
-  // One line from the worker within `limit`; false (with why) otherwise.
-  bool read_line_locked(std::chrono::milliseconds limit, std::string& line, std::string& why);
-  catalog::Acquisition failure_locked(const std::string& master_path, const catalog::SignatureEntry& master,
-                                      const std::string& why);
+  struct Slot {
+    pid_t pid = 0;
+    int socket = -1;
+    std::string buffer;
+    bool busy = false;
+    std::chrono::steady_clock::time_point last_start{};
+  };
+  class Spawner;
+  enum class Outcome { answered, died, missed_deadline };
+
+  std::size_t lease_slot();             // blocks until a slot is free; throws unavailable after shutdown()
+  void release_slot(std::size_t slot);
+  bool start_worker(std::size_t slot, std::string& problem);
+  // Starts the slot's worker when none runs (throws unavailable when it
+  // cannot), sends one request and reads the reply.
+  Outcome exchange(std::size_t slot, const std::string& request, std::chrono::milliseconds deadline,
+                   std::string& reply, std::string& why);
+  void stop_worker(std::size_t slot, const std::string& why);
+  // One line from the slot's worker within `limit`; false (with why) otherwise.
+  bool read_line(std::size_t slot, std::chrono::milliseconds limit, std::string& line, std::string& why,
+                 bool& timed_out);
+  // One attempt on a leased slot: the acquisition, or nullopt with why (and whether it timed out).
+  std::optional<catalog::Acquisition> inspect_once(const std::string& path, std::string& why, bool& timed_out);
+  catalog::Acquisition condemn(const std::string& master_path, const catalog::SignatureEntry& master,
+                               const std::string& why);
+  void throw_if_stopping() const;
 
   const InspectorOptions options_;
-  mutable std::mutex mutex_;
-  pid_t pid_ = 0;
-  int socket_ = -1;
-  std::string buffer_;
-  std::chrono::steady_clock::time_point last_start_{};
+  std::unique_ptr<Spawner> spawner_;
+  mutable std::mutex mutex_;  // the pool's state; never held across a request
+  std::condition_variable slot_freed_;
+  std::vector<Slot> slots_;
+  bool stopping_ = false;
   std::uint64_t starts_ = 0;
   std::uint64_t failures_ = 0;
   std::map<std::string, Remembered> remembered_;

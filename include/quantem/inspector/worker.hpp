@@ -8,7 +8,11 @@
 //   QUANTEM_TEST_INSPECTOR_ABORT_ON=NAME  abort() when asked about a file
 //                                         named NAME (a master to inspect, or
 //                                         a shard whose storage to read);
-//   QUANTEM_TEST_INSPECTOR_HANG_ON=NAME   never answer about that file.
+//   QUANTEM_TEST_INSPECTOR_HANG_ON=NAME   never answer about that file;
+//   QUANTEM_TEST_INSPECTOR_ABORT_ONCE=NAME:MARKER
+//                                         abort() when asked about NAME while
+//                                         the file MARKER does not exist
+//                                         (created first: one crash in all).
 #include <cstdint>
 #include <string>
 
@@ -18,6 +22,10 @@ struct WorkerOptions {
   // RLIMIT_AS set before the first request (0: unchanged), so a malloc of a
   // size read from a crafted file fails instead of swapping.
   std::uint64_t address_space_limit_bytes = 0;
+  // The daemon that started it: the worker asks for SIGKILL when its parent
+  // goes (PR_SET_PDEATHSIG) and exits at once when the parent is already
+  // another process (the daemon died before the request took effect). 0: not checked.
+  long parent_pid = 0;
 };
 
 // The reply line (no newline) to one request line. Never throws.

@@ -72,6 +72,12 @@ RegionQuery parse_region_query(const QueryParams& params);
 SourceRef parse_source_query(const QueryParams& params);  // residency routes: session, file
 bool parse_sessions_refresh(const QueryParams& params);   // refresh: bool = false
 
+struct SessionsQuery {
+  bool refresh = false;
+  bool partial = false;  // added: while the first catalog is built, answer what is known (complete: false)
+};
+SessionsQuery parse_sessions_query(const QueryParams& params);  // refresh, then partial
+
 // Python's repr() of a str (quotes and escapes as CPython 3 prints them);
 // used in "unknown virtual-image mode: 'bf'".
 std::string python_str_repr(const std::string& text);

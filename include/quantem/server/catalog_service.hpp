@@ -53,6 +53,21 @@
 //  - directories the walk cannot list (a session folder with mode 000) are
 //    kept in health(): the sessions document, /api/health/ready and /metrics
 //    report them.
+//  - builds reuse what is known: the first from the catalog cache file
+//    (catalog/catalog_cache.hpp), later ones (refresh) from the current
+//    catalog; an entry is reused only while its master and every file of its
+//    signature stat the same, everything else is inspected on
+//    options.inspect_threads threads. A refresh first lets the inspector try
+//    condemned masters again. After each build the cache file is rewritten
+//    (on a background thread; masters the inspector condemned are not kept).
+//    Each build logs how many masters it reused and inspected;
+//  - while the first build runs, a sessions request that asks for it
+//    (partial) gets the catalog of what is known so far with
+//    "complete": false instead of waiting;
+//  - the sessions and acquisitions documents as sent (DocumentBody): compact
+//    JSON with an entity tag and a gzip form; the sessions body is kept until
+//    the catalog or its staleness changes, so an unchanged poll costs a
+//    comparison.
 // Thread-safe. Waits for a running rebuild are bounded.
 #include <atomic>
 #include <chrono>
@@ -65,11 +80,13 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "quantem/catalog/acquisition.hpp"
 #include "quantem/catalog/catalog.hpp"
 #include "quantem/catalog/watcher.hpp"
 
@@ -98,6 +115,19 @@ struct CatalogServiceOptions {
   std::chrono::milliseconds identity_recheck_interval{250};
   // The least time from the end of one refresh build to the start of the next (sessions?refresh=true).
   std::chrono::milliseconds refresh_interval{std::chrono::seconds(1)};
+
+  // The catalog cache file (catalog::default_catalog_cache_path for the
+  // daemon); empty: no cache.
+  std::string cache_path;
+  std::size_t inspect_threads = 1;  // a build's parallel inspections
+  // The inspector's memory of condemned masters: a refresh forgets all of
+  // them, a resolve of a condemned master (a load asked for) forgets that one
+  // (at most once per condemned_retry_interval per master). Empty: nothing to forget.
+  std::function<void()> forget_inspection_failures;
+  std::function<bool(const std::string& master_path)> forget_inspection_failure;
+  // Whether an inspection is the inspector's condemnation (never kept in the cache file).
+  std::function<bool(const catalog::Acquisition&)> condemned;
+  std::chrono::milliseconds condemned_retry_interval{std::chrono::seconds(5)};
 };
 
 // What the catalog cannot see well, for /api/health/ready, /metrics and the sessions document.
@@ -105,6 +135,25 @@ struct CatalogHealth {
   std::vector<catalog::UnreadableDirectory> unreadable;  // below the data folder (its own state is `stale`)
   std::optional<catalog::WatcherHealth> watcher;          // none without a watcher
 };
+
+// A catalog document as sent: compact JSON, its entity tag (quoted) and, made
+// on first use, its gzip form.
+class DocumentBody {
+ public:
+  explicit DocumentBody(std::string json);
+  const std::shared_ptr<const std::string>& json() const { return json_; }
+  const std::string& etag() const { return etag_; }
+  std::shared_ptr<const std::string> gzip() const;  // thread-safe; made once
+
+ private:
+  std::shared_ptr<const std::string> json_;
+  std::string etag_;
+  mutable std::mutex gzip_mutex_;
+  mutable std::shared_ptr<const std::string> gzip_;
+};
+
+// gzip (RFC 1952) of `bytes`. Throws quantem::Error (internal) when zlib fails.
+std::string gzip_compress(std::string_view bytes, int level);
 
 // What one watch turn saw, for listeners.
 struct SourceChange {
@@ -145,6 +194,15 @@ class CatalogService {
   // Prometheus lines: quantem_catalog_unreadable_folders, quantem_watch_directories,
   // quantem_watch_polled_directories, quantem_watch_folder_refollows_total.
   std::string metrics_text() const;
+  // partial: while the first build runs, the catalog known so far with
+  // "complete": false (see above) instead of waiting for it.
+  nlohmann::ordered_json sessions_document(bool refresh, bool partial = false);
+  std::shared_ptr<const DocumentBody> sessions_body(bool refresh, bool partial = false);
+  // Masters the builds reused (from the cache or the previous catalog) and inspected, summed over builds.
+  std::uint64_t masters_reused() const { return masters_reused_; }
+  std::uint64_t masters_inspected() const { return masters_inspected_; }
+  // Waits for the cache file write of the last build (tests).
+  void wait_for_cache_write();
 
   // Opens the data folder; returns why it cannot be read (and marks the
   // catalog stale, logging the change), nullopt when it can.
@@ -152,6 +210,7 @@ class CatalogService {
   // The reason of the last check_data_folder(), nullopt when not stale.
   std::optional<std::string> stale_reason() const;
   nlohmann::ordered_json acquisitions_document();
+  std::shared_ptr<const DocumentBody> acquisitions_body();
 
   // (session, file) -> the master's current inspection. Throws quantem::Error:
   //   bad_request "file must be one master filename"
@@ -185,7 +244,17 @@ class CatalogService {
     std::vector<catalog::UnreadableDirectory> unreadable;
   };
   Walk walk_folder() const;
+  void drop_data_folder(Walk& walk) const;  // the data folder itself is reported as stale, not unreadable
   void set_masters_locked(Walk walk);
+  // One build: kept inspections reused, the rest inspected; progress published to partial_.
+  catalog::Catalog build_now(catalog::BuildCounts& counts, Walk& walk);
+  std::map<std::string, catalog::Acquisition> kept_inspections();
+  void save_cache(std::shared_ptr<const catalog::Catalog> built, std::size_t inspected);
+  bool is_condemned(const catalog::Acquisition& acquisition) const {
+    return options_.condemned && options_.condemned(acquisition);
+  }
+  // Lets the inspector try a condemned master again (rate-limited per master); true when it will.
+  bool retry_condemned(const catalog::Acquisition& acquisition);
   void background_walk();
   // The steps of watch_turn().
   struct TurnResult {
@@ -260,6 +329,23 @@ class CatalogService {
   std::uint64_t cookies_made_ = 0;
   std::vector<std::string> cookies_seen_;
   std::condition_variable cookie_seen_;
+
+  // Builds, the cache file and the documents as sent.
+  bool cache_file_read_ = false;
+  std::shared_ptr<const catalog::Catalog> partial_;  // the first build's progress
+  std::atomic<bool> partial_wanted_{false};          // a partial request came during the first build
+  std::atomic<std::uint64_t> masters_reused_{0};
+  std::atomic<std::uint64_t> masters_inspected_{0};
+  // What the cache file holds (masters, and re-inspections made outside
+  // builds by then): a build that inspected nothing new leaves it as it is.
+  std::set<std::string> cache_file_masters_;
+  std::uint64_t cache_file_inspections_made_ = ~std::uint64_t{0};
+  std::mutex cache_writer_mutex_;
+  std::thread cache_writer_;
+  std::shared_ptr<const catalog::Catalog> sessions_body_catalog_;
+  std::optional<std::string> sessions_body_stale_;
+  std::shared_ptr<const DocumentBody> sessions_body_;
+  std::map<std::string, std::chrono::steady_clock::time_point> condemned_retries_;
 };
 
 }  // namespace quantem::server

@@ -38,6 +38,8 @@ struct ServeOptions {
   std::string log_level;                        // --log-level (empty: $QUANTEM_GPU_LOG_LEVEL, else info)
   bool exit_on_stdin_close = false;             // --exit-on-stdin-close: stop cleanly when stdin reaches its end
   std::string export_dir;                       // --export-dir: exports are written only below it; empty: off
+  long long inspect_workers = 0;                // --inspect-workers (0: one per core, at most 8)
+  std::string catalog_cache;                    // --catalog-cache PATH|off (empty: the default path)
 };
 
 // A start-up refusal caused by the configuration (an option or environment
@@ -76,6 +78,8 @@ struct ServeSettings {
   std::optional<logging::Level> log_level;  // nullopt: as configured at start (environment, else info)
   bool exit_on_stdin_close = false;
   std::string export_dir;  // absolute; empty: the export route answers how to enable it
+  std::size_t inspect_workers = 1;
+  std::string catalog_cache;  // the cache file; empty: no cache
 };
 
 // Checks every option; throws ServeUsageError with the reference's texts:

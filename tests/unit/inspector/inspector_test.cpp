@@ -13,8 +13,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -128,7 +130,7 @@ TEST_F(InspectorProcess, KnownLibhdf5CrashesAreReportedRememberedAndRetriedWhenC
     EXPECT_FALSE(crashed.status.action.empty());
     ASSERT_EQ(crashed.signature.size(), 1u);
     EXPECT_EQ(crashed.signature.front().size_bytes, static_cast<std::int64_t>(fs::file_size(copy)));
-    EXPECT_EQ(inspector.worker_failures(), failures + 1);
+    EXPECT_EQ(inspector.worker_failures(), failures + 2);  // condemned on its second crash
     EXPECT_EQ(inspector.worker_pid(), 0);
 
     // The next master gets a new worker.
@@ -139,13 +141,13 @@ TEST_F(InspectorProcess, KnownLibhdf5CrashesAreReportedRememberedAndRetriedWhenC
     // Asked again: the remembered answer, no worker involved.
     const auto again = inspector.inspect(copy);
     test::expect_same_acquisition(again, crashed);
-    EXPECT_EQ(inspector.worker_failures(), failures + 1);
+    EXPECT_EQ(inspector.worker_failures(), failures + 2);
     EXPECT_EQ(inspector.worker_starts(), starts + 1);
 
-    // Changed: inspected again (and it still crashes libhdf5).
+    // Changed: inspected again (and it still crashes libhdf5, twice).
     touch_later(copy);
     EXPECT_EQ(inspector.inspect(copy).status.reason, stopped_reason(copy));
-    EXPECT_EQ(inspector.worker_failures(), failures + 2);
+    EXPECT_EQ(inspector.worker_failures(), failures + 4);
     fs::remove(copy);
   }
 }
@@ -158,24 +160,90 @@ TEST_F(InspectorProcess, AbortingWorkerIsRestartedAndTheMasterRemembered) {
   ASSERT_GT(first_worker, 0);
   const auto aborted = inspector.inspect(master("second"));
   EXPECT_EQ(aborted.status.reason, stopped_reason(master("second")));
-  EXPECT_EQ(inspector.worker_failures(), 1u);
+  EXPECT_EQ(inspector.worker_failures(), 2u);  // tried on a fresh worker once more, then condemned
   EXPECT_EQ(::kill(first_worker, 0), -1);  // reaped: no zombie left behind
 
   EXPECT_TRUE(inspector.inspect(master("first")).status.loadable);
-  EXPECT_EQ(inspector.worker_starts(), 2u);
+  EXPECT_EQ(inspector.worker_starts(), 3u);
   EXPECT_EQ(inspector.inspect(master("second")).status.reason, stopped_reason(master("second")));
-  EXPECT_EQ(inspector.worker_failures(), 1u);  // remembered: not sent again
+  EXPECT_EQ(inspector.worker_failures(), 2u);  // remembered: not sent again
   EXPECT_EQ(inspector.remembered_failures(), 1u);
 
-  // Once the file changes it is tried again; this worker no longer aborts.
+  // Once the file changes it is tried again. The running worker still has
+  // the hook and crashes: one strike, and the fresh worker (started without
+  // the hook) answers, so the master is not condemned.
   ::unsetenv("QUANTEM_TEST_INSPECTOR_ABORT_ON");
-  touch_later(master("second"));
-  EXPECT_EQ(inspector.inspect(master("second")).status.reason, stopped_reason(master("second")))
-      << "the running worker still has the hook";
   touch_later(master("second"));
   const auto fresh = inspector.inspect(master("second"));
   EXPECT_TRUE(fresh.status.loadable) << fresh.status.reason;
+  EXPECT_EQ(inspector.worker_failures(), 3u);
   EXPECT_EQ(inspector.remembered_failures(), 0u);
+}
+
+TEST_F(InspectorProcess, ACondemnedMasterIsTriedAgainWhenForgotten) {
+  ::setenv("QUANTEM_TEST_INSPECTOR_ABORT_ON", "second_master.h5", 1);
+  Inspector inspector(options());
+  EXPECT_EQ(inspector.inspect(master("second")).status.reason, stopped_reason(master("second")));
+  EXPECT_EQ(inspector.worker_failures(), 2u);
+  EXPECT_FALSE(inspector.forget_failure(master("first")));
+  EXPECT_TRUE(inspector.forget_failure(master("second")));
+  EXPECT_EQ(inspector.remembered_failures(), 0u);
+  EXPECT_EQ(inspector.inspect(master("second")).status.reason, stopped_reason(master("second")));
+  EXPECT_EQ(inspector.worker_failures(), 4u);  // asked the workers again
+  inspector.forget_failures();
+  EXPECT_EQ(inspector.remembered_failures(), 0u);
+}
+
+TEST_F(InspectorProcess, ACrashInOneParallelWorkerMarksOnlyItsFile) {
+  ::setenv("QUANTEM_TEST_INSPECTOR_ABORT_ON", "second_master.h5", 1);
+  InspectorOptions pool = options();
+  pool.workers = 3;
+  Inspector inspector(pool);
+  std::vector<std::thread> threads;
+  std::vector<catalog::Acquisition> results(9);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    threads.emplace_back([&, i] { results[i] = inspector.inspect(master(i % 3 == 1 ? "second" : "first")); });
+  }
+  for (auto& thread : threads) thread.join();
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    SCOPED_TRACE(i);
+    if (i % 3 == 1) {
+      EXPECT_EQ(results[i].status.reason, stopped_reason(master("second")));
+    } else {
+      EXPECT_TRUE(results[i].status.loadable) << results[i].status.reason;
+    }
+  }
+  EXPECT_EQ(inspector.remembered_failures(), 1u);
+  EXPECT_LE(inspector.worker_pids().size(), 3u);
+  EXPECT_GE(inspector.worker_failures(), 2u);  // several threads may have met it before it was condemned
+}
+
+TEST_F(InspectorProcess, OneHungRequestLeavesTheOtherWorkersFreeAndShutdownEndsIt) {
+  ::setenv("QUANTEM_TEST_INSPECTOR_HANG_ON", "second_master.h5", 1);
+  InspectorOptions pool = options();
+  pool.workers = 2;
+  pool.deadline = std::chrono::seconds(60);
+  Inspector inspector(pool);
+  std::optional<ErrorKind> ended_with;
+  std::thread hung([&] {
+    try {
+      (void)inspector.inspect(master("second"));
+    } catch (const Error& e) {
+      ended_with = e.kind();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_TRUE(inspector.inspect(master("first")).status.loadable);  // the other worker
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
+  const auto stopping = std::chrono::steady_clock::now();
+  inspector.shutdown();
+  hung.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - stopping, std::chrono::seconds(2));
+  EXPECT_EQ(ended_with, ErrorKind::unavailable);
+  EXPECT_EQ(inspector.remembered_failures(), 0u);  // the shutdown says nothing about the file
+  EXPECT_TRUE(inspector.worker_pids().empty());
+  EXPECT_THROW((void)inspector.inspect(master("first")), Error);
 }
 
 TEST_F(InspectorProcess, MissedDeadlineKillsTheWorker) {

@@ -44,7 +44,9 @@ class BrowseServiceTest : public ::testing::Test {
     if (question != std::string::npos) request.query = target.substr(question + 1);
     if (!host.empty()) request.headers.emplace_back("host", host);
     if (!authorization.empty()) request.headers.emplace_back("authorization", authorization);
-    return service().handle(request);
+    HttpResponse response = service().handle(request);
+    if (response.shared_body) response.body = std::string(response.sent_body());  // the catalog documents
+    return response;
   }
 
   static std::string detail(const HttpResponse& response) { return json::parse(response.body)["detail"]; }
