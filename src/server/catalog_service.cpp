@@ -596,6 +596,7 @@ std::string CatalogService::metrics_text() const {
           "# TYPE quantem_watch_folder_refollows_total counter\n"
           "quantem_watch_folder_refollows_total " + std::to_string(w.refollows) + "\n";
   return text;
+}
 
 std::shared_ptr<const DocumentBody> CatalogService::sessions_body(bool refresh, bool partial) {
   if (partial && !refresh) {

@@ -181,10 +181,6 @@ class CatalogService {
   std::uint64_t callers_waiting_for_build() const;  // callers sharing a running build
   std::uint64_t inspections_made() const { return inspections_made_; }  // re-inspections outside builds (tests)
 
-  // The sessions document: the cached catalog, or with `refresh` a refresh
-  // (coalesced and rate-limited, see above). Adds "unreadable_folders" when
-  // a directory cannot be listed.
-  nlohmann::ordered_json sessions_document(bool refresh);
   std::uint64_t refreshes_reused() const { return refreshes_reused_; }  // refreshes answered without a build
 
   CatalogHealth health() const;
@@ -194,8 +190,11 @@ class CatalogService {
   // Prometheus lines: quantem_catalog_unreadable_folders, quantem_watch_directories,
   // quantem_watch_polled_directories, quantem_watch_folder_refollows_total.
   std::string metrics_text() const;
-  // partial: while the first build runs, the catalog known so far with
-  // "complete": false (see above) instead of waiting for it.
+  // The sessions document: the cached catalog, or with `refresh` a refresh
+  // (coalesced and rate-limited, see above). Adds "unreadable_folders" when
+  // a directory cannot be listed. partial: while the first build runs, the
+  // catalog known so far with "complete": false (see above) instead of
+  // waiting for it. sessions_body: the same document as sent.
   nlohmann::ordered_json sessions_document(bool refresh, bool partial = false);
   std::shared_ptr<const DocumentBody> sessions_body(bool refresh, bool partial = false);
   // Masters the builds reused (from the cache or the previous catalog) and inspected, summed over builds.
