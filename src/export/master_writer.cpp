@@ -3,6 +3,7 @@
 #include <array>
 #include <ctime>
 
+#include "quantem/core/clock.hpp"
 #include "quantem/core/version.hpp"
 #include "quantem/export/arina_writer.hpp"
 
@@ -27,15 +28,6 @@ std::vector<std::uint32_t> binned_pixel_mask(const catalog::Acquisition& source,
 }
 
 namespace {
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return buffer;
-}
 
 void write_u64_array(hid_t object, const char* name, const std::vector<std::uint64_t>& values) {
   arina::write_attribute(object, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, values.data(), values.size());
@@ -64,7 +56,7 @@ void write_plan_record(hid_t entry, const MasterFacts& facts) {
                                                                       ? build_git_revision()
                                                                       : facts.request.implementation_revision);
   arina::write_string_attribute(group, "software_version", std::string("quantem-gpu ") + version_string());
-  arina::write_string_attribute(group, "created_utc", utc_now());
+  arina::write_string_attribute(group, "created_utc", utc_timestamp_now());
 }
 
 void write_detector(hid_t entry, const MasterFacts& facts) {

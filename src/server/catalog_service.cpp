@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 #include <zlib.h>
 
+#include "quantem/core/clock.hpp"
 #include "quantem/catalog/catalog_cache.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/core/text.hpp"
@@ -365,12 +366,7 @@ std::optional<std::string> CatalogService::check_data_folder() {
     const std::size_t sessions = catalog_ ? catalog_->sessions.size() : 0;
     spdlog::error("{}; serving the last good catalog ({} sessions), marked stale, until it can be read again", *problem,
                   sessions);
-    const std::time_t now = std::time(nullptr);
-    std::tm utc{};
-    gmtime_r(&now, &utc);
-    char buffer[32];
-    std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &utc);
-    stale_since_ = buffer;
+    stale_since_ = utc_timestamp_now();
   } else if (!problem && stale_reason_) {
     spdlog::info("the data folder {} can be read again", data_folder_);
   }
@@ -445,6 +441,9 @@ std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
     last_build_ = std::chrono::steady_clock::now();
     change_turns_at_build_start_ = change_turns_at_start;
     fresh_.clear();
+    catalog_has_condemned_ = false;
+    for (const auto& session : built->sessions)
+      for (const auto& acquisition : session.files) catalog_has_condemned_ = catalog_has_condemned_ || is_condemned(acquisition);
     unchanged_since_stat_.clear();
     set_masters_locked(std::move(walk));
     for (const auto& session : built->sessions)
@@ -519,7 +518,9 @@ std::shared_ptr<const catalog::Catalog> CatalogService::refreshed_catalog() {
       if (!catalog_) break;
       const auto since = std::chrono::steady_clock::now() - last_build_;
       if (since >= options_.refresh_interval) break;
-      if (nothing_changed_since_locked(change_turns_at_build_start_)) {
+      // A condemned master is tried again by every refresh (the inspector's
+      // strike rule), so such a catalog is never reused.
+      if (!catalog_has_condemned_ && nothing_changed_since_locked(change_turns_at_build_start_)) {
         ++refreshes_reused_;
         return catalog_;
       }

@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "quantem/core/clock.hpp"
 #include "quantem/backend/backend.hpp"
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/core/error.hpp"
@@ -269,15 +270,6 @@ const char* sigabbrev(int signal_number) {
     case SIGUSR1: return "SIGUSR1";
     default: return "signal";
   }
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return buffer;
 }
 
 std::unique_ptr<backend::Backend> make_backend(const ServeSettings& settings, const ServeOptions& options) {
@@ -547,7 +539,7 @@ class RuntimeFile {
     runtime["implementation_revision"] = settings.implementation_revision;
     runtime["backend"] = daemon.backend->name();
     runtime["data_folder"] = settings.data_folder;
-    runtime["started_at"] = utc_now();
+    runtime["started_at"] = utc_timestamp_now();
     runtime["token"] = daemon.token ? nlohmann::ordered_json(daemon.token->token) : nlohmann::ordered_json(nullptr);
     const std::string error = write_private_file(path_, runtime.dump(2) + "\n");
     if (!error.empty()) {

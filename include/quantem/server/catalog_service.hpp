@@ -282,6 +282,7 @@ class CatalogService {
   std::condition_variable build_done_;
   std::shared_ptr<const catalog::Catalog> catalog_;
   bool building_ = false;
+  bool catalog_has_condemned_ = false;  // the current catalog lists a master the inspector condemned
   std::uint64_t builds_ = 0;
   std::uint64_t build_attempts_ = 0;
   std::uint64_t waiting_ = 0;
