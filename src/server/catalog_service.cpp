@@ -379,6 +379,48 @@ std::optional<std::string> CatalogService::stale_reason() const {
   return stale_reason_;
 }
 
+std::shared_ptr<const catalog::Catalog> CatalogService::run_build(Walk& walk, catalog::BuildCounts& counts,
+                                                                   std::optional<std::string>& error) {
+  std::shared_ptr<const catalog::Catalog> built;
+  try {
+    const auto started = std::chrono::steady_clock::now();
+    if (options_.build) {
+      built = std::make_shared<const catalog::Catalog>(options_.build(data_folder_));
+      walk = walk_folder();
+    } else {
+      built = std::make_shared<const catalog::Catalog>(build_now(counts, walk));
+    }
+    std::size_t files = 0;
+    for (const auto& session : built->sessions) files += session.files.size();
+    masters_reused_ += counts.reused;
+    masters_inspected_ += counts.inspected;
+    spdlog::info("catalog of {}: {} sessions, {} masters ({} reused, {} inspected) in {:.3f} s", data_folder_,
+                 built->sessions.size(), files, counts.reused, counts.inspected,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  } catch (const std::exception& e) {
+    error = e.what();
+    spdlog::error("building the catalog of {} failed: {}", data_folder_, e.what());
+  }
+  return built;
+}
+
+void CatalogService::publish_locked(const std::shared_ptr<const catalog::Catalog>& built, Walk walk,
+                                    std::uint64_t change_turns_at_start) {
+  catalog_ = built;
+  ++builds_;
+  build_error_.reset();
+  last_build_ = std::chrono::steady_clock::now();
+  change_turns_at_build_start_ = change_turns_at_start;
+  fresh_.clear();
+  catalog_has_condemned_ = false;
+  for (const auto& session : built->sessions)
+    for (const auto& acquisition : session.files) catalog_has_condemned_ = catalog_has_condemned_ || is_condemned(acquisition);
+  unchanged_since_stat_.clear();
+  set_masters_locked(std::move(walk));
+  for (const auto& session : built->sessions)
+    for (const auto& acquisition : session.files) inspections_[acquisition.master_path] = acquisition;
+}
+
 std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
   if (refresh || !built()) {
     // A folder that went away would rebuild as empty: keep the last good catalog.
@@ -406,48 +448,17 @@ std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
   change_turns_at_running_build_start_ = change_turns_at_start;
   lock.unlock();
 
-  std::shared_ptr<const catalog::Catalog> built;
   Walk walk;
   std::optional<std::string> error;
   catalog::BuildCounts counts;
-  try {
-    const auto started = std::chrono::steady_clock::now();
-    if (options_.build) {
-      built = std::make_shared<const catalog::Catalog>(options_.build(data_folder_));
-      walk = walk_folder();
-    } else {
-      built = std::make_shared<const catalog::Catalog>(build_now(counts, walk));
-    }
-    std::size_t files = 0;
-    for (const auto& session : built->sessions) files += session.files.size();
-    masters_reused_ += counts.reused;
-    masters_inspected_ += counts.inspected;
-    spdlog::info("catalog of {}: {} sessions, {} masters ({} reused, {} inspected) in {:.3f} s", data_folder_,
-                 built->sessions.size(), files, counts.reused, counts.inspected,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-  } catch (const std::exception& e) {
-    error = e.what();
-    spdlog::error("building the catalog of {} failed: {}", data_folder_, e.what());
-  }
+  const std::shared_ptr<const catalog::Catalog> built = run_build(walk, counts, error);
 
   lock.lock();
   building_ = false;
   partial_.reset();
   ++build_attempts_;
   if (built) {
-    catalog_ = built;
-    ++builds_;
-    build_error_.reset();
-    last_build_ = std::chrono::steady_clock::now();
-    change_turns_at_build_start_ = change_turns_at_start;
-    fresh_.clear();
-    catalog_has_condemned_ = false;
-    for (const auto& session : built->sessions)
-      for (const auto& acquisition : session.files) catalog_has_condemned_ = catalog_has_condemned_ || is_condemned(acquisition);
-    unchanged_since_stat_.clear();
-    set_masters_locked(std::move(walk));
-    for (const auto& session : built->sessions)
-      for (const auto& acquisition : session.files) inspections_[acquisition.master_path] = acquisition;
+    publish_locked(built, std::move(walk), change_turns_at_start);
   } else {
     build_error_ = error;
     last_build_ = std::chrono::steady_clock::now();

@@ -186,9 +186,11 @@ std::string resolve_implementation_revision(const std::string& option_value) {
   return build_git_revision();
 }
 
-ServeSettings validate_serve_options(const ServeOptions& options) {
-  ServeSettings settings;
-  // Reference order: --port, --gpu, --gpus.
+namespace {
+
+// The listening port and the devices asked for, in the reference's order:
+// --port, --gpu, --gpus.
+void validate_port_and_gpus(const ServeOptions& options, ServeSettings& settings) {
   if (options.port == 0 && !options.port_file.empty()) {
     settings.port = 0;
   } else if (options.port < 1 || options.port > 65535) {
@@ -205,6 +207,10 @@ ServeSettings validate_serve_options(const ServeOptions& options) {
     settings.gpu_indices = parse_gpu_list(options.gpus);
   }
 
+}
+
+// The backend, its devices and their budgets.
+void validate_backend(const ServeOptions& options, ServeSettings& settings) {
   if (options.backend == "cpu") {
     settings.cpu_backend = true;
   } else if (options.backend != "cuda") {
@@ -234,6 +240,10 @@ ServeSettings validate_serve_options(const ServeOptions& options) {
   settings.cpu_threads = static_cast<unsigned>(options.cpu_threads);
   if (options.cache_entries < 1 || options.cache_entries > 4096) throw ServeUsageError("--cache-entries must be between 1 and 4096");
   settings.cache_entries = static_cast<std::size_t>(options.cache_entries);
+}
+
+// HTTP workers, the address, authentication and the connection deadlines.
+void validate_http(const ServeOptions& options, ServeSettings& settings) {
   if (options.http_threads < 1 || options.http_threads > 1024) throw ServeUsageError("--http-threads must be between 1 and 1024");
   settings.http_threads = static_cast<int>(options.http_threads);
   if (options.http_spin_us < 0 || options.http_spin_us > 100000) throw ServeUsageError("--http-spin-us must be between 0 and 100000");
@@ -261,6 +271,10 @@ ServeSettings validate_serve_options(const ServeOptions& options) {
     throw ServeUsageError("--header-timeout must be between 0.05 and 3600 seconds");
   }
   settings.header_timeout = std::chrono::milliseconds(std::llround(options.header_timeout_seconds * 1000));
+}
+
+// The inspector, the socket, and the folders the daemon reads and writes.
+void validate_inspector_and_paths(const ServeOptions& options, ServeSettings& settings) {
   if (!(options.inspect_timeout_seconds >= 0.05 && options.inspect_timeout_seconds <= 3600)) {
     throw ServeUsageError("--inspect-timeout must be between 0.05 and 3600 seconds");
   }
@@ -280,6 +294,16 @@ ServeSettings validate_serve_options(const ServeOptions& options) {
   settings.catalog_cache = options.catalog_cache == "off"  ? std::string()
                            : options.catalog_cache.empty() ? catalog::default_catalog_cache_path(settings.data_folder)
                                                            : catalog::absolute_folder(options.catalog_cache);
+}
+
+}  // namespace
+
+ServeSettings validate_serve_options(const ServeOptions& options) {
+  ServeSettings settings;
+  validate_port_and_gpus(options, settings);
+  validate_backend(options, settings);
+  validate_http(options, settings);
+  validate_inspector_and_paths(options, settings);
   settings.implementation_revision = resolve_implementation_revision(options.implementation_revision);
   settings.log_level = validate_log_level(options.log_level);
   settings.exit_on_stdin_close = options.exit_on_stdin_close;

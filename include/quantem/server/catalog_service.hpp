@@ -247,6 +247,10 @@ class CatalogService {
   void set_masters_locked(Walk walk);
   // One build: kept inspections reused, the rest inspected; progress published to partial_.
   catalog::Catalog build_now(catalog::BuildCounts& counts, Walk& walk);
+  // One build (logged, errors kept in `error`), then its results made current.
+  std::shared_ptr<const catalog::Catalog> run_build(Walk& walk, catalog::BuildCounts& counts,
+                                                    std::optional<std::string>& error);
+  void publish_locked(const std::shared_ptr<const catalog::Catalog>& built, Walk walk, std::uint64_t change_turns_at_start);
   std::map<std::string, catalog::Acquisition> kept_inspections();
   void save_cache(std::shared_ptr<const catalog::Catalog> built, std::size_t inspected);
   bool is_condemned(const catalog::Acquisition& acquisition) const {
