@@ -228,7 +228,8 @@ std::vector<std::uint64_t> CpuResident::masked_frame_sums(const plan::PlanGeomet
   pool_->parallel_for(groups.size(), 4, [&](std::size_t begin, std::size_t end, unsigned) {
     std::uint64_t lane_sums[kGroupFrames];
     for (std::size_t i = begin; i < end; ++i) {
-      const auto [group, lanes] = groups[i];
+      const std::uint64_t group = groups[i].first;  // no structured binding: captured below (C++17)
+      const LaneMask lanes = groups[i].second;
       group_masked_sums(group_codes<Code>(group), runs, lane_sums);
       for_each_lane(lanes, [&](unsigned lane) {
         const std::uint64_t frame = group * kGroupFrames + lane;
