@@ -422,6 +422,7 @@ class ViewerWithoutToken(BrowserCase):
         self.assertEqual(severe, [])
 
     def test_5_product_strip_from_one_request_switches_the_main_image(self):
+        self.browser_log()  # drains what earlier tests left (test_4's expected 409)
         self.open_page()
         self.open_acquisition()
         modes = ["BF", "ABF", "ADF", "CoMx", "CoMy", "iCoM"]
