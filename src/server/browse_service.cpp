@@ -826,6 +826,19 @@ HttpResponse BrowseService::respond_and_keep(const ProductState& state, products
   return response;
 }
 
+namespace {
+
+// The provenance a json bundle's body carries: the header's without
+// `device_index`, so that equal entity tags keep meaning equal bodies when a
+// reload lands on another device (the header still names it).
+std::string body_provenance(const std::string& provenance_header) {
+  json provenance = json::parse(provenance_header);
+  provenance.erase("device_index");
+  return provenance.dump(-1, ' ', true, json::error_handler_t::replace);
+}
+
+}  // namespace
+
 HttpResponse BrowseService::respond_bundle(const ProductState& state, const backend::Resident& resident,
                                            std::vector<products::Image>& images, json geometry,
                                            RequestTiming& timing) {
@@ -851,7 +864,7 @@ HttpResponse BrowseService::respond_bundle(const ProductState& state, const back
   const bool npz = query.bundle_format == protocol::BundleFormat::npz;
   entry->wire.content_type = npz ? "application/zip" : "application/json";
   entry->body = protocol::SharedBytes::of(std::make_shared<const std::string>(
-      npz ? protocol::encode_bundle_npz(parts) : protocol::encode_bundle_json(parts, entry->provenance_header)));
+      npz ? protocol::encode_bundle_npz(parts) : protocol::encode_bundle_json(parts, body_provenance(entry->provenance_header))));
   HttpResponse response = bundle_response(*entry, state.route->cache_control, state.etag);
   timing.lap("encode");
   store_image(state.key, std::move(entry));
