@@ -300,8 +300,9 @@ std::vector<Image> realspace_together(backend::Resident& resident, const plan::P
   for (std::size_t k = 0; k < masked.size(); ++k) {
     // As masked_sum_image: the exact uint64 sums when one does not fit (the
     // wire encoder then reports the overflow).
-    images[masked[k]] = sums[k] ? narrow_count_image(geometry.scan_rows, geometry.scan_cols, std::move(*sums[k]))
-                                : count_image(geometry.scan_rows, geometry.scan_cols, resident.masked_sum(geometry, masks[k]));
+    const std::uint64_t rows = geometry.scan_rows, cols = geometry.scan_cols;
+    images[masked[k]] = sums[k] ? narrow_count_image(rows, cols, std::move(*sums[k]))
+                                : count_image(rows, cols, resident.masked_sum(geometry, masks[k]));
   }
   return images;
 }

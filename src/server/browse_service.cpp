@@ -198,7 +198,9 @@ class ProductsCall final : public ProductCall {
   std::string key_details(const Resolved&) override {
     std::string key = query_.bundle_format == protocol::BundleFormat::npz ? "\nnpz" : "\njson";
     key += "\n" + query_.source.session + "\n" + query_.source.file;
-    for (std::size_t i = 0; i < query_.requests.size(); ++i) key += realspace_key(query_.mode_names[i], query_.requests[i]);
+    for (std::size_t i = 0; i < query_.requests.size(); ++i) {
+      key += realspace_key(query_.mode_names[i], query_.requests[i]);
+    }
     return key;
   }
   products::Image compute(backend::Resident&, const Resolved&, json&) const override {
@@ -863,8 +865,9 @@ HttpResponse BrowseService::respond_bundle(const ProductState& state, const back
   }
   const bool npz = query.bundle_format == protocol::BundleFormat::npz;
   entry->wire.content_type = npz ? "application/zip" : "application/json";
-  entry->body = protocol::SharedBytes::of(std::make_shared<const std::string>(
-      npz ? protocol::encode_bundle_npz(parts) : protocol::encode_bundle_json(parts, body_provenance(entry->provenance_header))));
+  std::string body = npz ? protocol::encode_bundle_npz(parts)
+                         : protocol::encode_bundle_json(parts, body_provenance(entry->provenance_header));
+  entry->body = protocol::SharedBytes::of(std::make_shared<const std::string>(std::move(body)));
   HttpResponse response = bundle_response(*entry, state.route->cache_control, state.etag);
   timing.lap("encode");
   store_image(state.key, std::move(entry));
