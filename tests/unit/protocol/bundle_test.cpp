@@ -93,6 +93,27 @@ TEST(Base64, Rfc4648TestVectors) {
   EXPECT_EQ(base64_encode(std::string("\xff\xfe\x00", 3)), "//4A");
 }
 
+TEST(Base64, AgreesWithABitByBitEncoderOnEveryLengthAndByte) {
+  const char* const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string bytes;
+  for (int i = 0; i < 3 * 256 + 2; ++i) bytes.push_back(static_cast<char>((i * 167 + i / 256) & 0xFF));
+  for (std::size_t length : {bytes.size(), bytes.size() - 1, bytes.size() - 2}) {
+    std::string expected;
+    int bits = 0, count = 0;
+    for (std::size_t i = 0; i < length; ++i) {
+      bits = (bits << 8) | static_cast<unsigned char>(bytes[i]);
+      count += 8;
+      while (count >= 6) {
+        expected.push_back(alphabet[(bits >> (count - 6)) & 63]);
+        count -= 6;
+      }
+    }
+    if (count > 0) expected.push_back(alphabet[(bits << (6 - count)) & 63]);
+    while (expected.size() % 4 != 0) expected.push_back('=');
+    EXPECT_EQ(base64_encode(std::string_view(bytes).substr(0, length)), expected) << length;
+  }
+}
+
 namespace {
 
 // Two 2 x 3 images: counts and floats, as the raw format's bytes.
