@@ -99,9 +99,10 @@ TEST(Base64, AgreesWithABitByBitEncoderOnEveryLengthAndByte) {
   for (int i = 0; i < 3 * 256 + 2; ++i) bytes.push_back(static_cast<char>((i * 167 + i / 256) & 0xFF));
   for (std::size_t length : {bytes.size(), bytes.size() - 1, bytes.size() - 2}) {
     std::string expected;
-    int bits = 0, count = 0;
+    unsigned bits = 0;
+    int count = 0;
     for (std::size_t i = 0; i < length; ++i) {
-      bits = (bits << 8) | static_cast<unsigned char>(bytes[i]);
+      bits = ((bits << 8) | static_cast<unsigned char>(bytes[i])) & 0xFFFFu;  // at most 13 pending bits
       count += 8;
       while (count >= 6) {
         expected.push_back(alphabet[(bits >> (count - 6)) & 63]);
