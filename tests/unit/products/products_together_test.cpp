@@ -223,5 +223,57 @@ TEST(MaskedSumsTogether, EveryMaskIsCheckedAgainstThePlan) {
   EXPECT_TRUE(resident->masked_sums_u32(g, {}).empty());
 }
 
+// A resident with only the required primitives (those of the CPU resident
+// it wraps): masked_sums_u32 is the base class's default, one masked sum per
+// mask, as on a backend without a several-mask walk (the CUDA resident).
+class OneMaskAtATimeResident final : public backend::Resident {
+ public:
+  explicit OneMaskAtATimeResident(std::shared_ptr<backend::Resident> inner) : inner_(std::move(inner)) {}
+  int device_index() const override { return inner_->device_index(); }
+  std::uint64_t resident_bytes() const override { return inner_->resident_bytes(); }
+  std::string encoding() const override { return "one-mask-at-a-time"; }
+  DType resident_dtype() const override { return inner_->resident_dtype(); }
+  const catalog::Acquisition& source() const override { return inner_->source(); }
+  int masked_sum_calls = 0;
+
+ protected:
+  std::vector<std::uint64_t> compute_pattern_sum(const plan::PlanGeometry& g) override { return inner_->pattern_sum(g); }
+  std::vector<std::uint64_t> compute_masked_sum(const plan::PlanGeometry& g,
+                                                const std::vector<std::uint8_t>& mask) override {
+    ++masked_sum_calls;
+    return inner_->masked_sum(g, mask);
+  }
+  backend::CenterOfMassSums compute_center_of_mass_sums(const plan::PlanGeometry& g) override {
+    return inner_->center_of_mass_sums(g);
+  }
+  std::vector<std::uint64_t> compute_frame(const plan::PlanGeometry& g, std::uint64_t row, std::uint64_t col) override {
+    return inner_->frame(g, row, col);
+  }
+  std::vector<std::uint64_t> compute_region_reduce(const plan::PlanGeometry& g, const std::vector<std::uint64_t>& p,
+                                                   backend::RegionReduce reduce) override {
+    return inner_->region_reduce(g, p, reduce);
+  }
+
+ private:
+  std::shared_ptr<backend::Resident> inner_;
+};
+
+TEST(MaskedSumsTogether, TheDefaultIsOneMaskedSumPerMaskWithTheSameValues) {
+  const DenseCase c = test::random_case("default", DType::uint16, 7, 9, 12, 12, 31, 600, 2, 8000);
+  const auto cpu = resident_of(c);
+  OneMaskAtATimeResident wrapped(resident_of(c));
+  for (const plan::PlanGeometry& g : plans_of(c)) {
+    const auto requests = every_mode_request(false);
+    wrapped.masked_sum_calls = 0;
+    std::vector<UsedGeometry> used_default, used_cpu;
+    const auto by_default = realspace_together(wrapped, g, requests, used_default);
+    EXPECT_EQ(wrapped.masked_sum_calls, 5) << plan::to_string(g);  // BF, ABF, ADF, HAADF, DF
+    const auto by_cpu = realspace_together(*cpu, g, requests, used_cpu);
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      expect_same_image(by_default[i], by_cpu[i], plan::to_string(g) + " request " + std::to_string(i));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace quantem::products
