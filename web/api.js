@@ -82,6 +82,21 @@ export function decodeArray(buffer, headers) {
   return { width, height, dtype, divisor, data, provenance };
 }
 
+// The products route's json bundle (docs/protocol.md, 'Products of one plan
+// in one request') -> {images: [{mode, width, height, dtype, divisor, data}], provenance}.
+export function decodeBundle(doc) {
+  const images = doc.images.map((image) => {
+    const [height, width] = image.shape;
+    const text = atob(image.data);
+    const bytes = new Uint8Array(text.length);
+    for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+    const headers = new Map([["x-width", String(width)], ["x-height", String(height)], ["x-dtype", image.dtype],
+                             ["x-value-divisor", String(image.value_divisor)]]);
+    return { mode: image.mode, ...decodeArray(bytes.buffer, headers) };
+  });
+  return { images, provenance: doc.provenance };
+}
+
 export class Api {
   // onRequest({method, path, query, status, clientMs, serverTiming, bytes}) is
   // called after every request (the viewer's request log).
@@ -99,7 +114,7 @@ export class Api {
     return text ? `${path}?${text}` : path;
   }
 
-  // kind: "json" | "array" | "blob"; quiet: a background poll (recorded, not
+  // kind: "json" | "array" | "bundle" | "blob"; quiet: a background poll (recorded, not
   // shown in the request table). Throws ApiError for non-2xx answers.
   async request(path, params, { method = "GET", kind = "json", signal, quiet = false } = {}) {
     const url = this.url(path, params);
@@ -131,6 +146,10 @@ export class Api {
       }
       if (kind === "json") {
         body = await response.json();
+      } else if (kind === "bundle") {
+        const text = await response.text();
+        bytes = text.length;
+        body = decodeBundle(JSON.parse(text));
       } else if (kind === "array") {
         const buffer = await response.arrayBuffer();
         bytes = buffer.byteLength;

@@ -51,6 +51,7 @@ const state = {
   mask: null,  // {row, col, inner, outer}: binned detector pixels
   maskCustom: false,  // the user moved the mask: requests carry it explicitly
   realspace: null,  // {image, route, params, drawnAt}
+  products: null,  // {images, provenance, serverTiming}: the strip of thumbnails
   diffraction: null,  // {image, route, params, source}
   pinned: { kind: "mean" },  // what the diffraction panel shows when the pointer is elsewhere
   hover: null,
@@ -58,7 +59,7 @@ const state = {
   regionPreview: null,
   stopped: false,
   requests: [],  // every request's record, for the log (and tests)
-  frames: { realspace: 0, diffraction: 0 },
+  frames: { realspace: 0, diffraction: 0, products: 0 },
   drawMs: { realspace: null, diffraction: null },
 };
 
@@ -387,6 +388,8 @@ function resetPlanDependentState() {
   state.mask = null;
   state.maskCustom = false;
   state.realspace = null;
+  state.products = null;
+  $("product-strip").replaceChildren();
   state.diffraction = null;
   state.pinned = { kind: "mean" };
   state.hover = null;
@@ -516,7 +519,71 @@ function acceptRealspace(result) {
   drawRealspace();
   drawDiffractionOverlay();
   updateMaskReadout();
-  if (firstForPlan) requestDiffraction(state.pinned);
+  if (firstForPlan) {
+    requestDiffraction(state.pinned);
+    requestProducts();
+  }
+}
+
+// ---- the product strip: every mode of the plan from ONE products request ----------------
+
+const productModes = ["BF", "ABF", "ADF", "CoMx", "CoMy", "iCoM"];
+
+function productsParams() {
+  const params = { ...planParams(), modes: productModes.join(","), ensure_resident: "true" };
+  for (const mode of ["BF", "ABF", "ADF"]) {
+    params[`inner_${mode}`] = modePresets[mode].inner;
+    params[`outer_${mode}`] = modePresets[mode].outer;
+  }
+  return params;
+}
+
+async function requestProducts() {
+  if (!state.current) return;
+  const generation = state.generation;
+  try {
+    const { body, serverTiming } = await api.request("/api/browse/products", productsParams(), { kind: "bundle" });
+    if (generation !== state.generation) return;
+    state.products = { ...body, serverTiming };
+    drawProducts();
+  } catch (error) {
+    if (generation === state.generation) reportError(error, $("realspace-status"));
+  }
+}
+
+function drawProducts() {
+  const strip = $("product-strip");
+  strip.replaceChildren();
+  for (const image of state.products.images) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "product-thumb";
+    button.dataset.mode = image.mode;
+    button.title = `${image.mode} · ${image.height}×${image.width} ${image.dtype}: show it`;
+    const canvas = document.createElement("canvas");
+    const values = image.divisor === 1 ? image.data : displayValues(image.data, image.divisor);
+    let [low, high] = percentiles(values, [0.5, 99.5]);
+    if (!(high > low)) [low, high] = finiteRange(values);
+    paint(canvas, values, image.width, image.height, low, high,
+      lookupTable(signedModes.has(image.mode) ? "coolwarm" : "gray"));
+    const label = document.createElement("span");
+    label.textContent = image.mode;
+    button.append(canvas, label);
+    button.addEventListener("click", () => {
+      $("mode-select").value = image.mode;
+      modeChanged();
+    });
+    strip.appendChild(button);
+  }
+  markActiveProduct();
+  state.frames.products++;
+  strip.dataset.frame = String(state.frames.products);
+}
+
+function markActiveProduct() {
+  for (const button of document.querySelectorAll(".product-thumb")) {
+    button.classList.toggle("active", button.dataset.mode === state.mode);
+  }
 }
 
 function drawRealspace() {
@@ -1173,6 +1240,7 @@ function modeChanged() {
   else if ($("realspace-colormap").value === "coolwarm") $("realspace-colormap").value = "gray";
   drawDiffractionOverlay();
   updateMaskReadout();
+  markActiveProduct();
   requestRealspace();
 }
 

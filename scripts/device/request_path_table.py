@@ -13,6 +13,7 @@ GOALS = {
     "CoMx (computed plan)": 0.8, "CoMy (computed plan)": 0.8, "iCoM": 2.0,
     "BF fresh plan (new crop)": 3.0, "CoMx fresh plan (new crop)": 4.0, "cbed new position": 0.3,
     "cbed-region mean r=5": 0.5, "BF again (image-cache hit)": 0.3, "BF If-None-Match (304)": 0.2,
+    "products BF+ABF+ADF+CoMx+CoMy+iCoM, one request": 1.5,
 }
 
 

@@ -60,9 +60,7 @@ std::optional<std::vector<std::uint32_t>> Resident::masked_sum_u32(const plan::P
   return compute_masked_sum_u32(geometry, binned_detector_mask);
 }
 
-namespace {
-// The exact sums as uint32, or nullopt when one does not fit (never wrapped).
-std::optional<std::vector<std::uint32_t>> narrowed(const std::vector<std::uint64_t>& sums) {
+std::optional<std::vector<std::uint32_t>> Resident::narrowed_to_u32(const std::vector<std::uint64_t>& sums) {
   std::vector<std::uint32_t> narrow(sums.size());
   for (std::size_t p = 0; p < sums.size(); ++p) {
     if (sums[p] > std::numeric_limits<std::uint32_t>::max()) return std::nullopt;
@@ -70,11 +68,25 @@ std::optional<std::vector<std::uint32_t>> narrowed(const std::vector<std::uint64
   }
   return narrow;
 }
-}  // namespace
 
 std::optional<std::vector<std::uint32_t>> Resident::compute_masked_sum_u32(
     const plan::PlanGeometry& geometry, const std::vector<std::uint8_t>& binned_detector_mask) {
-  return narrowed(compute_masked_sum(geometry, binned_detector_mask));
+  return narrowed_to_u32(compute_masked_sum(geometry, binned_detector_mask));
+}
+
+std::vector<std::optional<std::vector<std::uint32_t>>> Resident::masked_sums_u32(
+    const plan::PlanGeometry& geometry, const std::vector<std::vector<std::uint8_t>>& binned_detector_masks) {
+  for (const auto& mask : binned_detector_masks) check_mask(geometry, mask);
+  if (binned_detector_masks.empty()) check_geometry(geometry);
+  return compute_masked_sums_u32(geometry, binned_detector_masks);
+}
+
+std::vector<std::optional<std::vector<std::uint32_t>>> Resident::compute_masked_sums_u32(
+    const plan::PlanGeometry& geometry, const std::vector<std::vector<std::uint8_t>>& binned_detector_masks) {
+  std::vector<std::optional<std::vector<std::uint32_t>>> sums;
+  sums.reserve(binned_detector_masks.size());
+  for (const auto& mask : binned_detector_masks) sums.push_back(compute_masked_sum_u32(geometry, mask));
+  return sums;
 }
 
 CenterOfMassSums Resident::center_of_mass_sums(const plan::PlanGeometry& geometry) {
@@ -106,7 +118,7 @@ std::optional<std::vector<std::uint32_t>> Resident::frame_u32(const plan::PlanGe
 
 std::optional<std::vector<std::uint32_t>> Resident::compute_frame_u32(const plan::PlanGeometry& geometry,
                                                                       std::uint64_t scan_row, std::uint64_t scan_col) {
-  return narrowed(compute_frame(geometry, scan_row, scan_col));
+  return narrowed_to_u32(compute_frame(geometry, scan_row, scan_col));
 }
 
 bool Resident::frames_u32(const plan::PlanGeometry& geometry, std::uint64_t first_position, std::uint64_t count,
@@ -149,7 +161,7 @@ std::optional<std::vector<std::uint32_t>> Resident::region_reduce_u32(const plan
 
 std::optional<std::vector<std::uint32_t>> Resident::compute_region_reduce_u32(
     const plan::PlanGeometry& geometry, const std::vector<std::uint64_t>& sorted_positions, RegionReduce reduce) {
-  return narrowed(compute_region_reduce(geometry, sorted_positions, reduce));
+  return narrowed_to_u32(compute_region_reduce(geometry, sorted_positions, reduce));
 }
 
 // --- shared load rules ---------------------------------------------------------

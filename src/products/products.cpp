@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -203,30 +205,16 @@ std::vector<std::uint64_t> scan_roi_positions(const RegionRequest& request, std:
   return positions;
 }
 
-Image realspace(backend::Resident& resident, const plan::PlanGeometry& geometry, const RealspaceRequest& request,
-                UsedGeometry& used) {
-  used = UsedGeometry{};
-  switch (request.mode) {
+namespace {
+
+bool center_of_mass_family(RealspaceMode mode) {
+  switch (mode) {
     case RealspaceMode::CoMx:
     case RealspaceMode::CoMy:
     case RealspaceMode::CoMmag:
     case RealspaceMode::DPC:
-    case RealspaceMode::iCoM: {
-      const auto maps = cached_center_of_mass(resident, geometry);
-      if (request.mode == RealspaceMode::CoMx) return float_image(geometry.scan_rows, geometry.scan_cols, maps->col);
-      if (request.mode == RealspaceMode::CoMy) return float_image(geometry.scan_rows, geometry.scan_cols, maps->row);
-      if (request.mode == RealspaceMode::iCoM) {
-        const auto integrated = resident.derived_cache().get_or_compute<IntegratedCenterOfMass>(
-            cache_key("integrated-center-of-mass", geometry), [&] {
-              return IntegratedCenterOfMass{
-                  integrate_center_of_mass(maps->row, maps->col, geometry.scan_rows, geometry.scan_cols)};
-            });
-        return float_image(geometry.scan_rows, geometry.scan_cols, integrated->values);
-      }
-      std::vector<float> magnitude(maps->row.size());
-      for (std::size_t p = 0; p < magnitude.size(); ++p) magnitude[p] = std::hypot(maps->row[p], maps->col[p]);
-      return float_image(geometry.scan_rows, geometry.scan_cols, std::move(magnitude));
-    }
+    case RealspaceMode::iCoM:
+      return true;
     case RealspaceMode::BF:
     case RealspaceMode::ABF:
     case RealspaceMode::ADF:
@@ -234,7 +222,32 @@ Image realspace(backend::Resident& resident, const plan::PlanGeometry& geometry,
     case RealspaceMode::DF:
       break;
   }
-  const BrightFieldGeometry bright_field = cached_bright_field(resident, geometry);
+  return false;
+}
+
+// A CoM-family image (CoMx, CoMy, CoMmag, DPC, iCoM) from the plan's CoM maps.
+Image center_of_mass_image(backend::Resident& resident, const plan::PlanGeometry& geometry,
+                           const CenterOfMassMaps& maps, RealspaceMode mode) {
+  if (mode == RealspaceMode::CoMx) return float_image(geometry.scan_rows, geometry.scan_cols, maps.col);
+  if (mode == RealspaceMode::CoMy) return float_image(geometry.scan_rows, geometry.scan_cols, maps.row);
+  if (mode == RealspaceMode::iCoM) {
+    const auto integrated = resident.derived_cache().get_or_compute<IntegratedCenterOfMass>(
+        cache_key("integrated-center-of-mass", geometry), [&] {
+          return IntegratedCenterOfMass{
+              integrate_center_of_mass(maps.row, maps.col, geometry.scan_rows, geometry.scan_cols)};
+        });
+    return float_image(geometry.scan_rows, geometry.scan_cols, integrated->values);
+  }
+  std::vector<float> magnitude(maps.row.size());
+  for (std::size_t p = 0; p < magnitude.size(); ++p) magnitude[p] = std::hypot(maps.row[p], maps.col[p]);
+  return float_image(geometry.scan_rows, geometry.scan_cols, std::move(magnitude));
+}
+
+// The detector mask of a BF / ABF / ADF / HAADF / DF request around the
+// fitted disk (docs/protocol.md, '4. Tightened rules', Bright-field fit), and
+// the geometry it used.
+std::vector<std::uint8_t> annular_mode_mask(const plan::PlanGeometry& geometry, const BrightFieldGeometry& bright_field,
+                                            const RealspaceRequest& request, UsedGeometry& used) {
   const double inner_px = python_max(0.0, request.inner * bright_field.radius);
   const double outer_px = python_max(inner_px + 1.0, request.outer * bright_field.radius);
   const double center_row = request.center_row.value_or(bright_field.center_row);
@@ -242,15 +255,56 @@ Image realspace(backend::Resident& resident, const plan::PlanGeometry& geometry,
   const double inner_squared = inner_px * inner_px;
   const double outer_squared = outer_px * outer_px;
   const bool disk = request.mode == RealspaceMode::BF;
-  const auto mask = detector_mask(geometry, center_row, center_col, [&](double d2, double, double) {
-    return disk ? d2 <= outer_squared : (d2 >= inner_squared && d2 <= outer_squared);
-  });
   used.center_row = center_row;
   used.center_col = center_col;
   if (!disk) used.inner_radius_px = inner_px;
   used.outer_radius_px = outer_px;
   used.bright_field = bright_field;
-  return masked_sum_image(resident, geometry, mask);
+  return detector_mask(geometry, center_row, center_col, [&](double d2, double, double) {
+    return disk ? d2 <= outer_squared : (d2 >= inner_squared && d2 <= outer_squared);
+  });
+}
+
+}  // namespace
+
+Image realspace(backend::Resident& resident, const plan::PlanGeometry& geometry, const RealspaceRequest& request,
+                UsedGeometry& used) {
+  used = UsedGeometry{};
+  if (center_of_mass_family(request.mode)) {
+    return center_of_mass_image(resident, geometry, *cached_center_of_mass(resident, geometry), request.mode);
+  }
+  const BrightFieldGeometry bright_field = cached_bright_field(resident, geometry);
+  return masked_sum_image(resident, geometry, annular_mode_mask(geometry, bright_field, request, used));
+}
+
+std::vector<Image> realspace_together(backend::Resident& resident, const plan::PlanGeometry& geometry,
+                                      const std::vector<RealspaceRequest>& requests, std::vector<UsedGeometry>& used) {
+  used.assign(requests.size(), UsedGeometry{});
+  std::vector<Image> images(requests.size());
+  std::vector<std::size_t> masked;  // requests answered by a masked sum, in order
+  std::vector<std::vector<std::uint8_t>> masks;
+  std::shared_ptr<const CenterOfMassMaps> maps;                // once, for every CoM-family request
+  std::optional<BrightFieldGeometry> bright_field;             // once, for every masked request
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    if (center_of_mass_family(requests[i].mode)) {
+      if (!maps) maps = cached_center_of_mass(resident, geometry);
+      images[i] = center_of_mass_image(resident, geometry, *maps, requests[i].mode);
+      continue;
+    }
+    if (!bright_field) bright_field = cached_bright_field(resident, geometry);
+    masks.push_back(annular_mode_mask(geometry, *bright_field, requests[i], used[i]));
+    masked.push_back(i);
+  }
+  if (masks.empty()) return images;
+  auto sums = resident.masked_sums_u32(geometry, masks);
+  for (std::size_t k = 0; k < masked.size(); ++k) {
+    // As masked_sum_image: the exact uint64 sums when one does not fit (the
+    // wire encoder then reports the overflow).
+    const std::uint64_t rows = geometry.scan_rows, cols = geometry.scan_cols;
+    images[masked[k]] = sums[k] ? narrow_count_image(rows, cols, std::move(*sums[k]))
+                                : count_image(rows, cols, resident.masked_sum(geometry, masks[k]));
+  }
+  return images;
 }
 
 Image realspace_shape(backend::Resident& resident, const plan::PlanGeometry& geometry, const ShapeRequest& request,

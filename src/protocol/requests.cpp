@@ -1,5 +1,6 @@
 #include "quantem/protocol/requests.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -214,6 +215,94 @@ RealspaceQuery parse_realspace_query(const QueryParams& params) {
     throw bad_request("detector center and radii must be finite");
   }
   query.format = validate_format(format);
+  return query;
+}
+
+const char* const kDefaultProductModes = "BF,ABF,ADF,CoMx,CoMy,iCoM";
+
+namespace {
+
+// The modes whose detector radii a products request may give per mode
+// (inner_<MODE>, outer_<MODE>), in the order they are read.
+const char* const kAnnularModes[] = {"BF", "ABF", "ADF", "HAADF", "DF"};
+
+std::vector<std::string> split_modes(const std::string& text) {
+  std::vector<std::string> names;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = text.find(',', start);
+    names.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return names;
+    start = comma + 1;
+  }
+}
+
+struct ModeRadii {
+  std::optional<double> inner, outer;
+};
+
+}  // namespace
+
+ProductsQuery parse_products_query(const QueryParams& params) {
+  // session, file, modes, inner, outer, cx, cy, inner_<MODE> and
+  // outer_<MODE> for BF, ABF, ADF, HAADF, DF, dtype (ignored), det_bin,
+  // scan_bin, crop, ensure_resident, format: the realspace route's
+  // parameters with a list of modes and per-mode radii.
+  QueryReader reader(params);
+  ProductsQuery query;
+  query.source = read_source(reader);
+  const std::string modes = reader.string_or("modes", kDefaultProductModes);
+  const double inner = reader.float_or("inner", 0.0);
+  const double outer = reader.float_or("outer", 1.0);
+  const std::optional<double> center_col = reader.optional_float("cx");
+  const std::optional<double> center_row = reader.optional_float("cy");
+  std::vector<ModeRadii> radii;
+  for (const char* mode : kAnnularModes) {
+    ModeRadii r;
+    r.inner = reader.optional_float(std::string("inner_") + mode);
+    r.outer = reader.optional_float(std::string("outer_") + mode);
+    radii.push_back(r);
+  }
+  (void)reader.string_or("dtype", "uint16");
+  const RawPlan raw = read_plan(reader);
+  query.ensure_resident = reader.bool_or("ensure_resident", false);
+  const std::string format = reader.string_or("format", "json");
+  reader.finish();
+
+  if (modes.empty()) throw bad_request("modes must name at least one virtual-image mode");
+  for (const std::string& name : split_modes(modes)) {
+    const auto mode = realspace_mode_from_wire(name);
+    if (!mode) throw bad_request("unknown virtual-image mode: " + python_str_repr(name));
+    if (std::find(query.mode_names.begin(), query.mode_names.end(), name) != query.mode_names.end()) {
+      throw bad_request("modes names the mode " + python_str_repr(name) + " more than once");
+    }
+    products::RealspaceRequest request;
+    request.mode = *mode;
+    request.inner = inner;
+    request.outer = outer;
+    request.center_col = center_col;
+    request.center_row = center_row;
+    for (std::size_t k = 0; k < radii.size(); ++k) {
+      if (name != kAnnularModes[k]) continue;
+      request.inner = radii[k].inner.value_or(inner);
+      request.outer = radii[k].outer.value_or(outer);
+    }
+    query.mode_names.push_back(name);
+    query.requests.push_back(request);
+  }
+  query.plan = validate_plan(raw);
+  for (const auto& r : query.requests) {
+    if (!all_finite({r.inner, r.outer, r.center_col.value_or(0.0), r.center_row.value_or(0.0)})) {
+      throw bad_request("detector center and radii must be finite");
+    }
+  }
+  if (format == "json") {
+    query.bundle_format = BundleFormat::json;
+  } else if (format == "npz") {
+    query.bundle_format = BundleFormat::npz;
+  } else {
+    throw bad_request("format must be json or npz");
+  }
   return query;
 }
 

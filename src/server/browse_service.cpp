@@ -9,6 +9,7 @@
 
 #include "quantem/core/error.hpp"
 #include "quantem/plan/plan.hpp"
+#include "quantem/protocol/bundle.hpp"
 #include "quantem/protocol/npy.hpp"
 #include "quantem/protocol/wire_image.hpp"
 #include "quantem/server/error_mapping.hpp"
@@ -111,6 +112,15 @@ class BrowseService::ProductCall {
   // The image, computed on the resident under its compute lock, and the
   // geometry its provenance reports.
   virtual products::Image compute(backend::Resident& resident, const Resolved& resolved, json& geometry) const = 0;
+  // The products route: its query (the images' names and the bundle's
+  // format), and its images, computed together; nullptr for one-image routes.
+  virtual const protocol::ProductsQuery* products_query() const { return nullptr; }
+  virtual std::vector<products::Image> compute_all(backend::Resident& resident, const Resolved& resolved,
+                                                   json& geometry) const {
+    std::vector<products::Image> images;
+    images.push_back(compute(resident, resolved, geometry));
+    return images;
+  }
 };
 
 // One array route as the pipeline sees it.
@@ -146,27 +156,74 @@ std::string product_key_prefix(const char* route, const Resolved& resolved) {
   return key;
 }
 
+// The provenance geometry of one realspace image, as the realspace route reports it.
+json realspace_geometry(const products::UsedGeometry& used, const std::string& mode_name) {
+  json geometry = used_geometry_json(used);
+  geometry["mode"] = mode_name;
+  return geometry;
+}
+
+// The key lines of one realspace image's parameters (exact values).
+std::string realspace_key(const std::string& mode_name, const products::RealspaceRequest& r) {
+  return "\n" + mode_name + "\n" + double_bits(r.inner) + "\n" + double_bits(r.outer) + "\n" +
+         (r.center_row ? double_bits(*r.center_row) : "none") + "\n" +
+         (r.center_col ? double_bits(*r.center_col) : "none");
+}
+
 class RealspaceCall final : public ProductCall {
  public:
   explicit RealspaceCall(const QueryParams& params) : query_(protocol::parse_realspace_query(params)) {}
   const protocol::ProductQuery& query() const override { return query_; }
   // Exact values: a different centre or radius never reuses an image.
-  std::string key_details(const Resolved&) override {
-    const auto& r = query_.request;
-    return "\n" + query_.mode_name + "\n" + double_bits(r.inner) + "\n" + double_bits(r.outer) + "\n" +
-           (r.center_row ? double_bits(*r.center_row) : "none") + "\n" +
-           (r.center_col ? double_bits(*r.center_col) : "none");
-  }
+  std::string key_details(const Resolved&) override { return realspace_key(query_.mode_name, query_.request); }
   products::Image compute(backend::Resident& resident, const Resolved& resolved, json& geometry) const override {
     products::UsedGeometry used;
     products::Image image = products::realspace(resident, resolved.geometry, query_.request, used);
-    geometry = used_geometry_json(used);
-    geometry["mode"] = query_.mode_name;
+    geometry = realspace_geometry(used, query_.mode_name);
     return image;
   }
 
  private:
   protocol::RealspaceQuery query_;
+};
+
+// Several realspace images of one plan in one response (a bundle).
+class ProductsCall final : public ProductCall {
+ public:
+  explicit ProductsCall(const QueryParams& params) : query_(protocol::parse_products_query(params)) {}
+  const protocol::ProductQuery& query() const override { return query_; }
+  const protocol::ProductsQuery* products_query() const override { return &query_; }
+  // The cached body holds the provenance with the request's names: they are
+  // part of the key (an alias keeps its own body).
+  std::string key_details(const Resolved&) override {
+    std::string key = query_.bundle_format == protocol::BundleFormat::npz ? "\nnpz" : "\njson";
+    key += "\n" + query_.source.session + "\n" + query_.source.file;
+    for (std::size_t i = 0; i < query_.requests.size(); ++i) {
+      key += realspace_key(query_.mode_names[i], query_.requests[i]);
+    }
+    return key;
+  }
+  products::Image compute(backend::Resident&, const Resolved&, json&) const override {
+    throw internal_error("the products route computes its images together");
+  }
+  std::vector<products::Image> compute_all(backend::Resident& resident, const Resolved& resolved,
+                                           json& geometry) const override {
+    std::vector<products::UsedGeometry> used;
+    std::vector<products::Image> images =
+        products::realspace_together(resident, resolved.geometry, query_.requests, used);
+    json modes = json::array();
+    json per_image = json::array();
+    for (std::size_t i = 0; i < images.size(); ++i) {
+      modes.push_back(query_.mode_names[i]);
+      per_image.push_back(realspace_geometry(used[i], query_.mode_names[i]));
+    }
+    geometry["modes"] = std::move(modes);
+    geometry["images"] = std::move(per_image);
+    return images;
+  }
+
+ private:
+  protocol::ProductsQuery query_;
 };
 
 class RealspaceShapeCall final : public ProductCall {
@@ -244,6 +301,9 @@ class CbedRegionCall final : public ProductCall {
 
 // {name, cache-control, always loads, marks active, keeps images, parser}
 const BrowseService::ProductRoute kRealspaceRoute{"realspace", "max-age=300", true, true, true, &parse_as<RealspaceCall>};
+// Several realspace images of one plan: loads, activates and keeps its
+// bodies as the realspace route does.
+const BrowseService::ProductRoute kProductsRoute{"products", "max-age=300", true, true, true, &parse_as<ProductsCall>};
 const BrowseService::ProductRoute kRealspaceShapeRoute{"realspace-shape", "max-age=300", true, true, false,
                                                        &parse_as<RealspaceShapeCall>};
 // The cbed routes, like the reference's, make the acquisition active when
@@ -272,6 +332,7 @@ void BrowseService::add_routes() {
   add_member_route("/api/browse/sessions", "GET", &BrowseService::sessions);
   add_member_route("/api/browse/acquisitions", "GET", &BrowseService::acquisitions);
   add_product_route("/api/browse/realspace", kRealspaceRoute);
+  add_product_route("/api/browse/products", kProductsRoute);
   add_product_route("/api/browse/realspace-shape", kRealspaceShapeRoute);
   add_product_route("/api/browse/cbed", kCbedRoute);
   add_product_route("/api/browse/cbed-region", kCbedRegionRoute);
@@ -709,6 +770,11 @@ HttpResponse BrowseService::answer_from_cache(const std::shared_ptr<ProductState
 HttpResponse BrowseService::respond_from_cache(const ProductState& state, const CachedImage& cached,
                                                RequestTiming& timing) const {
   const auto& query = state.call->query();
+  if (cached.bundle) {  // its key holds the request's names: the provenance is this request's
+    HttpResponse response = bundle_response(cached, state.route->cache_control, state.etag);
+    timing.lap("encode");
+    return response;
+  }
   const bool same_names = cached.provenance.session == query.source.session && cached.provenance.file == query.source.file;
   std::string header;
   if (!same_names) {
@@ -730,11 +796,13 @@ HttpResponse BrowseService::compute_and_respond(const ProductState& state, const
   const ProductRoute& route = *state.route;
   const auto& query = state.call->query();
   json geometry;
-  products::Image image = state.call->compute(*resident, state.resolved, geometry);
+  std::vector<products::Image> images = state.call->compute_all(*resident, state.resolved, geometry);
   if (route.marks_active && (route.always_loads || query.ensure_resident)) {
     residency_.mark_active(state.resolved.acquisition->master_path);
   }
   timing.lap("compute");
+  if (state.call->products_query()) return respond_bundle(state, *resident, images, std::move(geometry), timing);
+  products::Image& image = images.front();
   protocol::Provenance provenance_record = provenance(query, state.resolved, *resident, image, std::move(geometry));
   if (route.keeps_images) return respond_and_keep(state, image, std::move(provenance_record), timing);
   auto [wire, body] = wire_body(image, query.format);
@@ -757,6 +825,65 @@ HttpResponse BrowseService::respond_and_keep(const ProductState& state, products
   timing.lap("encode");
   store_image(state.key, std::move(entry));
   timing.lap("store");
+  return response;
+}
+
+namespace {
+
+// The provenance a json bundle's body carries: the header's without
+// `device_index`, so that equal entity tags keep meaning equal bodies when a
+// reload lands on another device (the header still names it).
+std::string body_provenance(const std::string& provenance_header) {
+  json provenance = json::parse(provenance_header);
+  provenance.erase("device_index");
+  return provenance.dump(-1, ' ', true, json::error_handler_t::replace);
+}
+
+}  // namespace
+
+HttpResponse BrowseService::respond_bundle(const ProductState& state, const backend::Resident& resident,
+                                           std::vector<products::Image>& images, json geometry,
+                                           RequestTiming& timing) {
+  const protocol::ProductsQuery& query = *state.call->products_query();
+  auto entry = std::make_shared<CachedImage>();
+  entry->bundle = true;
+  entry->provenance = provenance(query, state.resolved, resident, images.front(), std::move(geometry));
+  // Each image's dtype is in the body; the provenance names the one they
+  // share, or "mixed".
+  for (const auto& image : images) {
+    if (image.is_float != images.front().is_float) entry->provenance.output_dtype = "mixed";
+  }
+  entry->provenance_header = protocol::provenance_header(entry->provenance);
+  // Each image as the raw format carries it (the overflow check included),
+  // then the bundle around them.
+  std::vector<protocol::SharedBytes> bodies;
+  std::vector<protocol::BundleImage> parts;
+  for (std::size_t i = 0; i < images.size(); ++i) {
+    auto [wire, body] = wire_body(images[i], protocol::PayloadFormat::raw);
+    parts.push_back({query.mode_names[i], wire.height, wire.width, wire.dtype, wire.value_divisor, body.view()});
+    bodies.push_back(std::move(body));
+  }
+  const bool npz = query.bundle_format == protocol::BundleFormat::npz;
+  entry->wire.content_type = npz ? "application/zip" : "application/json";
+  std::string body = npz ? protocol::encode_bundle_npz(parts)
+                         : protocol::encode_bundle_json(parts, body_provenance(entry->provenance_header));
+  entry->body = protocol::SharedBytes::of(std::make_shared<const std::string>(std::move(body)));
+  HttpResponse response = bundle_response(*entry, state.route->cache_control, state.etag);
+  timing.lap("encode");
+  store_image(state.key, std::move(entry));
+  timing.lap("store");
+  return response;
+}
+
+HttpResponse BrowseService::bundle_response(const CachedImage& bundle, const char* cache_control,
+                                            const std::string& etag) const {
+  HttpResponse response;
+  response.status = 200;
+  response.content_type = bundle.wire.content_type;
+  response.set_header("cache-control", cache_control);
+  response.set_header("etag", etag);
+  response.set_header("x-quantem-provenance", bundle.provenance_header);
+  response.shared_body = bundle.body;
   return response;
 }
 

@@ -3,7 +3,10 @@
 // requests each, cache misses forced by changing a float parameter by 1e-7
 // (or a new crop / position per request for the fresh-plan and cbed rows: one
 // cbed row walks along a scan row as a cursor does, one jumps across the scan),
-// plus an image-cache-hit row and a 304 row. Per row: client wall time
+// plus an image-cache-hit row and a 304 row. The products rows ask for
+// BF+ABF+ADF+CoMx+CoMy+iCoM of one plan in one /api/browse/products request
+// (json and npz), and the same six images as six realspace requests in a row
+// (one sample = the six round trips). Per row: client wall time
 // p50/p90/min/mean, statuses, body bytes, and the daemon's server-timing
 // stages (p50/mean per stage, cache descriptions). JSON on stdout.
 // Before the rows, --fill-image-cache N (default 64, the daemon's image-cache
@@ -203,6 +206,52 @@ class Bench {
     out["server_ms"] = stages;
     out["cache"] = caches;
     if (!first_error.empty()) out["first_error"] = first_error;
+    return out;
+  }
+
+  // Several requests one after the other, timed as one sample: client wall
+  // time of the whole sequence, and the sum of the daemon's `total` stages.
+  json run_sequence(const std::string& name, const std::vector<std::function<std::string(int)>>& targets,
+                    int requests) {
+    for (const auto& target : targets) get(target(-1));  // warm-up
+    std::vector<double> client_ms, server_total_ms;
+    std::map<std::string, int> statuses, caches;
+    std::uint64_t body_bytes = 0;
+    for (int i = 0; i < requests; ++i) {
+      const auto start = Clock::now();
+      double server_total = 0;
+      std::uint64_t bytes = 0;
+      for (const auto& target : targets) {
+        auto response = get(target(i));
+        if (!response) {
+          ++statuses["transport-error"];
+          continue;
+        }
+        ++statuses[std::to_string(response->status)];
+        bytes += response->body.size();
+        std::map<std::string, double> stages;
+        std::string cache;
+        parse_server_timing(response->get_header_value("server-timing"), stages, cache);
+        server_total += stages["total"];
+        if (!cache.empty()) ++caches[cache];
+      }
+      client_ms.push_back(ms_since(start));
+      server_total_ms.push_back(server_total);
+      body_bytes = bytes;
+    }
+    json out;
+    out["name"] = name;
+    json examples = json::array();
+    for (const auto& target : targets) examples.push_back(target(0));
+    out["example_targets"] = examples;
+    out["requests"] = requests;
+    out["requests_per_sample"] = targets.size();
+    out["status"] = statuses;
+    out["client_ms"] = summary(client_ms);
+    out["body_bytes"] = body_bytes;
+    json total = summary(server_total_ms);
+    out["server_ms"] = {{"total", {{"p50", total["p50"]}, {"mean", total["mean"]}}}};  // summed over the sequence
+    out["cache"] = caches;
     return out;
   }
 
@@ -429,6 +478,26 @@ int main(int argc, char** argv) {
                     return httplib::Headers{{"If-None-Match", etag}};
                   });
 
+  // Every product of one plan: one products request (cache misses forced by
+  // ABF's inner radius), and the same six images as six realspace requests.
+  const std::string products = "/api/browse/products?" + source + "&modes=BF,ABF,ADF,CoMx,CoMy,iCoM";
+  auto products_target = [&](const std::string& format) {
+    return [&, format](int i) {
+      return products + "&inner_ABF=" + offset(0.5, i) + "&outer_ABF=1&inner_ADF=1&outer_ADF=3" + format;
+    };
+  };
+  rows.emplace_back("products BF+ABF+ADF+CoMx+CoMy+iCoM, one request", products_target(""));
+  rows.emplace_back("products BF+ABF+ADF+CoMx+CoMy+iCoM, one request (npz)", products_target("&format=npz"));
+  // Offsets of their own (i + 3000): never an image another row cached.
+  const std::vector<std::function<std::string(int)>> six_singles = {
+      [&](int i) { return realspace + "&mode=BF&inner=0&outer=" + offset(1, i + 3000); },
+      [&](int i) { return realspace + "&mode=ABF&inner=" + offset(0.5, i + 3000) + "&outer=1"; },
+      [&](int i) { return realspace + "&mode=ADF&inner=" + offset(1, i + 3000) + "&outer=3"; },
+      [&](int i) { return realspace + "&mode=CoMx&inner=" + tiny(i + 3000); },
+      [&](int i) { return realspace + "&mode=CoMy&inner=" + tiny(i + 3000); },
+      [&](int i) { return realspace + "&mode=iCoM&inner=" + tiny(i + 3000); },
+  };
+
   json results = json::array();
   if (fill_image_cache > 0) {
     // New images the rows never ask for (outer 1 + (20000 + i) * 1e-7): each
@@ -439,6 +508,8 @@ int main(int argc, char** argv) {
     results.push_back(bench.run(fill, fill_image_cache));
   }
   for (const auto& row : rows) results.push_back(bench.run(row, requests));
+  results.push_back(bench.run_sequence("six single requests in sequence (BF, ABF, ADF, CoMx, CoMy, iCoM)",
+                                       six_singles, requests));
   report["rows"] = results;
 
   // The first BF request of a viewer on a daemon that is up: the acquisition

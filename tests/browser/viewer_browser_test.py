@@ -421,6 +421,58 @@ class ViewerWithoutToken(BrowserCase):
         severe = [entry["message"] for entry in self.driver.get_log("browser") if entry["level"] == "SEVERE"]
         self.assertEqual(severe, [])
 
+    def test_5_product_strip_from_one_request_switches_the_main_image(self):
+        self.browser_log()  # drains what earlier tests left (test_4's expected 409)
+        self.open_page()
+        self.open_acquisition()
+        modes = ["BF", "ABF", "ADF", "CoMx", "CoMy", "iCoM"]
+        shown = self.wait_for("""(() => {
+            const thumbs = Array.from(document.querySelectorAll('#product-strip .product-thumb'));
+            return thumbs.length === 6 ? thumbs.map(t => t.dataset.mode) : null;
+        })()""", "the six product thumbnails")
+        self.assertEqual(shown, modes)
+        # One products request for the whole strip, and no single request for a thumbnail.
+        paths = self.driver.execute_script(
+            "return window.quantemViewer.state.requests.map(r => [r.path, r.query]);")
+        self.assertEqual(sum(1 for path, _ in paths if path == "/api/browse/products"), 1, paths)
+        self.assertEqual([query for path, query in paths if path == "/api/browse/realspace"],
+                         [query for path, query in paths if path == "/api/browse/realspace" and "mode=BF" in query])
+        for mode in modes:
+            self.assertGreater(self.driver.execute_script(
+                f"return document.querySelector('.product-thumb[data-mode={mode}] canvas').width;"), 1, mode)
+        # Each thumbnail holds the daemon's exact image of its mode (the viewer's radii).
+        radii = {"ABF": "&inner=0.5&outer=1", "ADF": "&inner=1&outer=3"}
+        for mode in modes:
+            _, headers, raw = self.daemon.get(
+                f"/api/browse/realspace?session={SESSION}&file={MASTER}&mode={mode}{radii.get(mode, '')}")
+            dtype = {k.lower(): v for k, v in headers.items()}["x-dtype"]
+            direct = list(struct.unpack(f"<{len(raw) // 4}{'I' if dtype == '<u4' else 'f'}", raw))
+            thumb = self.driver.execute_script(
+                "return Array.from(window.quantemViewer.state.products.images.find(i => i.mode === arguments[0]).data);",
+                mode)
+            self.assertEqual(thumb, direct, mode)
+        self.assertTrue(self.driver.execute_script(
+            "return document.querySelector('.product-thumb[data-mode=BF]').classList.contains('active');"))
+        self.screenshot("07-product-strip")
+        # A click on a thumbnail makes it the main image.
+        frame = self.driver.execute_script("return document.getElementById('realspace-canvas').dataset.frame;")
+        self.driver.execute_script("document.querySelector('.product-thumb[data-mode=ADF]').click();")
+        self.wait_for(f"""(() => {{
+            const r = window.quantemViewer.state.realspace;
+            return r && r.params.mode === 'ADF' && document.getElementById('realspace-canvas').dataset.frame !== '{frame}';
+        }})()""", "the ADF image in the main view")
+        self.assertEqual(self.driver.execute_script("return document.getElementById('mode-select').value;"), "ADF")
+        self.assertTrue(self.driver.execute_script(
+            "return document.querySelector('.product-thumb[data-mode=ADF]').classList.contains('active')"
+            " && !document.querySelector('.product-thumb[data-mode=BF]').classList.contains('active');"))
+        main = self.driver.execute_script("return Array.from(window.quantemViewer.state.realspace.image.data);")
+        strip = self.driver.execute_script(
+            "return Array.from(window.quantemViewer.state.products.images.find(i => i.mode === 'ADF').data);")
+        self.assertEqual(main, strip)
+        self.screenshot("08-product-clicked")
+        severe = [entry["message"] for entry in self.driver.get_log("browser") if entry["level"] == "SEVERE"]
+        self.assertEqual(severe, [])
+
     def test_4_export_without_an_export_folder_says_how_to_enable_it(self):
         self.open_page()
         self.open_acquisition()

@@ -138,6 +138,13 @@ class Resident {
   // nothing is ever wrapped). The same checks as masked_sum.
   std::optional<std::vector<std::uint32_t>> masked_sum_u32(const plan::PlanGeometry& geometry,
                                                            const std::vector<std::uint8_t>& binned_detector_mask);
+  // masked_sum_u32 of each mask, in order, computed together (several
+  // products of one plan): one walk over the resident where the backend has
+  // one (the CPU resident), else one walk per mask. Element i is nullopt when
+  // some sum of mask i exceeds 2^32 - 1 (never wrapped). The same checks as
+  // masked_sum, for every mask.
+  std::vector<std::optional<std::vector<std::uint32_t>>> masked_sums_u32(
+      const plan::PlanGeometry& geometry, const std::vector<std::vector<std::uint8_t>>& binned_detector_masks);
   CenterOfMassSums center_of_mass_sums(const plan::PlanGeometry& geometry);
   // The binned frame at a plan position (scan bin sums up to bin² frames).
   std::vector<std::uint64_t> frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
@@ -193,6 +200,10 @@ class Resident {
   // where the sums are (the CUDA resident: only 4 bytes per position come back).
   virtual std::optional<std::vector<std::uint32_t>> compute_masked_sum_u32(
       const plan::PlanGeometry& geometry, const std::vector<std::uint8_t>& binned_detector_mask);
+  // By default compute_masked_sum_u32 per mask (the CUDA resident's device
+  // narrowing included); the CPU resident reads each code once for all masks.
+  virtual std::vector<std::optional<std::vector<std::uint32_t>>> compute_masked_sums_u32(
+      const plan::PlanGeometry& geometry, const std::vector<std::vector<std::uint8_t>>& binned_detector_masks);
   virtual CenterOfMassSums compute_center_of_mass_sums(const plan::PlanGeometry& geometry) = 0;
   virtual std::vector<std::uint64_t> compute_frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
                                                    std::uint64_t scan_col) = 0;
@@ -212,6 +223,8 @@ class Resident {
   // narrows on the device (half the bytes come back).
   virtual std::optional<std::vector<std::uint32_t>> compute_region_reduce_u32(
       const plan::PlanGeometry& geometry, const std::vector<std::uint64_t>& sorted_positions, RegionReduce reduce);
+  // The exact sums as uint32, or nullopt when one does not fit (never wrapped).
+  static std::optional<std::vector<std::uint32_t>> narrowed_to_u32(const std::vector<std::uint64_t>& sums);
 
  private:
   void check_geometry(const plan::PlanGeometry& geometry) const;

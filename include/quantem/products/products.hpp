@@ -97,6 +97,13 @@ std::vector<std::uint64_t> scan_roi_positions(const RegionRequest& request, std:
 
 Image realspace(backend::Resident& resident, const plan::PlanGeometry& geometry, const RealspaceRequest& request,
                 UsedGeometry& used);
+// Several realspace images of one plan, computed together (the products
+// route): the bright-field fit once, the masks of every BF / ABF / ADF /
+// HAADF / DF request summed in one Resident::masked_sums_u32 call, the CoM
+// maps once for every CoM-family request. images[i] and used[i] equal what
+// realspace(requests[i]) returns, value for value (the same typed errors).
+std::vector<Image> realspace_together(backend::Resident& resident, const plan::PlanGeometry& geometry,
+                                      const std::vector<RealspaceRequest>& requests, std::vector<UsedGeometry>& used);
 Image realspace_shape(backend::Resident& resident, const plan::PlanGeometry& geometry, const ShapeRequest& request,
                       UsedGeometry& used);
 Image selected_diffraction(backend::Resident& resident, const plan::PlanGeometry& geometry, std::int64_t scan_row,

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "quantem/plan/plan.hpp"
 #include "quantem/products/products.hpp"
@@ -58,6 +59,20 @@ struct RegionQuery : ProductQuery {
   products::RegionRequest request;
 };
 
+// GET /api/browse/products: several realspace images of one plan in one
+// response (docs/protocol.md, 'Products of one plan in one request').
+// requests[i] is what GET /api/browse/realspace?mode=<mode_names[i]> with the
+// mode's radii would ask for; `format` stays raw (the bundle format is
+// bundle_format).
+enum class BundleFormat { json, npz };
+struct ProductsQuery : ProductQuery {
+  std::vector<std::string> mode_names;                 // in the request's order, distinct
+  std::vector<products::RealspaceRequest> requests;    // one per mode name
+  BundleFormat bundle_format = BundleFormat::json;
+};
+// The modes a products request names when it names none.
+extern const char* const kDefaultProductModes;
+
 // POST /api/browse/export: the source, the plan named as the image routes
 // name it, and frames_per_file (0: the default).
 struct ExportQuery : ProductQuery {
@@ -65,6 +80,7 @@ struct ExportQuery : ProductQuery {
 };
 
 RealspaceQuery parse_realspace_query(const QueryParams& params);
+ProductsQuery parse_products_query(const QueryParams& params);
 ExportQuery parse_export_query(const QueryParams& params);
 ShapeQuery parse_shape_query(const QueryParams& params);
 CbedQuery parse_cbed_query(const QueryParams& params);

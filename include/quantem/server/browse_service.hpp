@@ -5,7 +5,7 @@
 //
 // Routes (docs/protocol.md):
 //   GET    /api/browse/capabilities | sessions | acquisitions
-//   GET    /api/browse/realspace | realspace-shape | cbed | cbed-region
+//   GET    /api/browse/realspace | products | realspace-shape | cbed | cbed-region
 //   GET    /api/browse/residency     POST /api/browse/load     DELETE /api/browse/resident
 //   GET    /api/health/live | /api/health/ready                 GET /metrics
 //   GET    /  and  /viewer/<file>   the browser viewer (docs/viewer.md; no token needed)
@@ -17,7 +17,7 @@
 // cache (realspace), residency (409/413/503), compute, encoding (409 overflow).
 // Every response carries `server-timing` (RequestTiming in metrics.hpp); the
 // array routes carry an `etag` (docs/protocol.md "ETag").
-// The four array routes are ProductRoute descriptors run by one pipeline
+// The five array routes are ProductRoute descriptors run by one pipeline
 // (answer_product, a named step per stage); the route table is add_routes(),
 // and add_route() serves a function written elsewhere. A request that has to
 // wait for a load is handed back unanswered by handle_or_defer()
@@ -128,6 +128,9 @@ class BrowseService {
     protocol::SharedBytes body;
     protocol::Provenance provenance;
     std::string provenance_header;  // rendered for provenance.session/file
+    // The products route: `body` is the whole bundle (json or npz, its
+    // content type in wire.content_type), sent as it is.
+    bool bundle = false;
   };
   struct ProductState;  // an array request between its steps
   struct Route {
@@ -177,6 +180,12 @@ class BrowseService {
   // realspace: the response, and its image kept in the image cache.
   HttpResponse respond_and_keep(const ProductState& state, products::Image& image,
                                 protocol::Provenance provenance_record, RequestTiming& timing);
+  // The products route: its images as one bundle (json or npz), kept in the
+  // image cache like a realspace image.
+  HttpResponse respond_bundle(const ProductState& state, const backend::Resident& resident,
+                              std::vector<products::Image>& images, nlohmann::ordered_json geometry,
+                              RequestTiming& timing);
+  HttpResponse bundle_response(const CachedImage& bundle, const char* cache_control, const std::string& etag) const;
   protocol::Provenance provenance(const protocol::ProductQuery& query, const Resolved& resolved,
                                   const backend::Resident& resident, const products::Image& image,
                                   nlohmann::ordered_json geometry) const;

@@ -249,6 +249,89 @@ std::vector<std::uint64_t> CpuResident::compute_masked_sum(const plan::PlanGeome
   return plan::bin_scan_sums(geometry, std::move(per_frame));
 }
 
+// Several masks in one walk. The detector splits into classes of pixels that
+// belong to the same masks (bit m of a class: mask m); each class is summed
+// once per frame over its runs, the largest class not at all (the frame total
+// minus the others, exact), and mask m's sum is the sum of the classes that
+// hold it. Every pixel is read at most once, however many masks overlap.
+template <class Code>
+std::vector<std::vector<std::uint64_t>> CpuResident::masked_frame_sums_together(
+    const plan::PlanGeometry& g, const std::vector<std::vector<std::uint8_t>>& binned_masks) {
+  const std::size_t mask_count = binned_masks.size();
+  std::vector<std::uint32_t> membership(frame_pixels_, 0);
+  for (std::size_t m = 0; m < mask_count; ++m) {
+    const std::vector<std::uint8_t> native = plan::source_detector_mask(g, binned_masks[m]);
+    for (std::uint64_t p = 0; p < frame_pixels_; ++p) membership[p] |= std::uint32_t{native[p]} << m;
+  }
+  // Dense class numbers (at most 255 classes: the caller checks) and their sizes.
+  std::vector<std::uint32_t> class_members;  // class -> membership bits
+  std::vector<std::uint64_t> class_pixels;
+  std::vector<std::uint8_t> pixel_class(frame_pixels_);
+  for (std::uint64_t p = 0; p < frame_pixels_; ++p) {
+    const auto found = std::find(class_members.begin(), class_members.end(), membership[p]);
+    const std::size_t c = static_cast<std::size_t>(found - class_members.begin());
+    if (found == class_members.end()) {
+      class_members.push_back(membership[p]);
+      class_pixels.push_back(0);
+    }
+    ++class_pixels[c];
+    pixel_class[p] = static_cast<std::uint8_t>(c);
+  }
+  const std::size_t classes = class_members.size();
+  const std::size_t derived = static_cast<std::size_t>(
+      std::max_element(class_pixels.begin(), class_pixels.end()) - class_pixels.begin());
+  std::vector<std::vector<PixelRun>> runs(classes);
+  for (std::size_t c = 0; c < classes; ++c) {
+    if (c != derived) runs[c] = pixel_runs(pixel_class, static_cast<std::uint8_t>(c));
+  }
+
+  const GroupLanes groups = region_frames(g);
+  std::vector<std::vector<std::uint64_t>> sums(mask_count, std::vector<std::uint64_t>(plan::region_frame_count(g)));
+  pool_->parallel_for(groups.size(), 4, [&](std::size_t begin, std::size_t end, unsigned) {
+    std::vector<std::uint64_t> class_sums(classes * kGroupFrames);
+    for (std::size_t i = begin; i < end; ++i) {
+      const std::uint64_t group = groups[i].first;  // no structured binding: captured below (C++17)
+      const LaneMask lanes = groups[i].second;
+      for (std::size_t c = 0; c < classes; ++c) {
+        if (c != derived) group_masked_sums(group_codes<Code>(group), runs[c], class_sums.data() + c * kGroupFrames);
+      }
+      for_each_lane(lanes, [&](unsigned lane) {
+        const std::uint64_t frame = group * kGroupFrames + lane;
+        std::uint64_t others = 0;
+        for (std::size_t c = 0; c < classes; ++c) {
+          if (c != derived) others += class_sums[c * kGroupFrames + lane];
+        }
+        class_sums[derived * kGroupFrames + lane] = summaries_.frame_totals[frame] - others;
+        const std::uint64_t index = plan::region_index(g, frame);
+        for (std::size_t m = 0; m < mask_count; ++m) {
+          std::uint64_t sum = 0;
+          for (std::size_t c = 0; c < classes; ++c) {
+            if ((class_members[c] >> m) & 1u) sum += class_sums[c * kGroupFrames + lane];
+          }
+          sums[m][index] = sum;
+        }
+      });
+    }
+  });
+  return sums;
+}
+
+std::vector<std::optional<std::vector<std::uint32_t>>> CpuResident::compute_masked_sums_u32(
+    const plan::PlanGeometry& geometry, const std::vector<std::vector<std::uint8_t>>& binned_detector_masks) {
+  // Up to 7 masks make at most 128 classes (a class number fits a byte).
+  constexpr std::size_t kMostMasksTogether = 7;
+  if (binned_detector_masks.size() < 2 || binned_detector_masks.size() > kMostMasksTogether) {
+    return Resident::compute_masked_sums_u32(geometry, binned_detector_masks);
+  }
+  auto per_frame = with_code_type([&](auto code) {
+    return masked_frame_sums_together<decltype(code)>(geometry, binned_detector_masks);
+  });
+  std::vector<std::optional<std::vector<std::uint32_t>>> sums;
+  sums.reserve(per_frame.size());
+  for (auto& frames : per_frame) sums.push_back(narrowed_to_u32(plan::bin_scan_sums(geometry, std::move(frames))));
+  return sums;
+}
+
 // --- frame sums ----------------------------------------------------------------
 
 template <class Code>

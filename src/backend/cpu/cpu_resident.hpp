@@ -57,6 +57,10 @@ class CpuResident final : public Resident {
   std::vector<std::uint64_t> compute_pattern_sum(const plan::PlanGeometry& geometry) override;
   std::vector<std::uint64_t> compute_masked_sum(const plan::PlanGeometry& geometry,
                                                 const std::vector<std::uint8_t>& binned_detector_mask) override;
+  // One walk over the plan's groups for every mask: each source pixel is read
+  // at most once, whatever the number of masks (masked_frame_sums_together).
+  std::vector<std::optional<std::vector<std::uint32_t>>> compute_masked_sums_u32(
+      const plan::PlanGeometry& geometry, const std::vector<std::vector<std::uint8_t>>& binned_detector_masks) override;
   CenterOfMassSums compute_center_of_mass_sums(const plan::PlanGeometry& geometry) override;
   std::vector<std::uint64_t> compute_frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
                                            std::uint64_t scan_col) override;
@@ -79,6 +83,10 @@ class CpuResident final : public Resident {
   // Per-frame values over the plan's region, row-major over the region.
   template <class Code>
   std::vector<std::uint64_t> masked_frame_sums(const plan::PlanGeometry& geometry, const std::vector<std::uint8_t>& mask);
+  // The same for several masks at once, per mask.
+  template <class Code>
+  std::vector<std::vector<std::uint64_t>> masked_frame_sums_together(
+      const plan::PlanGeometry& geometry, const std::vector<std::vector<std::uint8_t>>& masks);
   template <class Projection>
   void center_of_mass_frames(const plan::PlanGeometry& geometry, std::vector<std::uint64_t>& total,
                              std::vector<std::uint64_t>& row_moment, std::vector<std::uint64_t>& col_moment);
