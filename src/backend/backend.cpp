@@ -36,7 +36,92 @@ void Resident::check_geometry(const plan::PlanGeometry& geometry) const {
 
 std::vector<std::uint64_t> Resident::pattern_sum(const plan::PlanGeometry& geometry) {
   check_geometry(geometry);
+  if (geometry.cropped) {
+    const ScanRectangle region{geometry.region.row_start, geometry.region.row_stop, geometry.region.col_start,
+                               geometry.region.col_stop};
+    if (auto native = native_sum_from_tiles(region)) {
+      return plan::bin_detector_sums(std::move(*native), geometry.source_detector_rows,
+                                     geometry.source_detector_cols, geometry.detector_bin);
+    }
+  }
   return compute_pattern_sum(geometry);
+}
+
+namespace {
+
+// Source scan positions (global row-major frame indices, ascending) of
+// `rectangle` outside `inner`, which lies inside it.
+std::vector<std::uint64_t> edge_frames(const ScanRectangle& rectangle, const ScanRectangle& inner,
+                                       std::uint64_t source_scan_cols) {
+  std::vector<std::uint64_t> frames;
+  const auto add_run = [&](std::uint64_t row, std::uint64_t begin, std::uint64_t end) {
+    for (std::uint64_t col = begin; col < end; ++col) frames.push_back(row * source_scan_cols + col);
+  };
+  for (std::uint64_t row = rectangle.row_begin; row < rectangle.row_end; ++row) {
+    if (row < inner.row_begin || row >= inner.row_end) {
+      add_run(row, rectangle.col_begin, rectangle.col_end);
+    } else {
+      add_run(row, rectangle.col_begin, inner.col_begin);
+      add_run(row, inner.col_end, rectangle.col_end);
+    }
+  }
+  return frames;
+}
+
+// The plan-position rectangle [row0, row1) x [col0, col1) that sorted
+// positions fill exactly, or nullopt.
+std::optional<ScanRectangle> positions_rectangle(const plan::PlanGeometry& geometry,
+                                                 const std::vector<std::uint64_t>& sorted) {
+  if (sorted.empty()) return std::nullopt;
+  const std::uint64_t cols = geometry.scan_cols;
+  const std::uint64_t row0 = sorted.front() / cols, col0 = sorted.front() % cols;
+  const std::uint64_t row1 = sorted.back() / cols + 1, col1 = sorted.back() % cols + 1;
+  if (col1 <= col0) return std::nullopt;
+  const std::uint64_t width = col1 - col0;
+  if (sorted.size() != (row1 - row0) * width) return std::nullopt;
+  for (std::size_t k = 0; k < sorted.size(); ++k) {
+    if (sorted[k] != (row0 + k / width) * cols + col0 + k % width) return std::nullopt;
+  }
+  return ScanRectangle{row0, row1, col0, col1};
+}
+
+}  // namespace
+
+std::optional<std::vector<std::uint64_t>> Resident::native_sum_from_tiles(const ScanRectangle& rectangle) {
+  const std::shared_ptr<const TileSumTable> table = tile_sums_.table();
+  if (!table) return std::nullopt;
+  const std::optional<ScanRectangle> whole = table->whole_tiles_inside(rectangle);
+  if (!whole) return std::nullopt;
+  const catalog::Acquisition& acquisition = source();
+  std::vector<std::uint64_t> native(acquisition.frame_pixels(), 0);
+  const std::vector<std::uint64_t> edges = edge_frames(rectangle, *whole, acquisition.scan_cols);
+  if (!edges.empty()) {
+    // Unbinned and uncropped, plan positions are the source's frame indices.
+    const plan::PlanGeometry every_frame = plan::resolve_plan({}, acquisition.scan_rows, acquisition.scan_cols,
+                                                              acquisition.detector_rows, acquisition.detector_cols);
+    native = compute_region_reduce(every_frame, edges, RegionReduce::sum);
+  }
+  table->add_sum(*whole, native.data());
+  return native;
+}
+
+std::optional<std::vector<std::uint64_t>> Resident::region_sum_from_tiles(const plan::PlanGeometry& geometry,
+                                                                          const std::vector<std::uint64_t>& sorted) {
+  if (!tile_sums_.table()) return std::nullopt;
+  const std::optional<ScanRectangle> positions = positions_rectangle(geometry, sorted);
+  if (!positions) return std::nullopt;
+  // Plan position (r, c) covers source rows region.row_start + r * bin up to
+  // the next bin, cut at the region's edge (partial edge bins are kept).
+  const plan::ScanRegion& region = geometry.region;
+  const std::uint64_t bin = geometry.scan_bin;
+  const ScanRectangle frames{region.row_start + positions->row_begin * bin,
+                             std::min(region.row_stop, region.row_start + positions->row_end * bin),
+                             region.col_start + positions->col_begin * bin,
+                             std::min(region.col_stop, region.col_start + positions->col_end * bin)};
+  auto native = native_sum_from_tiles(frames);
+  if (!native) return std::nullopt;
+  return plan::bin_detector_sums(std::move(*native), geometry.source_detector_rows, geometry.source_detector_cols,
+                                 geometry.detector_bin);
 }
 
 void Resident::check_mask(const plan::PlanGeometry& geometry, const std::vector<std::uint8_t>& binned_detector_mask) const {
@@ -149,14 +234,22 @@ std::vector<std::uint64_t> Resident::region_reduce(const plan::PlanGeometry& geo
                                                    const std::vector<std::uint64_t>& positions,
                                                    RegionReduce reduce) {
   check_geometry(geometry);
-  return compute_region_reduce(geometry, plan::sorted_distinct_positions(geometry, positions), reduce);
+  const std::vector<std::uint64_t> sorted = plan::sorted_distinct_positions(geometry, positions);
+  if (reduce == RegionReduce::sum) {
+    if (auto sums = region_sum_from_tiles(geometry, sorted)) return std::move(*sums);
+  }
+  return compute_region_reduce(geometry, sorted, reduce);
 }
 
 std::optional<std::vector<std::uint32_t>> Resident::region_reduce_u32(const plan::PlanGeometry& geometry,
                                                                       const std::vector<std::uint64_t>& positions,
                                                                       RegionReduce reduce) {
   check_geometry(geometry);
-  return compute_region_reduce_u32(geometry, plan::sorted_distinct_positions(geometry, positions), reduce);
+  const std::vector<std::uint64_t> sorted = plan::sorted_distinct_positions(geometry, positions);
+  if (reduce == RegionReduce::sum) {
+    if (auto sums = region_sum_from_tiles(geometry, sorted)) return narrowed(*sums);
+  }
+  return compute_region_reduce_u32(geometry, sorted, reduce);
 }
 
 std::optional<std::vector<std::uint32_t>> Resident::compute_region_reduce_u32(

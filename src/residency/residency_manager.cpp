@@ -78,6 +78,7 @@ struct ResidencyManager::Entry {
   std::optional<std::string> preserved;  // the active acquisition the current attempt keeps
   std::deque<Attempt> fallbacks;         // where an out-of-memory load goes next
   std::shared_ptr<std::mutex> compute_mutex = std::make_shared<std::mutex>();
+  std::uint64_t tile_sum_bytes = 0;  // admitted for its tile sums on a host-memory budget
 };
 
 struct ResidencyManager::DeviceLoader {
@@ -128,6 +129,7 @@ ResidencyManager::ResidencyManager(backend::Backend& backend, ResidencyOptions o
     }
     idle_thread_ = std::thread([this] { idle_loop(); });
   }
+  if (options_.tile_sums) tile_builder_ = std::make_unique<backend::TileSumsBuilder>();
   working_bytes_.assign(devices_.size(), 0);
   for (std::size_t position = 0; position < devices_.size(); ++position) {
     loaders_.push_back(std::make_unique<DeviceLoader>());
@@ -140,6 +142,7 @@ ResidencyManager::ResidencyManager(backend::Backend& backend, ResidencyOptions o
 ResidencyManager::~ResidencyManager() { shutdown(); }
 
 void ResidencyManager::shutdown() {
+  if (tile_builder_) tile_builder_->shutdown();  // before the lock: a build in progress finishes its tile
   {
     std::lock_guard<std::mutex> lock(sync_->mutex);
     stopping_ = true;
@@ -197,7 +200,9 @@ namespace {
 template <typename EntryT>
 std::uint64_t held_bytes(const EntryT& entry) {
   if (entry.state == ResidencyState::loading) return entry.reserved_bytes;
-  if (entry.state == ResidencyState::resident && entry.resident) return entry.resident->resident_bytes();
+  if (entry.state == ResidencyState::resident && entry.resident) {
+    return entry.resident->resident_bytes() + entry.tile_sum_bytes;
+  }
   return 0;
 }
 
@@ -313,6 +318,7 @@ void ResidencyManager::remove_locked(const EntryPtr& entry) {
       break;
     case ResidencyState::resident:
       ++counters_.evictions;
+      if (entry->resident) entry->resident->tile_sums().cancel();
       spdlog::info("evicted {} from device {}", entry->master_path, devices_[entry->device_position].index);
       if (entry->pins > 0) {
         draining_.push_back(entry);
@@ -648,6 +654,8 @@ ResidencyStatus ResidencyManager::status_of(const Entry& entry) const {
   if (entry.state == ResidencyState::resident && entry.resident) {
     status.resident_bytes = entry.resident->resident_bytes();
     status.encoding = entry.resident->encoding();
+    status.tile_sums_state = backend::tile_sums_state_name(entry.resident->tile_sums().state());
+    status.tile_sums_bytes = entry.resident->tile_sums().bytes();
   }
   if (entry.failure) status.failure_reason = entry.failure->what();
   return status;
@@ -690,6 +698,32 @@ void ResidencyManager::mark_active(const std::string& master_path) {
   std::lock_guard<std::mutex> lock(sync_->mutex);
   auto it = entries_.find(master_path);
   if (it != entries_.end() && it->second->state == ResidencyState::resident) active_ = master_path;
+}
+
+void ResidencyManager::schedule_tile_sums_locked(const EntryPtr& entry) {
+  if (!tile_builder_) return;
+  backend::TileSums& sums = entry->resident->tile_sums();
+  const catalog::Acquisition& source = entry->resident->source();
+  const std::uint64_t bytes =
+      backend::TileGrid::for_scan(source.scan_rows, source.scan_cols).table_bytes(source.frame_pixels());
+  if (bytes == 0) {
+    sums.set_state(backend::TileSumsState::skipped, "the scan is a single tile");
+    return;
+  }
+  if (backend_.budgets_host_memory()) {
+    const DeviceHoldings holdings = holdings_locked(entry->device_position, false);
+    const std::uint64_t held = holdings.resident_bytes + holdings.loading_bytes + holdings.draining_bytes;
+    const std::uint64_t budget = devices_[entry->device_position].budget_bytes;
+    if (budget != 0 && (held > budget || bytes > budget - held)) {
+      sums.set_state(backend::TileSumsState::skipped, "the device's budget has no room for the tile sums");
+      spdlog::info("{}: no room for {} B of tile sums on device {}; crops decode every frame", entry->master_path,
+                   bytes, devices_[entry->device_position].index);
+      return;
+    }
+    entry->tile_sum_bytes = bytes;
+  }
+  tile_builder_->submit(entry->resident,
+                        [mutex = entry->compute_mutex] { return std::unique_lock<std::mutex>(*mutex); });
 }
 
 void ResidencyManager::loader_loop(std::size_t device_position) {
@@ -746,6 +780,7 @@ void ResidencyManager::loader_loop(std::size_t device_position) {
       touch_locked(*job);
       spdlog::info("{} resident on device {} ({} B, {})", job->master_path, attempt_device,
                    job->resident->resident_bytes(), job->resident->encoding());
+      schedule_tile_sums_locked(job);
       sync_->changed.notify_all();
       continue;
     }

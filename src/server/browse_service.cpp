@@ -904,6 +904,7 @@ json BrowseService::residency_document(const protocol::SourceRef& source, const 
   doc["stage"] = status.stage.empty() ? json(nullptr) : json(status.stage);
   doc["encoding"] = status.encoding.empty() ? json(nullptr) : json(status.encoding);
   doc["failure_reason"] = status.failure_reason.empty() ? json(nullptr) : json(status.failure_reason);
+  doc["tile_sums"] = {{"state", status.tile_sums_state}, {"bytes", status.tile_sums_bytes}};
   doc["loadable"] = acquisition.status.loadable;
   doc["reason"] = acquisition.status.reason;
   return doc;

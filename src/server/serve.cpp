@@ -74,6 +74,9 @@ void add_serve_options(CLI::App& serve, ServeOptions& options) {
                    "(default: off)");
   serve.add_option("--cpu-threads", options.cpu_threads, "CPU backend: worker threads (default: every core)");
   serve.add_option("--cache-entries", options.cache_entries, "Resident acquisitions per device, least recently used evicted (default 8)");
+  serve.add_flag("--no-tile-sums", options.no_tile_sums,
+                 "Keep no per-tile summed patterns beside residents: a crop's summed pattern decodes every frame "
+                 "of the crop (same values, less memory)");
   serve.add_option("--http-threads", options.http_threads, "HTTP worker threads (default 16)");
   serve.add_option("--http-spin-us", options.http_spin_us,
                    "Microseconds an HTTP thread busy-waits for the next response or request before it sleeps "
@@ -437,6 +440,7 @@ struct DaemonWiring {
     residency::ResidencyOptions options;
     options.max_entries_per_device = settings.cache_entries;
     options.idle_release = settings.idle_release;
+    options.tile_sums = settings.tile_sums;
     return options;
   }
   static BrowseConfig browse_config(const ServeSettings& settings, const std::optional<TokenSource>& token) {

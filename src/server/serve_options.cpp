@@ -240,6 +240,7 @@ void validate_backend(const ServeOptions& options, ServeSettings& settings) {
   settings.cpu_threads = static_cast<unsigned>(options.cpu_threads);
   if (options.cache_entries < 1 || options.cache_entries > 4096) throw ServeUsageError("--cache-entries must be between 1 and 4096");
   settings.cache_entries = static_cast<std::size_t>(options.cache_entries);
+  settings.tile_sums = !options.no_tile_sums;
 }
 
 // HTTP workers, the address, authentication and the connection deadlines.

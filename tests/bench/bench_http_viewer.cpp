@@ -418,6 +418,22 @@ int main(int argc, char** argv) {
   const int det_rows = std::atoi(pattern->get_header_value("x-height").c_str());
   const int det_cols = std::atoi(pattern->get_header_value("x-width").c_str());
   report["scan_shape"] = {scan_rows, scan_cols};
+  // The crop rows measure the steady state: the resident's tile sums built
+  // (or skipped, or off) before they start.
+  {
+    const auto start = Clock::now();
+    json tile_sums;
+    while (ms_since(start) < 300000) {
+      auto residency = bench.get("/api/browse/residency?" + source);
+      if (!residency || residency->status != 200) break;
+      tile_sums = json::parse(residency->body).value("tile_sums", json());
+      const std::string state = tile_sums.is_object() ? tile_sums.value("state", "") : "";
+      if (state != "queued" && state != "building") break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    report["tile_sums"] = tile_sums;
+    report["tile_sums_wait_s"] = ms_since(start) / 1000;
+  }
   report["detector_shape"] = {det_rows, det_cols};
 
   // i < 0 is a warm-up; every index gives a distinct value.
@@ -449,6 +465,18 @@ int main(int argc, char** argv) {
   rows.emplace_back("iCoM", [&](int i) { return realspace + "&mode=iCoM&inner=" + tiny(i); });
   rows.emplace_back("BF fresh plan (new crop)", [&](int i) { return realspace + "&mode=BF" + crop(i); });
   rows.emplace_back("CoMx fresh plan (new crop)", [&](int i) { return realspace + "&mode=CoMx" + crop(i + 5000); });
+  // A square scan ROI of 64 x 64 positions (fewer on a smaller scan), summed,
+  // at a new place per request: a rectangle's summed pattern (tile sums).
+  const int side_rows = std::min(64, scan_rows), side_cols = std::min(64, scan_cols);
+  const int side = std::min(side_rows, side_cols);
+  rows.emplace_back("cbed-region rectangle " + std::to_string(side) + "x" + std::to_string(side), [&, side](int i) {
+                    const int span_rows = scan_rows - side + 1, span_cols = scan_cols - side + 1;
+                    const int k = (i + 1000) * 7 % (span_rows * span_cols);
+                    const double half = (side - 1) / 2.0;
+                    return "/api/browse/cbed-region?" + source + "&shape=square&reduce=sum&radius=" + number(half) +
+                           "&cx=" + number(k % span_cols + half) + "&cy=" + number(k / span_cols + half) +
+                           "&ensure_resident=true";
+                  });
   rows.emplace_back("cbed new position", [&](int i) {
                     const int k = (i + 1000) % (scan_rows * scan_cols);
                     return "/api/browse/cbed?" + source + "&sx=" + std::to_string(k / scan_cols) +

@@ -218,3 +218,61 @@ TEST_F(ServeResidency, FractionalDeviceBudgetAndIdleReleaseThroughTheBinary) {
   EXPECT_EQ(daemon->get("/api/browse/cbed?" + source("a") + "&sx=2&sy=2&ensure_resident=true")->status, 200);
   EXPECT_EQ(daemon->stop(), 0);
 }
+
+// Tile sums through the daemon: once the residency document says they are
+// ready, BF on fresh crops (the bright-field fit sums the crop's patterns) and
+// cbed-region square sums equal, byte for byte, the same requests to a daemon
+// started with --no-tile-sums, whose crops decode every frame.
+TEST_F(ServeResidency, CropsWithTileSumsEqualCropsWithout) {
+  const auto synth = run_quantem({"synth", data.file("sess"), "--prefix", "t", "--scan", "48x40", "--detector",
+                                  "12x12", "--threads", "1", "--seed", "5"});
+  ASSERT_EQ(synth.exit_code, 0) << synth.stderr_text;
+  auto with = Daemon::start(data.path(), {"--cpu-threads", "2"});
+  auto without = Daemon::start(data.path(), {"--cpu-threads", "2", "--no-tile-sums"});
+  ASSERT_NE(with, nullptr);
+  ASSERT_NE(without, nullptr);
+  for (const Daemon* daemon : {with.get(), without.get()}) {
+    ASSERT_EQ(daemon->request("POST", "/api/browse/load?" + source("t"))->status / 100, 2);
+  }
+  json tiles;
+  for (int poll = 0; poll < 200; ++poll) {
+    tiles = residency(*with, "t")["tile_sums"];
+    if (tiles["state"] == "ready") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(tiles["state"], "ready") << tiles;
+  EXPECT_EQ(tiles["bytes"], 3 * 3 * 144 * 8);  // tiles of 16 positions, one uint64 per detector pixel
+  EXPECT_EQ(residency(*without, "t")["tile_sums"]["state"], "none");
+  EXPECT_EQ(residency(*without, "t")["tile_sums"]["bytes"], 0);
+
+  const std::vector<std::string> crops = {
+      "&row_start=0&row_stop=48&column_start=0&column_stop=39",   // all but one column: whole tiles + edge
+      "&row_start=3&row_stop=45&column_start=5&column_stop=40",   // across tiles, touching the right edge
+      "&row_start=16&row_stop=32&column_start=16&column_stop=32", // exactly one tile
+      "&row_start=17&row_stop=18&column_start=0&column_stop=40",  // one row
+      "&row_start=2&row_stop=14&column_start=3&column_stop=9",    // inside one tile
+      "&row_start=1&row_stop=48&column_start=0&column_stop=37&scan_bin=3&det_bin=2",  // partial scan bins
+  };
+  for (const std::string& crop : crops) {
+    const std::string target = "/api/browse/realspace?" + source("t") + "&mode=BF" + crop;
+    const auto a = with->get(target);
+    const auto b = without->get(target);
+    ASSERT_TRUE(a && b) << crop;
+    ASSERT_EQ(a->status, 200) << crop << a->body;
+    ASSERT_EQ(b->status, 200) << crop << b->body;
+    EXPECT_EQ(a->body, b->body) << crop;
+  }
+  for (const std::string roi : {"&cx=20.5&cy=24.5&radius=15.5", "&cx=10&cy=30&radius=9", "&cx=39&cy=47&radius=20"}) {
+    for (const std::string reduce : {"sum", "mean", "max"}) {
+      const std::string target = "/api/browse/cbed-region?" + source("t") + "&shape=square&reduce=" + reduce + roi;
+      const auto a = with->get(target);
+      const auto b = without->get(target);
+      ASSERT_TRUE(a && b) << roi;
+      ASSERT_EQ(a->status, 200) << roi << a->body;
+      EXPECT_EQ(a->body, b->body) << roi << " " << reduce;
+      EXPECT_EQ(a->get_header_value("x-value-divisor"), b->get_header_value("x-value-divisor")) << roi;
+    }
+  }
+  EXPECT_EQ(with->stop(), 0);
+  EXPECT_EQ(without->stop(), 0);
+}

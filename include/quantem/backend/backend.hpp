@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "quantem/backend/derived_cache.hpp"
+#include "quantem/backend/tile_sums.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/catalog/frame_index_cache.hpp"
 #include "quantem/plan/plan.hpp"
@@ -191,6 +192,14 @@ class Resident {
   // maps); they are dropped with the resident. Thread-safe.
   DerivedCache& derived_cache() const { return derived_cache_; }
 
+  // Summed patterns over scan tiles (tile_sums.hpp), built in the background
+  // after the resident is published (ResidencyManager, or build_tile_sums).
+  // Once ready, pattern_sum of a cropped plan and region_reduce sums over a
+  // rectangle of plan positions add whole tiles from the table and decode only
+  // the rectangle's edge frames; the values are the same exact sums. Dropped
+  // with the resident. Thread-safe.
+  TileSums& tile_sums() const { return tile_sums_; }
+
  protected:
   // The backend's implementations, called with checked arguments only.
   virtual std::vector<std::uint64_t> compute_pattern_sum(const plan::PlanGeometry& geometry) = 0;
@@ -230,7 +239,16 @@ class Resident {
   void check_geometry(const plan::PlanGeometry& geometry) const;
   void check_mask(const plan::PlanGeometry& geometry, const std::vector<std::uint8_t>& binned_detector_mask) const;
   void check_position(const plan::PlanGeometry& geometry, std::uint64_t scan_row, std::uint64_t scan_col) const;
+  // The native (detector bin 1) summed pattern of a rectangle of source scan
+  // positions from the tile table: whole tiles plus the edge frames through
+  // compute_region_reduce. nullopt when the table is not ready or the
+  // rectangle holds no whole tile (the caller decodes every frame).
+  std::optional<std::vector<std::uint64_t>> native_sum_from_tiles(const ScanRectangle& rectangle);
+  // The same for plan positions (sorted) that form a whole rectangle of the plan, binned for the plan.
+  std::optional<std::vector<std::uint64_t>> region_sum_from_tiles(const plan::PlanGeometry& geometry,
+                                                                  const std::vector<std::uint64_t>& sorted_positions);
   mutable DerivedCache derived_cache_;
+  mutable TileSums tile_sums_;
 };
 
 class Backend {
@@ -271,6 +289,10 @@ class Backend {
   // The daemon runs it beside the first catalog build and turns ready after
   // both. Thread-safe; no-op by default.
   virtual void prepare_devices() {}
+  // Whether a device's budget is host memory (the CPU backend's virtual
+  // devices): then host-side data kept beside a resident, such as its tile
+  // sums, is admitted against that budget. false by default (device memory).
+  virtual bool budgets_host_memory() const { return false; }
 
   // Host-side work a load of `acquisition` needs that touches no device: its
   // frame index, built into this backend's FrameIndexCache. The residency

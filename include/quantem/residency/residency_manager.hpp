@@ -51,6 +51,16 @@
 // background check and the backend returns its cached device memory to the
 // driver (Backend::trim_device_memory); the next request loads them again.
 //
+// Tile sums (ResidencyOptions::tile_sums): once a load is published, the
+// resident's tile sums (backend/tile_sums.hpp) are queued on one background
+// thread ("quantem-tiles") that sums one tile at a time under the lease's
+// compute lock, so a request waits at most for one tile. Where a device's
+// budget is host memory (the CPU backend), the table's bytes are admitted
+// then against the budget beside the resident (nothing is evicted for them:
+// without room the tile sums are skipped) and count with the resident's
+// bytes until it is dropped. Eviction and shutdown cancel a build at its next
+// tile; a build in progress holds the resident only while one tile is summed.
+//
 // Threads: public methods may be called from any thread. Backend::load runs
 // only on the loader thread of its device (named "quantem-load-<index>"); a
 // CUDA backend binds the device on that thread before device work. Compute on
@@ -86,6 +96,10 @@ struct ResidencyStatus {
   std::string stage;           // backend::load_stage_name while loading or after it
   std::string encoding;        // Resident::encoding() when resident
   std::string failure_reason;  // when failed
+  // The resident's tile sums (backend/tile_sums.hpp): state name and the bytes
+  // they hold now; "none" and 0 when not resident or tile sums are off.
+  std::string tile_sums_state = "none";
+  std::uint64_t tile_sums_bytes = 0;
 };
 
 // The capabilities fields of one device (capacity.hpp), live.
@@ -125,6 +139,8 @@ struct ResidencyOptions {
   // between 1 s and 60 s.
   std::chrono::milliseconds idle_check_interval{0};
   std::shared_ptr<ResidencyClock> clock;  // null: the steady clock
+  // Build each published resident's tile sums in the background (--no-tile-sums: off).
+  bool tile_sums = true;
 };
 
 // The reference's 413 texts (clients match on them).
@@ -279,6 +295,7 @@ class ResidencyManager {
   void grow_reservation(const EntryPtr& job, std::uint64_t bytes);
   void release_reservation(const EntryPtr& job, std::uint64_t bytes);
   void idle_loop();
+  void schedule_tile_sums_locked(const EntryPtr& entry);
   std::optional<std::size_t> position_of(int device_index) const;
 
   backend::Backend& backend_;
@@ -288,6 +305,7 @@ class ResidencyManager {
   std::shared_ptr<Sync> sync_;  // mutex and condition variable, shared with leases
   std::vector<std::unique_ptr<DeviceLoader>> loaders_;  // by device position
   std::thread idle_thread_;                               // only with idle_release
+  std::unique_ptr<backend::TileSumsBuilder> tile_builder_;  // only with tile_sums
   // Everything below is guarded by sync_->mutex.
   std::map<std::string, EntryPtr> entries_;  // by master path
   mutable std::vector<EntryPtr> draining_;  // removed entries still holding bytes (pinned, or a load still running)

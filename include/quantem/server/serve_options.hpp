@@ -26,6 +26,7 @@ struct ServeOptions {
   std::string idle_release;                     // --idle-release DURATION (90s, 30m, 2h); empty: off
   long long cpu_threads = 0;                    // --cpu-threads (0: all cores)
   long long cache_entries = 8;                  // --cache-entries (per device)
+  bool no_tile_sums = false;                    // --no-tile-sums: crops decode every frame (A/B, memory)
   long long http_threads = 16;                  // --http-threads
   long long http_spin_us = 1000;                // --http-spin-us: busy-wait window for responses and requests
   std::string host = "127.0.0.1";               // --host
@@ -66,6 +67,7 @@ struct ServeSettings {
   std::chrono::milliseconds idle_release{0};  // 0: off
   unsigned cpu_threads = 0;
   std::size_t cache_entries = 8;
+  bool tile_sums = true;  // build residents' tile sums (off with --no-tile-sums)
   int http_threads = 16;
   std::chrono::microseconds http_spin{1000};
   std::string host;

@@ -62,6 +62,7 @@ class CpuBackend final : public Backend {
   }
 
   std::string name() const override { return "cpu"; }
+  bool budgets_host_memory() const override { return true; }
   std::vector<DeviceInfo> devices() const override { return devices_; }
 
   // Every virtual device draws on the same host memory: this is the host's MemAvailable.

@@ -10,6 +10,7 @@
 
 #include "quantem/backend/backend.hpp"
 #include "quantem/backend/cpu_resident.hpp"
+#include "quantem/backend/tile_sums.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/plan/plan.hpp"
 #include "quantem/residency/residency_manager.hpp"
@@ -119,4 +120,50 @@ TEST(CpuResidency, IdleReleaseFreesTheResidentAndTheNextRequestLoadsItAgainIdent
   const auto lease = manager.acquire(acquisition);
   EXPECT_EQ(lease->pattern_sum(geometry), first_sum);
   EXPECT_EQ(manager.counters().loads_completed, 2u);
+}
+
+// Tile sums through the manager: built in the background after the load is
+// published, admitted on the CPU device's budget beside the resident and
+// counted with it until it is dropped; a crop's summed pattern is the same
+// with tile sums off.
+TEST(CpuResidency, TileSumsAreBuiltAfterTheLoadCountedWithTheResidentAndDroppedWithIt) {
+  test::TempDir dir;
+  const auto master = test::write_synth(dir.file("sess"), "tiles", 40, 24);
+  const auto acquisition = catalog::inspect_master(master);
+  ASSERT_TRUE(acquisition.status.loadable) << acquisition.status.reason;
+  const std::uint64_t table_bytes = backend::TileGrid::for_scan(40, 24).table_bytes(acquisition.frame_pixels());
+  ASSERT_EQ(table_bytes, 3u * 2u * 64u * 8u);
+  plan::BrowsePlan crop;
+  crop.crop = plan::ScanRegion{3, 40, 5, 24};
+  crop.detector_bin = 3;
+  const plan::PlanGeometry geometry = plan::resolve_plan(crop, 40, 24, 8, 8);
+
+  const auto backend = cpu_backend(std::uint64_t{1} << 30);
+  std::vector<std::uint64_t> decoded;
+  std::uint64_t resident_bytes = 0;
+  {
+    ResidencyOptions off;
+    off.tile_sums = false;
+    ResidencyManager manager(*backend, off);
+    const auto lease = manager.acquire(acquisition);
+    decoded = lease->pattern_sum(geometry);
+    resident_bytes = lease->resident_bytes();
+    EXPECT_EQ(manager.status(acquisition).tile_sums_state, "none");
+    EXPECT_EQ(manager.device_usage()[0].resident_bytes, resident_bytes);
+  }
+  ResidencyManager manager(*backend, ResidencyOptions{});
+  {
+    const auto lease = manager.acquire(acquisition);
+    ASSERT_EQ(lease->tile_sums().wait_settled(10s), backend::TileSumsState::ready) << lease->tile_sums().reason();
+    const ResidencyStatus status = manager.status(acquisition);
+    EXPECT_EQ(status.tile_sums_state, "ready");
+    EXPECT_EQ(status.tile_sums_bytes, table_bytes);
+    EXPECT_EQ(status.reserved_bytes, resident_bytes + table_bytes);
+    EXPECT_EQ(manager.device_usage()[0].resident_bytes, resident_bytes + table_bytes);
+    EXPECT_EQ(lease->pattern_sum(geometry), decoded);
+    EXPECT_TRUE(manager.evict(acquisition));
+    EXPECT_EQ(manager.device_usage()[0].resident_bytes, resident_bytes + table_bytes);  // draining while in use
+    EXPECT_EQ(lease->pattern_sum(geometry), decoded);
+  }
+  EXPECT_EQ(manager.device_usage()[0].resident_bytes, 0u);
 }
