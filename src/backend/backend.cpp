@@ -247,7 +247,7 @@ std::optional<std::vector<std::uint32_t>> Resident::region_reduce_u32(const plan
   check_geometry(geometry);
   const std::vector<std::uint64_t> sorted = plan::sorted_distinct_positions(geometry, positions);
   if (reduce == RegionReduce::sum) {
-    if (auto sums = region_sum_from_tiles(geometry, sorted)) return narrowed(*sums);
+    if (auto sums = region_sum_from_tiles(geometry, sorted)) return narrowed_to_u32(*sums);
   }
   return compute_region_reduce_u32(geometry, sorted, reduce);
 }
