@@ -273,6 +273,42 @@ TEST(CatalogWatch, ANewMasterAppearsAtTheNextTurn) {
   EXPECT_EQ(service.watch_turn(0ms), 0u);  // an idle turn
 }
 
+TEST(CatalogWatch, AVouchedPollChecksOnlyTheMastersAChangeNamed) {
+  test::TempDir dir;
+  test::write_synth(dir.file("s1"), "alpha");
+  test::write_synth(dir.file("s2"), "beta");
+  WatchedCatalog watched(dir.path());
+  auto& service = *watched.service;
+  watched.watcher->set_reports_every_change(true);
+  const auto first = service.acquisitions_body();
+  EXPECT_EQ(service.inspections_made(), 2u);
+  EXPECT_EQ(service.acquisitions_body(), first);  // the kept document itself
+  // A change the watcher does not report is not looked for by a vouched poll...
+  const std::string alpha = dir.file("s1/alpha_master.h5"), beta = dir.file("s2/beta_master.h5");
+  fs::last_write_time(alpha, fs::last_write_time(alpha) + 1s);
+  fs::last_write_time(beta, fs::last_write_time(beta) + 1s);
+  EXPECT_EQ(service.acquisitions_body(), first);
+  EXPECT_EQ(service.inspections_made(), 2u);
+  // ...one it reports re-inspects exactly the master it names.
+  watched.watcher->push(alpha, FileEvent::attributes);
+  EXPECT_EQ(service.watch_turn(0ms), 1u);
+  const auto second = service.acquisitions_body();
+  EXPECT_NE(second->etag(), first->etag());
+  EXPECT_EQ(service.inspections_made(), 3u);
+  // A directory event names every master below it.
+  watched.watcher->push(dir.file("s2"), FileEvent::attributes, true);
+  EXPECT_EQ(service.watch_turn(0ms), 1u);
+  service.acquisitions_body();
+  EXPECT_EQ(service.inspections_made(), 4u);
+  // Without the watcher's word, every master's files are stat()ed at every poll.
+  fs::last_write_time(beta, fs::last_write_time(beta) + 1s);
+  watched.watcher->set_reports_every_change(false);
+  const auto third = service.acquisitions_body();
+  EXPECT_EQ(service.inspections_made(), 5u);
+  EXPECT_EQ(service.acquisitions_document()["history"].size(), 2u);
+  EXPECT_EQ(*service.acquisitions_body()->json(), *third->json());
+}
+
 TEST(CatalogWatch, AShardBeingWrittenIsNeverServedUntilItsWriterCloses) {
   test::TempDir dir;
   test::write_synth(dir.file("sess"), "alpha");
