@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -185,7 +186,7 @@ std::size_t CatalogService::watch_turn(std::chrono::milliseconds timeout) {
   }
   if (seen.empty()) return 0;
   cookie_seen_.notify_all();
-  if (turn.walk) rewalk_after_change();
+  if (turn.walk) rewalk_after_change(turn.change.overflow ? nullptr : &turn.change.files);
   if (!turn.change.files.empty() || turn.change.overflow) tell_listeners(turn);
   return seen.changes.size();
 }
@@ -280,9 +281,75 @@ void CatalogService::forget_vouches_named_locked(const std::set<std::string>& fi
   }
 }
 
-void CatalogService::rewalk_after_change() {
+namespace {
+
+constexpr std::size_t kMaxPathsWalkedAlone = 256;
+
+// Component-wise order of absolute paths below one root (discover_masters'
+// order): '/' sorts before every other byte.
+bool component_order(const std::string& a, const std::string& b) {
+  return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
+    const auto rank = [](char c) { return c == '/' ? 0 : static_cast<int>(static_cast<unsigned char>(c)) + 1; };
+    return rank(x) < rank(y);
+  });
+}
+
+bool is_below_or_is(const std::string& path, const std::string& directory) {
+  return path == directory || (path.size() > directory.size() && path.compare(0, directory.size(), directory) == 0 &&
+                               path[directory.size()] == '/');
+}
+
+}  // namespace
+
+// Only what the changed paths name is walked again: each path's masters are
+// forgotten, then a directory there is walked and a master there listed.
+// nullopt where only a whole walk is exact (the folder itself named, a hidden
+// or non-ASCII path, too many paths).
+std::optional<CatalogService::Walk> CatalogService::walk_changed_paths(const std::vector<std::string>& changed) const {
+  const std::string root = catalog::absolute_folder(data_folder_);
+  if (changed.size() > kMaxPathsWalkedAlone) return std::nullopt;
+  Walk walk;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!walked_) return std::nullopt;
+    walk.masters = masters_;
+    walk.unreadable = unreadable_;
+  }
+  for (const auto& path : changed) {
+    if (path.size() <= root.size() + 1 || path.compare(0, root.size() + 1, root + "/") != 0) return std::nullopt;
+    const std::string relative = path.substr(root.size() + 1);
+    if (std::any_of(relative.begin(), relative.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; })) {
+      return std::nullopt;  // the whole walk decides what is valid UTF-8
+    }
+    bool hidden = false;
+    for (std::size_t start = 0; start < relative.size();) {
+      if (relative[start] == '.' || relative[start] == '_') hidden = true;
+      const auto slash = relative.find('/', start);
+      start = slash == std::string::npos ? relative.size() : slash + 1;
+    }
+    if (hidden) continue;  // the walk skips it
+    const auto below = [&](const std::string& p) { return is_below_or_is(p, path); };
+    walk.masters.erase(std::remove_if(walk.masters.begin(), walk.masters.end(), below), walk.masters.end());
+    walk.unreadable.erase(std::remove_if(walk.unreadable.begin(), walk.unreadable.end(),
+                                         [&](const catalog::UnreadableDirectory& d) { return below(d.path); }),
+                          walk.unreadable.end());
+    struct stat info {};
+    if (::lstat(path.c_str(), &info) != 0) continue;  // gone
+    if (ends_with(path, "_master.h5")) walk.masters.push_back(path);  // a directory so named too, as the walk lists it
+    if (S_ISDIR(info.st_mode)) {
+      for (auto& master : catalog::discover_masters(path, &walk.unreadable)) walk.masters.push_back(std::move(master));
+    }
+  }
+  std::sort(walk.masters.begin(), walk.masters.end(), component_order);
+  walk.masters.erase(std::unique(walk.masters.begin(), walk.masters.end()), walk.masters.end());
+  return walk;
+}
+
+void CatalogService::rewalk_after_change(const std::vector<std::string>* changed) {
   try {
-    Walk walk = walk_folder();
+    std::optional<Walk> part;
+    if (changed) part = walk_changed_paths(*changed);
+    Walk walk = part ? std::move(*part) : walk_folder();
     std::lock_guard<std::mutex> lock(mutex_);
     set_masters_locked(std::move(walk));
   } catch (const std::exception& error) {

@@ -285,7 +285,9 @@ class CatalogService {
   std::set<std::string> note_file_events_locked(const catalog::FileChanges& seen, TurnResult& turn);
   std::vector<std::string> masters_named_locked(const std::set<std::string>& files, bool everything) const;
   void forget_vouches_named_locked(const std::set<std::string>& files, bool everything);
-  void rewalk_after_change();
+  // A walk after a turn: of the changed paths alone where that is exact (`changed`), else of the whole folder.
+  void rewalk_after_change(const std::vector<std::string>* changed = nullptr);
+  std::optional<Walk> walk_changed_paths(const std::vector<std::string>& changed) const;
   static void tell_listeners(const TurnResult& turn);
   // Marks the acquisition not ready when one of its files is being written.
   void mark_files_being_written(std::vector<catalog::Acquisition>& acquisitions);

@@ -273,6 +273,44 @@ TEST(CatalogWatch, ANewMasterAppearsAtTheNextTurn) {
   EXPECT_EQ(service.watch_turn(0ms), 0u);  // an idle turn
 }
 
+TEST(CatalogWatch, ATurnWalksOnlyThePathsItNamesAndListsWhatAWholeWalkLists) {
+  test::TempDir dir;
+  test::write_synth(dir.file("b"), "one");
+  test::write_synth(dir.file("a-c"), "two");
+  WatchedCatalog watched(dir.path());
+  auto& service = *watched.service;
+  auto paths = [](const nlohmann::ordered_json& doc) {
+    std::vector<std::string> found;
+    for (const auto* list : {&doc["pending"], &doc["history"]})
+      for (const auto& event : *list) found.push_back(event["path"].get<std::string>());
+    std::sort(found.begin(), found.end());
+    return found;
+  };
+  auto in_order = [](const nlohmann::ordered_json& doc) {
+    std::vector<std::string> found;
+    for (const auto& event : doc["history"]) found.push_back(event["path"].get<std::string>());
+    return found;
+  };
+  EXPECT_EQ(event_count(service.acquisitions_document()), 2u);
+  test::write_synth(dir.file("a/b"), "three");          // a new folder tree
+  test::write_synth(dir.file("b"), "four");             // a new master beside one
+  test::write_synth(dir.file("_hidden"), "five");       // never listed
+  fs::remove_all(dir.file("a-c"));                      // a session folder removed
+  watched.watcher->push(dir.file("a"), FileEvent::created, true);
+  watched.watcher->push(dir.file("b/four_master.h5"), FileEvent::created);
+  watched.watcher->push(dir.file("_hidden"), FileEvent::created, true);
+  watched.watcher->push(dir.file("a-c"), FileEvent::removed, true);
+  service.watch_turn(0ms);
+  const auto incremental = service.acquisitions_document();
+  // The same masters, in the same order, as a service that walks the whole folder.
+  server::CatalogService fresh(dir.path());
+  const auto whole = fresh.acquisitions_document();
+  EXPECT_EQ(paths(incremental), paths(whole));
+  EXPECT_EQ(in_order(incremental), in_order(whole));
+  EXPECT_EQ(event_count(incremental), 3u);
+  EXPECT_EQ(incremental["history"][0]["path"], dir.file("a/b/three_master.h5"));
+}
+
 TEST(CatalogWatch, AVouchedPollChecksOnlyTheMastersAChangeNamed) {
   test::TempDir dir;
   test::write_synth(dir.file("s1"), "alpha");
