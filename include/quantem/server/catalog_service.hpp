@@ -72,8 +72,9 @@
 //    "complete": false instead of waiting;
 //  - the sessions and acquisitions documents as sent (DocumentBody): compact
 //    JSON with an entity tag and a gzip form; the sessions body is kept until
-//    the catalog or its staleness changes, so an unchanged poll costs a
-//    comparison.
+//    the catalog or its staleness changes (a refresh that builds the same
+//    catalog keeps the previous one), so an unchanged poll costs a
+//    comparison; the acquisitions body is kept as described above.
 // Thread-safe. Waits for a running rebuild are bounded.
 #include <atomic>
 #include <chrono>
