@@ -13,8 +13,8 @@
 # Environment knobs of each suite: scripts/device/README.md.
 set -uo pipefail
 
-suite_names=(build gpu-tests memcheck e2e bench-load bench-http bench-kernels bench-codec admission soak fuzz-long
-             profile)
+suite_names=(build gpu-tests memcheck e2e bench-load bench-http bench-kernels bench-codec admission soak catalog
+             fuzz-long profile)
 
 usage() {
   cat <<'EOF'
@@ -30,6 +30,7 @@ suites:
   bench-codec    bench_gpu_codec: bitshuffle/LZ4 decode, ANS encode/decode, masked sums
   admission      admission through HTTP under a device budget (admission_proof.py), a 413 refusal
   soak           load/evict cycles through HTTP with device memory and RSS sampled (soak_cycles.py)
+  catalog        bench_catalog.py: 20,000 small acquisitions, serve --backend cpu, 16 vs 2 inspector workers
   fuzz-long      libFuzzer on the machine's CPU cores over .fuzzbundle (scripts/device/build-fuzz-bundle.sh)
   profile        Nsight Compute tables: kernels of a load, request kernels, hottest source lines
 EOF

@@ -277,6 +277,23 @@ suite_soak() {
   [ "$dry_run" = 1 ] || echo "  device memory used after the daemon exited: $(device_memory_used)" | tee -a "$work/memory.txt"
 }
 
+# The catalog of a large data folder (tests/bench/bench_catalog.py):
+# QUANTEM_CATALOG_COUNT (default 20000) small acquisitions, one per session
+# folder (one `quantem-gpu synth` acquisition copied; no h5py needed), written
+# once under $data_root and kept; then against the bundle's `serve --backend
+# cpu` for each of QUANTEM_CATALOG_WORKERS (default "0 2": one inspector
+# worker per core, then two, the first build's scaling with cores): first
+# build, restart, refresh, a new acquisition, 304 polls, RSS.
+suite_catalog() {
+  needs "$bin" "the bundle's quantem-gpu" || return
+  local count=${QUANTEM_CATALOG_COUNT:-20000} workers
+  for workers in ${QUANTEM_CATALOG_WORKERS:-0 2}; do
+    step "catalog_workers_$workers" 240 --bundle --stdout "$work/catalog_workers_$workers.json" \
+      --json "$work/catalog_workers_$workers.json" -- python3 "$repo_root/tests/bench/bench_catalog.py" \
+      --binary "$bin" --count "$count" --folder "$data_root/catalog-$count" --inspect-workers "$workers"
+  done
+}
+
 # libFuzzer over .fuzzbundle (scripts/device/build-fuzz-bundle.sh): each target of
 # QUANTEM_FUZZ_TARGETS runs QUANTEM_FUZZ_JOBS processes on one shared corpus
 # for QUANTEM_FUZZ_SECONDS, all targets at once, with the limits of

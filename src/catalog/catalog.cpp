@@ -1,16 +1,22 @@
 // Discovery, sessions and the sessions document: docs/protocol.md, 'Masters, sessions and readiness'.
 #include "quantem/catalog/catalog.hpp"
 
+#include <dirent.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <ctime>
 #include <cmath>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -40,8 +46,6 @@ std::vector<std::string> split_components(const std::string& relative) {
   }
   return parts;
 }
-
-bool is_hidden_component(const std::string& name) { return !name.empty() && (name[0] == '.' || name[0] == '_'); }
 
 bool is_master_name(const std::string& name) {
   const std::string suffix = kMasterSuffix;
@@ -180,49 +184,96 @@ using FoundMaster = std::pair<std::vector<std::string>, std::string>;  // (compo
 
 // One directory level; an unreadable directory is skipped with a warning, its
 // siblings are still walked. Symlinked directories are not descended into.
-void walk_directory(const std::string& root, const fs::path& directory, std::vector<FoundMaster>& found,
-                    std::vector<UnreadableDirectory>* unreadable) {
-  std::error_code error;
-  // Not skip_permission_denied: an unreadable directory is reported, not silently empty.
-  fs::directory_iterator it(directory, error);
-  if (error) {
+// Plain readdir() with the entries' d_type: a folder of tens of thousands of
+// session folders is walked at every start and refresh.
+// `subdirectories` receives the directories to walk next.
+void list_level(const std::string& root, const std::string& directory, std::vector<FoundMaster>& found,
+                std::vector<UnreadableDirectory>* unreadable, std::vector<std::string>& subdirectories) {
+  DIR* handle = ::opendir(directory.c_str());
+  if (!handle) {
+    const std::string reason = std::strerror(errno);
     if (unreadable) {
-      unreadable->push_back({directory.string(), error.message()});  // the caller reports it (once)
+      unreadable->push_back({directory, reason});  // the caller reports it (once)
     } else {
-      spdlog::warn("catalog: cannot list {}: {}", directory.string(), error.message());
+      spdlog::warn("catalog: cannot list {}: {}", directory, reason);
     }
     return;
   }
-  std::vector<fs::path> subdirectories;
-  for (const fs::directory_iterator end; it != end; it.increment(error)) {
-    if (error) {
-      spdlog::warn("catalog: listing {}: {}", directory.string(), error.message());
+  const std::string prefix = directory == "/" ? "/" : directory + "/";
+  while (true) {
+    errno = 0;
+    const dirent* entry = ::readdir(handle);
+    if (!entry) {
+      if (errno != 0) spdlog::warn("catalog: listing {}: {}", directory, std::strerror(errno));
       break;
     }
-    const std::string name = it->path().filename().string();
-    if (is_hidden_component(name)) continue;
-    std::error_code type_error;
-    if (it->is_directory(type_error) && !it->is_symlink(type_error)) subdirectories.push_back(it->path());
-    if (!is_master_name(name)) continue;  // a directory named *_master.h5 is listed, as rglob does
-    const std::string path = it->path().string();
-    const std::string relative = relative_to(root, path);
-    if (!is_valid_utf8(relative)) {
-      spdlog::warn("catalog: skipping a master whose path is not valid UTF-8: {}", repaired_utf8(path));
-      continue;
+    const char* name = entry->d_name;
+    if (name[0] == '.' || name[0] == '_') continue;  // hidden (and ".", ".."), as the reference skips them
+    std::string path = prefix + name;
+    bool is_directory = entry->d_type == DT_DIR;
+    if (entry->d_type == DT_UNKNOWN) {  // some filesystems do not fill d_type
+      struct stat info {};
+      is_directory = ::lstat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
     }
-    found.emplace_back(split_components(relative), path);
+    if (is_master_name(name)) {  // a directory named *_master.h5 is listed, as rglob does
+      const std::string relative = relative_to(root, path);
+      if (!is_valid_utf8(relative)) {
+        spdlog::warn("catalog: skipping a master whose path is not valid UTF-8: {}", repaired_utf8(path));
+      } else {
+        found.emplace_back(split_components(relative), path);
+      }
+    }
+    if (is_directory) subdirectories.push_back(std::move(path));
   }
+  ::closedir(handle);
+}
+
+void walk_directory(const std::string& root, const std::string& directory, std::vector<FoundMaster>& found,
+                    std::vector<UnreadableDirectory>* unreadable) {
+  std::vector<std::string> subdirectories;
+  list_level(root, directory, found, unreadable, subdirectories);
   for (const auto& subdirectory : subdirectories) walk_directory(root, subdirectory, found, unreadable);
+}
+
+// The walk of the data folder's subdirectories spread over `threads` threads;
+// the results are joined in the order one thread would have found them.
+void walk_in_parallel(const std::string& root, std::vector<FoundMaster>& found,
+                      std::vector<UnreadableDirectory>* unreadable, std::size_t threads) {
+  std::vector<std::string> subdirectories;
+  list_level(root, root, found, unreadable, subdirectories);
+  struct Part {
+    std::vector<FoundMaster> found;
+    std::vector<UnreadableDirectory> unreadable;
+  };
+  std::vector<Part> parts(subdirectories.size());
+  auto walk_share = [&](std::size_t first) {
+    for (std::size_t i = first; i < subdirectories.size(); i += threads) {
+      walk_directory(root, subdirectories[i], parts[i].found, unreadable ? &parts[i].unreadable : nullptr);
+    }
+  };
+  std::vector<std::thread> walkers;
+  for (std::size_t t = 1; t < threads; ++t) walkers.emplace_back(walk_share, t);
+  walk_share(0);
+  for (auto& walker : walkers) walker.join();
+  for (auto& part : parts) {
+    found.insert(found.end(), std::make_move_iterator(part.found.begin()), std::make_move_iterator(part.found.end()));
+    if (unreadable) unreadable->insert(unreadable->end(), part.unreadable.begin(), part.unreadable.end());
+  }
 }
 
 }  // namespace
 
 std::vector<std::string> discover_masters(const std::string& data_folder) { return discover_masters(data_folder, nullptr); }
 
-std::vector<std::string> discover_masters(const std::string& data_folder, std::vector<UnreadableDirectory>* unreadable) {
+std::vector<std::string> discover_masters(const std::string& data_folder, std::vector<UnreadableDirectory>* unreadable,
+                                          std::size_t threads) {
   const std::string root = absolute_folder(data_folder);
   std::vector<FoundMaster> found;
-  walk_directory(root, root, found, unreadable);
+  if (threads <= 1) {
+    walk_directory(root, root, found, unreadable);
+  } else {
+    walk_in_parallel(root, found, unreadable, threads);
+  }
   std::sort(found.begin(), found.end());
   std::vector<std::string> masters;
   masters.reserve(found.size());
@@ -359,6 +410,33 @@ void inspect_in_parallel(const std::string& root, const std::vector<std::string>
 
 }  // namespace
 
+namespace {
+
+// Logs (debug) the wall and this thread's CPU seconds of each step of a build:
+// where a large folder's start goes.
+class PhaseTimer {
+ public:
+  void operator()(const char* step) {
+    const auto now = std::chrono::steady_clock::now();
+    const double cpu = thread_cpu_seconds();
+    spdlog::debug("catalog build: {} in {:.3f} s ({:.3f} s CPU on the building thread)", step,
+                  std::chrono::duration<double>(now - wall_).count(), cpu - cpu_);
+    wall_ = now;
+    cpu_ = cpu;
+  }
+
+ private:
+  static double thread_cpu_seconds() {
+    timespec now{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+  }
+  std::chrono::steady_clock::time_point wall_ = std::chrono::steady_clock::now();
+  double cpu_ = thread_cpu_seconds();
+};
+
+}  // namespace
+
 Catalog build_catalog(const std::string& data_folder) { return build_catalog(data_folder, inspect_master); }
 
 Catalog build_catalog(const std::string& data_folder, const InspectFunction& inspect) {
@@ -369,7 +447,9 @@ Catalog build_catalog(const std::string& data_folder, const InspectFunction& ins
                       BuildCounts* counts, std::vector<std::string>* masters_out,
                       std::vector<UnreadableDirectory>* unreadable) {
   const std::string root = absolute_folder(data_folder);
-  const std::vector<std::string> masters = discover_masters(root, unreadable);
+  PhaseTimer lap;
+  const std::vector<std::string> masters = discover_masters(root, unreadable, options.threads);
+  lap("walk");
   std::vector<std::optional<Acquisition>> results(masters.size());
   std::vector<char> done(masters.size(), 0);
   std::vector<std::size_t> pending;
@@ -384,6 +464,7 @@ Catalog build_catalog(const std::string& data_folder, const InspectFunction& ins
     }
     for (std::size_t i = 0; i < masters.size(); i += threads) results[i] = options.reuse(masters[i]);
     for (auto& checker : checkers) checker.join();
+    lap("reuse checks");
   }
   for (std::size_t i = 0; i < masters.size(); ++i) {
     if (results[i]) {
@@ -399,8 +480,10 @@ Catalog build_catalog(const std::string& data_folder, const InspectFunction& ins
   } else if (!pending.empty()) {
     inspect_in_parallel(root, masters, pending, inspect, options, results, done);
   }
+  lap("inspections");
   Catalog catalog = assemble_catalog(root, masters, results, nullptr, /*take=*/true);
   if (masters_out) *masters_out = masters;
+  lap("assembly");
   return catalog;
 }
 

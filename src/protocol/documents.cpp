@@ -180,6 +180,12 @@ nlohmann::ordered_json acquisition_event(const catalog::Acquisition& acquisition
   return event;
 }
 
+void append_ready_token_input(std::string& out, const catalog::Acquisition& acquisition) {
+  append_field(out, acquisition.master_path);
+  append_signature(out, acquisition.signature);
+  out += '\n';
+}
+
 nlohmann::ordered_json acquisitions_document(const std::vector<catalog::Acquisition>& inspections) {
   using json = nlohmann::ordered_json;
   json pending = json::array(), history = json::array();
@@ -187,9 +193,7 @@ nlohmann::ordered_json acquisitions_document(const std::vector<catalog::Acquisit
   for (const auto& acquisition : inspections) {
     if (acquisition.status.loadable) {
       history.push_back(acquisition_event(acquisition));
-      append_field(token_input, acquisition.master_path);
-      append_signature(token_input, acquisition.signature);
-      token_input += '\n';
+      append_ready_token_input(token_input, acquisition);
     } else {
       pending.push_back(acquisition_event(acquisition));
     }

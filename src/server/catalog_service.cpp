@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <future>
 #include <set>
 #include <unordered_set>
 
@@ -53,27 +55,78 @@ CatalogServiceOptions watching_catalog_options(std::chrono::milliseconds polling
 
 CatalogService::CatalogService(std::string data_folder, CatalogServiceOptions options)
     : data_folder_(std::move(data_folder)), options_(options) {
-  if (options_.make_watcher) {
-    watcher_ = options_.make_watcher(data_folder_);
-    if (watcher_) spdlog::info("watching {} ({})", data_folder_, watcher_->kind());
-  }
-  if (watcher_ && options_.watch_thread) {
+  if (!options_.make_watcher) return;
+  if (options_.watch_thread && options_.watch_after_first_build) {
     watch_thread_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "quantem-watch");
-      while (true) {
-        {
-          std::lock_guard<std::mutex> lock(mutex_);
-          if (stopping_ || watching_stopped_) return;
-        }
-        try {
-          watch_turn(options_.watch_turn_timeout);
-        } catch (const std::exception& error) {
-          spdlog::warn("watching {}: {}", data_folder_, error.what());
-          std::this_thread::sleep_for(options_.watch_turn_timeout);
-        }
-      }
+      if (start_watching_after_first_build()) watch_loop();
+    });
+    return;
+  }
+  watcher_owner_ = options_.make_watcher(data_folder_);
+  watcher_.store(watcher_owner_.get(), std::memory_order_release);
+  if (watcher()) spdlog::info("watching {} ({})", data_folder_, watcher()->kind());
+  if (watcher() && options_.watch_thread) {
+    watch_thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "quantem-watch");
+      watch_loop();
     });
   }
+}
+
+void CatalogService::watch_loop() {
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_ || watching_stopped_) return;
+    }
+    try {
+      watch_turn(options_.watch_turn_timeout);
+    } catch (const std::exception& error) {
+      spdlog::warn("watching {}: {}", data_folder_, error.what());
+      std::this_thread::sleep_for(options_.watch_turn_timeout);
+    }
+  }
+}
+
+bool CatalogService::start_watching_after_first_build() {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    build_done_.wait(lock, [&] { return build_attempts_ > 0 || stopping_ || watching_stopped_; });
+    if (stopping_ || watching_stopped_) return false;
+  }
+  const auto started = std::chrono::steady_clock::now();
+  std::unique_ptr<catalog::Watcher> made;
+  try {
+    made = options_.make_watcher(data_folder_);
+  } catch (const std::exception& error) {
+    spdlog::error("cannot watch {}: {}; changes are found by re-walks and stat() only", data_folder_, error.what());
+    watching_unavailable_ = true;
+    return false;
+  }
+  if (!made) {
+    watching_unavailable_ = true;
+    return false;
+  }
+  TurnResult turn;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_ || watching_stopped_) return false;
+    watcher_owner_ = std::move(made);
+    watcher_.store(watcher_owner_.get(), std::memory_order_release);
+    // What changed before the watches existed is unknown: no build so far is vouched for.
+    ++change_turns_;
+    unchanged_since_stat_.clear();
+    poll_all_dirty_ = true;
+    turn.change.overflow = true;
+    turn.change.masters = masters_named_locked({}, true);
+    turn.listeners = listeners_;
+  }
+  spdlog::info("watching {} ({}, set up in {:.3f} s)", data_folder_, watcher()->kind(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  rewalk_after_change();  // masters that appeared before the watches
+  tell_listeners(turn);
+  return true;
 }
 
 CatalogService::~CatalogService() {
@@ -95,11 +148,12 @@ void CatalogService::stop_watching() {
     listeners_.clear();
   }
   cookie_seen_.notify_all();
-  if (watcher_) watcher_->interrupt();
+  build_done_.notify_all();  // a watch thread waiting for the first build
+  if (watcher()) watcher()->interrupt();
   if (watch_thread_.joinable()) watch_thread_.join();
 }
 
-std::string CatalogService::watcher_kind() const { return watcher_ ? watcher_->kind() : std::string(); }
+std::string CatalogService::watcher_kind() const { return watcher() ? watcher()->kind() : std::string(); }
 
 void CatalogService::on_sources_changed(std::function<void(const SourceChange&)> listener) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -107,7 +161,7 @@ void CatalogService::on_sources_changed(std::function<void(const SourceChange&)>
 }
 
 std::size_t CatalogService::watch_turn(std::chrono::milliseconds timeout) {
-  if (!watcher_) return 0;
+  if (!watcher()) return 0;
   std::lock_guard<std::mutex> turn_lock(turn_mutex_);
   // A turn that fails after the watcher began reading may have lost changes:
   // every verified inspection is forgotten (resolves stat() again).
@@ -121,8 +175,8 @@ std::size_t CatalogService::watch_turn(std::chrono::milliseconds timeout) {
       ++service.change_turns_;
     }
   } guard{*this};
-  const catalog::FileChanges seen = watcher_->wait(timeout);
-  const std::uint64_t reads = watcher_->reads_begun();  // every read of this wait() has begun
+  const catalog::FileChanges seen = watcher()->wait(timeout);
+  const std::uint64_t reads = watcher()->reads_begun();  // every read of this wait() has begun
   TurnResult turn;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -132,7 +186,7 @@ std::size_t CatalogService::watch_turn(std::chrono::milliseconds timeout) {
   }
   if (seen.empty()) return 0;
   cookie_seen_.notify_all();
-  if (turn.walk) rewalk_after_change();
+  if (turn.walk) rewalk_after_change(turn.change.overflow ? nullptr : &turn.change.files);
   if (!turn.change.files.empty() || turn.change.overflow) tell_listeners(turn);
   return seen.changes.size();
 }
@@ -147,6 +201,7 @@ CatalogService::TurnResult CatalogService::apply_changes_locked(const catalog::F
   turn.change.masters = masters_named_locked(files, turn.change.overflow);
   turn.listeners = listeners_;
   forget_vouches_named_locked(files, turn.change.overflow);
+  note_poll_changes_locked(seen, turn.change);
   if (!files.empty() || seen.overflow) ++change_turns_;
   return turn;
 }
@@ -192,7 +247,13 @@ std::vector<std::string> CatalogService::masters_named_locked(const std::set<std
       if (named) masters.insert(master);
     }
   };
-  collect(inspections_);
+  for (const auto& [master, polled] : inspections_) {
+    const auto& signature = polled.acquisition.signature;
+    const bool named = everything || files.count(master) ||
+                       std::any_of(signature.begin(), signature.end(),
+                                   [&](const catalog::SignatureEntry& entry) { return files.count(entry.path) > 0; });
+    if (named) masters.insert(master);
+  }
   collect(fresh_);
   for (const auto& master : masters_) {
     if (files.count(master)) masters.insert(master);
@@ -220,9 +281,75 @@ void CatalogService::forget_vouches_named_locked(const std::set<std::string>& fi
   }
 }
 
-void CatalogService::rewalk_after_change() {
+namespace {
+
+constexpr std::size_t kMaxPathsWalkedAlone = 256;
+
+// Component-wise order of absolute paths below one root (discover_masters'
+// order): '/' sorts before every other byte.
+bool component_order(const std::string& a, const std::string& b) {
+  return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
+    const auto rank = [](char c) { return c == '/' ? 0 : static_cast<int>(static_cast<unsigned char>(c)) + 1; };
+    return rank(x) < rank(y);
+  });
+}
+
+bool is_below_or_is(const std::string& path, const std::string& directory) {
+  return path == directory || (path.size() > directory.size() && path.compare(0, directory.size(), directory) == 0 &&
+                               path[directory.size()] == '/');
+}
+
+}  // namespace
+
+// Only what the changed paths name is walked again: each path's masters are
+// forgotten, then a directory there is walked and a master there listed.
+// nullopt where only a whole walk is exact (the folder itself named, a hidden
+// or non-ASCII path, too many paths).
+std::optional<CatalogService::Walk> CatalogService::walk_changed_paths(const std::vector<std::string>& changed) const {
+  const std::string root = catalog::absolute_folder(data_folder_);
+  if (changed.size() > kMaxPathsWalkedAlone) return std::nullopt;
+  Walk walk;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!walked_) return std::nullopt;
+    walk.masters = masters_;
+    walk.unreadable = unreadable_;
+  }
+  for (const auto& path : changed) {
+    if (path.size() <= root.size() + 1 || path.compare(0, root.size() + 1, root + "/") != 0) return std::nullopt;
+    const std::string relative = path.substr(root.size() + 1);
+    if (std::any_of(relative.begin(), relative.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; })) {
+      return std::nullopt;  // the whole walk decides what is valid UTF-8
+    }
+    bool hidden = false;
+    for (std::size_t start = 0; start < relative.size();) {
+      if (relative[start] == '.' || relative[start] == '_') hidden = true;
+      const auto slash = relative.find('/', start);
+      start = slash == std::string::npos ? relative.size() : slash + 1;
+    }
+    if (hidden) continue;  // the walk skips it
+    const auto below = [&](const std::string& p) { return is_below_or_is(p, path); };
+    walk.masters.erase(std::remove_if(walk.masters.begin(), walk.masters.end(), below), walk.masters.end());
+    walk.unreadable.erase(std::remove_if(walk.unreadable.begin(), walk.unreadable.end(),
+                                         [&](const catalog::UnreadableDirectory& d) { return below(d.path); }),
+                          walk.unreadable.end());
+    struct stat info {};
+    if (::lstat(path.c_str(), &info) != 0) continue;  // gone
+    if (ends_with(path, "_master.h5")) walk.masters.push_back(path);  // a directory so named too, as the walk lists it
+    if (S_ISDIR(info.st_mode)) {
+      for (auto& master : catalog::discover_masters(path, &walk.unreadable)) walk.masters.push_back(std::move(master));
+    }
+  }
+  std::sort(walk.masters.begin(), walk.masters.end(), component_order);
+  walk.masters.erase(std::unique(walk.masters.begin(), walk.masters.end()), walk.masters.end());
+  return walk;
+}
+
+void CatalogService::rewalk_after_change(const std::vector<std::string>* changed) {
   try {
-    Walk walk = walk_folder();
+    std::optional<Walk> part;
+    if (changed) part = walk_changed_paths(*changed);
+    Walk walk = part ? std::move(*part) : walk_folder();
     std::lock_guard<std::mutex> lock(mutex_);
     set_masters_locked(std::move(walk));
   } catch (const std::exception& error) {
@@ -241,7 +368,7 @@ void CatalogService::tell_listeners(const TurnResult& turn) {
 }
 
 bool CatalogService::catch_up_with_watcher() {
-  if (!watcher_ || !options_.watch_thread) return false;
+  if (!watcher() || !options_.watch_thread) return false;
   std::string cookie;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -273,7 +400,7 @@ std::vector<std::string> CatalogService::files_being_written_locked(const catalo
 }
 
 void CatalogService::mark_files_being_written(std::vector<catalog::Acquisition>& acquisitions) {
-  if (!watcher_) return;
+  if (!watcher()) return;
   auto any_busy = [&] {
     std::lock_guard<std::mutex> lock(mutex_);
     return std::any_of(acquisitions.begin(), acquisitions.end(),
@@ -312,7 +439,7 @@ std::uint64_t CatalogService::builds() const {
 
 CatalogService::Walk CatalogService::walk_folder() const {
   Walk walk;
-  walk.masters = catalog::discover_masters(data_folder_, &walk.unreadable);
+  walk.masters = catalog::discover_masters(data_folder_, &walk.unreadable, std::max<std::size_t>(1, options_.inspect_threads));
   drop_data_folder(walk);
   return walk;
 }
@@ -326,6 +453,7 @@ void CatalogService::drop_data_folder(Walk& walk) const {
 }
 
 void CatalogService::set_masters_locked(Walk walk) {
+  if (walk.masters != masters_) ++masters_generation_;
   masters_ = std::move(walk.masters);
   // Said once when a folder becomes unreadable, once when it is readable again.
   auto listed = [](const std::vector<catalog::UnreadableDirectory>& list, const std::string& path) {
@@ -417,8 +545,13 @@ void CatalogService::publish_locked(const std::shared_ptr<const catalog::Catalog
     for (const auto& acquisition : session.files) catalog_has_condemned_ = catalog_has_condemned_ || is_condemned(acquisition);
   unchanged_since_stat_.clear();
   set_masters_locked(std::move(walk));
-  for (const auto& session : built->sessions)
-    for (const auto& acquisition : session.files) inspections_[acquisition.master_path] = acquisition;
+  for (const auto& session : built->sessions) {
+    for (const auto& acquisition : session.files) {
+      Polled& polled = inspections_[acquisition.master_path];
+      if (same_inspection(polled.acquisition, acquisition)) continue;  // and what the poll rendered from it
+      polled = Polled{acquisition, {}, {}};
+    }
+  }
 }
 
 std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
@@ -458,7 +591,9 @@ std::shared_ptr<const catalog::Catalog> CatalogService::catalog(bool refresh) {
   partial_.reset();
   ++build_attempts_;
   if (built) {
-    publish_locked(built, std::move(walk), change_turns_at_start);
+    // A build that found what the current catalog holds keeps it: its sessions body and entity tag stay.
+    const bool same = catalog_ && same_catalog(*catalog_, *built);
+    publish_locked(same ? catalog_ : built, std::move(walk), change_turns_at_start);
   } else {
     build_error_ = error;
     last_build_ = std::chrono::steady_clock::now();
@@ -507,9 +642,9 @@ nlohmann::ordered_json CatalogService::sessions_document(bool refresh, bool part
 }
 
 bool CatalogService::nothing_changed_since_locked(std::uint64_t change_turns) const {
-  if (!watcher_ || !watcher_->reports_every_change()) return false;
+  if (!watcher() || !watcher()->reports_every_change()) return false;
   // Order as in watched_unchanged(): nothing queued, nothing read but unapplied, no change applied.
-  if (watcher_->has_unread_changes() || watcher_->reads_begun() != reads_applied_) return false;
+  if (watcher()->has_unread_changes() || watcher()->reads_begun() != reads_applied_) return false;
   return change_turns_ == change_turns;
 }
 
@@ -554,7 +689,14 @@ CatalogHealth CatalogService::health() const {
     std::lock_guard<std::mutex> lock(mutex_);
     health.unreadable = unreadable_;
   }
-  if (watcher_) health.watcher = watcher_->health();
+  if (const catalog::Watcher* watching = watcher()) {
+    health.watcher = watching->health();
+  } else if (options_.make_watcher && options_.watch_thread && options_.watch_after_first_build &&
+             !watching_unavailable_) {
+    catalog::WatcherHealth starting;  // set up after the first build
+    starting.kind = "starting";
+    health.watcher = starting;
+  }
   return health;
 }
 
@@ -661,11 +803,6 @@ std::shared_ptr<const DocumentBody> CatalogService::sessions_body(bool refresh, 
   return body;
 }
 
-std::shared_ptr<const DocumentBody> CatalogService::acquisitions_body() {
-  return std::make_shared<const DocumentBody>(
-      acquisitions_document().dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
-}
-
 std::map<std::string, catalog::Acquisition> CatalogService::kept_inspections() {
   std::map<std::string, catalog::Acquisition> kept;
   bool read_file = false;
@@ -675,16 +812,19 @@ std::map<std::string, catalog::Acquisition> CatalogService::kept_inspections() {
       // The newest inspection of each master: re-inspections since the build,
       // then the acquisitions poll's, then the catalog's (each copied once).
       kept = fresh_;
-      for (const auto& [path, acquisition] : inspections_) kept.emplace(path, acquisition);
+      for (const auto& [path, polled] : inspections_) kept.try_emplace(path, polled.acquisition);
       for (const auto& session : catalog_->sessions)
-        for (const auto& acquisition : session.files) kept.emplace(acquisition.master_path, acquisition);
+        for (const auto& acquisition : session.files) kept.try_emplace(acquisition.master_path, acquisition);
       return kept;
     }
     read_file = !cache_file_read_ && !options_.cache_path.empty();
     cache_file_read_ = true;
   }
   if (!read_file) return kept;
+  const auto read_started = std::chrono::steady_clock::now();
   auto contents = catalog::read_catalog_cache(options_.cache_path, catalog::absolute_folder(data_folder_));
+  spdlog::debug("catalog cache read in {:.3f} s",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - read_started).count());
   if (contents.problem.empty()) {
     std::lock_guard<std::mutex> lock(mutex_);
     cache_file_masters_.clear();
@@ -704,10 +844,14 @@ std::map<std::string, catalog::Acquisition> CatalogService::kept_inspections() {
 
 catalog::Catalog CatalogService::build_now(catalog::BuildCounts& counts, Walk& walk) {
   if (options_.forget_inspection_failures) options_.forget_inspection_failures();
-  auto kept = kept_inspections();
+  // The cache file is read while the folder is walked: both take long for a large folder.
+  auto reading = std::async(std::launch::async, [this] { return kept_inspections(); });
+  std::map<std::string, catalog::Acquisition> kept;
+  std::once_flag read_once;
   catalog::BuildOptions build;
   build.threads = std::max<std::size_t>(1, options_.inspect_threads);
   build.reuse = [&](const std::string& master) -> std::optional<catalog::Acquisition> {
+    std::call_once(read_once, [&] { kept = reading.get(); });
     auto it = kept.find(master);
     if (it == kept.end() || is_condemned(it->second) || !catalog::signature_unchanged(it->second.signature)) {
       return std::nullopt;
@@ -789,13 +933,13 @@ std::shared_ptr<const catalog::Catalog> CatalogService::rebuild_for_unknown_name
 }
 
 std::shared_ptr<const catalog::Acquisition> CatalogService::watched_unchanged(const std::string& master) {
-  if (!watcher_) return nullptr;
+  if (!watcher()) return nullptr;
   // Order matters (catalog/watcher.hpp): nothing queued, then nothing read but
   // unapplied, then the verified inspection (dropped by the turn that applied
   // a change to it).
-  if (watcher_->has_unread_changes()) return nullptr;
+  if (watcher()->has_unread_changes()) return nullptr;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (watcher_->reads_begun() != reads_applied_ || !writing_.empty()) return nullptr;
+  if (watcher()->reads_begun() != reads_applied_ || !writing_.empty()) return nullptr;
   auto it = unchanged_since_stat_.find(master);
   if (it == unchanged_since_stat_.end()) return nullptr;
   // Bounded trust: what inotify cannot see is found by the next stat().
@@ -808,11 +952,11 @@ bool CatalogService::watcher_reports_every_file_of(const catalog::Acquisition& a
     const auto slash = path.find_last_of('/');
     return slash == std::string::npos || slash == 0 ? std::string("/") : path.substr(0, slash);
   };
-  if (!watcher_->reports_changes_in(directory_of(acquisition.master_path))) return false;
+  if (!watcher()->reports_changes_in(directory_of(acquisition.master_path))) return false;
   std::set<std::string> directories;
   for (const auto& entry : acquisition.signature) directories.insert(directory_of(entry.path));
   return std::all_of(directories.begin(), directories.end(),
-                     [&](const std::string& directory) { return watcher_->reports_changes_in(directory); });
+                     [&](const std::string& directory) { return watcher()->reports_changes_in(directory); });
 }
 
 catalog::Acquisition CatalogService::resolve(const std::string& session_id, const std::string& file) {
@@ -849,9 +993,9 @@ std::shared_ptr<const catalog::Acquisition> CatalogService::resolve_shared(const
   // Changes applied by the watcher so far; a later one forbids vouching for
   // this stat() below (it may have come after it).
   std::optional<std::uint64_t> reads_before;
-  if (watcher_ && !watcher_->has_unread_changes()) {
+  if (watcher() && !watcher()->has_unread_changes()) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (watcher_->reads_begun() == reads_applied_) reads_before = reads_applied_;
+    if (watcher()->reads_begun() == reads_applied_) reads_before = reads_applied_;
   }
   catalog::Acquisition acquisition = *found;
   {
@@ -875,7 +1019,7 @@ std::shared_ptr<const catalog::Acquisition> CatalogService::resolve_shared(const
   auto resolved = std::make_shared<const catalog::Acquisition>(std::move(one.front()));
   if (reads_before && resolved->status.loadable && watcher_reports_every_file_of(*resolved)) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (watcher_->reads_begun() == *reads_before && reads_applied_ == *reads_before && writing_.empty()) {
+    if (watcher()->reads_begun() == *reads_before && reads_applied_ == *reads_before && writing_.empty()) {
       unchanged_since_stat_[resolved->master_path] = Vouched{resolved, stat_time};
     }
   }
@@ -900,43 +1044,177 @@ void CatalogService::background_walk() {
   }
 }
 
+bool CatalogService::same_catalog(const catalog::Catalog& a, const catalog::Catalog& b) {
+  if (a.data_folder != b.data_folder || a.sessions.size() != b.sessions.size() ||
+      a.session_directories != b.session_directories) {
+    return false;
+  }
+  for (std::size_t i = 0; i < a.sessions.size(); ++i) {
+    const auto &x = a.sessions[i], &y = b.sessions[i];
+    if (x.path != y.path || x.directory != y.directory || x.files.size() != y.files.size()) return false;
+    for (std::size_t j = 0; j < x.files.size(); ++j) {
+      if (!same_inspection(x.files[j], y.files[j])) return false;  // the same files: the same inspection
+    }
+  }
+  return true;
+}
+
+bool CatalogService::same_inspection(const catalog::Acquisition& a, const catalog::Acquisition& b) {
+  return a.master_path == b.master_path && a.stem == b.stem && a.signature == b.signature &&
+         a.status.loadable == b.status.loadable && a.status.reason == b.status.reason &&
+         a.status.action == b.status.action;
+}
+
+void CatalogService::note_poll_changes_locked(const catalog::FileChanges& seen, const SourceChange& change) {
+  if (seen.overflow) poll_all_dirty_ = true;
+  poll_dirty_.insert(change.masters.begin(), change.masters.end());
+  for (const auto& seen_change : seen.changes) {
+    if (!seen_change.is_directory) continue;
+    // A directory created, moved or removed as a whole names every master below it.
+    if (poll_dirty_directories_.size() >= kMaxPollDirtyDirectories) {
+      poll_all_dirty_ = true;
+    } else {
+      poll_dirty_directories_.insert(seen_change.path);
+    }
+  }
+}
+
+void CatalogService::start_walks_for_poll(std::unique_lock<std::mutex>& lock) {
+  if (!walked_) {
+    lock.unlock();
+    Walk walked = walk_folder();
+    lock.lock();
+    if (!walked_) set_masters_locked(std::move(walked));
+  } else if (!walk_in_flight_ && !stopping_ &&
+             std::chrono::steady_clock::now() - last_walk_ >= options_.rewalk_interval) {
+    walk_in_flight_ = true;
+    if (walker_.joinable()) walker_.join();  // the previous walk has finished (not in flight)
+    walker_ = std::thread([this] { background_walk(); });
+  }
+}
+
+bool CatalogService::watcher_vouches_for_poll_locked() const {
+  if (!watcher() || !watcher()->reports_every_change() || !writing_.empty()) return false;
+  // Order as in watched_unchanged(): nothing queued, then nothing read but unapplied.
+  return !watcher()->has_unread_changes() && watcher()->reads_begun() == reads_applied_;
+}
+
 nlohmann::ordered_json CatalogService::acquisitions_document() {
-  std::vector<std::string> masters;
+  return nlohmann::ordered_json::parse(*acquisitions_body()->json());
+}
+
+std::shared_ptr<const DocumentBody> CatalogService::acquisitions_body() {
+  PollPlan plan;
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (!walked_) {
-      lock.unlock();
-      Walk walked = walk_folder();
-      lock.lock();
-      if (!walked_) set_masters_locked(std::move(walked));
-    } else if (!walk_in_flight_ && !stopping_ &&
-               std::chrono::steady_clock::now() - last_walk_ >= options_.rewalk_interval) {
-      walk_in_flight_ = true;
-      if (walker_.joinable()) walker_.join();  // the previous walk has finished (not in flight)
-      walker_ = std::thread([this] { background_walk(); });
+    start_walks_for_poll(lock);
+    const auto now = std::chrono::steady_clock::now();
+    const bool vouched = watcher_vouches_for_poll_locked() && !poll_all_dirty_ &&
+                         now - last_full_poll_check_ < options_.acquisitions_recheck_interval;
+    if (vouched && acquisitions_body_ && acquisitions_body_reusable_ && poll_dirty_.empty() &&
+        poll_dirty_directories_.empty() && acquisitions_body_masters_ == masters_generation_) {
+      return acquisitions_body_;  // nothing named by a change since it was made
     }
-    masters = masters_;
+    plan.check_all = !vouched;
+    if (plan.check_all) last_full_poll_check_ = now;
+    plan.dirty.swap(poll_dirty_);
+    plan.dirty_directories.swap(poll_dirty_directories_);
+    poll_all_dirty_ = false;
+    plan.masters_generation = masters_generation_;
+    plan.masters = masters_;
   }
+  auto entries = poll_entries(plan);
+  std::string text = poll_document_text(entries);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!acquisitions_body_ || *acquisitions_body_->json() != text) {
+    acquisitions_body_ = std::make_shared<const DocumentBody>(std::move(text));
+  }
+  acquisitions_body_masters_ = plan.masters_generation;
+  // A master being written is checked again at every poll (its writer may stop without an event).
+  acquisitions_body_reusable_ =
+      std::none_of(entries.begin(), entries.end(), [](const PollEntry& entry) { return entry.busy; });
+  return acquisitions_body_;
+}
 
-  std::vector<catalog::Acquisition> inspections;
-  inspections.reserve(masters.size());
-  for (const auto& path : masters) {
-    std::optional<catalog::Acquisition> cached;
+bool CatalogService::PollPlan::names(const std::string& master) const {
+  if (check_all || dirty.count(master)) return true;
+  return std::any_of(dirty_directories.begin(), dirty_directories.end(), [&](const std::string& directory) {
+    return master.size() > directory.size() && master.compare(0, directory.size(), directory) == 0 &&
+           master[directory.size()] == '/';
+  });
+}
+
+// Each master's event: rendered before and not named by a change, or its
+// inspection (re-)checked with stat(), inspected again when its files changed.
+std::vector<CatalogService::PollEntry> CatalogService::poll_entries(const PollPlan& plan) {
+  std::vector<PollEntry> entries(plan.masters.size());
+  std::vector<catalog::Acquisition> checked;
+  std::vector<std::size_t> checked_at;
+  for (std::size_t i = 0; i < plan.masters.size(); ++i) {
+    const std::string& path = plan.masters[i];
+    std::optional<catalog::Acquisition> known;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = inspections_.find(path);
-      if (it != inspections_.end()) cached = it->second;
+      if (it != inspections_.end()) {
+        if (!plan.names(path) && !it->second.event.empty()) {
+          entries[i] = PollEntry{it->second.acquisition.status.loadable, it->second.event, it->second.token};
+          continue;
+        }
+        known = it->second.acquisition;
+      }
     }
-    if (!cached || catalog::restat_signature(cached->signature) != cached->signature) {
-      cached = options_.inspect(path);
+    if (!known || catalog::restat_signature(known->signature) != known->signature) {
+      known = options_.inspect(path);
       ++inspections_made_;
-      std::lock_guard<std::mutex> lock(mutex_);
-      inspections_[path] = *cached;
     }
-    inspections.push_back(std::move(*cached));
+    checked.push_back(std::move(*known));
+    checked_at.push_back(i);
   }
-  mark_files_being_written(inspections);
-  return protocol::acquisitions_document(inspections);
+  std::vector<catalog::LoadStatus> inspected_status;
+  inspected_status.reserve(checked.size());
+  for (const auto& acquisition : checked) inspected_status.push_back(acquisition.status);
+  mark_files_being_written(checked);
+  for (std::size_t k = 0; k < checked.size(); ++k) {
+    PollEntry entry = render_poll_entry(checked[k]);
+    const bool busy = checked[k].status.reason != inspected_status[k].reason ||
+                      checked[k].status.loadable != inspected_status[k].loadable;
+    entry.busy = busy;
+    entries[checked_at[k]] = entry;
+    checked[k].status = std::move(inspected_status[k]);  // kept as inspected
+    std::lock_guard<std::mutex> lock(mutex_);
+    Polled& polled = inspections_[checked[k].master_path];
+    polled.acquisition = std::move(checked[k]);
+    // A master being written is rendered again at every poll.
+    polled.event = busy ? std::string() : std::move(entry.event);
+    polled.token = busy ? std::string() : std::move(entry.token);
+  }
+  return entries;
+}
+
+CatalogService::PollEntry CatalogService::render_poll_entry(const catalog::Acquisition& acquisition) {
+  PollEntry entry;
+  entry.ready = acquisition.status.loadable;
+  entry.event = protocol::acquisition_event(acquisition).dump(-1, ' ', false,
+                                                              nlohmann::ordered_json::error_handler_t::replace);
+  if (entry.ready) protocol::append_ready_token_input(entry.token, acquisition);
+  return entry;
+}
+
+// protocol::acquisitions_document's text, from the events rendered one by one.
+std::string CatalogService::poll_document_text(const std::vector<PollEntry>& entries) {
+  std::string pending, history, token_input;
+  std::size_t bytes = 0;
+  for (const auto& entry : entries) bytes += entry.event.size() + 1;
+  history.reserve(bytes);
+  for (const auto& entry : entries) {
+    std::string& list = entry.ready ? history : pending;
+    if (!list.empty()) list += ',';
+    list += entry.event;
+    if (entry.ready) token_input += entry.token;
+  }
+  return "{\"enabled\":true,\"pending\":[" + pending + "],\"in_flight\":[],\"history\":[" + history +
+         "],\"ready_token\":\"" + protocol::digest_hex24(token_input) + "\"}";
 }
 
 DocumentBody::DocumentBody(std::string json)

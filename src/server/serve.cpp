@@ -424,6 +424,7 @@ struct DaemonWiring {
   }
   static CatalogServiceOptions catalog_options(const ServeSettings& settings, inspector::Inspector& inspector) {
     CatalogServiceOptions options = watching_catalog_options();
+    options.watch_after_first_build = true;  // readiness does not wait for a large folder's watches
     options.inspect = inspector.inspect_function();
     options.inspect_threads = inspector.workers();
     options.cache_path = settings.catalog_cache;

@@ -4,12 +4,15 @@
 Generates N small acquisitions (one `quantem-gpu synth` acquisition copied into
 N session folders, one per folder), then against the real daemon (CPU backend):
   first build      start -> /api/health/ready with no catalog cache file
-  restart          start -> ready again, nothing changed (the cache reused)
-  refresh          GET /api/browse/sessions?refresh=true, nothing changed
+  restart          start -> ready again, nothing changed (the cache reused), and
+                   start -> the watcher set up (it starts after the first build)
+  refresh          GET /api/browse/sessions?refresh=true, nothing changed: at once
+                   (the last build reused) and after the refresh interval (a build)
   new acquisition  a master renamed into place -> listed ready by
                    /api/browse/acquisitions (the viewer's poll), and the
                    refresh that then lists it in the sessions document
   poll 304         GET /api/browse/sessions with the last etag (median of 50)
+  acquisitions     GET /api/browse/acquisitions of an unchanged folder (median of 5)
   sessions body    bytes plain and gzip, and the first GET's time
   rss              the daemon's VmRSS with every master catalogued
 plus the build counts the daemon logs (masters reused / inspected).
@@ -54,7 +57,8 @@ class Daemon:
         self.port_file = tempfile.mktemp(prefix="catalog-bench-port-")
         self.log = open(log_path, "w")
         environment = dict(os.environ)
-        environment["QUANTEM_GPU_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="catalog-bench-run-")
+        self.runtime_dir = tempfile.mkdtemp(prefix="catalog-bench-run-")
+        environment["QUANTEM_GPU_RUNTIME_DIR"] = self.runtime_dir
         self.started = time.monotonic()
         self.process = subprocess.Popen(
             [binary, "serve", folder, "--backend", "cpu", "--port", "0", "--port-file", self.port_file,
@@ -82,6 +86,14 @@ class Daemon:
                 self.connection.close()
             time.sleep(0.005)
 
+    def wait_watching(self):
+        """Seconds from the start until /api/health/ready reports the watcher set up."""
+        while True:
+            _, _, body = self.get("/api/health/ready")
+            if json.loads(body).get("watcher", {}).get("kind") != "starting":
+                return time.monotonic() - self.started
+            time.sleep(0.01)
+
     def cpu_seconds(self):
         """The daemon's user + system CPU time so far (its workers not included)."""
         fields = open("/proc/%d/stat" % self.process.pid).read().rsplit(")", 1)[1].split()
@@ -99,6 +111,7 @@ class Daemon:
         self.process.wait(timeout=120)
         self.log.close()
         os.unlink(self.port_file)
+        shutil.rmtree(self.runtime_dir, ignore_errors=True)
 
 
 def build_counts(log_path):
@@ -146,12 +159,23 @@ def main():
         polls.append(seconds)
     polls.sort()
     report["poll_304_median_s"] = polls[len(polls) // 2]
+    # Within the refresh interval (1 s) of the last build, with the watcher's word
+    # that nothing changed, a refresh reuses that build; after it, it builds again.
+    report["refresh_unchanged_reused_s"], _ = timed(lambda: daemon.get("/api/browse/sessions?refresh=true"))
+    time.sleep(1.2)
     cpu_before = daemon.cpu_seconds()
     report["refresh_unchanged_s"], _ = timed(lambda: daemon.get("/api/browse/sessions?refresh=true"))
     report["refresh_unchanged_daemon_cpu_s"] = daemon.cpu_seconds() - cpu_before
+    polls = []
+    for _ in range(5):
+        seconds, _ = timed(lambda: daemon.get("/api/browse/acquisitions"))
+        polls.append(seconds)
+    report["acquisitions_poll_unchanged_median_s"] = sorted(polls)[len(polls) // 2]
     seconds, (_, _, acquisitions) = timed(lambda: daemon.get("/api/browse/acquisitions"))
     report["acquisitions_get_s"] = seconds
     report["acquisitions_bytes"] = len(acquisitions)
+
+    daemon.wait_watching()  # the new acquisition below is found by the watcher
 
     # One new acquisition: the shard first, then the master renamed into place.
     template = os.path.join(folder, "_template")
@@ -184,6 +208,7 @@ def main():
     restart_log = os.path.join(work, "restart.log")
     daemon = Daemon(binary, folder, cache, args.inspect_workers, restart_log)
     report["restart_unchanged_to_ready_s"] = daemon.wait_ready()
+    report["restart_to_watching_s"] = daemon.wait_watching()
     report["restart_daemon_cpu_s"] = daemon.cpu_seconds()
     report["load_average_1min"] = os.getloadavg()[0]
     report["restart_rss_bytes"] = daemon.rss_bytes()

@@ -288,7 +288,14 @@ TEST_F(ServeFreshness, BeyondTheInotifyWatchLimitTheRestIsPolledAndNewAcquisitio
   // The folder alone is watched; s1, s2 and what comes later are polled (every second).
   auto daemon = Daemon::start(folder(), {}, {{"QUANTEM_WATCH_LIMIT", "1"}});
   ASSERT_NE(daemon, nullptr);
-  const json ready_body = json::parse(daemon->get("/api/health/ready")->body);
+  // Ready once the catalog is built; the watcher is set up right after ("starting" until then).
+  json ready_body;
+  EXPECT_TRUE(wait_for(
+      [&] {
+        ready_body = json::parse(daemon->get("/api/health/ready")->body);
+        return ready_body["watcher"]["kind"] != "starting";
+      },
+      5s));
   EXPECT_EQ(ready_body["ready"], true);
   EXPECT_EQ(ready_body["watcher"]["kind"], "inotify");
   EXPECT_EQ(ready_body["watcher"]["watched_directories"], 1);

@@ -49,7 +49,10 @@ struct UnreadableDirectory {
 };
 // The same, also telling which directories could not be listed (the folder
 // itself included).
-std::vector<std::string> discover_masters(const std::string& data_folder, std::vector<UnreadableDirectory>* unreadable);
+// With threads > 1 the data folder's subdirectories are walked on that many
+// threads at once (the same result).
+std::vector<std::string> discover_masters(const std::string& data_folder, std::vector<UnreadableDirectory>* unreadable,
+                                          std::size_t threads = 1);
 
 // How a master is inspected: inspect_master in this process, or the daemon's
 // crash-isolated inspector (inspector/inspector.hpp).

@@ -76,7 +76,7 @@ struct FileChanges {
 
 // What a watcher can see, for /api/health/ready and /metrics.
 struct WatcherHealth {
-  std::string kind;                    // "inotify", "polling", "fake"
+  std::string kind;                    // "inotify", "polling", "fake"; the catalog service adds "starting"
   std::size_t watched_directories = 0;  // with an inotify watch
   std::size_t polled_directories = 0;   // inotify could not watch them (the watch limit): polled
   std::chrono::milliseconds poll_period{0};  // how often polled directories (or everything, polling) are scanned

@@ -67,6 +67,9 @@ nlohmann::ordered_json acquisition_event(const catalog::Acquisition& acquisition
 // inspections in master-list order. ready_token changes exactly when the list
 // of ready masters or any of their signature entries changes.
 nlohmann::ordered_json acquisitions_document(const std::vector<catalog::Acquisition>& inspections);
+// One ready acquisition's part of the ready_token's input (appended to `out`);
+// the token is digest_hex24 of the parts in master-list order.
+void append_ready_token_input(std::string& out, const catalog::Acquisition& acquisition);
 
 // ---- provenance -------------------------------------------------------------
 

@@ -5,7 +5,13 @@
 //    rebuild gets its result);
 //  - the acquisitions poll: the remembered master list returned at once, a
 //    background re-walk when the last walk is older than the re-walk interval,
-//    and inspections reused until a file of their signature changes;
+//    and inspections reused until a file of their signature changes. Each
+//    master's event is rendered once per inspection; while the watcher
+//    vouches for the whole folder (reports_every_change, nothing unapplied,
+//    nothing being written) a poll stat()s only the masters a change named
+//    (a file of their signature, a directory above them) and returns the
+//    kept document when none was named and the master list is the same;
+//    every master is stat()ed at least every acquisitions_recheck_interval;
 //  - resolution of (session, file) to a fresh inspection: only catalogued
 //    masters, no path escapes, an unknown name triggers at most one
 //    (coalesced) rebuild per interval, and a master whose files changed since
@@ -66,8 +72,9 @@
 //    "complete": false instead of waiting;
 //  - the sessions and acquisitions documents as sent (DocumentBody): compact
 //    JSON with an entity tag and a gzip form; the sessions body is kept until
-//    the catalog or its staleness changes, so an unchanged poll costs a
-//    comparison.
+//    the catalog or its staleness changes (a refresh that builds the same
+//    catalog keeps the previous one), so an unchanged poll costs a
+//    comparison; the acquisitions body is kept as described above.
 // Thread-safe. Waits for a running rebuild are bounded.
 #include <atomic>
 #include <chrono>
@@ -108,6 +115,13 @@ struct CatalogServiceOptions {
   // otherwise the caller (a test) steps them.
   std::function<std::unique_ptr<catalog::Watcher>(const std::string& folder)> make_watcher;
   bool watch_thread = false;
+  // With watch_thread: the watch thread sets the watcher up once the first
+  // build has ended instead of the constructor (a folder of tens of thousands
+  // of directories takes as many watches, which would delay readiness). Until
+  // then health() reports the watcher "starting" and nothing is vouched for
+  // by it; when it starts, everything is treated as changed once (a re-walk,
+  // the listeners told of an overflow, no refresh reuses an earlier build).
+  bool watch_after_first_build = false;
   std::chrono::milliseconds watch_turn_timeout{500};
   std::chrono::milliseconds write_quiet_period{std::chrono::seconds(2)};
   std::chrono::milliseconds cookie_wait_limit{std::chrono::seconds(2)};
@@ -115,6 +129,9 @@ struct CatalogServiceOptions {
   std::chrono::milliseconds identity_recheck_interval{250};
   // The least time from the end of one refresh build to the start of the next (sessions?refresh=true).
   std::chrono::milliseconds refresh_interval{std::chrono::seconds(1)};
+  // The acquisitions poll stat()s every master's files at least this often;
+  // in between, while the watcher vouches, only the masters a change named.
+  std::chrono::milliseconds acquisitions_recheck_interval{std::chrono::seconds(10)};
 
   // The catalog cache file (catalog::default_catalog_cache_path for the
   // daemon); empty: no cache.
@@ -269,7 +286,9 @@ class CatalogService {
   std::set<std::string> note_file_events_locked(const catalog::FileChanges& seen, TurnResult& turn);
   std::vector<std::string> masters_named_locked(const std::set<std::string>& files, bool everything) const;
   void forget_vouches_named_locked(const std::set<std::string>& files, bool everything);
-  void rewalk_after_change();
+  // A walk after a turn: of the changed paths alone where that is exact (`changed`), else of the whole folder.
+  void rewalk_after_change(const std::vector<std::string>* changed = nullptr);
+  std::optional<Walk> walk_changed_paths(const std::vector<std::string>& changed) const;
   static void tell_listeners(const TurnResult& turn);
   // Marks the acquisition not ready when one of its files is being written.
   void mark_files_being_written(std::vector<catalog::Acquisition>& acquisitions);
@@ -278,6 +297,35 @@ class CatalogService {
   // A verified inspection of `master` that the watcher vouches for, or nullptr.
   std::shared_ptr<const catalog::Acquisition> watched_unchanged(const std::string& master);
   bool watcher_reports_every_file_of(const catalog::Acquisition& acquisition) const;
+  // The acquisitions poll (see above): what it checks again, each master's event as rendered.
+  struct PollPlan {
+    bool check_all = true;
+    std::set<std::string> dirty;              // masters a change named
+    std::set<std::string> dirty_directories;  // directories created, moved or removed
+    std::vector<std::string> masters;
+    std::uint64_t masters_generation = 0;
+    bool names(const std::string& master) const;
+  };
+  struct PollEntry {
+    bool ready = false;
+    std::string event;  // protocol::acquisition_event, compact
+    std::string token;  // its part of the ready_token's input (ready ones)
+    bool busy = false;  // marked as being written at this poll
+  };
+  // The same master path, stem, signature and status: inspections of the same files.
+  static bool same_inspection(const catalog::Acquisition& a, const catalog::Acquisition& b);
+  static bool same_catalog(const catalog::Catalog& a, const catalog::Catalog& b);
+  void note_poll_changes_locked(const catalog::FileChanges& seen, const SourceChange& change);
+  void start_walks_for_poll(std::unique_lock<std::mutex>& lock);
+  bool watcher_vouches_for_poll_locked() const;
+  std::vector<PollEntry> poll_entries(const PollPlan& plan);
+  static PollEntry render_poll_entry(const catalog::Acquisition& acquisition);
+  static std::string poll_document_text(const std::vector<PollEntry>& entries);
+  // The watcher once it is set up (it only goes from null to set, and lives until the destructor).
+  catalog::Watcher* watcher() const { return watcher_.load(std::memory_order_acquire); }
+  void watch_loop();
+  // watch_after_first_build: waits for the first build, sets the watcher up and treats everything as changed once.
+  bool start_watching_after_first_build();
 
   const std::string data_folder_;
   const CatalogServiceOptions options_;
@@ -306,13 +354,30 @@ class CatalogService {
   bool walked_ = false;
   bool walk_in_flight_ = false;
   std::chrono::steady_clock::time_point last_walk_{};
-  std::map<std::string, catalog::Acquisition> inspections_;
+  // Each master's last inspection and, once the poll rendered it, its event.
+  struct Polled {
+    catalog::Acquisition acquisition;
+    std::string event;  // empty: not rendered (or being written)
+    std::string token;
+  };
+  std::map<std::string, Polled> inspections_;
+  std::uint64_t masters_generation_ = 0;  // changes with masters_
+  static constexpr std::size_t kMaxPollDirtyDirectories = 256;
+  std::set<std::string> poll_dirty_;
+  std::set<std::string> poll_dirty_directories_;
+  bool poll_all_dirty_ = true;
+  std::chrono::steady_clock::time_point last_full_poll_check_{};
+  std::shared_ptr<const DocumentBody> acquisitions_body_;
+  std::uint64_t acquisitions_body_masters_ = 0;  // masters_generation_ it was made from
+  bool acquisitions_body_reusable_ = false;        // it lists no master being written
   std::thread walker_;
   bool stopping_ = false;
 
   // Watching.
   std::atomic<std::uint64_t> inspections_made_{0};
-  std::unique_ptr<catalog::Watcher> watcher_;
+  std::unique_ptr<catalog::Watcher> watcher_owner_;
+  std::atomic<catalog::Watcher*> watcher_{nullptr};
+  std::atomic<bool> watching_unavailable_{false};  // watch_after_first_build: the watcher could not be made
   std::thread watch_thread_;
   bool watching_stopped_ = false;
   std::mutex turn_mutex_;  // one turn at a time

@@ -101,6 +101,27 @@ TEST_F(CatalogTree, DiscoveryExcludesAndOrdersComponentWise) {
   EXPECT_EQ(found, expected);
 }
 
+TEST_F(CatalogTree, AWalkOnSeveralThreadsFindsWhatOneThreadFinds) {
+  fs::create_directory(root_ + "/locked");
+  fs::permissions(root_ + "/locked", fs::perms::none);
+  std::vector<UnreadableDirectory> one_unreadable, four_unreadable;
+  const auto one = discover_masters(root_, &one_unreadable, 1);
+  const auto four = discover_masters(root_, &four_unreadable, 4);
+  fs::permissions(root_ + "/locked", fs::perms::owner_all);
+  EXPECT_EQ(four, one);
+  EXPECT_EQ(one.size(), 12u);
+  ASSERT_EQ(four_unreadable.size(), one_unreadable.size());
+  for (std::size_t i = 0; i < one_unreadable.size(); ++i) {
+    EXPECT_EQ(four_unreadable[i].path, one_unreadable[i].path);
+    EXPECT_EQ(four_unreadable[i].reason, one_unreadable[i].reason);
+  }
+  if (::geteuid() != 0) {  // root lists any directory
+    ASSERT_EQ(one_unreadable.size(), 1u);
+    EXPECT_EQ(one_unreadable[0].path, root_ + "/locked");
+    EXPECT_EQ(one_unreadable[0].reason, "Permission denied");
+  }
+}
+
 TEST_F(CatalogTree, SessionsSourcesDatesAndAliases) {
   const Catalog catalog = build_catalog(root_);
   EXPECT_EQ(catalog.data_folder, root_);

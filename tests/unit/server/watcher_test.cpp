@@ -273,6 +273,80 @@ TEST(CatalogWatch, ANewMasterAppearsAtTheNextTurn) {
   EXPECT_EQ(service.watch_turn(0ms), 0u);  // an idle turn
 }
 
+TEST(CatalogWatch, ATurnWalksOnlyThePathsItNamesAndListsWhatAWholeWalkLists) {
+  test::TempDir dir;
+  test::write_synth(dir.file("b"), "one");
+  test::write_synth(dir.file("a-c"), "two");
+  WatchedCatalog watched(dir.path());
+  auto& service = *watched.service;
+  auto paths = [](const nlohmann::ordered_json& doc) {
+    std::vector<std::string> found;
+    for (const auto* list : {&doc["pending"], &doc["history"]})
+      for (const auto& event : *list) found.push_back(event["path"].get<std::string>());
+    std::sort(found.begin(), found.end());
+    return found;
+  };
+  auto in_order = [](const nlohmann::ordered_json& doc) {
+    std::vector<std::string> found;
+    for (const auto& event : doc["history"]) found.push_back(event["path"].get<std::string>());
+    return found;
+  };
+  EXPECT_EQ(event_count(service.acquisitions_document()), 2u);
+  test::write_synth(dir.file("a/b"), "three");          // a new folder tree
+  test::write_synth(dir.file("b"), "four");             // a new master beside one
+  test::write_synth(dir.file("_hidden"), "five");       // never listed
+  fs::remove_all(dir.file("a-c"));                      // a session folder removed
+  watched.watcher->push(dir.file("a"), FileEvent::created, true);
+  watched.watcher->push(dir.file("b/four_master.h5"), FileEvent::created);
+  watched.watcher->push(dir.file("_hidden"), FileEvent::created, true);
+  watched.watcher->push(dir.file("a-c"), FileEvent::removed, true);
+  service.watch_turn(0ms);
+  const auto incremental = service.acquisitions_document();
+  // The same masters, in the same order, as a service that walks the whole folder.
+  server::CatalogService fresh(dir.path());
+  const auto whole = fresh.acquisitions_document();
+  EXPECT_EQ(paths(incremental), paths(whole));
+  EXPECT_EQ(in_order(incremental), in_order(whole));
+  EXPECT_EQ(event_count(incremental), 3u);
+  EXPECT_EQ(incremental["history"][0]["path"], dir.file("a/b/three_master.h5"));
+}
+
+TEST(CatalogWatch, AVouchedPollChecksOnlyTheMastersAChangeNamed) {
+  test::TempDir dir;
+  test::write_synth(dir.file("s1"), "alpha");
+  test::write_synth(dir.file("s2"), "beta");
+  WatchedCatalog watched(dir.path());
+  auto& service = *watched.service;
+  watched.watcher->set_reports_every_change(true);
+  const auto first = service.acquisitions_body();
+  EXPECT_EQ(service.inspections_made(), 2u);
+  EXPECT_EQ(service.acquisitions_body(), first);  // the kept document itself
+  // A change the watcher does not report is not looked for by a vouched poll...
+  const std::string alpha = dir.file("s1/alpha_master.h5"), beta = dir.file("s2/beta_master.h5");
+  fs::last_write_time(alpha, fs::last_write_time(alpha) + 1s);
+  fs::last_write_time(beta, fs::last_write_time(beta) + 1s);
+  EXPECT_EQ(service.acquisitions_body(), first);
+  EXPECT_EQ(service.inspections_made(), 2u);
+  // ...one it reports re-inspects exactly the master it names.
+  watched.watcher->push(alpha, FileEvent::attributes);
+  EXPECT_EQ(service.watch_turn(0ms), 1u);
+  const auto second = service.acquisitions_body();
+  EXPECT_NE(second->etag(), first->etag());
+  EXPECT_EQ(service.inspections_made(), 3u);
+  // A directory event names every master below it.
+  watched.watcher->push(dir.file("s2"), FileEvent::attributes, true);
+  EXPECT_EQ(service.watch_turn(0ms), 1u);
+  service.acquisitions_body();
+  EXPECT_EQ(service.inspections_made(), 4u);
+  // Without the watcher's word, every master's files are stat()ed at every poll.
+  fs::last_write_time(beta, fs::last_write_time(beta) + 1s);
+  watched.watcher->set_reports_every_change(false);
+  const auto third = service.acquisitions_body();
+  EXPECT_EQ(service.inspections_made(), 5u);
+  EXPECT_EQ(service.acquisitions_document()["history"].size(), 2u);
+  EXPECT_EQ(*service.acquisitions_body()->json(), *third->json());
+}
+
 TEST(CatalogWatch, AShardBeingWrittenIsNeverServedUntilItsWriterCloses) {
   test::TempDir dir;
   test::write_synth(dir.file("sess"), "alpha");
