@@ -35,6 +35,8 @@ ScanRows scan_rows_of(const plan::PlanGeometry& geometry) {
 void HeldRows::begin(std::uint64_t scan_rows, ScanRows first) {
   first.end = std::min(first.end, scan_rows);
   first.first = std::min(first.first, first.end);
+  // An empty range anywhere is the ascending order: holds() counts on an empty first_ starting at row 0.
+  if (first.count() == 0) first = ScanRows{};
   scan_rows_ = scan_rows;
   first_ = first;
   held_ = 0;

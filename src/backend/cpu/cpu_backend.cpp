@@ -178,11 +178,15 @@ class CpuBackend final : public Backend {
 
   // After a group is built: when more rows of the load's order are whole,
   // they are held and the resident is handed to progress.rows_held (one call
-  // at a time: under the order's lock).
+  // at a time: under the order's lock). The order's last row waits for
+  // hold_all() after builder.finish(): a plan holding every row may be
+  // uncropped, and reads the pattern sum that finish() fills.
   static void publish_rows(cpu::GroupOrder& order, std::uint64_t group, HeldRows& held,
                            const std::shared_ptr<cpu::CpuResident>& resident, LoadProgress& progress) {
     order.finish_group(group, held, [&](std::uint64_t whole_rows) {
-      held.hold(whole_rows);
+      const std::uint64_t rows = std::min(whole_rows, held.total() - 1);
+      if (rows <= held.held()) return;
+      held.hold(rows);
       progress.rows_held(resident);
     });
   }
