@@ -1076,17 +1076,23 @@ TEST(ResidencyRegionFirst, OutOfMemoryAfterPublicationIsNotRetriedOnAnotherDevic
   const auto a = scan_of_eight_rows("a");
   backend.publish_early(a.master_path, {2, 4, 8});
   backend.fail_after_step(a.master_path, 0, payload_too_large("fake device 0 is out of memory"));
-  auto request = acquire_async(manager, a, ScanRows{2, 4});
+  auto whole = failing_acquire_async(manager, a);  // starts the load (rows from 0 up) and waits for all of it
+  ASSERT_TRUE(backend.wait_step(a.master_path, 1));
+  auto request = acquire_async(manager, a, ScanRows{0, 2});
   ResidentLease early = ready(request);
   ASSERT_TRUE(early);
   ASSERT_EQ(early->device_index(), 0);
+  const auto rejections = manager.counters().admission_rejections;
   backend.open_step(a.master_path);  // out of memory past the first gate
+  ASSERT_EQ(whole.wait_for(10s), std::future_status::ready);
+  // The out-of-memory text of the protocol, no backend text attached.
+  EXPECT_EQ(whole.get(), std::make_pair(ErrorKind::payload_too_large, std::string(kLoadDidNotFitMessage)));
+  EXPECT_EQ(manager.counters().admission_rejections, rejections + 1);
   ASSERT_TRUE(backend.wait_idle());
-  ASSERT_TRUE(wait_for_state(manager, a, ResidencyState::absent));
   EXPECT_EQ(backend.loads(), loads({{"b", 0}, {"b", 1}, {"a", 0}}));  // no retry here or on device 1
   EXPECT_EQ(manager.counters().out_of_memory_retries, 1u);  // b's
   EXPECT_EQ(manager.status(a).state, ResidencyState::absent);  // transient: the next request loads again
-  EXPECT_EQ(pattern_sum_over(early, a, {2, 4}), "no error");
+  EXPECT_EQ(pattern_sum_over(early, a, {0, 2}), "no error");
   EXPECT_EQ(backend.alive_bytes(0), 30u);
   EXPECT_EQ(manager.device_usage()[0].resident_bytes, 30u);  // draining
   EXPECT_EQ(manager.device_usage()[1].resident_bytes, 0u);
