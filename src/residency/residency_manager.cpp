@@ -781,9 +781,10 @@ void ResidencyManager::loader_loop(std::size_t device_position) {
       keep_resident_locked(job, std::move(resident), attempt_device);
       continue;
     }
-    // A load that published its resident early is not retried: requests may hold it.
-    if (failure->kind() == ErrorKind::payload_too_large && !job->detached && !stopping_ && !job->resident) {
-      if (retry_out_of_memory_locked(job, *failure, attempt_device)) continue;
+    if (failure->kind() == ErrorKind::payload_too_large && !job->detached && !stopping_) {
+      // A load that published its resident early is not retried (requests may
+      // hold it), and fails with the same text as one that fit nowhere.
+      if (!job->resident && retry_out_of_memory_locked(job, *failure, attempt_device)) continue;
       ++counters_.admission_rejections;
       failure = payload_too_large(kLoadDidNotFitMessage);  // the text alone, as the reference sends it
     }
