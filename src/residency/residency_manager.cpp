@@ -821,7 +821,11 @@ void ResidencyManager::rows_held(const std::weak_ptr<Entry>& weak_job,
   if (!job->resident) {
     if (job->detached || stopping_ || job->state != ResidencyState::loading) return;
     lock.unlock();
-    // Rows read from files that are being rewritten are never served (the load then fails too).
+    // Files already rewritten when the first rows are whole: nothing is
+    // published (the load then fails too). A rewrite after this is caught
+    // when the load ends (a conflict: the resident serves no new request) or
+    // by the watcher, which drops the entry; stat'ing once per row on the
+    // load's threads would cost more than it catches.
     const bool unchanged = catalog::restat_signature(job->acquisition.signature) == job->acquisition.signature;
     lock.lock();
     if (!unchanged || job->resident || job->detached || stopping_ || job->state != ResidencyState::loading) return;
