@@ -287,5 +287,45 @@ TEST(CpuRegionFirstLoad, ACancelAfterPublishingLeavesThePublishedRowsExact) {
   EXPECT_TRUE(cancelled_midway);
 }
 
+// Window-first: the band's rows at columns 40..60 of 100 come first; the
+// first call holding that window (the band's rows are not whole yet: their
+// other groups come after) answers every product of the window exactly and
+// refuses the band's other columns.
+TEST(CpuRegionFirstLoad, AWindowIsPublishedBeforeItsRowsAndItsProductsAreExact) {
+  TempDir dir;
+  const catalog::Acquisition acquisition =
+      write_fixture(dir, "window", "--scan 12x100 --det 8x7 --mask '1,1' --masked-value 900");
+  const ScanRows band{5, 8};
+  const ScanColumns columns{40, 60};
+  std::vector<plan::PlanGeometry> plans;
+  for (const std::uint64_t scan_bin : {1u, 2u}) {
+    for (const std::uint64_t detector_bin : {1u, 2u}) {
+      plans.push_back(plan_of(acquisition, plan::ScanRegion{band.first, band.end, columns.first, columns.end},
+                              scan_bin, detector_bin));
+    }
+  }
+  const plan::PlanGeometry band_every_column =
+      plan_of(acquisition, plan::ScanRegion{band.first, band.end, 0, acquisition.scan_cols}, 1, 1);
+  std::optional<std::vector<Products>> early;
+  bool rows_whole_then = true;
+  LoadProgress progress;
+  progress.first_rows = band;
+  progress.first_columns = columns;
+  progress.rows_held = [&](const std::shared_ptr<Resident>& resident) {
+    if (early || !resident->held_rows().holds(ScanWindow{band, columns})) return;
+    rows_whole_then = resident->held_rows().holds(band);
+    early = all_products(*resident, plans);
+    if (!rows_whole_then) {
+      expect_internal_error([&] { resident->pattern_sum(band_every_column); }, "the band's every column");
+    }
+  };
+  const std::shared_ptr<Resident> resident = cpu_backend(2)->load(acquisition, 0, progress);
+  ASSERT_TRUE(early.has_value()) << "the load never published its resident holding the window";
+  EXPECT_FALSE(rows_whole_then) << "the window was published only once its rows were whole";
+  EXPECT_EQ(all_products(*resident, plans), *early);
+  LoadProgress plain_progress;
+  EXPECT_EQ(all_products(*cpu_backend(2)->load(acquisition, 0, plain_progress), plans), *early);
+}
+
 }  // namespace
 }  // namespace quantem::backend

@@ -290,5 +290,96 @@ TEST(GroupOrder, AMiddleBandIsWholeOnceItsOwnGroupsAreBuilt) {
   EXPECT_FALSE(held.holds({5, 9}));
 }
 
+// ---- window-first: the first rows' window before the rest of those rows ----
+
+// Whether frame group g holds a frame of the window rows x columns.
+bool group_holds_window(std::uint64_t g, ScanRows rows, ScanColumns columns, std::uint64_t scan_cols) {
+  for (std::uint64_t r = rows.first; r < rows.end; ++r) {
+    const std::uint64_t first = r * scan_cols + columns.first, end = r * scan_cols + columns.end;
+    if (g * kGroup < end && (g + 1) * kGroup > first) return true;
+  }
+  return false;
+}
+
+TEST(GroupOrder, AWindowsGroupsComeFirstAndItIsWholeOnceWhateverTheOrder) {
+  for (const Shape& shape : {Shape{12, 100}, Shape{9, 37}, Shape{6, 64}, Shape{7, 5}}) {
+    const catalog::Acquisition acquisition = scan_of(shape.rows, shape.cols);
+    const ScanRows band{shape.rows / 3, shape.rows / 3 + 3};
+    const ScanColumns columns{shape.cols / 3, shape.cols / 3 + std::max<std::uint64_t>(1, shape.cols / 4)};
+    const std::string where = std::to_string(shape.rows) + "x" + std::to_string(shape.cols);
+    cpu::GroupOrder order(acquisition, band, columns);
+    ASSERT_TRUE(order.window_columns().has_value()) << where;
+    const std::vector<std::uint64_t> groups = group_order_of(order);
+    // The window's groups, then the band's other groups, then the rest, each ascending.
+    std::vector<std::uint64_t> window, rest_of_band, others;
+    for (std::uint64_t g = 0; g < group_count_of(shape.rows, shape.cols); ++g) {
+      bool in_band = false;
+      for (std::uint64_t r = band.first; r < band.end; ++r) in_band = in_band || group_holds_row(g, r, shape.cols);
+      if (group_holds_window(g, band, columns, shape.cols)) {
+        window.push_back(g);
+      } else if (in_band) {
+        rest_of_band.push_back(g);
+      } else {
+        others.push_back(g);
+      }
+    }
+    std::vector<std::uint64_t> expected = window;
+    expected.insert(expected.end(), rest_of_band.begin(), rest_of_band.end());
+    expected.insert(expected.end(), others.begin(), others.end());
+    EXPECT_EQ(groups, expected) << where;
+    // Built in shuffled orders: the window is whole exactly once, at its last group.
+    std::mt19937 random(7);
+    for (int round = 0; round < 20; ++round) {
+      cpu::GroupOrder shuffled(acquisition, band, columns);
+      HeldRows held;
+      held.begin(shape.rows, band);
+      std::vector<std::uint64_t> build = groups;
+      std::shuffle(build.begin(), build.end(), random);
+      std::size_t window_left = window.size();
+      int window_calls = 0;
+      for (const std::uint64_t g : build) {
+        if (std::find(window.begin(), window.end(), g) != window.end()) --window_left;
+        shuffled.finish_group(g, held, [](std::uint64_t) {}, [&] {
+          ++window_calls;
+          EXPECT_EQ(window_left, 0u) << where << " group " << g;
+        });
+      }
+      EXPECT_EQ(window_calls, 1) << where;
+    }
+  }
+}
+
+TEST(GroupOrder, AWindowOfEveryColumnOrOfNoColumnIsNoWindow) {
+  const catalog::Acquisition acquisition = scan_of(9, 37);
+  EXPECT_FALSE(cpu::GroupOrder(acquisition, ScanRows{2, 4}, ScanColumns{0, 37}).window_columns());
+  EXPECT_FALSE(cpu::GroupOrder(acquisition, ScanRows{2, 4}, ScanColumns{0, 500}).window_columns());
+  EXPECT_FALSE(cpu::GroupOrder(acquisition, ScanRows{2, 4}, ScanColumns{5, 5}).window_columns());
+  EXPECT_FALSE(cpu::GroupOrder(acquisition, std::nullopt, ScanColumns{5, 9}).window_columns());
+  EXPECT_EQ(group_order_of(cpu::GroupOrder(acquisition, ScanRows{2, 4}, ScanColumns{0, 37})),
+            group_order_of(cpu::GroupOrder(acquisition, ScanRows{2, 4})));
+}
+
+TEST(HeldRows, AHeldWindowHoldsWhatLiesInsideItAndNothingElse) {
+  HeldRows held;
+  held.begin(10, ScanRows{4, 7});
+  const ScanWindow inside{ScanRows{4, 7}, ScanColumns{10, 20}};
+  EXPECT_FALSE(held.holds(inside));
+  held.hold_window(ScanColumns{10, 20});
+  EXPECT_TRUE(held.holds(inside));
+  EXPECT_TRUE(held.holds(ScanWindow{ScanRows{5, 6}, ScanColumns{12, 13}}));
+  EXPECT_FALSE(held.holds(ScanWindow{ScanRows{4, 7}, ScanColumns{9, 20}}));
+  EXPECT_FALSE(held.holds(ScanWindow{ScanRows{4, 7}, ScanColumns{10, 21}}));
+  EXPECT_FALSE(held.holds(ScanWindow{ScanRows{3, 7}, ScanColumns{10, 20}}));
+  EXPECT_FALSE(held.holds(ScanWindow{ScanRows{4, 8}, ScanColumns{10, 20}}));
+  EXPECT_FALSE(held.holds(ScanRows{4, 7}));  // every column of those rows: not yet
+  EXPECT_FALSE(held.holds(ScanWindow{ScanRows{4, 7}}));
+  held.hold(3);  // rows 4..6 whole: any columns of them
+  EXPECT_TRUE(held.holds(ScanWindow{ScanRows{4, 7}}));
+  EXPECT_TRUE(held.holds(ScanWindow{ScanRows{4, 7}, ScanColumns{0, 3}}));
+  EXPECT_FALSE(held.holds(ScanWindow{ScanRows{3, 7}, ScanColumns{10, 20}}));
+  held.hold_all();
+  EXPECT_TRUE(held.holds(ScanWindow{ScanRows{0, 10}}));
+}
+
 }  // namespace
 }  // namespace quantem::backend
