@@ -284,7 +284,12 @@ function residencyText(doc) {
       return { text: doc.device === null ? "resident" : `resident · device ${doc.device}`, kind: "ok" };
     case "loading": {
       const fraction = doc.bytes_total ? doc.bytes_done / doc.bytes_total : 0;
-      return { text: `loading ${Math.round(fraction * 100)}%${doc.stage ? ` · ${doc.stage}` : ""}`, kind: "busy" };
+      // A region-first load answers crops of the rows it holds already.
+      const rows = doc.scan_rows_resident ? ` · ${doc.scan_rows_resident}/${doc.scan_rows} rows` : "";
+      return {
+        text: `loading ${Math.round(fraction * 100)}%${doc.stage ? ` · ${doc.stage}` : ""}${rows}`,
+        kind: "busy",
+      };
     }
     case "failed":
       return { text: "load failed", kind: "warn" };
