@@ -102,6 +102,7 @@ struct FakeLoad {
   std::string thread_name;
   std::uint64_t alive_bytes_at_start = 0;  // on that device, before this attempt allocated anything
   std::optional<backend::ScanRows> first_rows;  // the load's LoadProgress::first_rows
+  std::optional<backend::ScanColumns> first_columns;  // and its first_columns
 };
 
 class FakeBackend : public backend::Backend {
@@ -138,7 +139,8 @@ class FakeBackend : public backend::Backend {
     std::unique_lock<std::mutex> lock(mutex_);
     char thread_name[32] = {};
     pthread_getname_np(pthread_self(), thread_name, sizeof thread_name);
-    loads_.push_back({path, device_index, thread_name, memory_->on(device_index), progress.first_rows});
+    loads_.push_back(
+        {path, device_index, thread_name, memory_->on(device_index), progress.first_rows, progress.first_columns});
     ++running_;
     max_running_ = std::max(max_running_, running_);
     changed_.notify_all();

@@ -772,6 +772,8 @@ void PrintTo(const ScanRows& rows, std::ostream* out) { *out << "[" << rows.firs
 namespace {
 
 using backend::ScanRows;
+using backend::ScanColumns;
+using backend::ScanWindow;
 
 // An 8 x 4 scan of 2 x 2 frames: estimates from the fake, rows from here.
 catalog::Acquisition scan_of_eight_rows(const std::string& name) {
@@ -855,6 +857,24 @@ TEST(ResidencyRegionFirst, ARegionRequestGetsTheResidentWhileItsLoadGoesOn) {
   EXPECT_EQ(backend.loads().size(), 1u);
   EXPECT_EQ(manager.counters().loads_completed, 1u);
   EXPECT_EQ(manager.device_usage()[0].resident_bytes, 30u);
+}
+
+// A crop's window: the load gets its rows and its columns first; a window of
+// every column is its rows alone.
+TEST(ResidencyRegionFirst, ALoadGetsTheRequestsWindowFirstAndEveryColumnIsNoWindow) {
+  FakeBackend backend({100});
+  const auto a = scan_of_eight_rows("a"), b = scan_of_eight_rows("b");
+  ResidencyManager manager(backend, options());
+  ASSERT_TRUE(manager.acquire(a, ScanWindow{ScanRows{2, 4}, ScanColumns{1, 3}}));
+  ASSERT_TRUE(manager.acquire(b, ScanWindow{ScanRows{2, 4}, ScanColumns{0, 4}}));
+  const auto records = backend.load_records();
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].first_rows, (std::optional<ScanRows>{ScanRows{2, 4}}));
+  ASSERT_TRUE(records[0].first_columns.has_value());
+  EXPECT_EQ(records[0].first_columns->first, 1u);
+  EXPECT_EQ(records[0].first_columns->end, 3u);
+  EXPECT_EQ(records[1].first_rows, (std::optional<ScanRows>{ScanRows{2, 4}}));
+  EXPECT_FALSE(records[1].first_columns.has_value());
 }
 
 TEST(ResidencyRegionFirst, ARequestForRowsNotYetHeldIsAnsweredAsSoonAsTheLoadHoldsThem) {
