@@ -203,13 +203,15 @@ class FakeBackend : public backend::Backend {
       }
       temporaries.add(step);
     }
+    // Read before the lock: the manager calls this backend (free_bytes) with its own lock held.
+    const std::uint64_t reserved = reservation.reserved_bytes();
     lock.lock();
     if (publishes_early) {
       return publish_early_locked(lock, acquisition, device_index, progress, resident_bytes, early->second);
     }
     progress.bytes_done = 100;
     progress.stage = backend::LoadStage::done;
-    if (resident_bytes > reservation.reserved_bytes()) ++resident_above_reservation_;
+    if (resident_bytes > reserved) ++resident_above_reservation_;
     return std::make_shared<FakeResident>(acquisition, device_index, resident_bytes, memory_);
   }
 
