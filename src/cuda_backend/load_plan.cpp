@@ -116,6 +116,12 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
                                                                                             : tuning.kept_words_per_frame;
   encode.kept_words_per_frame = plan.kept_words_per_frame;
   plan.prioritise_encoder = tuning.prioritise_encoder;
+  plan.bslz4_tuning.blocks_per_warp = tuning.bslz4_blocks_per_warp;
+  plan.bslz4_tuning.grid_percent = tuning.bslz4_grid_percent;
+  plan.bslz4_tuning.batched_literals = tuning.bslz4_batched_literals;
+  cuda::check_bitshuffle_lz4_tuning(plan.bslz4_tuning);
+  plan.accumulate_frames_cta_threads = tuning.accumulate_frames_cta_threads;
+  cuda::check_ans_accumulate_frames_cta_threads(plan.accumulate_frames_cta_threads);
   plan.encode_scratch_bytes = cuda::ans_encode_scratch_bytes(encode);
   plan.group_offsets_bytes = plan.groups * 8;
 

@@ -276,7 +276,7 @@ std::shared_ptr<CudaResident> ResidentEncoder::finish(int device_index, const st
       source_, held, encoding, device_index, plan_.frames_per_group, std::move(pieces_), std::move(group_offsets), base,
       std::move(ring_table), std::move(d_frame_moments_),
       CudaSeekTable{plan_.frames_per_seek_point, std::move(d_seek_points_)}, std::move(d_decode_tables_),
-      std::move(recent), std::move(pattern));
+      std::move(recent), std::move(pattern), plan_.accumulate_frames_cta_threads);
   join_host_staging();
   resident->adopt_host_staging(std::move(host_staging_));
   return resident;

@@ -254,7 +254,8 @@ TEST(AccumulateFramesWidth, WideCtasOnlyWhenEverySmStillGetsOne) {
   // A half crop's 256 jobs: 2,304 CTAs of 1024.
   EXPECT_EQ(cuda::ans_accumulate_frames_threads_for(256, 9216, 132), 1024);
   EXPECT_EQ(cuda::ans_accumulate_frames_threads_for(15, 9216, 132), 1024);
-  EXPECT_THROW(cuda::ans_accumulate_frames_cta_threads(128), Error);
+  EXPECT_THROW(cuda::check_ans_accumulate_frames_cta_threads(128), Error);
+  EXPECT_NO_THROW(cuda::check_ans_accumulate_frames_cta_threads(0));
 }
 
 }  // namespace

@@ -69,6 +69,16 @@ struct CudaLoadTuning {
   // most one segment's frames; kNoRecentFrames: none.
   std::uint64_t recent_frames_max_bytes = 0;
   static constexpr std::uint64_t kNoRecentFrames = ~std::uint64_t{0};
+  // The bitshuffle/LZ4 decode's launch shape (cuda::BitshuffleLz4Tuning):
+  // blocks per warp 1..32 (0: balanced per launch), grid 1..100 percent of
+  // the CTAs the device holds (0: 100), the literals of 32 sequences copied
+  // at once (false: sequence by sequence). Benchmarks vary them.
+  int bslz4_blocks_per_warp = 0;
+  int bslz4_grid_percent = 0;
+  bool bslz4_batched_literals = true;
+  // CTA width of the resident's frame decoders (cuda::ans_accumulate_frames):
+  // 0 chooses per call, 512 or 1024 force a width (tests, benchmarks).
+  int accumulate_frames_cta_threads = 0;
 };
 
 struct CudaBackendOptions {
