@@ -22,10 +22,10 @@
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/ans.hpp"
 #include "quantem/cuda/scratch_layout.hpp"
-#include "../common/cuda_check.cuh"
+#include "quantem/cuda/cuda_check.hpp"
 #include "../common/warp_collectives.cuh"
 #include "ans_device.cuh"
-#include "tuning.cuh"
+#include "../common/tuning.cuh"
 
 namespace quantem::cuda {
 namespace {

@@ -22,10 +22,10 @@
 
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/bitshuffle_lz4.hpp"
-#include "../common/cuda_check.cuh"
+#include "quantem/cuda/cuda_check.hpp"
 #include "bitshuffle.cuh"
 #include "lz4_block.cuh"
-#include "tuning.cuh"
+#include "../common/tuning.cuh"
 
 namespace quantem::cuda {
 

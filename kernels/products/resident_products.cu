@@ -19,16 +19,16 @@
 #include "quantem/cuda/resident_products.hpp"
 #include "../codec/ans_device.cuh"
 #include "../codec/ans_resident.cuh"
-#include "../common/cuda_check.cuh"
+#include "quantem/cuda/cuda_check.hpp"
 #include "../common/warp_collectives.cuh"
-#include "tuning.cuh"
+#include "../common/tuning.cuh"
 
 namespace quantem::cuda {
 namespace {
 
 using namespace quantem::ans;
-namespace dev = quantem::kernels::ans_device;
-namespace tuning = quantem::kernels::tuning;
+namespace dev = quantem::cuda::kernels::ans_device;
+namespace tuning = quantem::cuda::kernels::tuning;
 
 using kernels::ans_resident::group_decode_tables;
 using kernels::ans_resident::open_group;

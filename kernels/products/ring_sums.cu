@@ -10,14 +10,14 @@
 
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/resident_products.hpp"
-#include "../common/cuda_check.cuh"
+#include "quantem/cuda/cuda_check.hpp"
 #include "../common/warp_collectives.cuh"
-#include "tuning.cuh"
+#include "../common/tuning.cuh"
 
 namespace quantem::cuda {
 namespace {
 
-namespace tuning = quantem::kernels::tuning;
+namespace tuning = quantem::cuda::kernels::tuning;
 
 // The moments of one frame (CTA-wide; every thread calls it): Σ I, Σ row·I
 // and Σ col·I over its pixels, exact in 64 bits, written as row `frame_index`

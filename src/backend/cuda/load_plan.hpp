@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "quantem/backend/cuda_backend.hpp"
+#include "quantem/backend/cuda_load.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/core/dtype.hpp"
 #include "quantem/cuda/bitshuffle_lz4.hpp"
