@@ -746,23 +746,7 @@ void ResidencyManager::loader_loop(std::size_t device_position) {
 
     lock.unlock();
     std::shared_ptr<backend::Resident> resident;
-    std::optional<Error> failure;
-    try {
-      resident = backend_.load(job->acquisition, attempt_device, *job->progress, reservation);
-      if (!resident) throw internal_error("the backend returned no resident");
-      // A resident built from files that changed under the load is never served.
-      if (catalog::restat_signature(job->acquisition.signature) != job->acquisition.signature) {
-        resident.reset();
-        throw conflict("source files changed while " + job->acquisition.name +
-                       " was loading; retry once the writer has finished");
-      }
-    } catch (const Error& error) {
-      failure = error;
-    } catch (const std::bad_alloc&) {
-      failure = payload_too_large("out of memory while loading " + job->acquisition.name);
-    } catch (const std::exception& error) {
-      failure = internal_error(std::string("load failed: ") + error.what());
-    }
+    std::optional<Error> failure = run_load(job, attempt_device, reservation, resident);
     lock.lock();
 
     if (!failure && (job->detached || stopping_)) {
@@ -770,67 +754,100 @@ void ResidencyManager::loader_loop(std::size_t device_position) {
       failure = unavailable("the load of " + job->acquisition.name + " was cancelled");
     }
     if (!failure) {
-      if (resident->resident_bytes() > job->reserved_bytes) {
-        spdlog::warn("{} holds {} B on device {}, more than the {} B its load reserved (a loader bug)", job->master_path,
-                     resident->resident_bytes(), attempt_device, job->reserved_bytes);
-      }
-      ++counters_.loads_completed;
-      job->resident = std::move(resident);
-      job->state = ResidencyState::resident;
-      touch_locked(*job);
-      spdlog::info("{} resident on device {} ({} B, {})", job->master_path, attempt_device,
-                   job->resident->resident_bytes(), job->resident->encoding());
-      schedule_tile_sums_locked(job);
-      sync_->changed.notify_all();
+      keep_resident_locked(job, std::move(resident), attempt_device);
       continue;
     }
     if (failure->kind() == ErrorKind::payload_too_large && !job->detached && !stopping_) {
-      // Out of device memory: the backend freed the attempt. Evict one more on
-      // this device and retry here; else move to the next candidate.
-      // A refused growth already took every idle resident there: move on at
-      // once, asking the next device for the size the load has learned.
-      backend::LoadEstimate next_estimate = job->estimate;
-      if (job->refused_growth_bytes) {
-        next_estimate.transition_peak_bytes = std::max(next_estimate.transition_peak_bytes, *job->refused_growth_bytes);
-        spdlog::warn("{} could not grow its reservation on device {}: {}", job->master_path, attempt_device,
-                     failure->what());
-      } else {
-        ++counters_.out_of_memory_retries;
-        spdlog::warn("out of memory loading {} on device {}: {}", job->master_path, attempt_device, failure->what());
-        if (evict_one_locked(job->device_position, job->preserved, job.get())) {
-          enqueue_locked(job, true);
-          continue;
-        }
-      }
-      bool moved = false;
-      while (!job->fallbacks.empty() && !moved) {
-        const Attempt next = job->fallbacks.front();
-        job->fallbacks.pop_front();
-        const std::optional<std::string> preserved = next.preserve_active ? active_ : std::nullopt;
-        const std::uint64_t budget = devices_[next.device_position].budget_bytes;
-        if (budget > 0 && next_estimate.transition_peak_bytes > budget) continue;
-        if (make_room_locked(next.device_position, next_estimate, preserved, job.get()).made) {
-          job->device_position = next.device_position;
-          job->preserved = preserved;
-          job->admitted_bytes = job->reserved_bytes = next_estimate.transition_peak_bytes;
-          enqueue_locked(job, true);
-          moved = true;
-        }
-      }
-      if (moved) continue;
+      if (retry_out_of_memory_locked(job, *failure, attempt_device)) continue;
       ++counters_.admission_rejections;
       failure = payload_too_large(kLoadDidNotFitMessage);  // the text alone, as the reference sends it
     }
-    if (!job->detached) ++counters_.loads_failed;
-    job->state = ResidencyState::failed;
-    job->failure = failure;
-    if (job->progress->stage != backend::LoadStage::cancelled) job->progress->stage = backend::LoadStage::failed;
-    if (!job->detached) {
-      spdlog::warn("load of {} on device {} failed: {}", job->master_path, attempt_device, failure->what());
-      if (is_transient(failure->kind())) remove_locked(job);
-    }
-    sync_->changed.notify_all();
+    fail_load_locked(job, *failure, attempt_device);
   }
+}
+
+std::optional<Error> ResidencyManager::run_load(const EntryPtr& job, int attempt_device, Reservation& reservation,
+                                                std::shared_ptr<backend::Resident>& resident) {
+  try {
+    resident = backend_.load(job->acquisition, attempt_device, *job->progress, reservation);
+    if (!resident) throw internal_error("the backend returned no resident");
+    // A resident built from files that changed under the load is never served.
+    if (catalog::restat_signature(job->acquisition.signature) != job->acquisition.signature) {
+      resident.reset();
+      throw conflict("source files changed while " + job->acquisition.name +
+                     " was loading; retry once the writer has finished");
+    }
+  } catch (const Error& error) {
+    return error;
+  } catch (const std::bad_alloc&) {
+    return payload_too_large("out of memory while loading " + job->acquisition.name);
+  } catch (const std::exception& error) {
+    return internal_error(std::string("load failed: ") + error.what());
+  }
+  return std::nullopt;
+}
+
+void ResidencyManager::keep_resident_locked(const EntryPtr& job, std::shared_ptr<backend::Resident> resident,
+                                            int attempt_device) {
+  if (resident->resident_bytes() > job->reserved_bytes) {
+    spdlog::warn("{} holds {} B on device {}, more than the {} B its load reserved (a loader bug)", job->master_path,
+                 resident->resident_bytes(), attempt_device, job->reserved_bytes);
+  }
+  ++counters_.loads_completed;
+  job->resident = std::move(resident);
+  job->state = ResidencyState::resident;
+  touch_locked(*job);
+  spdlog::info("{} resident on device {} ({} B, {})", job->master_path, attempt_device,
+               job->resident->resident_bytes(), job->resident->encoding());
+  schedule_tile_sums_locked(job);
+  sync_->changed.notify_all();
+}
+
+bool ResidencyManager::retry_out_of_memory_locked(const EntryPtr& job, const Error& failure, int attempt_device) {
+  // Out of device memory: the backend freed the attempt. Evict one more on
+  // this device and retry here; else move to the next candidate.
+  // A refused growth already took every idle resident there: move on at
+  // once, asking the next device for the size the load has learned.
+  backend::LoadEstimate next_estimate = job->estimate;
+  if (job->refused_growth_bytes) {
+    next_estimate.transition_peak_bytes = std::max(next_estimate.transition_peak_bytes, *job->refused_growth_bytes);
+    spdlog::warn("{} could not grow its reservation on device {}: {}", job->master_path, attempt_device,
+                 failure.what());
+  } else {
+    ++counters_.out_of_memory_retries;
+    spdlog::warn("out of memory loading {} on device {}: {}", job->master_path, attempt_device, failure.what());
+    if (evict_one_locked(job->device_position, job->preserved, job.get())) {
+      enqueue_locked(job, true);
+      return true;
+    }
+  }
+  while (!job->fallbacks.empty()) {
+    const Attempt next = job->fallbacks.front();
+    job->fallbacks.pop_front();
+    const std::optional<std::string> preserved = next.preserve_active ? active_ : std::nullopt;
+    const std::uint64_t budget = devices_[next.device_position].budget_bytes;
+    if (budget > 0 && next_estimate.transition_peak_bytes > budget) continue;
+    if (make_room_locked(next.device_position, next_estimate, preserved, job.get()).made) {
+      job->device_position = next.device_position;
+      job->preserved = preserved;
+      job->admitted_bytes = job->reserved_bytes = next_estimate.transition_peak_bytes;
+      enqueue_locked(job, true);
+      return true;
+    }
+  }
+  return false;
+}
+
+void ResidencyManager::fail_load_locked(const EntryPtr& job, const Error& failure, int attempt_device) {
+  if (!job->detached) ++counters_.loads_failed;
+  job->state = ResidencyState::failed;
+  job->failure = failure;
+  if (job->progress->stage != backend::LoadStage::cancelled) job->progress->stage = backend::LoadStage::failed;
+  if (!job->detached) {
+    spdlog::warn("load of {} on device {} failed: {}", job->master_path, attempt_device, failure.what());
+    if (is_transient(failure.kind())) remove_locked(job);
+  }
+  sync_->changed.notify_all();
 }
 
 void ResidencyManager::grow_reservation(const EntryPtr& job, std::uint64_t bytes) {

@@ -292,6 +292,16 @@ class ResidencyManager {
   static void release_pin(Sync& sync, const EntryPtr& entry);
   void enqueue_locked(const EntryPtr& entry, bool front);
   void loader_loop(std::size_t device_position);
+  // The steps of one load on the loader thread: the backend's load (unlocked;
+  // the failure, if any, as a typed error), then with the lock held the
+  // resident kept, or an out-of-memory load retried (true: queued again,
+  // here after one more eviction or on the next candidate device), or the
+  // failure recorded.
+  std::optional<Error> run_load(const EntryPtr& job, int attempt_device, Reservation& reservation,
+                                std::shared_ptr<backend::Resident>& resident);
+  void keep_resident_locked(const EntryPtr& job, std::shared_ptr<backend::Resident> resident, int attempt_device);
+  bool retry_out_of_memory_locked(const EntryPtr& job, const Error& failure, int attempt_device);
+  void fail_load_locked(const EntryPtr& job, const Error& failure, int attempt_device);
   void grow_reservation(const EntryPtr& job, std::uint64_t bytes);
   void release_reservation(const EntryPtr& job, std::uint64_t bytes);
   void idle_loop();
