@@ -82,19 +82,25 @@ export function decodeArray(buffer, headers) {
   return { width, height, dtype, divisor, data, provenance };
 }
 
-// The products route's json bundle (docs/protocol.md, 'Products of one plan
-// in one request') -> {images: [{mode, width, height, dtype, divisor, data}], provenance}.
-export function decodeBundle(doc) {
-  const images = doc.images.map((image) => {
+// The products route's raw bundle (docs/protocol.md, 'Products of one plan
+// in one request'): the images back to back, each located by the
+// x-quantem-images index -> {images: [{mode, width, height, dtype, divisor, data}], provenance}.
+export function decodeBundle(buffer, headers) {
+  const index = JSON.parse(headers.get("x-quantem-images"));
+  const images = index.map((image) => {
     const [height, width] = image.shape;
-    const text = atob(image.data);
-    const bytes = new Uint8Array(text.length);
-    for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
-    const headers = new Map([["x-width", String(width)], ["x-height", String(height)], ["x-dtype", image.dtype],
-                             ["x-value-divisor", String(image.value_divisor)]]);
-    return { mode: image.mode, ...decodeArray(bytes.buffer, headers) };
+    const imageHeaders = new Map([["x-width", String(width)], ["x-height", String(height)], ["x-dtype", image.dtype],
+                                  ["x-value-divisor", String(image.value_divisor)]]);
+    const bytes = buffer.slice(image.offset, image.offset + image.bytes);
+    return { mode: image.mode, ...decodeArray(bytes, imageHeaders) };
   });
-  return { images, provenance: doc.provenance };
+  let provenance = null;
+  try {
+    provenance = JSON.parse(headers.get("x-quantem-provenance"));
+  } catch (error) {
+    provenance = null;
+  }
+  return { images, provenance };
 }
 
 export class Api {
@@ -147,9 +153,9 @@ export class Api {
       if (kind === "json") {
         body = await response.json();
       } else if (kind === "bundle") {
-        const text = await response.text();
-        bytes = text.length;
-        body = decodeBundle(JSON.parse(text));
+        const buffer = await response.arrayBuffer();
+        bytes = buffer.byteLength;
+        body = decodeBundle(buffer, response.headers);
       } else if (kind === "array") {
         const buffer = await response.arrayBuffer();
         bytes = buffer.byteLength;

@@ -530,7 +530,7 @@ function acceptRealspace(result) {
 const productModes = ["BF", "ABF", "ADF", "CoMx", "CoMy", "iCoM"];
 
 function productsParams() {
-  const params = { ...planParams(), modes: productModes.join(","), ensure_resident: "true" };
+  const params = { ...planParams(), modes: productModes.join(","), ensure_resident: "true", format: "raw" };
   for (const mode of ["BF", "ABF", "ADF"]) {
     params[`inner_${mode}`] = modePresets[mode].inner;
     params[`outer_${mode}`] = modePresets[mode].outer;

@@ -158,6 +158,32 @@ std::string encode_bundle_json(const std::vector<BundleImage>& images, const std
   return out;
 }
 
+std::string encode_bundle_raw(const std::vector<BundleImage>& images) {
+  std::size_t size = 0;
+  for (const auto& image : images) size += image.bytes.size();
+  std::string out;
+  out.reserve(size);
+  for (const auto& image : images) out.append(image.bytes.data(), image.bytes.size());
+  return out;
+}
+
+std::string bundle_index_json(const std::vector<BundleImage>& images) {
+  nlohmann::ordered_json index = nlohmann::ordered_json::array();
+  std::uint64_t offset = 0;
+  for (const auto& image : images) {
+    nlohmann::ordered_json entry;
+    entry["mode"] = image.mode;
+    entry["shape"] = nlohmann::ordered_json::array({image.height, image.width});
+    entry["dtype"] = image.dtype;
+    entry["value_divisor"] = image.value_divisor;
+    entry["offset"] = offset;
+    entry["bytes"] = image.bytes.size();
+    offset += image.bytes.size();
+    index.push_back(std::move(entry));
+  }
+  return index.dump();
+}
+
 std::string stored_zip(const std::vector<ZipMember>& members) {
   std::uint64_t total = 22;
   for (const auto& member : members) {

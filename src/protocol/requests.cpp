@@ -300,8 +300,10 @@ ProductsQuery parse_products_query(const QueryParams& params) {
     query.bundle_format = BundleFormat::json;
   } else if (format == "npz") {
     query.bundle_format = BundleFormat::npz;
+  } else if (format == "raw") {
+    query.bundle_format = BundleFormat::raw;
   } else {
-    throw bad_request("format must be json or npz");
+    throw bad_request("format must be json, npz or raw");
   }
   return query;
 }

@@ -187,6 +187,15 @@ class RealspaceCall final : public ProductCall {
   protocol::RealspaceQuery query_;
 };
 
+const char* bundle_format_key(protocol::BundleFormat format) {
+  switch (format) {
+    case protocol::BundleFormat::npz: return "\nnpz";
+    case protocol::BundleFormat::raw: return "\nraw";
+    case protocol::BundleFormat::json: break;
+  }
+  return "\njson";
+}
+
 // Several realspace images of one plan in one response (a bundle).
 class ProductsCall final : public ProductCall {
  public:
@@ -196,7 +205,7 @@ class ProductsCall final : public ProductCall {
   // The cached body holds the provenance with the request's names: they are
   // part of the key (an alias keeps its own body).
   std::string key_details(const Resolved&) override {
-    std::string key = query_.bundle_format == protocol::BundleFormat::npz ? "\nnpz" : "\njson";
+    std::string key = bundle_format_key(query_.bundle_format);
     key += "\n" + query_.source.session + "\n" + query_.source.file;
     for (std::size_t i = 0; i < query_.requests.size(); ++i) {
       key += realspace_key(query_.mode_names[i], query_.requests[i]);
@@ -863,10 +872,22 @@ HttpResponse BrowseService::respond_bundle(const ProductState& state, const back
     parts.push_back({query.mode_names[i], wire.height, wire.width, wire.dtype, wire.value_divisor, body.view()});
     bodies.push_back(std::move(body));
   }
-  const bool npz = query.bundle_format == protocol::BundleFormat::npz;
-  entry->wire.content_type = npz ? "application/zip" : "application/json";
-  std::string body = npz ? protocol::encode_bundle_npz(parts)
-                         : protocol::encode_bundle_json(parts, body_provenance(entry->provenance_header));
+  std::string body;
+  switch (query.bundle_format) {
+    case protocol::BundleFormat::npz:
+      entry->wire.content_type = "application/zip";
+      body = protocol::encode_bundle_npz(parts);
+      break;
+    case protocol::BundleFormat::raw:
+      entry->wire.content_type = "application/octet-stream";
+      entry->bundle_index = protocol::bundle_index_json(parts);
+      body = protocol::encode_bundle_raw(parts);
+      break;
+    case protocol::BundleFormat::json:
+      entry->wire.content_type = "application/json";
+      body = protocol::encode_bundle_json(parts, body_provenance(entry->provenance_header));
+      break;
+  }
   entry->body = protocol::SharedBytes::of(std::make_shared<const std::string>(std::move(body)));
   HttpResponse response = bundle_response(*entry, state.route->cache_control, state.etag);
   timing.lap("encode");
@@ -883,6 +904,7 @@ HttpResponse BrowseService::bundle_response(const CachedImage& bundle, const cha
   response.set_header("cache-control", cache_control);
   response.set_header("etag", etag);
   response.set_header("x-quantem-provenance", bundle.provenance_header);
+  if (!bundle.bundle_index.empty()) response.set_header("x-quantem-images", bundle.bundle_index);
   response.shared_body = bundle.body;
   return response;
 }

@@ -5,7 +5,7 @@
 // cbed row walks along a scan row as a cursor does, one jumps across the scan),
 // plus an image-cache-hit row and a 304 row. The products rows ask for
 // BF+ABF+ADF+CoMx+CoMy+iCoM of one plan in one /api/browse/products request
-// (json and npz), and the same six images as six realspace requests in a row
+// (json, npz and raw), and the same six images as six realspace requests in a row
 // (one sample = the six round trips). Per row: client wall time
 // p50/p90/min/mean, statuses, body bytes, and the daemon's server-timing
 // stages (p50/mean per stage, cache descriptions). JSON on stdout.
@@ -516,6 +516,7 @@ int main(int argc, char** argv) {
   };
   rows.emplace_back("products BF+ABF+ADF+CoMx+CoMy+iCoM, one request", products_target(""));
   rows.emplace_back("products BF+ABF+ADF+CoMx+CoMy+iCoM, one request (npz)", products_target("&format=npz"));
+  rows.emplace_back("products BF+ABF+ADF+CoMx+CoMy+iCoM, one request (raw)", products_target("&format=raw"));
   // Offsets of their own (i + 3000): never an image another row cached.
   const std::vector<std::function<std::string(int)>> six_singles = {
       [&](int i) { return realspace + "&mode=BF&inner=0&outer=" + offset(1, i + 3000); },

@@ -435,6 +435,8 @@ class ViewerWithoutToken(BrowserCase):
         paths = self.driver.execute_script(
             "return window.quantemViewer.state.requests.map(r => [r.path, r.query]);")
         self.assertEqual(sum(1 for path, _ in paths if path == "/api/browse/products"), 1, paths)
+        # The raw bundle: no per-byte encoding on the daemon, no base64 decoding here.
+        self.assertTrue(all("format=raw" in query for path, query in paths if path == "/api/browse/products"), paths)
         self.assertEqual([query for path, query in paths if path == "/api/browse/realspace"],
                          [query for path, query in paths if path == "/api/browse/realspace" and "mode=BF" in query])
         for mode in modes:

@@ -143,6 +143,39 @@ TEST_F(ServeProductsBundle, EveryJsonImageEqualsTheRealspaceRouteByteForByte) {
   }
 }
 
+TEST_F(ServeProductsBundle, EveryRawImageEqualsTheRealspaceRouteByteForByte) {
+  ASSERT_NE(daemon_, nullptr);
+  for (const std::string plan : kPlans) {
+    const std::string modes = "CoMy,BF,iCoM,ADF";  // the request's order
+    auto bundle = daemon_->get("/api/browse/products?" + source("u32") + "&format=raw&modes=" + modes + kRadii + plan);
+    ASSERT_TRUE(bundle) << plan;
+    ASSERT_EQ(bundle->status, 200) << plan << ": " << bundle->body;
+    EXPECT_EQ(bundle->get_header_value("content-type"), "application/octet-stream") << plan;
+    const json index = json::parse(bundle->get_header_value("x-quantem-images"));
+    ASSERT_EQ(index.size(), 4u) << plan;
+    std::size_t offset = 0;
+    for (std::size_t i = 0; i < index.size(); ++i) {
+      const json& image = index[i];
+      const std::string mode = image["mode"];
+      EXPECT_EQ(image["offset"].get<std::size_t>(), offset) << plan << " " << mode;
+      auto single = daemon_->get("/api/browse/realspace?" + source("u32") + "&mode=" + mode + single_radii(mode) + plan);
+      ASSERT_TRUE(single) << plan << " " << mode;
+      ASSERT_EQ(single->status, 200) << plan << " " << mode << ": " << single->body;
+      const std::size_t bytes = image["bytes"];
+      EXPECT_EQ(bundle->body.substr(offset, bytes), single->body) << plan << " " << mode;
+      EXPECT_EQ(image["shape"], json::array({std::stoi(single->get_header_value("x-height")),
+                                             std::stoi(single->get_header_value("x-width"))}))
+          << plan << " " << mode;
+      EXPECT_EQ(image["dtype"], single->get_header_value("x-dtype")) << plan << " " << mode;
+      offset += bytes;
+    }
+    EXPECT_EQ(offset, bundle->body.size()) << plan;
+    EXPECT_EQ(json::parse(bundle->get_header_value("x-quantem-provenance"))["geometry"]["modes"],
+              json::array({"CoMy", "BF", "iCoM", "ADF"}))
+        << plan;
+  }
+}
+
 TEST_F(ServeProductsBundle, NumpyLoadsTheNpzAndEachArrayEqualsTheRealspaceNpy) {
   ASSERT_NE(daemon_, nullptr);
   int index = 0;
@@ -204,7 +237,7 @@ TEST_F(ServeProductsBundle, BadRequestsAreRefusedWithTheirDetail) {
       {"&modes=BF,ADF,BF", "modes names the mode 'BF' more than once"},
       {"&modes=BF,bf", "unknown virtual-image mode: 'bf'"},
       {"&modes=", "modes must name at least one virtual-image mode"},
-      {"&format=npy", "format must be json or npz"},
+      {"&format=npy", "format must be json, npz or raw"},
       {"&row_start=0&row_stop=20&column_start=0&column_stop=4", "scan crop exceeds the source scan shape"},
   };
   for (const auto& [query, detail] : refused) {

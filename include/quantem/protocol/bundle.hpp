@@ -5,7 +5,10 @@
 //          "provenance":{...}}, each image's data the base64 of the raw
 //          format's bytes (row-major little-endian <u4 or <f4);
 //   npz:  an uncompressed (stored) zip of one "<mode>.npy" per image, as
-//          numpy.savez writes it, for numpy.load.
+//          numpy.savez writes it, for numpy.load;
+//   raw:  the raw format's bodies back to back, no per-byte work; where each
+//          image lies in the body is in the x-quantem-images header
+//          (bundle_index_json).
 // The bytes are a function of the images alone (fixed zip timestamps), so
 // equal images give equal bodies.
 #include <cstdint>
@@ -32,6 +35,13 @@ std::string base64_encode(std::string_view bytes);
 // The json bundle; `provenance_json` (a JSON object, provenance_header()) is
 // spliced in as it is.
 std::string encode_bundle_json(const std::vector<BundleImage>& images, const std::string& provenance_json);
+
+// The raw bundle's body: the images' bytes back to back, in order.
+std::string encode_bundle_raw(const std::vector<BundleImage>& images);
+// The raw bundle's index, the x-quantem-images header: a compact JSON array,
+// per image {"mode","shape":[rows,columns],"dtype","value_divisor","offset","bytes"}
+// (offset and bytes locate the image in the body).
+std::string bundle_index_json(const std::vector<BundleImage>& images);
 
 // The npz bundle. Throws quantem::Error(payload_too_large) past the 4 GiB a
 // zip without ZIP64 records can hold.

@@ -64,7 +64,7 @@ struct RegionQuery : ProductQuery {
 // requests[i] is what GET /api/browse/realspace?mode=<mode_names[i]> with the
 // mode's radii would ask for; `format` stays raw (the bundle format is
 // bundle_format).
-enum class BundleFormat { json, npz };
+enum class BundleFormat { json, npz, raw };
 struct ProductsQuery : ProductQuery {
   std::vector<std::string> mode_names;                 // in the request's order, distinct
   std::vector<products::RealspaceRequest> requests;    // one per mode name

@@ -128,9 +128,11 @@ class BrowseService {
     protocol::SharedBytes body;
     protocol::Provenance provenance;
     std::string provenance_header;  // rendered for provenance.session/file
-    // The products route: `body` is the whole bundle (json or npz, its
-    // content type in wire.content_type), sent as it is.
+    // The products route: `body` is the whole bundle (json, npz or raw, its
+    // content type in wire.content_type), sent as it is; a raw bundle's
+    // index (the x-quantem-images header) in bundle_index.
     bool bundle = false;
+    std::string bundle_index;
   };
   struct ProductState;  // an array request between its steps
   struct Route {

@@ -73,8 +73,8 @@ TEST(ProductsQuery, RejectsDuplicatesUnknownOrEmptyModesAndOtherFormats) {
   EXPECT_EQ(bad_request_text("session=s&file=f&modes=BF,bf"), "unknown virtual-image mode: 'bf'");
   EXPECT_EQ(bad_request_text("session=s&file=f&modes=BF,,ADF"), "unknown virtual-image mode: ''");
   EXPECT_EQ(bad_request_text("session=s&file=f&modes="), "modes must name at least one virtual-image mode");
-  EXPECT_EQ(bad_request_text("session=s&file=f&format=npy"), "format must be json or npz");
-  EXPECT_EQ(bad_request_text("session=s&file=f&format=raw"), "format must be json or npz");
+  EXPECT_EQ(bad_request_text("session=s&file=f&format=npy"), "format must be json, npz or raw");
+  EXPECT_EQ(bad_request_text("session=s&file=f&format=RAW"), "format must be json, npz or raw");
   EXPECT_EQ(bad_request_text("session=s&file=f&inner_ADF=nan"), "detector center and radii must be finite");
   EXPECT_EQ(bad_request_text("session=s&file=f&row_start=1"), kCropIncompleteMessage);
   EXPECT_EQ(bad_request_text("session=s&file=f&modes=BF&outer_ADF=x"),
@@ -147,6 +147,29 @@ TEST(BundleJson, EveryImageWithItsShapeDtypeDivisorAndBase64BytesThenTheProvenan
   EXPECT_EQ(doc["images"][1]["data"], base64_encode(two.floats));
   EXPECT_EQ(doc["provenance"]["session"], "s");
   EXPECT_EQ(body.find(' '), std::string::npos);  // compact, as every JSON body
+}
+
+TEST(ProductsQuery, RawIsABundleFormat) {
+  EXPECT_EQ(parse_products_query(parse_query_string("session=s&file=f&format=raw")).bundle_format,
+            BundleFormat::raw);
+}
+
+TEST(BundleRaw, TheBytesBackToBackAndAnIndexThatLocatesEachImage) {
+  const TwoImages two;
+  const std::string body = encode_bundle_raw(two.images);
+  EXPECT_EQ(body, two.counts + two.floats);
+  const auto index = nlohmann::json::parse(bundle_index_json(two.images));
+  ASSERT_EQ(index.size(), 2u);
+  EXPECT_EQ(index[0]["mode"], "BF");
+  EXPECT_EQ(index[0]["shape"], nlohmann::json::array({2, 3}));
+  EXPECT_EQ(index[0]["dtype"], "<u4");
+  EXPECT_EQ(index[0]["value_divisor"], 1);
+  EXPECT_EQ(index[0]["offset"], 0);
+  EXPECT_EQ(index[0]["bytes"], two.counts.size());
+  EXPECT_EQ(index[1]["mode"], "CoMx");
+  EXPECT_EQ(index[1]["dtype"], "<f4");
+  EXPECT_EQ(index[1]["offset"], two.counts.size());
+  EXPECT_EQ(index[1]["bytes"], two.floats.size());
 }
 
 TEST(BundleNpz, NumpyLoadsEveryImageAsNumpySaveWouldWriteIt) {
