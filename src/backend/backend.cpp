@@ -26,12 +26,69 @@ const char* load_stage_name(LoadStage stage) noexcept {
   return "unknown";
 }
 
+// --- Scan rows held ------------------------------------------------------------
+
+ScanRows scan_rows_of(const plan::PlanGeometry& geometry) {
+  return {geometry.region.row_start, geometry.region.row_stop};
+}
+
+void HeldRows::begin(std::uint64_t scan_rows, ScanRows first) {
+  first.end = std::min(first.end, scan_rows);
+  first.first = std::min(first.first, first.end);
+  scan_rows_ = scan_rows;
+  first_ = first;
+  held_ = 0;
+}
+
+void HeldRows::hold(std::uint64_t rows) {
+  rows = std::min(rows, scan_rows_);
+  std::uint64_t now = held_.load();
+  while (now < rows && !held_.compare_exchange_weak(now, rows)) {
+  }
+}
+
+void HeldRows::hold_all() { hold(scan_rows_); }
+
+std::uint64_t HeldRows::held() const { return scan_rows_ == 0 ? 0 : held_.load(); }
+std::uint64_t HeldRows::total() const { return scan_rows_; }
+bool HeldRows::holds_all() const { return scan_rows_ == 0 || held_.load() >= scan_rows_; }
+
+std::uint64_t HeldRows::row_at(std::uint64_t n) const {
+  const std::uint64_t first_count = first_.count();
+  if (n < first_count) return first_.first + n;
+  if (n < first_count + first_.first) return n - first_count;  // the rows above the first ones
+  return n;  // the rows below them keep their index
+}
+
+bool HeldRows::holds(ScanRows rows) const {
+  if (scan_rows_ == 0) return true;
+  rows.end = std::min(rows.end, scan_rows_);
+  if (rows.count() == 0) return true;
+  // The largest position in the load's order among `rows`.
+  const std::uint64_t first_count = first_.count();
+  std::uint64_t last_position = 0;
+  if (rows.first < first_.end && rows.end > first_.first) {
+    last_position = std::max(last_position, std::min(rows.end, first_.end) - 1 - first_.first);
+  }
+  if (rows.first < first_.first) {
+    last_position = std::max(last_position, first_count + std::min(rows.end, first_.first) - 1);
+  }
+  if (rows.end > first_.end) last_position = std::max(last_position, rows.end - 1);
+  return held_.load() > last_position;
+}
+
 // --- Resident: checked primitives --------------------------------------------
 
 void Resident::check_geometry(const plan::PlanGeometry& geometry) const {
   const catalog::Acquisition& acquisition = source();
   plan::require_resolved_for(geometry, acquisition.scan_rows, acquisition.scan_cols, acquisition.detector_rows,
                              acquisition.detector_cols, acquisition.name);
+  const ScanRows rows = scan_rows_of(geometry);
+  if (!held_rows_.holds(rows)) {
+    throw internal_error("scan rows [" + std::to_string(rows.first) + ", " + std::to_string(rows.end) + ") of " +
+                         acquisition.name + " are not resident yet (" + std::to_string(held_rows_.held()) + " of " +
+                         std::to_string(held_rows_.total()) + " rows held)");
+  }
 }
 
 std::vector<std::uint64_t> Resident::pattern_sum(const plan::PlanGeometry& geometry) {

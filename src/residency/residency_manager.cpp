@@ -203,6 +203,8 @@ std::uint64_t held_bytes(const EntryT& entry) {
   if (entry.state == ResidencyState::resident && entry.resident) {
     return entry.resident->resident_bytes() + entry.tile_sum_bytes;
   }
+  // A load that failed after publishing its resident early: held until its leases end.
+  if (entry.state == ResidencyState::failed && entry.resident) return entry.resident->resident_bytes();
   return 0;
 }
 
@@ -469,7 +471,8 @@ void ResidencyManager::enqueue_locked(const EntryPtr& entry, bool front) {
 
 ResidencyManager::EntryPtr ResidencyManager::admit_locked(std::unique_lock<std::mutex>& lock,
                                                           const catalog::Acquisition& acquisition,
-                                                          const backend::LoadEstimate& estimate) {
+                                                          const backend::LoadEstimate& estimate,
+                                                          const std::optional<backend::ScanRows>& first_rows) {
   const auto deadline = std::chrono::steady_clock::now() + options_.busy_wait_limit;
   while (true) {
     if (stopping_) throw unavailable("the daemon is shutting down");
@@ -497,6 +500,9 @@ ResidencyManager::EntryPtr ResidencyManager::admit_locked(std::unique_lock<std::
         entry->admitted_bytes = entry->reserved_bytes = estimate.transition_peak_bytes;
         entry->device_position = attempt.device_position;
         entry->preserved = preserved;
+        if (first_rows && first_rows->count() < acquisition.scan_rows) entry->progress->first_rows = first_rows;
+        entry->progress->rows_held = [this, job = std::weak_ptr<Entry>(entry)](
+                                         const std::shared_ptr<backend::Resident>& resident) { rows_held(job, resident); };
         for (std::size_t rest = a + 1; rest < passes[p].size(); ++rest) entry->fallbacks.push_back(passes[p][rest]);
         for (std::size_t later = p + 1; later < passes.size(); ++later) {
           for (const Attempt& next : passes[later]) entry->fallbacks.push_back(next);
@@ -535,7 +541,8 @@ namespace {
 template <typename EntryT>
 void unpin(EntryT& entry) {
   if (entry.pins > 0) --entry.pins;
-  if (entry.pins == 0 && entry.detached) entry.resident.reset();  // the last user of an evicted resident
+  // The last user of an evicted resident, or of one a failed load published early.
+  if (entry.pins == 0 && (entry.detached || entry.state == ResidencyState::failed)) entry.resident.reset();
 }
 
 }  // namespace
@@ -559,7 +566,17 @@ ResidentLease ResidencyManager::lease_locked(const EntryPtr& entry) {
   return lease;
 }
 
-ResidentLease ResidencyManager::acquire(const catalog::Acquisition& acquisition) {
+bool ResidencyManager::can_serve_locked(const Entry& entry, const std::optional<backend::ScanRows>& rows) {
+  if (entry.detached || !entry.resident) return false;
+  if (entry.state == ResidencyState::resident) return true;
+  // A plan over every row waits for the whole resident (then the residency
+  // route says resident as soon as such an answer is out).
+  if (entry.state != ResidencyState::loading || !rows || rows->count() >= entry.acquisition.scan_rows) return false;
+  return entry.resident->held_rows().holds(*rows);
+}
+
+ResidentLease ResidencyManager::acquire(const catalog::Acquisition& acquisition,
+                                        std::optional<backend::ScanRows> rows) {
   std::unique_lock<std::mutex> lock(sync_->mutex);
   if (stopping_) throw unavailable("the daemon is shutting down");
   bool stale_caller = false;
@@ -575,7 +592,7 @@ ResidentLease ResidencyManager::acquire(const catalog::Acquisition& acquisition)
     lock.lock();
     entry = lookup_locked(acquisition, stale_caller);
     if (stale_caller) throw conflict(kStaleInspectionMessage);
-    if (!entry) entry = admit_locked(lock, acquisition, estimate);
+    if (!entry) entry = admit_locked(lock, acquisition, estimate, rows);
   }
   ++entry->pins;  // a loaded resident cannot be evicted before this request uses it
   const auto deadline = std::chrono::steady_clock::now() + options_.load_wait_limit;
@@ -584,7 +601,7 @@ ResidentLease ResidencyManager::acquire(const catalog::Acquisition& acquisition)
       unpin(*entry);
       throw unavailable("the daemon is shutting down");
     }
-    if (entry->state == ResidencyState::resident && !entry->detached) {
+    if (can_serve_locked(*entry, rows)) {
       touch_locked(*entry);
       return lease_locked(entry);
     }
@@ -607,11 +624,11 @@ ResidentLease ResidencyManager::acquire(const catalog::Acquisition& acquisition)
   }
 }
 
-ResidentLease ResidencyManager::find(const catalog::Acquisition& acquisition) {
+ResidentLease ResidencyManager::find(const catalog::Acquisition& acquisition, std::optional<backend::ScanRows> rows) {
   std::lock_guard<std::mutex> lock(sync_->mutex);
   bool stale_caller = false;
   EntryPtr entry = lookup_locked(acquisition, stale_caller);
-  if (!entry || entry->state != ResidencyState::resident) return {};
+  if (!entry || !can_serve_locked(*entry, rows)) return {};
   touch_locked(*entry);
   ++entry->pins;
   return lease_locked(entry);
@@ -638,7 +655,7 @@ ResidencyStatus ResidencyManager::request_load(const catalog::Acquisition& acqui
     const backend::LoadEstimate estimate = estimate_checked(acquisition);
     lock.lock();
     entry = lookup();
-    if (!entry) entry = admit_locked(lock, acquisition, estimate);
+    if (!entry) entry = admit_locked(lock, acquisition, estimate, std::nullopt);
   }
   return status_of(*entry);
 }
@@ -658,6 +675,13 @@ ResidencyStatus ResidencyManager::status_of(const Entry& entry) const {
     status.tile_sums_bytes = entry.resident->tile_sums().bytes();
   }
   if (entry.failure) status.failure_reason = entry.failure->what();
+  status.scan_rows = entry.acquisition.scan_rows;
+  if (entry.state == ResidencyState::resident) {
+    status.scan_rows_resident = status.scan_rows;
+  } else if (entry.state == ResidencyState::loading && entry.resident && !entry.detached) {
+    const backend::HeldRows& held = entry.resident->held_rows();
+    status.scan_rows_resident = held.holds_all() ? status.scan_rows : held.held();
+  }
   return status;
 }
 
@@ -757,7 +781,8 @@ void ResidencyManager::loader_loop(std::size_t device_position) {
       keep_resident_locked(job, std::move(resident), attempt_device);
       continue;
     }
-    if (failure->kind() == ErrorKind::payload_too_large && !job->detached && !stopping_) {
+    // A load that published its resident early is not retried: requests may hold it.
+    if (failure->kind() == ErrorKind::payload_too_large && !job->detached && !stopping_ && !job->resident) {
       if (retry_out_of_memory_locked(job, *failure, attempt_device)) continue;
       ++counters_.admission_rejections;
       failure = payload_too_large(kLoadDidNotFitMessage);  // the text alone, as the reference sends it
@@ -787,8 +812,31 @@ std::optional<Error> ResidencyManager::run_load(const EntryPtr& job, int attempt
   return std::nullopt;
 }
 
+void ResidencyManager::rows_held(const std::weak_ptr<Entry>& weak_job,
+                                  const std::shared_ptr<backend::Resident>& resident) {
+  const EntryPtr job = weak_job.lock();
+  if (!job) return;
+  std::unique_lock<std::mutex> lock(sync_->mutex);
+  if (!job->resident) {
+    if (job->detached || stopping_ || job->state != ResidencyState::loading) return;
+    lock.unlock();
+    // Rows read from files that are being rewritten are never served (the load then fails too).
+    const bool unchanged = catalog::restat_signature(job->acquisition.signature) == job->acquisition.signature;
+    lock.lock();
+    if (!unchanged || job->resident || job->detached || stopping_ || job->state != ResidencyState::loading) return;
+    job->resident = resident;
+    spdlog::info("{}: the load publishes its resident early on device {} ({} of {} scan rows held)", job->master_path,
+                 devices_[job->device_position].index, resident->held_rows().held(), job->acquisition.scan_rows);
+  }
+  sync_->changed.notify_all();
+}
+
 void ResidencyManager::keep_resident_locked(const EntryPtr& job, std::shared_ptr<backend::Resident> resident,
                                             int attempt_device) {
+  if (job->resident && job->resident != resident) {
+    spdlog::warn("{}: the load returned another resident than the one it published early (a loader bug)",
+                 job->master_path);
+  }
   if (resident->resident_bytes() > job->reserved_bytes) {
     spdlog::warn("{} holds {} B on device {}, more than the {} B its load reserved (a loader bug)", job->master_path,
                  resident->resident_bytes(), attempt_device, job->reserved_bytes);
@@ -841,6 +889,14 @@ bool ResidencyManager::retry_out_of_memory_locked(const EntryPtr& job, const Err
 void ResidencyManager::fail_load_locked(const EntryPtr& job, const Error& failure, int attempt_device) {
   if (!job->detached) ++counters_.loads_failed;
   job->state = ResidencyState::failed;
+  if (job->resident) {
+    // Published early: it serves no new request; the leases out drain it.
+    if (job->pins == 0) {
+      job->resident.reset();
+    } else if (std::find(draining_.begin(), draining_.end(), job) == draining_.end()) {
+      draining_.push_back(job);
+    }
+  }
   job->failure = failure;
   if (job->progress->stage != backend::LoadStage::cancelled) job->progress->stage = backend::LoadStage::failed;
   if (!job->detached) {

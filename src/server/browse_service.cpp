@@ -754,11 +754,14 @@ HttpResponse BrowseService::answer_product(const ProductRoute& route, const Http
 
 HttpResponse BrowseService::with_resident(const std::shared_ptr<ProductState>& state, bool loads,
                                           std::function<HttpResponse(const residency::ResidentLease&)> then) {
-  if (auto resident = residency_.find(*state->resolved.acquisition)) return then(resident);
+  // Only the plan's rows: a load in progress may hold them already, and a load
+  // this request starts reads them first (region-first).
+  const backend::ScanRows rows = backend::scan_rows_of(state->resolved.geometry);
+  if (auto resident = residency_.find(*state->resolved.acquisition, rows)) return then(resident);
   if (!loads) throw conflict(kNotResidentMessage);
   HttpResponse waiting;
-  waiting.later = [this, state, then = std::move(then)] {
-    return then(residency_.acquire(*state->resolved.acquisition));
+  waiting.later = [this, state, rows, then = std::move(then)] {
+    return then(residency_.acquire(*state->resolved.acquisition, rows));
   };
   return waiting;
 }
@@ -927,6 +930,8 @@ json BrowseService::residency_document(const protocol::SourceRef& source, const 
   doc["encoding"] = status.encoding.empty() ? json(nullptr) : json(status.encoding);
   doc["failure_reason"] = status.failure_reason.empty() ? json(nullptr) : json(status.failure_reason);
   doc["tile_sums"] = {{"state", status.tile_sums_state}, {"bytes", status.tile_sums_bytes}};
+  doc["scan_rows_resident"] = status.scan_rows_resident;
+  doc["scan_rows"] = status.scan_rows != 0 ? status.scan_rows : acquisition.scan_rows;
   doc["loadable"] = acquisition.status.loadable;
   doc["reason"] = acquisition.status.reason;
   return doc;

@@ -294,6 +294,48 @@ StartedDaemon spawn_daemon(const std::string& binary, const std::string& data, c
 
 }  // namespace
 
+// A crop on a cold acquisition (region-first loads): the acquisition
+// evicted, then BF of a centred crop of a quarter of each scan axis (a new
+// radius: no cached image), timed to its body; then at once the full-scan BF
+// (also new), timed from the crop's request: with the load going on behind the
+// crop, that is the whole load plus one product. The residency route is polled
+// after the full BF to confirm the resident is whole.
+bool measure_cold_crops(Bench& bench, const std::string& realspace, const std::string& source, int scan_rows,
+                        int scan_cols, json& report) {
+  const int crop_rows = std::max(1, scan_rows / 4), crop_cols = std::max(1, scan_cols / 4);
+  const int row = (scan_rows - crop_rows) / 2, col = (scan_cols - crop_cols) / 2;
+  const std::string crop = "&row_start=" + std::to_string(row) + "&row_stop=" + std::to_string(row + crop_rows) +
+                           "&column_start=" + std::to_string(col) + "&column_stop=" + std::to_string(col + crop_cols);
+  json samples = json::array();
+  for (int k = 0; k < 3; ++k) {
+    auto evicted = bench.send("DELETE", "/api/browse/resident?" + source);
+    if (!evicted || evicted->status != 200) {
+      std::cerr << "DELETE /api/browse/resident failed\n";
+      return false;
+    }
+    const auto start = Clock::now();
+    auto cropped = bench.get(realspace + "&mode=BF&inner=0&ensure_resident=true&outer=" +
+                             number(1 + (9100 + k) * 1e-7) + crop);
+    const double crop_ms = ms_since(start);
+    auto full = bench.get(realspace + "&mode=BF&inner=0&ensure_resident=true&outer=" + number(1 + (9200 + k) * 1e-7));
+    const double full_ms = ms_since(start);
+    if (!cropped || cropped->status != 200 || !full || full->status != 200) {
+      std::cerr << "BF of a cold crop, or the full BF after it, failed\n";
+      return false;
+    }
+    auto residency = bench.get("/api/browse/residency?" + source);
+    const json state = residency && residency->status == 200 ? json::parse(residency->body) : json();
+    samples.push_back({{"crop_bf_request_s", crop_ms / 1000},
+                       {"crop_to_full_bf_body_s", full_ms / 1000},
+                       {"crop_server_timing", cropped->get_header_value("server-timing")},
+                       {"full_server_timing", full->get_header_value("server-timing")},
+                       {"state_after_full", state.value("state", "")},
+                       {"scan_rows_resident_after_full", state.value("scan_rows_resident", 0)}});
+  }
+  report["cold_crop"] = {{"crop", {row, row + crop_rows, col, col + crop_cols}}, {"samples", samples}};
+  return true;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"Viewer access pattern through HTTP (keep-alive), JSON on stdout"};
   std::string url, session, file, token, daemon_binary, data_folder;
@@ -561,6 +603,7 @@ int main(int argc, char** argv) {
                            {"server_timing", first->get_header_value("server-timing")}});
   }
   report["first_bf_on_a_ready_daemon"] = first_loads;
+  if (!measure_cold_crops(bench, realspace, source, scan_rows, scan_cols, report)) return 1;
   std::cout << report.dump(2) << std::endl;
 
   if (daemon) {

@@ -38,12 +38,60 @@ struct DeviceInfo {
 enum class LoadStage : int { queued, reading, decoding, encoding, done, failed, cancelled };
 const char* load_stage_name(LoadStage stage) noexcept;
 
+// A half-open range of source scan rows.
+struct ScanRows {
+  std::uint64_t first = 0;
+  std::uint64_t end = 0;
+  std::uint64_t count() const { return end > first ? end - first : 0; }
+  bool operator==(const ScanRows& o) const { return first == o.first && end == o.end; }
+};
+// The source scan rows whose frames a plan's positions read (its region's rows).
+ScanRows scan_rows_of(const plan::PlanGeometry& geometry);
+
+// The scan rows a resident holds. A resident published before its load ends
+// (a region-first load, LoadProgress::first_rows) holds its load's first rows
+// first, then every other row in ascending order; the load moves the count of
+// rows held along that order (never back). Every other resident holds every
+// row. Thread-safe once published: begin() is called before.
+class HeldRows {
+ public:
+  // A load over `scan_rows` rows that holds `first` first (clamped to the
+  // scan; empty: ascending from row 0); no row held yet.
+  void begin(std::uint64_t scan_rows, ScanRows first);
+  // The first `rows` rows of the load's order are held (an equal or smaller count is ignored).
+  void hold(std::uint64_t rows);
+  // Every row held (the load finished).
+  void hold_all();
+  bool holds(ScanRows rows) const;
+  bool holds_all() const;
+  std::uint64_t held() const;  // rows held, in the load's order
+  std::uint64_t total() const;  // the scan's rows; 0 for a resident that never began (every row held)
+  // The n-th row (0-based) of the load's order.
+  std::uint64_t row_at(std::uint64_t n) const;
+
+ private:
+  std::uint64_t scan_rows_ = 0;  // 0: every row held
+  ScanRows first_;
+  std::atomic<std::uint64_t> held_{0};
+};
+
+class Resident;
+
 // Shared between a running load and observers (residency route, cancellation).
 struct LoadProgress {
   std::atomic<std::uint64_t> bytes_done{0};
   std::atomic<std::uint64_t> bytes_total{0};
   std::atomic<LoadStage> stage{LoadStage::queued};
   std::atomic<bool> cancel_requested{false};
+  // Region-first (set before the load starts): the scan rows to read, decode
+  // and hold first. A backend that can publishes its resident before the load
+  // ends through rows_held; one that cannot ignores both and is published whole.
+  std::optional<ScanRows> first_rows;
+  // Called by a load that publishes early, from its threads one at a time,
+  // each time more rows of its order are held (resident->held_rows()): the
+  // resident is the very object the load will return, and answers exactly any
+  // plan whose rows it holds. Set before the load starts; may be empty.
+  std::function<void(const std::shared_ptr<Resident>& resident)> rows_held;
 };
 
 // Byte accounting computed before allocation: what admission reserves before
@@ -200,6 +248,12 @@ class Resident {
   // with the resident. Thread-safe.
   TileSums& tile_sums() const { return tile_sums_; }
 
+  // The scan rows this resident holds (HeldRows): every row, except while a
+  // load that published it early is still running. Every primitive refuses
+  // (Error internal) a plan whose rows it does not hold; the residency hands
+  // a request such a resident only once its rows are held.
+  HeldRows& held_rows() const { return held_rows_; }
+
  protected:
   // The backend's implementations, called with checked arguments only.
   virtual std::vector<std::uint64_t> compute_pattern_sum(const plan::PlanGeometry& geometry) = 0;
@@ -249,6 +303,7 @@ class Resident {
                                                                   const std::vector<std::uint64_t>& sorted_positions);
   mutable DerivedCache derived_cache_;
   mutable TileSums tile_sums_;
+  mutable HeldRows held_rows_;
 };
 
 class Backend {

@@ -61,6 +61,16 @@
 // bytes until it is dropped. Eviction and shutdown cancel a build at its next
 // tile; a build in progress holds the resident only while one tile is summed.
 //
+// Region-first loads: a load whose backend publishes its resident early
+// (backend::LoadProgress::rows_held; the CPU backend) hands it to requests
+// whose rows it holds while the load goes on into the same resident: one
+// admission, one reservation, one resident. Its bytes count as the load's
+// reservation until the load ends. A load that fails or is cancelled after
+// publishing is never retried on another device or in place: the resident
+// serves no new request, its leases drain it, and the next request loads
+// again. The whole resident is published (state resident) only when the load
+// returns and its files are unchanged.
+//
 // Threads: public methods may be called from any thread. Backend::load runs
 // only on the loader thread of its device (named "quantem-load-<index>"); a
 // CUDA backend binds the device on that thread before device work. Compute on
@@ -100,6 +110,10 @@ struct ResidencyStatus {
   // they hold now; "none" and 0 when not resident or tile sums are off.
   std::string tile_sums_state = "none";
   std::uint64_t tile_sums_bytes = 0;
+  // Scan rows requests can be answered from: every row when resident; while
+  // loading, the rows a load that publishes early holds so far.
+  std::uint64_t scan_rows_resident = 0;
+  std::uint64_t scan_rows = 0;  // the acquisition's
 };
 
 // The capabilities fields of one device (capacity.hpp), live.
@@ -210,11 +224,18 @@ class ResidencyManager {
   //   than the files (resolve again and retry);
   //   unavailable when a bounded wait expires, the load was cancelled, or the
   //   manager is shutting down.
-  ResidentLease acquire(const catalog::Acquisition& acquisition);
+  //
+  // Region-first: with `rows` (the scan rows of the caller's plan), the lease
+  // may come before the load ends, as soon as the resident holds those rows
+  // (backend::HeldRows); a load this call starts reads them first
+  // (backend::LoadProgress::first_rows). Without `rows`, every row.
+  ResidentLease acquire(const catalog::Acquisition& acquisition,
+                        std::optional<backend::ScanRows> rows = std::nullopt);
 
-  // The resident, pinned, when it is already loaded for this exact signature
-  // (touches its LRU position); an empty lease otherwise. Never loads.
-  ResidentLease find(const catalog::Acquisition& acquisition);
+  // The resident, pinned, when it is already loaded for this exact signature,
+  // or its load holds `rows` already (every row without them); touches its
+  // LRU position. An empty lease otherwise. Never loads.
+  ResidentLease find(const catalog::Acquisition& acquisition, std::optional<backend::ScanRows> rows = std::nullopt);
 
   // Admits and queues a load without waiting for it (POST /load). Admission
   // errors throw as in acquire(); a remembered failure is retried. Returns the
@@ -278,7 +299,7 @@ class ResidencyManager {
   EntryPtr lookup_locked(const catalog::Acquisition& acquisition, bool& stale_caller);
   backend::LoadEstimate estimate_checked(const catalog::Acquisition& acquisition);
   EntryPtr admit_locked(std::unique_lock<std::mutex>& lock, const catalog::Acquisition& acquisition,
-                        const backend::LoadEstimate& estimate);
+                        const backend::LoadEstimate& estimate, const std::optional<backend::ScanRows>& first_rows);
   std::vector<std::vector<Attempt>> plan_attempts_locked(const std::string& master_path,
                                                          const backend::LoadEstimate& estimate) const;
   Room make_room_locked(std::size_t device_position, const backend::LoadEstimate& estimate,
@@ -300,6 +321,11 @@ class ResidencyManager {
   std::optional<Error> run_load(const EntryPtr& job, int attempt_device, Reservation& reservation,
                                 std::shared_ptr<backend::Resident>& resident);
   void keep_resident_locked(const EntryPtr& job, std::shared_ptr<backend::Resident> resident, int attempt_device);
+  // A load's rows_held call: the resident it publishes early (the first call,
+  // when its files are unchanged) and a wake-up for the requests waiting on rows.
+  void rows_held(const std::weak_ptr<Entry>& job, const std::shared_ptr<backend::Resident>& resident);
+  // Whether the entry can lease its resident to a request for `rows` now.
+  static bool can_serve_locked(const Entry& entry, const std::optional<backend::ScanRows>& rows);
   bool retry_out_of_memory_locked(const EntryPtr& job, const Error& failure, int attempt_device);
   void fail_load_locked(const EntryPtr& job, const Error& failure, int attempt_device);
   void grow_reservation(const EntryPtr& job, std::uint64_t bytes);

@@ -98,6 +98,11 @@ class CpuBackend final : public Backend {
   // A uint32 source that needs 32-bit codes grows it by the wide pass's extra
   // bytes after the first pass is freed and before the second allocates; the
   // staging buffers are handed back once freed.
+  //
+  // Order: the groups holding progress.first_rows first, then the others
+  // (cpu::GroupOrder). When progress.rows_held is set, the resident is
+  // published as its rows become whole, except in a uint32 source's first pass
+  // (its codes may yet be rebuilt wider).
   std::shared_ptr<Resident> load_checked(const catalog::Acquisition& acquisition, int device_index,
                                          LoadProgress& progress, LoadReservation& reservation) {
     const cpu::LoadPlan plan = cpu::plan_load(acquisition, pool_->size());
@@ -124,13 +129,19 @@ class CpuBackend final : public Backend {
     for (;;) {
       progress.bytes_done = 0;
       try {
-        cpu::ResidentBuilder builder(acquisition, code_dtype, pool_);
+        cpu::ResidentBuilder builder(acquisition, code_dtype, pool_, device_index);
+        cpu::GroupOrder order(acquisition, progress.first_rows);
+        // Codes of the source's own width are never rebuilt.
+        const bool publishes = progress.rows_held && code_dtype == *acquisition.dtype;
+        HeldRows& held = builder.resident()->held_rows();
+        if (publishes) held.begin(acquisition.scan_rows, progress.first_rows.value_or(ScanRows{}));
         std::vector<std::vector<std::uint8_t>> staging(pool_->size());
-        pool_->parallel_for(groups, 1, [&](std::size_t group_begin, std::size_t group_end, unsigned who) {
+        pool_->parallel_for(groups, 1, [&](std::size_t begin, std::size_t end, unsigned who) {
           std::vector<std::uint8_t>& buffer = staging[who];
           if (buffer.size() < plan.staging_bytes_per_thread) buffer.resize(plan.staging_bytes_per_thread);
-          for (std::size_t group = group_begin; group < group_end; ++group) {
+          for (std::size_t n = begin; n < end; ++n) {
             if (progress.cancel_requested) throw LoadCancelled{};
+            const std::uint64_t group = order.group_at(n);
             std::uint64_t group_stored_bytes = 0;
             for (std::size_t b = first_batch[group]; b < first_batch[group + 1]; ++b) {
               const cpu::ReadBatch& batch = batches[b];
@@ -147,12 +158,15 @@ class CpuBackend final : public Backend {
             }
             builder.finish_group(group, who);
             progress.bytes_done += group_stored_bytes;
+            if (publishes) publish_rows(order, group, held, builder.resident(), progress);
           }
         });
         staging.clear();
         staging.shrink_to_fit();
         reservation.release(std::min(staging_bytes, reservation.reserved_bytes()));
-        return builder.finish(device_index);
+        std::shared_ptr<Resident> resident = builder.finish();
+        held.hold_all();
+        return resident;
       } catch (const cpu::NeedsWideCodes&) {
         code_dtype = DType::uint32;  // a masked count above 65535: hold 32-bit codes, exactly
         // The first pass is freed (the builder left scope); reserve the wider one before it allocates.
@@ -160,6 +174,17 @@ class CpuBackend final : public Backend {
         reservation.grow(plan.wide_pass_growth_bytes);
       }
     }
+  }
+
+  // After a group is built: when more rows of the load's order are whole,
+  // they are held and the resident is handed to progress.rows_held (one call
+  // at a time: under the order's lock).
+  static void publish_rows(cpu::GroupOrder& order, std::uint64_t group, HeldRows& held,
+                           const std::shared_ptr<cpu::CpuResident>& resident, LoadProgress& progress) {
+    order.finish_group(group, held, [&](std::uint64_t whole_rows) {
+      held.hold(whole_rows);
+      progress.rows_held(resident);
+    });
   }
 
   std::shared_ptr<cpu::ThreadPool> pool_;

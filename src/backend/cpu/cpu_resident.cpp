@@ -555,15 +555,19 @@ std::uint64_t ResidentBuilder::working_bytes(const catalog::Acquisition& source,
 }
 
 ResidentBuilder::ResidentBuilder(const catalog::Acquisition& source, DType code_dtype,
-                                 std::shared_ptr<ThreadPool> pool)
+                                 std::shared_ptr<ThreadPool> pool, int device_index)
     : source_(source),
       source_dtype_(source.dtype.value_or(code_dtype)),
       code_dtype_(code_dtype),
       frame_pixels_(source.frame_pixels()),
-      codes_(code_bytes(source, code_dtype)),
       participants_(pool->size()),
-      pool_(std::move(pool)) {
+      pool_(pool),
+      resident_(std::make_shared<CpuResident>(source, code_dtype, HostBuffer(code_bytes(source, code_dtype)),
+                                              FrameSummaries{}, std::move(pool), device_index)),
+      codes_(resident_->codes_),
+      summaries_(resident_->summaries_) {
   const std::uint64_t projection = dtype_size(code_dtype_) < 4 ? 4 : 8;
+  summaries_.pattern_sum.assign(frame_pixels_, 0);  // its size counts in resident_bytes() from the start
   summaries_.frame_totals.assign(source_.frame_count(), 0);
   summaries_.wide_projections = projection == 8;
   summaries_.row_projections = HostBuffer(source_.frame_count() * source_.detector_rows * projection);
@@ -700,17 +704,16 @@ void ResidentBuilder::finish_group(std::uint64_t group, unsigned participant) {
   });
 }
 
-std::shared_ptr<CpuResident> ResidentBuilder::finish(int device_index) {
-  std::vector<std::uint64_t> pattern(frame_pixels_, 0);
+std::shared_ptr<CpuResident> ResidentBuilder::finish() {
+  // In place: only a plan over every row reads it, and none is answered before the resident holds them all.
+  std::vector<std::uint64_t>& pattern = summaries_.pattern_sum;
   for (Participant& participant : participants_) {
     flush(participant);
     for (std::uint64_t p = 0; p < frame_pixels_; ++p) pattern[p] += participant.pattern_wide[p];
   }
   participants_.clear();
   participants_.shrink_to_fit();
-  summaries_.pattern_sum = std::move(pattern);
-  return std::make_shared<CpuResident>(std::move(source_), code_dtype_, std::move(codes_), std::move(summaries_),
-                                       pool_, device_index);
+  return resident_;
 }
 
 }  // namespace quantem::backend::cpu
@@ -733,7 +736,7 @@ std::shared_ptr<Resident> make_cpu_resident(const catalog::Acquisition& acquisit
   DType code_dtype = cpu::ResidentBuilder::initial_code_dtype(source_dtype);
   for (;;) {
     try {
-      cpu::ResidentBuilder builder(acquisition, code_dtype, pool);
+      cpu::ResidentBuilder builder(acquisition, code_dtype, pool, options.device_index);
       pool->parallel_for(cpu::ResidentBuilder::group_count(acquisition), 1,
                          [&](std::size_t begin, std::size_t end, unsigned who) {
                            for (std::size_t group = begin; group < end; ++group) {
@@ -746,7 +749,7 @@ std::shared_ptr<Resident> make_cpu_resident(const catalog::Acquisition& acquisit
                              builder.finish_group(group, who);
                            }
                          });
-      return builder.finish(options.device_index);
+      return builder.finish();
     } catch (const cpu::NeedsWideCodes&) {
       code_dtype = DType::uint32;  // a masked count above 65535: hold 32-bit codes
     } catch (const std::bad_alloc&) {

@@ -96,6 +96,7 @@ class CpuResident final : public Resident {
   template <class Code>
   std::vector<std::uint64_t> region_max(const plan::PlanGeometry& geometry, const std::vector<std::uint64_t>& positions);
 
+  friend class ResidentBuilder;  // fills the codes and summaries in place
   catalog::Acquisition source_;
   DType code_dtype_;
   HostBuffer codes_;
@@ -110,6 +111,10 @@ class CpuResident final : public Resident {
 struct NeedsWideCodes {};
 
 // Fills a CpuResident from any number of threads, one frame group per call.
+// The resident exists from the start (resident()) and is filled in place, so
+// a load may publish it before every group is built: the codes and the
+// per-frame summaries of a finished group are never written again, and the
+// pattern sum over every frame is filled by finish().
 class ResidentBuilder {
  public:
   // The code type a build starts with: the source type, except uint32 -> uint16.
@@ -120,7 +125,11 @@ class ResidentBuilder {
   static std::uint64_t working_bytes(const catalog::Acquisition& source, DType code_dtype, unsigned participants);
 
   // Throws std::bad_alloc when memory runs out.
-  ResidentBuilder(const catalog::Acquisition& source, DType code_dtype, std::shared_ptr<ThreadPool> pool);
+  ResidentBuilder(const catalog::Acquisition& source, DType code_dtype, std::shared_ptr<ThreadPool> pool,
+                  int device_index);
+
+  // The resident being built (its held rows are the caller's to move).
+  const std::shared_ptr<CpuResident>& resident() const { return resident_; }
 
   // A participant builds one group at a time: for each of its frames, in any
   // order, write the decoded source values (frame_pixels values of the source
@@ -130,7 +139,8 @@ class ResidentBuilder {
   // Zeroes masked pixels, checks narrowing (throws NeedsWideCodes), computes the frame's summaries.
   void finish_frame(std::uint64_t frame, unsigned participant);
   void finish_group(std::uint64_t group, unsigned participant);
-  std::shared_ptr<CpuResident> finish(int device_index);
+  // Fills the pattern sum over every frame; the resident is then whole.
+  std::shared_ptr<CpuResident> finish();
 
  private:
   struct Participant {
@@ -154,10 +164,11 @@ class ResidentBuilder {
   DType code_dtype_;
   std::uint64_t frame_pixels_;
   std::vector<std::uint32_t> masked_pixels_;
-  HostBuffer codes_;
-  FrameSummaries summaries_;
   std::vector<Participant> participants_;
   std::shared_ptr<ThreadPool> pool_;
+  std::shared_ptr<CpuResident> resident_;
+  HostBuffer& codes_;          // resident_->codes_
+  FrameSummaries& summaries_;  // resident_->summaries_
 };
 
 }  // namespace quantem::backend::cpu

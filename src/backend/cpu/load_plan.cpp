@@ -89,4 +89,40 @@ std::vector<ReadBatch> plan_reads(const catalog::Acquisition& acquisition, const
   return batches;
 }
 
+GroupOrder::GroupOrder(const catalog::Acquisition& acquisition, std::optional<ScanRows> first_rows)
+    : scan_rows_(acquisition.scan_rows), scan_cols_(acquisition.scan_cols) {
+  const std::uint64_t groups = ResidentBuilder::group_count(acquisition);
+  built_.assign(groups, false);
+  order_.reserve(groups);
+  std::uint64_t first_group = 0, end_group = 0;  // the groups holding a frame of the first rows
+  if (first_rows) {
+    const std::uint64_t end_row = std::min(first_rows->end, scan_rows_);
+    const std::uint64_t first_row = std::min(first_rows->first, end_row);
+    if (end_row > first_row) {
+      first_group = first_row * scan_cols_ / kGroupFrames;
+      end_group = (end_row * scan_cols_ + kGroupFrames - 1) / kGroupFrames;
+    }
+  }
+  for (std::uint64_t g = first_group; g < end_group; ++g) order_.push_back(g);
+  for (std::uint64_t g = 0; g < groups; ++g) {
+    if (g < first_group || g >= end_group) order_.push_back(g);
+  }
+}
+
+bool GroupOrder::row_whole(std::uint64_t row) const {
+  const std::uint64_t first = row * scan_cols_ / kGroupFrames;
+  const std::uint64_t last = ((row + 1) * scan_cols_ - 1) / kGroupFrames;
+  for (std::uint64_t g = first; g <= last; ++g) {
+    if (!built_[g]) return false;
+  }
+  return true;
+}
+
+std::uint64_t GroupOrder::mark_built(std::uint64_t group, const HeldRows& held) {
+  built_[group] = true;
+  const std::uint64_t before = whole_rows_;
+  while (whole_rows_ < scan_rows_ && row_whole(held.row_at(whole_rows_))) ++whole_rows_;
+  return whole_rows_ > before ? whole_rows_ : 0;
+}
+
 }  // namespace quantem::backend::cpu

@@ -3,8 +3,11 @@
 // allocated, from the acquisition alone) and its read schedule (from the
 // frame index): consecutive chunks of a shard are coalesced into large preads.
 #include <cstdint>
+#include <mutex>
+#include <optional>
 #include <vector>
 
+#include "quantem/backend/backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
 
 namespace quantem::backend::cpu {
@@ -47,5 +50,37 @@ struct ReadBatch {
 // holds fewer frames than the scan needs.
 std::vector<ReadBatch> plan_reads(const catalog::Acquisition& acquisition, const catalog::FrameIndex& index,
                                   const LoadPlan& plan);
+
+// The order a load builds its frame groups in: those holding `first_rows`
+// first (a region-first load), then every other group ascending; and, as
+// groups finish in any order, how many rows of the same order (HeldRows) are
+// whole. finish_group may be called from any thread.
+class GroupOrder {
+ public:
+  GroupOrder(const catalog::Acquisition& acquisition, std::optional<ScanRows> first_rows);
+  std::uint64_t groups() const { return order_.size(); }
+  std::uint64_t group_at(std::uint64_t n) const { return order_[n]; }
+  // Marks a group built. When more rows of `held`'s order (held.begin() was
+  // called with the same scan and first rows) are whole now, calls
+  // more_rows(rows whole) before returning, under a lock: one call at a time,
+  // with counts that only grow.
+  template <class MoreRows>
+  void finish_group(std::uint64_t group, const HeldRows& held, MoreRows&& more_rows) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (const std::uint64_t whole = mark_built(group, held); whole > 0) more_rows(whole);
+  }
+
+ private:
+  bool row_whole(std::uint64_t row) const;  // every group holding a frame of it is built
+  // With the lock held: the rows whole now when more than before, else 0.
+  std::uint64_t mark_built(std::uint64_t group, const HeldRows& held);
+
+  std::uint64_t scan_rows_;
+  std::uint64_t scan_cols_;
+  std::vector<std::uint64_t> order_;
+  std::mutex mutex_;
+  std::vector<bool> built_;  // by group
+  std::uint64_t whole_rows_ = 0;
+};
 
 }  // namespace quantem::backend::cpu
