@@ -32,12 +32,32 @@ ScanRows scan_rows_of(const plan::PlanGeometry& geometry) {
   return {geometry.region.row_start, geometry.region.row_stop};
 }
 
+ScanWindow scan_window_of(const plan::PlanGeometry& geometry) {
+  return {scan_rows_of(geometry), ScanColumns{geometry.region.col_start, geometry.region.col_stop}};
+}
+
 void HeldRows::begin(std::uint64_t scan_rows, ScanRows first) {
   first.end = std::min(first.end, scan_rows);
   first.first = std::min(first.first, first.end);
+  // An empty range anywhere is the ascending order: holds() counts on an empty first_ starting at row 0.
+  if (first.count() == 0) first = ScanRows{};
   scan_rows_ = scan_rows;
   first_ = first;
   held_ = 0;
+  window_held_ = false;
+}
+
+void HeldRows::hold_window(ScanColumns columns) {
+  if (window_held_.load()) return;
+  window_columns_ = columns;
+  window_held_.store(true);  // after the columns: a reader that sees it sees them
+}
+
+bool HeldRows::holds(const ScanWindow& window) const {
+  if (holds(window.rows)) return true;
+  if (!window_held_.load()) return false;
+  return window.rows.first >= first_.first && window.rows.end <= first_.end &&
+         window.columns.first >= window_columns_.first && window.columns.end <= window_columns_.end;
 }
 
 void HeldRows::hold(std::uint64_t rows) {
@@ -56,8 +76,8 @@ bool HeldRows::holds_all() const { return scan_rows_ == 0 || held_.load() >= sca
 std::uint64_t HeldRows::row_at(std::uint64_t n) const {
   const std::uint64_t first_count = first_.count();
   if (n < first_count) return first_.first + n;
-  if (n < first_count + first_.first) return n - first_count;  // the rows above the first ones
-  return n;  // the rows below them keep their index
+  if (n < first_count + first_.first) return n - first_count;  // the rows before the first ones (lower indices)
+  return n;  // the rows after them keep their index
 }
 
 bool HeldRows::holds(ScanRows rows) const {
@@ -83,11 +103,13 @@ void Resident::check_geometry(const plan::PlanGeometry& geometry) const {
   const catalog::Acquisition& acquisition = source();
   plan::require_resolved_for(geometry, acquisition.scan_rows, acquisition.scan_cols, acquisition.detector_rows,
                              acquisition.detector_cols, acquisition.name);
-  const ScanRows rows = scan_rows_of(geometry);
-  if (!held_rows_.holds(rows)) {
-    throw internal_error("scan rows [" + std::to_string(rows.first) + ", " + std::to_string(rows.end) + ") of " +
-                         acquisition.name + " are not resident yet (" + std::to_string(held_rows_.held()) + " of " +
-                         std::to_string(held_rows_.total()) + " rows held)");
+  const ScanWindow window = scan_window_of(geometry);
+  if (!held_rows_.holds(window)) {
+    throw internal_error("scan rows [" + std::to_string(window.rows.first) + ", " + std::to_string(window.rows.end) +
+                         ") x columns [" + std::to_string(window.columns.first) + ", " +
+                         std::to_string(window.columns.end) + ") of " + acquisition.name + " are not resident yet (" +
+                         std::to_string(held_rows_.held()) + " of " + std::to_string(held_rows_.total()) +
+                         " rows held)");
   }
 }
 

@@ -472,7 +472,7 @@ void ResidencyManager::enqueue_locked(const EntryPtr& entry, bool front) {
 ResidencyManager::EntryPtr ResidencyManager::admit_locked(std::unique_lock<std::mutex>& lock,
                                                           const catalog::Acquisition& acquisition,
                                                           const backend::LoadEstimate& estimate,
-                                                          const std::optional<backend::ScanRows>& first_rows) {
+                                                          const std::optional<backend::ScanWindow>& first) {
   const auto deadline = std::chrono::steady_clock::now() + options_.busy_wait_limit;
   while (true) {
     if (stopping_) throw unavailable("the daemon is shutting down");
@@ -500,7 +500,10 @@ ResidencyManager::EntryPtr ResidencyManager::admit_locked(std::unique_lock<std::
         entry->admitted_bytes = entry->reserved_bytes = estimate.transition_peak_bytes;
         entry->device_position = attempt.device_position;
         entry->preserved = preserved;
-        if (first_rows && first_rows->count() < acquisition.scan_rows) entry->progress->first_rows = first_rows;
+        if (first && first->rows.count() < acquisition.scan_rows) {
+          entry->progress->first_rows = first->rows;
+          if (!first->columns.covers(acquisition.scan_cols)) entry->progress->first_columns = first->columns;
+        }
         entry->progress->rows_held = [this, job = std::weak_ptr<Entry>(entry)](
                                          const std::shared_ptr<backend::Resident>& resident) { rows_held(job, resident); };
         for (std::size_t rest = a + 1; rest < passes[p].size(); ++rest) entry->fallbacks.push_back(passes[p][rest]);
@@ -566,17 +569,19 @@ ResidentLease ResidencyManager::lease_locked(const EntryPtr& entry) {
   return lease;
 }
 
-bool ResidencyManager::can_serve_locked(const Entry& entry, const std::optional<backend::ScanRows>& rows) {
+bool ResidencyManager::can_serve_locked(const Entry& entry, const std::optional<backend::ScanWindow>& window) {
   if (entry.detached || !entry.resident) return false;
   if (entry.state == ResidencyState::resident) return true;
   // A plan over every row waits for the whole resident (then the residency
   // route says resident as soon as such an answer is out).
-  if (entry.state != ResidencyState::loading || !rows || rows->count() >= entry.acquisition.scan_rows) return false;
-  return entry.resident->held_rows().holds(*rows);
+  if (entry.state != ResidencyState::loading || !window || window->rows.count() >= entry.acquisition.scan_rows) {
+    return false;
+  }
+  return entry.resident->held_rows().holds(*window);
 }
 
 ResidentLease ResidencyManager::acquire(const catalog::Acquisition& acquisition,
-                                        std::optional<backend::ScanRows> rows) {
+                                        std::optional<backend::ScanWindow> window) {
   std::unique_lock<std::mutex> lock(sync_->mutex);
   if (stopping_) throw unavailable("the daemon is shutting down");
   bool stale_caller = false;
@@ -592,7 +597,7 @@ ResidentLease ResidencyManager::acquire(const catalog::Acquisition& acquisition,
     lock.lock();
     entry = lookup_locked(acquisition, stale_caller);
     if (stale_caller) throw conflict(kStaleInspectionMessage);
-    if (!entry) entry = admit_locked(lock, acquisition, estimate, rows);
+    if (!entry) entry = admit_locked(lock, acquisition, estimate, window);
   }
   ++entry->pins;  // a loaded resident cannot be evicted before this request uses it
   const auto deadline = std::chrono::steady_clock::now() + options_.load_wait_limit;
@@ -601,7 +606,7 @@ ResidentLease ResidencyManager::acquire(const catalog::Acquisition& acquisition,
       unpin(*entry);
       throw unavailable("the daemon is shutting down");
     }
-    if (can_serve_locked(*entry, rows)) {
+    if (can_serve_locked(*entry, window)) {
       touch_locked(*entry);
       return lease_locked(entry);
     }
@@ -624,11 +629,12 @@ ResidentLease ResidencyManager::acquire(const catalog::Acquisition& acquisition,
   }
 }
 
-ResidentLease ResidencyManager::find(const catalog::Acquisition& acquisition, std::optional<backend::ScanRows> rows) {
+ResidentLease ResidencyManager::find(const catalog::Acquisition& acquisition,
+                                     std::optional<backend::ScanWindow> window) {
   std::lock_guard<std::mutex> lock(sync_->mutex);
   bool stale_caller = false;
   EntryPtr entry = lookup_locked(acquisition, stale_caller);
-  if (!entry || !can_serve_locked(*entry, rows)) return {};
+  if (!entry || !can_serve_locked(*entry, window)) return {};
   touch_locked(*entry);
   ++entry->pins;
   return lease_locked(entry);
@@ -781,9 +787,10 @@ void ResidencyManager::loader_loop(std::size_t device_position) {
       keep_resident_locked(job, std::move(resident), attempt_device);
       continue;
     }
-    // A load that published its resident early is not retried: requests may hold it.
-    if (failure->kind() == ErrorKind::payload_too_large && !job->detached && !stopping_ && !job->resident) {
-      if (retry_out_of_memory_locked(job, *failure, attempt_device)) continue;
+    if (failure->kind() == ErrorKind::payload_too_large && !job->detached && !stopping_) {
+      // A load that published its resident early is not retried (requests may
+      // hold it), and fails with the same text as one that fit nowhere.
+      if (!job->resident && retry_out_of_memory_locked(job, *failure, attempt_device)) continue;
       ++counters_.admission_rejections;
       failure = payload_too_large(kLoadDidNotFitMessage);  // the text alone, as the reference sends it
     }
@@ -820,7 +827,11 @@ void ResidencyManager::rows_held(const std::weak_ptr<Entry>& weak_job,
   if (!job->resident) {
     if (job->detached || stopping_ || job->state != ResidencyState::loading) return;
     lock.unlock();
-    // Rows read from files that are being rewritten are never served (the load then fails too).
+    // Files already rewritten when the first rows are whole: nothing is
+    // published (the load then fails too). A rewrite after this is caught
+    // when the load ends (a conflict: the resident serves no new request) or
+    // by the watcher, which drops the entry; stat'ing once per row on the
+    // load's threads would cost more than it catches.
     const bool unchanged = catalog::restat_signature(job->acquisition.signature) == job->acquisition.signature;
     lock.lock();
     if (!unchanged || job->resident || job->detached || stopping_ || job->state != ResidencyState::loading) return;

@@ -754,14 +754,14 @@ HttpResponse BrowseService::answer_product(const ProductRoute& route, const Http
 
 HttpResponse BrowseService::with_resident(const std::shared_ptr<ProductState>& state, bool loads,
                                           std::function<HttpResponse(const residency::ResidentLease&)> then) {
-  // Only the plan's rows: a load in progress may hold them already, and a load
-  // this request starts reads them first (region-first).
-  const backend::ScanRows rows = backend::scan_rows_of(state->resolved.geometry);
-  if (auto resident = residency_.find(*state->resolved.acquisition, rows)) return then(resident);
+  // Only the plan's window: a load in progress may hold it already, and a load
+  // this request starts reads it first (region-first).
+  const backend::ScanWindow window = backend::scan_window_of(state->resolved.geometry);
+  if (auto resident = residency_.find(*state->resolved.acquisition, window)) return then(resident);
   if (!loads) throw conflict(kNotResidentMessage);
   HttpResponse waiting;
-  waiting.later = [this, state, rows, then = std::move(then)] {
-    return then(residency_.acquire(*state->resolved.acquisition, rows));
+  waiting.later = [this, state, window, then = std::move(then)] {
+    return then(residency_.acquire(*state->resolved.acquisition, window));
   };
   return waiting;
 }

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,11 +48,28 @@ struct ScanRows {
 };
 // The source scan rows whose frames a plan's positions read (its region's rows).
 ScanRows scan_rows_of(const plan::PlanGeometry& geometry);
+// A half-open range of source scan columns; by default every column.
+struct ScanColumns {
+  std::uint64_t first = 0;
+  std::uint64_t end = std::numeric_limits<std::uint64_t>::max();
+  bool covers(std::uint64_t scan_cols) const { return first == 0 && end >= scan_cols; }
+};
+// The scan positions a request reads: a window of rows and columns (every
+// column when made from rows alone).
+struct ScanWindow {
+  ScanWindow(ScanRows rows_in = {}, ScanColumns columns_in = {}) : rows(rows_in), columns(columns_in) {}
+  ScanRows rows;
+  ScanColumns columns;
+};
+// The window of a plan: its region.
+ScanWindow scan_window_of(const plan::PlanGeometry& geometry);
 
 // The scan rows a resident holds. A resident published before its load ends
 // (a region-first load, LoadProgress::first_rows) holds its load's first rows
 // first, then every other row in ascending order; the load moves the count of
-// rows held along that order (never back). Every other resident holds every
+// rows held along that order (never back). A window-first load
+// (LoadProgress::first_columns too) holds the window of its first rows and
+// those columns before any row is whole. Every other resident holds every
 // row. Thread-safe once published: begin() is called before.
 class HeldRows {
  public:
@@ -63,6 +81,10 @@ class HeldRows {
   // Every row held (the load finished).
   void hold_all();
   bool holds(ScanRows rows) const;
+  // The first rows' `columns` are held (a window-first load, once the window is whole).
+  void hold_window(ScanColumns columns);
+  // Whether every position of `window` is held: its rows, or the held window holds it.
+  bool holds(const ScanWindow& window) const;
   bool holds_all() const;
   std::uint64_t held() const;  // rows held, in the load's order
   std::uint64_t total() const;  // the scan's rows; 0 for a resident that never began (every row held)
@@ -73,6 +95,8 @@ class HeldRows {
   std::uint64_t scan_rows_ = 0;  // 0: every row held
   ScanRows first_;
   std::atomic<std::uint64_t> held_{0};
+  ScanColumns window_columns_;             // written before window_held_ is set
+  std::atomic<bool> window_held_{false};
 };
 
 class Resident;
@@ -87,6 +111,9 @@ struct LoadProgress {
   // and hold first. A backend that can publishes its resident before the load
   // ends through rows_held; one that cannot ignores both and is published whole.
   std::optional<ScanRows> first_rows;
+  // With first_rows, window-first: only these columns of the first rows come
+  // first (HeldRows::hold_window), then the rest of those rows, then the others.
+  std::optional<ScanColumns> first_columns;
   // Called by a load that publishes early, from its threads one at a time,
   // each time more rows of its order are held (resident->held_rows()): the
   // resident is the very object the load will return, and answers exactly any

@@ -225,17 +225,19 @@ class ResidencyManager {
   //   unavailable when a bounded wait expires, the load was cancelled, or the
   //   manager is shutting down.
   //
-  // Region-first: with `rows` (the scan rows of the caller's plan), the lease
-  // may come before the load ends, as soon as the resident holds those rows
-  // (backend::HeldRows); a load this call starts reads them first
-  // (backend::LoadProgress::first_rows). Without `rows`, every row.
+  // Region-first: with `window` (the scan window of the caller's plan: its
+  // rows and columns; rows alone mean every column), the lease may come
+  // before the load ends, as soon as the resident holds the window
+  // (backend::HeldRows); a load this call starts reads it first
+  // (backend::LoadProgress::first_rows, first_columns). Without it, every row.
   ResidentLease acquire(const catalog::Acquisition& acquisition,
-                        std::optional<backend::ScanRows> rows = std::nullopt);
+                        std::optional<backend::ScanWindow> window = std::nullopt);
 
   // The resident, pinned, when it is already loaded for this exact signature,
-  // or its load holds `rows` already (every row without them); touches its
+  // or its load holds `window` already (every row without it); touches its
   // LRU position. An empty lease otherwise. Never loads.
-  ResidentLease find(const catalog::Acquisition& acquisition, std::optional<backend::ScanRows> rows = std::nullopt);
+  ResidentLease find(const catalog::Acquisition& acquisition,
+                     std::optional<backend::ScanWindow> window = std::nullopt);
 
   // Admits and queues a load without waiting for it (POST /load). Admission
   // errors throw as in acquire(); a remembered failure is retried. Returns the
@@ -299,7 +301,7 @@ class ResidencyManager {
   EntryPtr lookup_locked(const catalog::Acquisition& acquisition, bool& stale_caller);
   backend::LoadEstimate estimate_checked(const catalog::Acquisition& acquisition);
   EntryPtr admit_locked(std::unique_lock<std::mutex>& lock, const catalog::Acquisition& acquisition,
-                        const backend::LoadEstimate& estimate, const std::optional<backend::ScanRows>& first_rows);
+                        const backend::LoadEstimate& estimate, const std::optional<backend::ScanWindow>& first);
   std::vector<std::vector<Attempt>> plan_attempts_locked(const std::string& master_path,
                                                          const backend::LoadEstimate& estimate) const;
   Room make_room_locked(std::size_t device_position, const backend::LoadEstimate& estimate,
@@ -324,8 +326,8 @@ class ResidencyManager {
   // A load's rows_held call: the resident it publishes early (the first call,
   // when its files are unchanged) and a wake-up for the requests waiting on rows.
   void rows_held(const std::weak_ptr<Entry>& job, const std::shared_ptr<backend::Resident>& resident);
-  // Whether the entry can lease its resident to a request for `rows` now.
-  static bool can_serve_locked(const Entry& entry, const std::optional<backend::ScanRows>& rows);
+  // Whether the entry can lease its resident to a request for `window` now.
+  static bool can_serve_locked(const Entry& entry, const std::optional<backend::ScanWindow>& window);
   bool retry_out_of_memory_locked(const EntryPtr& job, const Error& failure, int attempt_device);
   void fail_load_locked(const EntryPtr& job, const Error& failure, int attempt_device);
   void grow_reservation(const EntryPtr& job, std::uint64_t bytes);

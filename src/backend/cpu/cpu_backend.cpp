@@ -99,8 +99,9 @@ class CpuBackend final : public Backend {
   // bytes after the first pass is freed and before the second allocates; the
   // staging buffers are handed back once freed.
   //
-  // Order: the groups holding progress.first_rows first, then the others
-  // (cpu::GroupOrder). When progress.rows_held is set, the resident is
+  // Order: the groups holding progress.first_rows first (with
+  // progress.first_columns, the window's groups before the rest of those
+  // rows), then the others (cpu::GroupOrder). When progress.rows_held is set, the resident is
   // published as its rows become whole, except in a uint32 source's first pass
   // (its codes may yet be rebuilt wider).
   std::shared_ptr<Resident> load_checked(const catalog::Acquisition& acquisition, int device_index,
@@ -130,7 +131,7 @@ class CpuBackend final : public Backend {
       progress.bytes_done = 0;
       try {
         cpu::ResidentBuilder builder(acquisition, code_dtype, pool_, device_index);
-        cpu::GroupOrder order(acquisition, progress.first_rows);
+        cpu::GroupOrder order(acquisition, progress.first_rows, progress.first_columns);
         // Codes of the source's own width are never rebuilt.
         const bool publishes = progress.rows_held && code_dtype == *acquisition.dtype;
         HeldRows& held = builder.resident()->held_rows();
@@ -178,13 +179,24 @@ class CpuBackend final : public Backend {
 
   // After a group is built: when more rows of the load's order are whole,
   // they are held and the resident is handed to progress.rows_held (one call
-  // at a time: under the order's lock).
+  // at a time: under the order's lock). The order's last row waits for
+  // hold_all() after builder.finish(): a plan holding every row may be
+  // uncropped, and reads the pattern sum that finish() fills.
+  // A window-first load's window is held (and published) as soon as its last group is built.
   static void publish_rows(cpu::GroupOrder& order, std::uint64_t group, HeldRows& held,
                            const std::shared_ptr<cpu::CpuResident>& resident, LoadProgress& progress) {
-    order.finish_group(group, held, [&](std::uint64_t whole_rows) {
-      held.hold(whole_rows);
-      progress.rows_held(resident);
-    });
+    order.finish_group(
+        group, held,
+        [&](std::uint64_t whole_rows) {
+          const std::uint64_t rows = std::min(whole_rows, held.total() - 1);
+          if (rows <= held.held()) return;
+          held.hold(rows);
+          progress.rows_held(resident);
+        },
+        [&] {
+          held.hold_window(*order.window_columns());
+          progress.rows_held(resident);
+        });
   }
 
   std::shared_ptr<cpu::ThreadPool> pool_;

@@ -89,21 +89,43 @@ std::vector<ReadBatch> plan_reads(const catalog::Acquisition& acquisition, const
   return batches;
 }
 
-GroupOrder::GroupOrder(const catalog::Acquisition& acquisition, std::optional<ScanRows> first_rows)
+GroupOrder::GroupOrder(const catalog::Acquisition& acquisition, std::optional<ScanRows> first_rows,
+                       std::optional<ScanColumns> first_columns)
     : scan_rows_(acquisition.scan_rows), scan_cols_(acquisition.scan_cols) {
   const std::uint64_t groups = ResidentBuilder::group_count(acquisition);
   built_.assign(groups, false);
   order_.reserve(groups);
+  std::uint64_t first_row = 0, end_row = 0;
   std::uint64_t first_group = 0, end_group = 0;  // the groups holding a frame of the first rows
   if (first_rows) {
-    const std::uint64_t end_row = std::min(first_rows->end, scan_rows_);
-    const std::uint64_t first_row = std::min(first_rows->first, end_row);
+    end_row = std::min(first_rows->end, scan_rows_);
+    first_row = std::min(first_rows->first, end_row);
     if (end_row > first_row) {
       first_group = first_row * scan_cols_ / kGroupFrames;
       end_group = (end_row * scan_cols_ + kGroupFrames - 1) / kGroupFrames;
     }
   }
-  for (std::uint64_t g = first_group; g < end_group; ++g) order_.push_back(g);
+  if (end_group > first_group && first_columns) {
+    const std::uint64_t end_col = std::min(first_columns->end, scan_cols_);
+    const std::uint64_t first_col = std::min(first_columns->first, end_col);
+    if (end_col > first_col && !(first_col == 0 && end_col == scan_cols_)) {
+      window_columns_ = ScanColumns{first_col, end_col};
+      in_window_.assign(groups, false);
+      for (std::uint64_t row = first_row; row < end_row; ++row) {
+        const std::uint64_t first_frame = row * scan_cols_ + first_col;
+        const std::uint64_t last_frame = row * scan_cols_ + end_col - 1;
+        for (std::uint64_t g = first_frame / kGroupFrames; g <= last_frame / kGroupFrames; ++g) {
+          if (in_window_[g]) continue;
+          in_window_[g] = true;
+          order_.push_back(g);
+          ++window_groups_left_;
+        }
+      }
+    }
+  }
+  for (std::uint64_t g = first_group; g < end_group; ++g) {
+    if (in_window_.empty() || !in_window_[g]) order_.push_back(g);
+  }
   for (std::uint64_t g = 0; g < groups; ++g) {
     if (g < first_group || g >= end_group) order_.push_back(g);
   }
@@ -118,11 +140,14 @@ bool GroupOrder::row_whole(std::uint64_t row) const {
   return true;
 }
 
-std::uint64_t GroupOrder::mark_built(std::uint64_t group, const HeldRows& held) {
+GroupOrder::Built GroupOrder::mark_built(std::uint64_t group, const HeldRows& held) {
+  Built built;
+  if (!built_[group] && !in_window_.empty() && in_window_[group]) built.window_now_whole = --window_groups_left_ == 0;
   built_[group] = true;
   const std::uint64_t before = whole_rows_;
   while (whole_rows_ < scan_rows_ && row_whole(held.row_at(whole_rows_))) ++whole_rows_;
-  return whole_rows_ > before ? whole_rows_ : 0;
+  built.whole_rows = whole_rows_ > before ? whole_rows_ : 0;
+  return built;
 }
 
 }  // namespace quantem::backend::cpu

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "quantem/backend/backend.hpp"
@@ -54,30 +55,48 @@ std::vector<ReadBatch> plan_reads(const catalog::Acquisition& acquisition, const
 // The order a load builds its frame groups in: those holding `first_rows`
 // first (a region-first load), then every other group ascending; and, as
 // groups finish in any order, how many rows of the same order (HeldRows) are
-// whole. finish_group may be called from any thread.
+// whole. With `first_columns` too (window-first), the groups holding a frame
+// of the window first_rows x first_columns come before the rest of the first
+// rows' groups. finish_group may be called from any thread.
 class GroupOrder {
  public:
-  GroupOrder(const catalog::Acquisition& acquisition, std::optional<ScanRows> first_rows);
+  GroupOrder(const catalog::Acquisition& acquisition, std::optional<ScanRows> first_rows,
+             std::optional<ScanColumns> first_columns = std::nullopt);
   std::uint64_t groups() const { return order_.size(); }
   std::uint64_t group_at(std::uint64_t n) const { return order_[n]; }
+  // The window's columns, clamped to the scan, when the order has a window.
+  std::optional<ScanColumns> window_columns() const { return window_columns_; }
   // Marks a group built. When more rows of `held`'s order (held.begin() was
   // called with the same scan and first rows) are whole now, calls
   // more_rows(rows whole) before returning, under a lock: one call at a time,
-  // with counts that only grow.
+  // with counts that only grow. When the window's last group is built, calls
+  // window_whole() first, once.
   template <class MoreRows>
   void finish_group(std::uint64_t group, const HeldRows& held, MoreRows&& more_rows) {
+    finish_group(group, held, std::forward<MoreRows>(more_rows), [] {});
+  }
+  template <class MoreRows, class WindowWhole>
+  void finish_group(std::uint64_t group, const HeldRows& held, MoreRows&& more_rows, WindowWhole&& window_whole) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (const std::uint64_t whole = mark_built(group, held); whole > 0) more_rows(whole);
+    const Built built = mark_built(group, held);
+    if (built.window_now_whole) window_whole();
+    if (built.whole_rows > 0) more_rows(built.whole_rows);
   }
 
  private:
+  struct Built {
+    std::uint64_t whole_rows = 0;  // the rows whole now when more than before, else 0
+    bool window_now_whole = false;
+  };
   bool row_whole(std::uint64_t row) const;  // every group holding a frame of it is built
-  // With the lock held: the rows whole now when more than before, else 0.
-  std::uint64_t mark_built(std::uint64_t group, const HeldRows& held);
+  Built mark_built(std::uint64_t group, const HeldRows& held);  // with the lock held
 
   std::uint64_t scan_rows_;
   std::uint64_t scan_cols_;
   std::vector<std::uint64_t> order_;
+  std::optional<ScanColumns> window_columns_;
+  std::vector<bool> in_window_;  // by group; empty without a window
+  std::uint64_t window_groups_left_ = 0;
   std::mutex mutex_;
   std::vector<bool> built_;  // by group
   std::uint64_t whole_rows_ = 0;

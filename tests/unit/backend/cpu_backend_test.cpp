@@ -19,6 +19,7 @@
 #include "quantem/core/error.hpp"
 #include "quantem/plan/plan.hpp"
 #include "quantem/synth/synth.hpp"
+#include "cpu_load_fixture.hpp"
 #include "test_support.hpp"
 
 namespace quantem::backend {
@@ -26,27 +27,9 @@ namespace {
 
 using test::TempDir;
 
-std::vector<std::uint64_t> read_u64(const std::string& path) {
-  const std::vector<std::uint8_t> bytes = test::read_file(path);
-  std::vector<std::uint64_t> values(bytes.size() / 8);
-  std::memcpy(values.data(), bytes.data(), values.size() * 8);  // little-endian host
-  return values;
-}
-
-catalog::Acquisition write_fixture(const TempDir& dir, const std::string& stem, const std::string& options) {
-  test::run_python_script("products_load_fixture.py", "write " + dir.path() + " " + stem + " " + options);
-  catalog::Acquisition acquisition = catalog::inspect_master(dir.file(stem + "_master.h5"));
-  EXPECT_TRUE(acquisition.status.loadable) << acquisition.status.reason;
-  return acquisition;
-}
-
-std::unique_ptr<Backend> cpu_backend(unsigned threads, int devices = 1) {
-  CpuBackendOptions options;
-  options.threads = threads;
-  options.virtual_devices = devices;
-  options.budget_bytes_per_device = std::uint64_t{1} << 30;
-  return make_cpu_backend(options);
-}
+using test_fixture::cpu_backend;
+using test_fixture::read_u64;
+using test_fixture::write_fixture;
 
 // A small synth acquisition `<prefix>_master.h5` in `dir`, written by 2 threads.
 synth::SynthOptions synth_options(const TempDir& dir, const std::string& prefix, std::uint64_t scan_rows,

@@ -13,6 +13,14 @@
 //    it before "allocating" it (an observer sees every grant), and finishes
 //    with a configured resident size; everything temporary is freed when it
 //    returns or throws.
+//  - early publication (opt in per acquisition, publish_early): a region-first
+//    load as the backend contract describes it (LoadProgress::first_rows,
+//    rows_held). It creates its resident first, begins its HeldRows with the
+//    load's first rows, then for each step holds that many rows, calls
+//    progress.rows_held(resident) and waits at that step's gate (open_step);
+//    an injected fault (fail_after_step) is thrown once past a gate; it sees a
+//    cancellation while waiting. The resident is part of the transition peak:
+//    the temporaries are the peak less its bytes.
 // Residents count their bytes as alive on their device until destroyed.
 #include <pthread.h>
 
@@ -23,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -92,6 +101,7 @@ struct FakeLoad {
   int device = 0;
   std::string thread_name;
   std::uint64_t alive_bytes_at_start = 0;  // on that device, before this attempt allocated anything
+  std::optional<backend::ScanRows> first_rows;  // the load's LoadProgress::first_rows
 };
 
 class FakeBackend : public backend::Backend {
@@ -128,7 +138,7 @@ class FakeBackend : public backend::Backend {
     std::unique_lock<std::mutex> lock(mutex_);
     char thread_name[32] = {};
     pthread_getname_np(pthread_self(), thread_name, sizeof thread_name);
-    loads_.push_back({path, device_index, thread_name, memory_->on(device_index)});
+    loads_.push_back({path, device_index, thread_name, memory_->on(device_index), progress.first_rows});
     ++running_;
     max_running_ = std::max(max_running_, running_);
     changed_.notify_all();
@@ -162,6 +172,10 @@ class FakeBackend : public backend::Backend {
       ++out_of_memory_;
       throw payload_too_large("fake device " + std::to_string(device_index) + " is out of memory");
     }
+    const Growth growth = growth_locked(path);
+    const std::uint64_t resident_bytes = growth.resident_bytes ? growth.resident_bytes : estimate.resident_bytes;
+    auto early = early_.find(path);
+    const bool publishes_early = early != early_.end() && early->second.enabled;
     // Temporaries alive until this attempt returns or throws.
     struct Temporaries {
       std::shared_ptr<FakeDeviceMemory> memory;
@@ -173,8 +187,8 @@ class FakeBackend : public backend::Backend {
       }
       ~Temporaries() { memory->remove(device, bytes); }
     } temporaries{memory_, device_index};
-    temporaries.add(estimate.transition_peak_bytes);
-    const Growth growth = growth_locked(path);
+    temporaries.add(publishes_early ? estimate.transition_peak_bytes - std::min(estimate.transition_peak_bytes, resident_bytes)
+                                    : estimate.transition_peak_bytes);
     const auto observer = growth_observer_;
     std::uint64_t needed = estimate.transition_peak_bytes;
     lock.unlock();
@@ -188,11 +202,49 @@ class FakeBackend : public backend::Backend {
       temporaries.add(step);
     }
     lock.lock();
-    const std::uint64_t resident_bytes = growth.resident_bytes ? growth.resident_bytes : estimate.resident_bytes;
+    if (publishes_early) {
+      return publish_early_locked(lock, acquisition, device_index, progress, resident_bytes, early->second);
+    }
     progress.bytes_done = 100;
     progress.stage = backend::LoadStage::done;
     if (resident_bytes > reservation.reserved_bytes()) ++resident_above_reservation_;
     return std::make_shared<FakeResident>(acquisition, device_index, resident_bytes, memory_);
+  }
+
+  // Loads of path publish their resident early, holding rows_held_steps[k]
+  // rows at step k (see the header comment); every gate starts closed.
+  void publish_early(const std::string& path, std::vector<std::uint64_t> rows_held_steps) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    EarlyPublication& early = early_[path];
+    early.enabled = true;
+    early.steps = std::move(rows_held_steps);
+    early.gates_open = 0;
+    early.steps_reached = 0;
+    early.fault.reset();
+  }
+  // Opens the next `count` step gates of path's early-publishing loads (a gate lets one load past one step).
+  void open_step(const std::string& path, std::size_t count = 1) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      early_[path].gates_open += count;
+    }
+    changed_.notify_all();
+  }
+  // The next early-publishing load of path throws error once past the gate of step `step` (0-based).
+  void fail_after_step(const std::string& path, std::size_t step, Error error) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    early_[path].fault.emplace(step, std::move(error));
+  }
+  // Waits (bounded) until the running early-publishing load of path has
+  // published `steps` steps and waits at the gate of the last; false on timeout.
+  bool wait_step(const std::string& path, std::size_t steps, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return changed_.wait_for(lock, limit, [&] { return early_[path].steps_reached >= steps; });
+  }
+  // Waits (bounded) until no load runs; false on timeout.
+  bool wait_idle(std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return changed_.wait_for(lock, limit, [&] { return running_ == 0; });
   }
 
   void trim_device_memory(int device_index) override {
@@ -310,6 +362,50 @@ class FakeBackend : public backend::Backend {
     std::vector<std::uint64_t> steps;
     std::uint64_t resident_bytes = 0;
   };
+  struct EarlyPublication {
+    bool enabled = false;
+    std::vector<std::uint64_t> steps;  // rows held at each step
+    std::size_t gates_open = 0;        // gates opened and not yet passed
+    std::size_t steps_reached = 0;     // steps the current load has published
+    std::optional<std::pair<std::size_t, Error>> fault;  // thrown once past this step's gate
+  };
+
+  // The early-publishing part of a load, with mutex_ held (released around
+  // rows_held, which takes the residency's lock, and while waiting at a gate).
+  std::shared_ptr<backend::Resident> publish_early_locked(std::unique_lock<std::mutex>& lock,
+                                                          const catalog::Acquisition& acquisition, int device_index,
+                                                          backend::LoadProgress& progress,
+                                                          std::uint64_t resident_bytes, EarlyPublication& early) {
+    auto resident = std::make_shared<FakeResident>(acquisition, device_index, resident_bytes, memory_);
+    resident->held_rows().begin(acquisition.scan_rows, progress.first_rows.value_or(backend::ScanRows{}));
+    early.steps_reached = 0;
+    const std::vector<std::uint64_t> steps = early.steps;
+    for (std::size_t step = 0; step < steps.size(); ++step) {
+      resident->held_rows().hold(steps[step]);
+      lock.unlock();
+      if (progress.rows_held) progress.rows_held(resident);
+      lock.lock();
+      ++early.steps_reached;
+      changed_.notify_all();
+      while (early.gates_open == 0 && !progress.cancel_requested) {
+        changed_.wait_for(lock, std::chrono::milliseconds(2));
+      }
+      if (progress.cancel_requested) {
+        progress.stage = backend::LoadStage::cancelled;
+        throw unavailable("cancelled");
+      }
+      --early.gates_open;
+      if (early.fault && early.fault->first == step) {
+        const Error thrown = early.fault->second;
+        early.fault.reset();
+        throw thrown;
+      }
+    }
+    resident->held_rows().hold_all();
+    progress.bytes_done = 100;
+    progress.stage = backend::LoadStage::done;
+    return resident;
+  }
   Growth growth_locked(const std::string& path) const {
     auto it = growth_.find(path);
     return it != growth_.end() ? it->second : Growth{};
@@ -335,6 +431,7 @@ class FakeBackend : public backend::Backend {
   int out_of_memory_ = 0;
   mutable std::uint64_t estimates_made_ = 0;
   std::map<std::string, Growth> growth_;
+  std::map<std::string, EarlyPublication> early_;
   std::function<void(int, std::uint64_t)> growth_observer_;
   std::vector<int> trims_;
   int resident_above_reservation_ = 0;

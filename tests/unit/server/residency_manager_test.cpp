@@ -8,10 +8,13 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <optional>
+#include <ostream>
 #include <thread>
 
 #include "fake_backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
+#include "quantem/plan/plan.hpp"
 #include "quantem/residency/residency_manager.hpp"
 #include "test_support.hpp"
 
@@ -752,5 +755,375 @@ TEST(ResidencyManager, ALoadWhoseFilesChangeMeanwhileIsDiscarded) {
   EXPECT_EQ(kind, ErrorKind::conflict);
   EXPECT_NE(text.find("changed while"), std::string::npos) << text;
   EXPECT_EQ(manager.status(a).state, ResidencyState::absent);
+  EXPECT_EQ(backend.alive_bytes(0), 0u);
+}
+
+// ---- region-first loads: a resident leased while its load goes on ------------------
+//
+// The fake backend publishes its resident early (FakeBackend::publish_early):
+// with steps {2, 4, 8} a load holds 2, then 4, then all 8 scan rows of its
+// order (its first rows, then the rows above them, then those below) and waits
+// at a gate after each step; it returns once the last gate opens.
+
+namespace quantem::backend {
+void PrintTo(const ScanRows& rows, std::ostream* out) { *out << "[" << rows.first << ", " << rows.end << ")"; }
+}  // namespace quantem::backend
+
+namespace {
+
+using backend::ScanRows;
+
+// An 8 x 4 scan of 2 x 2 frames: estimates from the fake, rows from here.
+catalog::Acquisition scan_of_eight_rows(const std::string& name) {
+  auto a = fake_acquisition(name);
+  a.scan_rows = 8;
+  a.scan_cols = 4;
+  a.detector_rows = 2;
+  a.detector_cols = 2;
+  return a;
+}
+
+// A plan cropped to whole scan rows of `a`.
+plan::PlanGeometry plan_over(const catalog::Acquisition& a, ScanRows rows) {
+  plan::BrowsePlan p;
+  p.crop = plan::ScanRegion{rows.first, rows.end, 0, a.scan_cols};
+  return plan::resolve_plan(p, a.scan_rows, a.scan_cols, a.detector_rows, a.detector_cols);
+}
+
+// The kind of error a pattern sum over `rows` throws on the leased resident ("no error" as none).
+std::string pattern_sum_over(const ResidentLease& lease, const catalog::Acquisition& a, ScanRows rows) {
+  ErrorKind kind{};
+  const std::string text = error_text([&] { lease->pattern_sum(plan_over(a, rows)); }, &kind);
+  return text == "no error" ? text : std::string(error_kind_name(kind)) + ": " + text;
+}
+
+// Waits (bounded) for a request on another thread; the lease, or an empty one on timeout.
+ResidentLease ready(std::future<ResidentLease>& request, std::chrono::milliseconds limit = 10s) {
+  if (request.wait_for(limit) != std::future_status::ready) return {};
+  return request.get();
+}
+
+std::future<ResidentLease> acquire_async(ResidencyManager& manager, const catalog::Acquisition& a,
+                                         std::optional<ScanRows> rows = std::nullopt) {
+  return std::async(std::launch::async, [&manager, a, rows] { return manager.acquire(a, rows); });
+}
+
+// A request expected to fail: its error kind and text.
+std::future<std::pair<ErrorKind, std::string>> failing_acquire_async(ResidencyManager& manager,
+                                                                      const catalog::Acquisition& a) {
+  return std::async(std::launch::async, [&manager, a] {
+    ErrorKind kind{};
+    const std::string text = error_text([&] { manager.acquire(a); }, &kind);
+    return std::make_pair(kind, text);
+  });
+}
+
+}  // namespace
+
+TEST(ResidencyRegionFirst, ARegionRequestGetsTheResidentWhileItsLoadGoesOn) {
+  FakeBackend backend({100});
+  backend.set_default_estimate(30, 50);
+  const auto a = scan_of_eight_rows("a");
+  backend.publish_early(a.master_path, {2, 4, 8});
+  ResidencyManager manager(backend, options());
+  auto request = acquire_async(manager, a, ScanRows{2, 4});
+  const ResidentLease lease = ready(request);  // while the load waits at its first gate
+  ASSERT_TRUE(lease);
+  ASSERT_TRUE(backend.wait_step(a.master_path, 1));
+  EXPECT_FALSE(backend.wait_step(a.master_path, 2, 50ms));  // the load is still running, at its first gate
+  const auto records = backend.load_records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].first_rows, (std::optional<ScanRows>{ScanRows{2, 4}}));  // the request's rows come first
+  const ResidencyStatus status = manager.status(a);
+  EXPECT_EQ(status.state, ResidencyState::loading);
+  EXPECT_EQ(status.scan_rows_resident, 2u);
+  EXPECT_EQ(status.scan_rows, 8u);
+  EXPECT_EQ(status.reserved_bytes, 50u);  // one reservation: the load's
+  EXPECT_EQ(manager.device_usage()[0].resident_bytes, 50u);
+  EXPECT_EQ(manager.device_usage()[0].resident_entries, 1u);
+  EXPECT_EQ(manager.counters().loads_completed, 0u);
+  // The lease computes over the rows it was handed, and only those.
+  EXPECT_EQ(lease->held_rows().held(), 2u);
+  EXPECT_EQ(pattern_sum_over(lease, a, {2, 4}), "no error");
+  EXPECT_EQ(pattern_sum_over(lease, a, {4, 6}).rfind("internal: scan rows [4, 6)", 0), 0u)
+      << pattern_sum_over(lease, a, {4, 6});
+
+  backend.open_step(a.master_path, 3);
+  ASSERT_TRUE(wait_for_state(manager, a, ResidencyState::resident));
+  EXPECT_EQ(manager.status(a).scan_rows_resident, 8u);
+  EXPECT_EQ(manager.acquire(a).get(), lease.get());  // the very resident, now whole
+  EXPECT_EQ(backend.loads().size(), 1u);
+  EXPECT_EQ(manager.counters().loads_completed, 1u);
+  EXPECT_EQ(manager.device_usage()[0].resident_bytes, 30u);
+}
+
+TEST(ResidencyRegionFirst, ARequestForRowsNotYetHeldIsAnsweredAsSoonAsTheLoadHoldsThem) {
+  FakeBackend backend({100});
+  const auto a = scan_of_eight_rows("a");
+  backend.publish_early(a.master_path, {2, 4, 8});
+  ResidencyManager manager(backend, options());
+  auto first_request = acquire_async(manager, a, ScanRows{2, 4});
+  const ResidentLease first = ready(first_request);
+  ASSERT_TRUE(first);
+  ASSERT_TRUE(backend.wait_step(a.master_path, 1));
+  // Rows 2 and 3 are held; 0 and 1 come next, then 4 to 7.
+  EXPECT_TRUE(manager.find(a, ScanRows{2, 3}));
+  EXPECT_EQ(manager.find(a, ScanRows{2, 4}).get(), first.get());
+  EXPECT_FALSE(manager.find(a, ScanRows{0, 2}));
+  EXPECT_FALSE(manager.find(a, ScanRows{1, 3}));  // partly held
+  EXPECT_FALSE(manager.find(a, ScanRows{6, 8}));
+  EXPECT_FALSE(manager.find(a));  // every row
+  auto above = acquire_async(manager, a, ScanRows{0, 2});
+  auto below = acquire_async(manager, a, ScanRows{6, 8});
+  EXPECT_EQ(above.wait_for(100ms), std::future_status::timeout);
+  EXPECT_EQ(below.wait_for(0ms), std::future_status::timeout);
+
+  backend.open_step(a.master_path);  // rows 0 and 1
+  const ResidentLease above_lease = ready(above);
+  ASSERT_TRUE(above_lease);
+  EXPECT_EQ(above_lease.get(), first.get());
+  EXPECT_TRUE(backend.wait_step(a.master_path, 2));
+  EXPECT_FALSE(backend.wait_step(a.master_path, 3, 0ms));  // answered before the load ends
+  EXPECT_EQ(manager.status(a).state, ResidencyState::loading);
+  EXPECT_EQ(manager.status(a).scan_rows_resident, 4u);
+  EXPECT_EQ(below.wait_for(100ms), std::future_status::timeout);  // rows 6 and 7 are not held yet
+  EXPECT_TRUE(manager.find(a, ScanRows{0, 4}));
+  EXPECT_FALSE(manager.find(a, ScanRows{3, 5}));
+
+  backend.open_step(a.master_path);  // every row held, the load not yet returned
+  const ResidentLease below_lease = ready(below);
+  ASSERT_TRUE(below_lease);
+  EXPECT_EQ(below_lease.get(), first.get());
+  EXPECT_EQ(manager.status(a).state, ResidencyState::loading);
+  EXPECT_EQ(manager.status(a).scan_rows_resident, 8u);
+  EXPECT_EQ(pattern_sum_over(below_lease, a, {6, 8}), "no error");
+
+  backend.open_step(a.master_path);
+  ASSERT_TRUE(wait_for_state(manager, a, ResidencyState::resident));
+  EXPECT_EQ(manager.find(a).get(), first.get());
+  EXPECT_EQ(backend.loads().size(), 1u);
+}
+
+TEST(ResidencyRegionFirst, AFullPlanWaitsForTheWholeLoad) {
+  FakeBackend backend({100});
+  const auto a = scan_of_eight_rows("a");
+  backend.publish_early(a.master_path, {3, 8});
+  ResidencyManager manager(backend, options());
+  // What each full-plan request saw when its lease came.
+  auto full = [&](std::optional<ScanRows> rows) {
+    return std::async(std::launch::async, [&manager, a, rows] {
+      const ResidentLease lease = manager.acquire(a, rows);
+      return std::make_pair(manager.status(a).state, lease->held_rows().holds_all());
+    });
+  };
+  auto without_rows = full(std::nullopt);  // starts the load: no first rows
+  ASSERT_TRUE(backend.wait_step(a.master_path, 1));
+  auto every_row = full(ScanRows{0, 8});
+  auto region_request = acquire_async(manager, a, ScanRows{0, 3});
+  const ResidentLease region = ready(region_request);  // published: rows 0 to 2 are served
+  ASSERT_TRUE(region);
+  EXPECT_FALSE(manager.find(a, ScanRows{3, 4}));
+  EXPECT_EQ(without_rows.wait_for(100ms), std::future_status::timeout);
+  EXPECT_EQ(every_row.wait_for(0ms), std::future_status::timeout);
+  EXPECT_FALSE(manager.find(a, ScanRows{0, 8}));
+
+  backend.open_step(a.master_path);  // every row held; the load has not returned
+  ASSERT_TRUE(backend.wait_step(a.master_path, 2));
+  EXPECT_EQ(manager.status(a).scan_rows_resident, 8u);
+  EXPECT_EQ(manager.status(a).state, ResidencyState::loading);
+  EXPECT_EQ(without_rows.wait_for(100ms), std::future_status::timeout);
+  EXPECT_EQ(every_row.wait_for(0ms), std::future_status::timeout);
+  EXPECT_FALSE(manager.find(a));
+  EXPECT_FALSE(manager.find(a, ScanRows{0, 8}));
+
+  backend.open_step(a.master_path);
+  ASSERT_EQ(without_rows.wait_for(10s), std::future_status::ready);
+  ASSERT_EQ(every_row.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(without_rows.get(), std::make_pair(ResidencyState::resident, true));
+  EXPECT_EQ(every_row.get(), std::make_pair(ResidencyState::resident, true));
+  const auto records = backend.load_records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_FALSE(records[0].first_rows.has_value());
+}
+
+TEST(ResidencyRegionFirst, EveryRowAsTheRequestsRowsIsNoRegionFirstLoad) {
+  FakeBackend backend({100});
+  const auto a = scan_of_eight_rows("a");
+  backend.publish_early(a.master_path, {8});
+  ResidencyManager manager(backend, options());
+  auto request = acquire_async(manager, a, ScanRows{0, 8});
+  ASSERT_TRUE(backend.wait_step(a.master_path, 1));
+  EXPECT_EQ(request.wait_for(100ms), std::future_status::timeout);
+  backend.open_step(a.master_path);
+  ASSERT_TRUE(ready(request));
+  EXPECT_EQ(manager.status(a).state, ResidencyState::resident);
+  EXPECT_FALSE(backend.load_records().at(0).first_rows.has_value());
+}
+
+TEST(ResidencyRegionFirst, EvictingALoadThatPublishedEarlyDrainsItsLeases) {
+  FakeBackend backend({100});
+  backend.set_default_estimate(30, 50);
+  const auto a = scan_of_eight_rows("a");
+  backend.publish_early(a.master_path, {2, 4, 8});
+  ResidencyManager manager(backend, options());
+  auto request = acquire_async(manager, a, ScanRows{2, 4});
+  ResidentLease old_lease = ready(request);
+  ASSERT_TRUE(old_lease);
+  ASSERT_TRUE(backend.wait_step(a.master_path, 1));
+  EXPECT_EQ(backend.alive_bytes(0), 50u);  // the resident's 30 B and the load's other 20 B
+
+  EXPECT_TRUE(manager.evict(a));  // DELETE while loading
+  EXPECT_EQ(manager.status(a).state, ResidencyState::absent);
+  ASSERT_TRUE(backend.wait_idle());  // the load saw the cancellation at its gate
+  // The load's temporaries are gone; the resident drains with its lease.
+  EXPECT_TRUE(wait_until([&] { return manager.device_usage()[0].resident_bytes == 30; }))
+      << manager.device_usage()[0].resident_bytes;
+  EXPECT_EQ(manager.device_usage()[0].resident_entries, 0u);
+  EXPECT_EQ(backend.alive_bytes(0), 30u);
+  EXPECT_EQ(old_lease->resident_bytes(), 30u);
+  EXPECT_EQ(old_lease->held_rows().held(), 2u);
+  EXPECT_EQ(pattern_sum_over(old_lease, a, {2, 4}), "no error");
+  EXPECT_EQ(manager.counters().loads_completed, 0u);
+  EXPECT_EQ(manager.counters().loads_failed, 0u);  // a cancellation is no failure
+
+  // New requests never get the old resident: they load again.
+  EXPECT_FALSE(manager.find(a, ScanRows{2, 4}));
+  EXPECT_FALSE(manager.find(a));
+  auto again = acquire_async(manager, a, ScanRows{2, 4});
+  ResidentLease new_lease = ready(again);
+  ASSERT_TRUE(new_lease);
+  EXPECT_NE(new_lease.get(), old_lease.get());
+  ASSERT_EQ(backend.loads().size(), 2u);
+  EXPECT_EQ(backend.load_records()[1].first_rows, (std::optional<ScanRows>{ScanRows{2, 4}}));
+  EXPECT_EQ(manager.device_usage()[0].resident_bytes, 80u);  // 30 B draining, 50 B reserved by the new load
+
+  old_lease = {};
+  EXPECT_EQ(backend.alive_bytes(0), 50u);  // the new load's alone
+  EXPECT_EQ(manager.device_usage()[0].resident_bytes, 50u);
+  backend.open_step(a.master_path, 3);
+  ASSERT_TRUE(wait_for_state(manager, a, ResidencyState::resident));
+  new_lease = {};
+  EXPECT_TRUE(manager.evict(a));
+  EXPECT_EQ(backend.alive_bytes(0), 0u);
+  EXPECT_EQ(manager.device_usage()[0].resident_bytes, 0u);
+}
+
+TEST(ResidencyRegionFirst, AFailureAfterPublicationIsNotRetriedAndItsLeasesDrain) {
+  FakeBackend backend({100});
+  backend.set_default_estimate(30, 50);
+  const auto a = scan_of_eight_rows("a");
+  const std::string reason = "frame 9 of /fake/a_data_000001.h5 does not decode";
+  backend.publish_early(a.master_path, {2, 4, 8});
+  backend.fail_after_step(a.master_path, 1, CorruptChunk(reason));
+  ResidencyManager manager(backend, options());
+  auto request = acquire_async(manager, a, ScanRows{2, 4});
+  ResidentLease first = ready(request);
+  ASSERT_TRUE(first);
+  auto whole = failing_acquire_async(manager, a);
+  backend.open_step(a.master_path);
+  ASSERT_TRUE(backend.wait_step(a.master_path, 2));
+  auto above_request = acquire_async(manager, a, ScanRows{0, 2});
+  ResidentLease above = ready(above_request);
+  ASSERT_TRUE(above);
+  EXPECT_EQ(above.get(), first.get());
+
+  backend.open_step(a.master_path);  // the load fails past its second gate
+  ASSERT_EQ(whole.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(whole.get(), std::make_pair(ErrorKind::corrupt_data, reason));
+  ASSERT_TRUE(wait_for_state(manager, a, ResidencyState::failed));
+  ASSERT_TRUE(backend.wait_idle());
+  const ResidencyStatus status = manager.status(a);
+  EXPECT_EQ(status.failure_reason, reason);
+  EXPECT_EQ(status.scan_rows_resident, 0u);
+  EXPECT_EQ(status.scan_rows, 8u);
+  EXPECT_EQ(status.reserved_bytes, 30u);  // the resident its leases still use
+  // Remembered: no new request is served from the resident, none loads again.
+  ErrorKind kind{};
+  EXPECT_EQ(error_text([&] { manager.acquire(a, ScanRows{2, 4}); }, &kind), reason);
+  EXPECT_EQ(kind, ErrorKind::corrupt_data);
+  EXPECT_EQ(error_text([&] { manager.acquire(a); }, &kind), reason);
+  EXPECT_FALSE(manager.find(a, ScanRows{2, 4}));
+  EXPECT_FALSE(manager.find(a));
+  EXPECT_EQ(backend.loads().size(), 1u);
+  EXPECT_EQ(manager.counters().loads_failed, 1u);
+  // The leases out keep working and hold its bytes until they end.
+  EXPECT_EQ(pattern_sum_over(first, a, {2, 4}), "no error");
+  EXPECT_EQ(pattern_sum_over(above, a, {0, 2}), "no error");
+  EXPECT_EQ(first->resident_bytes(), 30u);
+  EXPECT_EQ(backend.alive_bytes(0), 30u);
+  EXPECT_EQ(manager.device_usage()[0].resident_bytes, 30u);
+  EXPECT_EQ(manager.device_usage()[0].resident_entries, 0u);
+  first = {};
+  EXPECT_EQ(backend.alive_bytes(0), 30u);
+  above = {};
+  EXPECT_EQ(backend.alive_bytes(0), 0u);
+  EXPECT_EQ(manager.device_usage()[0].resident_bytes, 0u);
+  EXPECT_EQ(manager.status(a).reserved_bytes, 0u);
+  EXPECT_EQ(manager.status(a).state, ResidencyState::failed);
+}
+
+TEST(ResidencyRegionFirst, OutOfMemoryAfterPublicationIsNotRetriedOnAnotherDevice) {
+  FakeBackend backend({100, 100});
+  backend.set_default_estimate(30, 50);
+  ResidencyManager manager(backend, options());
+  // Before publishing, out of memory moves the load to the next device.
+  const auto b = scan_of_eight_rows("b");
+  backend.fail(b.master_path, payload_too_large("fake device 0 is out of memory"), 1);
+  EXPECT_EQ(manager.acquire(b)->device_index(), 1);
+  EXPECT_EQ(backend.loads(), loads({{"b", 0}, {"b", 1}}));
+  EXPECT_TRUE(manager.evict(b));
+
+  const auto a = scan_of_eight_rows("a");
+  backend.publish_early(a.master_path, {2, 4, 8});
+  backend.fail_after_step(a.master_path, 0, payload_too_large("fake device 0 is out of memory"));
+  auto whole = failing_acquire_async(manager, a);  // starts the load (rows from 0 up) and waits for all of it
+  ASSERT_TRUE(backend.wait_step(a.master_path, 1));
+  auto request = acquire_async(manager, a, ScanRows{0, 2});
+  ResidentLease early = ready(request);
+  ASSERT_TRUE(early);
+  ASSERT_EQ(early->device_index(), 0);
+  const auto rejections = manager.counters().admission_rejections;
+  backend.open_step(a.master_path);  // out of memory past the first gate
+  ASSERT_EQ(whole.wait_for(10s), std::future_status::ready);
+  // The out-of-memory text of the protocol, no backend text attached.
+  EXPECT_EQ(whole.get(), std::make_pair(ErrorKind::payload_too_large, std::string(kLoadDidNotFitMessage)));
+  EXPECT_EQ(manager.counters().admission_rejections, rejections + 1);
+  ASSERT_TRUE(backend.wait_idle());
+  EXPECT_EQ(backend.loads(), loads({{"b", 0}, {"b", 1}, {"a", 0}}));  // no retry here or on device 1
+  EXPECT_EQ(manager.counters().out_of_memory_retries, 1u);  // b's
+  EXPECT_EQ(manager.status(a).state, ResidencyState::absent);  // transient: the next request loads again
+  EXPECT_EQ(pattern_sum_over(early, a, {0, 2}), "no error");
+  EXPECT_EQ(backend.alive_bytes(0), 30u);
+  EXPECT_EQ(manager.device_usage()[0].resident_bytes, 30u);  // draining
+  EXPECT_EQ(manager.device_usage()[1].resident_bytes, 0u);
+
+  backend.open_step(a.master_path, 3);  // the next load runs through
+  const ResidentLease next = manager.acquire(a);
+  ASSERT_TRUE(next);
+  EXPECT_NE(next.get(), early.get());
+  EXPECT_EQ(backend.loads().size(), 4u);
+  EXPECT_EQ(manager.status(a).state, ResidencyState::resident);
+  early = {};
+  EXPECT_EQ(backend.alive_bytes(0) + backend.alive_bytes(1), 30u);  // the new resident's alone
+  EXPECT_EQ(manager.device_usage()[0].resident_bytes + manager.device_usage()[1].resident_bytes, 30u);
+}
+
+TEST(ResidencyRegionFirst, ShutdownCancelsALoadThatPublishedEarlyAndItsLeaseDrains) {
+  FakeBackend backend({100});
+  backend.set_default_estimate(30, 50);
+  const auto a = scan_of_eight_rows("a");
+  backend.publish_early(a.master_path, {2, 4, 8});
+  ResidencyManager manager(backend, options());
+  auto request = acquire_async(manager, a, ScanRows{2, 4});
+  ResidentLease lease = ready(request);
+  ASSERT_TRUE(lease);
+  manager.shutdown();  // returns although no gate opens: the load saw the cancellation
+  EXPECT_EQ(backend.alive_bytes(0), 30u);
+  EXPECT_EQ(pattern_sum_over(lease, a, {2, 4}), "no error");
+  ErrorKind kind{};
+  error_text([&] { manager.acquire(a, ScanRows{2, 4}); }, &kind);
+  EXPECT_EQ(kind, ErrorKind::unavailable);
+  EXPECT_FALSE(manager.find(a, ScanRows{2, 4}));
+  lease = {};
   EXPECT_EQ(backend.alive_bytes(0), 0u);
 }
