@@ -22,10 +22,10 @@
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/ans.hpp"
 #include "quantem/cuda/scratch_layout.hpp"
-#include "../common/cuda_check.cuh"
+#include "quantem/cuda/cuda_check.hpp"
 #include "../common/warp_collectives.cuh"
 #include "ans_device.cuh"
-#include "tuning.cuh"
+#include "../common/tuning.cuh"
 
 namespace quantem::cuda {
 namespace {
@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsClassMapThreads) class_ma
 // Symbols 0..7 of one pixel counted in registers: 8 bits per symbol in two
 // packed words (a slice has at most kAnsCountFramesPerSlice < 2^8 frames);
 // larger symbols go to the CTA's shared histogram at once. (16-bit counters in
-// two 64-bit words took a third more of the kernel's instructions.)
+// two 64-bit words would need 64-bit shifts and adds for every count.)
 struct SmallSymbolCounts {
   std::uint32_t low = 0;   // symbols 0..3
   std::uint32_t high = 0;  // symbols 4..7

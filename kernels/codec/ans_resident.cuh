@@ -15,9 +15,9 @@
 #include "quantem/cuda/ans.hpp"
 #include "ans_device.cuh"
 
-namespace quantem::kernels::ans_resident {
+namespace quantem::cuda::kernels::ans_resident {
 
-namespace dev = quantem::kernels::ans_device;
+namespace dev = quantem::cuda::kernels::ans_device;
 
 // What every kernel over the resident needs, passed by value.
 struct ResidentParams {
@@ -145,4 +145,4 @@ __device__ inline OpenedGroup open_group_or_flag(const ResidentParams& p, std::u
   return opened;
 }
 
-}  // namespace quantem::kernels::ans_resident
+}  // namespace quantem::cuda::kernels::ans_resident

@@ -14,7 +14,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -23,10 +22,10 @@
 
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/bitshuffle_lz4.hpp"
-#include "../common/cuda_check.cuh"
+#include "quantem/cuda/cuda_check.hpp"
 #include "bitshuffle.cuh"
 #include "lz4_block.cuh"
-#include "tuning.cuh"
+#include "../common/tuning.cuh"
 
 namespace quantem::cuda {
 
@@ -263,9 +262,6 @@ __global__ void __launch_bounds__(kernels::tuning::kBslz4WarpsPerCta * 32)
 }
 
 constexpr std::size_t kDecodeSharedBytes = kernels::tuning::kBslz4WarpsPerCta * kMaxBitshuffleBlockBytes;
-std::atomic<int> forced_blocks_per_warp{0};
-std::atomic<bool> batched_literals{true};
-std::atomic<int> grid_percent{0};
 
 // CTAs of decode_blocks_kernel<element bytes> that fit the current device at
 // once (asked once per device and element size).
@@ -308,9 +304,11 @@ ScratchParts scratch_parts(const BitshuffleLz4Batch& batch, const ChunkLayout& l
 
 }  // namespace
 
-void bitshuffle_lz4_blocks_per_warp(int blocks) {
-  if (blocks < 0 || blocks > 32) throw bad_request("bitshuffle_lz4_blocks_per_warp: 0 (the default) or 1..32");
-  forced_blocks_per_warp.store(blocks);
+void check_bitshuffle_lz4_tuning(const BitshuffleLz4Tuning& tuning) {
+  if (tuning.blocks_per_warp < 0 || tuning.blocks_per_warp > 32)
+    throw bad_request("bitshuffle/LZ4 blocks per warp: 0 (the default) or 1..32");
+  if (tuning.grid_percent < 0 || tuning.grid_percent > 100)
+    throw bad_request("bitshuffle/LZ4 grid percent: 0 (the default) or 1..100");
 }
 
 std::uint32_t bitshuffle_lz4_balanced_blocks_per_warp(std::uint64_t total_blocks, std::uint64_t resident_warps) {
@@ -323,19 +321,13 @@ std::uint32_t bitshuffle_lz4_balanced_blocks_per_warp(std::uint64_t total_blocks
   return static_cast<std::uint32_t>(std::clamp<std::uint64_t>(blocks, 1, most));
 }
 
-void bitshuffle_lz4_batched_literals(bool batched) { batched_literals.store(batched); }
-
-void bitshuffle_lz4_grid_percent(int percent) {
-  if (percent < 0 || percent > 100) throw bad_request("bitshuffle_lz4_grid_percent: 0 (the default) or 1..100");
-  grid_percent.store(percent);
-}
-
 std::size_t bitshuffle_lz4_scratch_bytes(const BitshuffleLz4Batch& batch) {
   return scratch_parts(batch, make_layout(batch)).total;
 }
 
 void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std::size_t scratch_bytes,
-                           StreamHandle stream) {
+                           StreamHandle stream, const BitshuffleLz4Tuning& tuning) {
+  check_bitshuffle_lz4_tuning(tuning);
   const ChunkLayout layout = make_layout(batch);
   if (batch.chunk_count == 0) return;
   if (scratch_bytes < bitshuffle_lz4_scratch_bytes(batch))
@@ -362,15 +354,15 @@ void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std
 
   const std::uint64_t total_blocks = std::uint64_t{batch.chunk_count} * layout.blocks_per_chunk;
   if (total_blocks == 0) return;
-  const int percent = grid_percent.load();
+  const int percent = tuning.grid_percent;
   const std::uint64_t ctas_resident = std::max<std::uint64_t>(  // the GPU filled once (by default)
       1, resident_decode_ctas(layout.element_size) * static_cast<std::uint64_t>(percent == 0 ? 100 : percent) / 100);
-  const int forced = forced_blocks_per_warp.load();
+  const int forced = tuning.blocks_per_warp;
   const std::uint32_t batch_blocks =
       forced != 0 ? static_cast<std::uint32_t>(forced)
                   : bitshuffle_lz4_balanced_blocks_per_warp(total_blocks, ctas_resident * kernels::tuning::kBslz4WarpsPerCta);
   const std::uint64_t blocks_per_cta = std::uint64_t{kernels::tuning::kBslz4WarpsPerCta} * batch_blocks;
-  const bool batched = batched_literals.load();
+  const bool batched = tuning.batched_literals;
   const std::uint64_t ctas_needed = (total_blocks + blocks_per_cta - 1) / blocks_per_cta;
   const unsigned ctas = static_cast<unsigned>(std::min(ctas_needed, ctas_resident));
   const unsigned threads = kernels::tuning::kBslz4WarpsPerCta * 32;

@@ -19,9 +19,9 @@
 //  - the block must decode to exactly output_bytes (bitshuffle's own check).
 #include <cstdint>
 
-#include "../common/host_device.hpp"
+#include "quantem/core/host_device.hpp"
 
-namespace quantem::kernels {
+namespace quantem::cuda::kernels {
 
 enum class Lz4Result : std::uint32_t { ok = 0, corrupt = 1, wrong_size = 2 };
 
@@ -274,4 +274,4 @@ __device__ inline void replay_lz4_sequences_batched(const Lz4Sequence* sequences
 }
 #endif
 
-}  // namespace quantem::kernels
+}  // namespace quantem::cuda::kernels

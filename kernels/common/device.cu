@@ -1,4 +1,5 @@
 // Host-side device utilities and the CUDA error plumbing.
+#include <cuda_runtime_api.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -13,7 +14,7 @@
 #include <vector>
 
 #include "quantem/cuda/device.hpp"
-#include "cuda_check.cuh"
+#include "quantem/cuda/cuda_check.hpp"
 
 namespace quantem::cuda {
 namespace detail {
@@ -25,7 +26,8 @@ std::string describe(cudaError_t status, const char* expression, const char* fil
 }
 }  // namespace
 
-void throw_cuda_error(cudaError_t status, const char* expression, const char* file, int line) {
+void throw_cuda_error(int status_value, const char* expression, const char* file, int line) {
+  const auto status = static_cast<cudaError_t>(status_value);
   const std::string message = describe(status, expression, file, line);
   if (status == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();  // allocation failures are not sticky: clear them
@@ -34,12 +36,11 @@ void throw_cuda_error(cudaError_t status, const char* expression, const char* fi
   throw CudaError(message);
 }
 
-void report_cuda_error_nothrow(cudaError_t status, const char* expression, const char* file,
-                               int line) noexcept {
-  std::fprintf(stderr, "quantem-gpu: %s\n", describe(status, expression, file, line).c_str());
+void report_cuda_error_nothrow(int status, const char* expression, const char* file, int line) noexcept {
+  std::fprintf(stderr, "quantem-gpu: %s\n", describe(static_cast<cudaError_t>(status), expression, file, line).c_str());
 }
 
-void check_launch(cudaStream_t stream, const char* kernel_name, const char* file, int line) {
+void check_launch(StreamHandle stream, const char* kernel_name, const char* file, int line) {
   const cudaError_t launch_status = cudaGetLastError();
   if (launch_status != cudaSuccess) throw_cuda_error(launch_status, kernel_name, file, line);
   if (debug_sync_enabled()) {
@@ -106,40 +107,48 @@ DeviceMemoryInfo device_memory_info() {
   return {free_bytes, total_bytes};
 }
 
-DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-  if (bytes > 0) QUANTEM_CUDA_TRY(cudaMalloc(&data_, bytes));
+void StreamTraits::release(StreamHandle stream) noexcept { QUANTEM_CUDA_TRY_NOTHROW(cudaStreamDestroy(stream)); }
+
+void EventTraits::release(EventHandle event) noexcept { QUANTEM_CUDA_TRY_NOTHROW(cudaEventDestroy(event)); }
+
+void DeviceMemoryTraits::release(const Allocation& memory) noexcept { QUANTEM_CUDA_TRY_NOTHROW(cudaFree(memory.data)); }
+
+void StreamMemoryTraits::release(const StreamAllocation& memory) noexcept {
+  QUANTEM_CUDA_TRY_NOTHROW(cudaFreeAsync(memory.data, memory.stream));
 }
 
-DeviceBuffer::~DeviceBuffer() {
-  if (data_ != nullptr) QUANTEM_CUDA_TRY_NOTHROW(cudaFree(data_));
+void PinnedMemoryTraits::release(const Allocation& memory) noexcept {
+  QUANTEM_CUDA_TRY_NOTHROW(cudaFreeHost(memory.data));
 }
 
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+void MappedPagesTraits::release(const Allocation& memory) noexcept { ::munmap(memory.data, memory.bytes); }
 
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
-  if (this != &other) {
-    if (data_ != nullptr) QUANTEM_CUDA_TRY_NOTHROW(cudaFree(data_));
-    data_ = std::exchange(other.data_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-  }
-  return *this;
+void RegisteredPagesTraits::release(const Allocation& memory) noexcept {
+  QUANTEM_CUDA_TRY_NOTHROW(cudaHostUnregister(memory.data));
+  MappedPagesTraits::release(memory);
 }
 
-HostPages::HostPages(std::size_t bytes, unsigned threads) : bytes_(bytes) {
+DeviceBuffer::DeviceBuffer(std::size_t bytes) {
+  if (bytes == 0) return;
+  void* data = nullptr;
+  QUANTEM_CUDA_TRY(cudaMalloc(&data, bytes));
+  memory_ = Handle<DeviceMemoryTraits>({data, bytes});
+}
+
+HostPages::HostPages(std::size_t bytes, unsigned threads) {
   if (bytes == 0) return;
   void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) throw std::bad_alloc();
-  data_ = memory;
+  pages_ = Handle<MappedPagesTraits>({memory, bytes});
   (void)madvise(memory, bytes, MADV_HUGEPAGE);  // advice only: 4 KiB pages where huge ones are off
   (void)madvise(memory, bytes, MADV_DONTFORK);  // a forked child (the inspector) neither copies nor shares it
   constexpr std::size_t kPage = std::size_t{2} << 20;
   const std::size_t pages = (bytes + kPage - 1) / kPage;
   const unsigned workers = static_cast<unsigned>(std::max<std::size_t>(1, std::min<std::size_t>(threads, pages)));
   const std::size_t share = (pages + workers - 1) / workers * kPage;
-  auto touch = [this, share](unsigned worker) {
-    const std::size_t begin = std::min(bytes_, share * worker), end = std::min(bytes_, begin + share);
-    std::memset(static_cast<char*>(data_) + begin, 0, end - begin);
+  auto touch = [memory, bytes, share](unsigned worker) {
+    const std::size_t begin = std::min(bytes, share * worker), end = std::min(bytes, begin + share);
+    std::memset(static_cast<char*>(memory) + begin, 0, end - begin);
   };
   std::vector<std::thread> helpers;
   try {
@@ -154,74 +163,30 @@ HostPages::HostPages(std::size_t bytes, unsigned threads) : bytes_(bytes) {
   for (auto& helper : helpers) helper.join();
 }
 
-HostPages::~HostPages() {
-  if (data_ != nullptr) ::munmap(data_, bytes_);
-}
-
-HostPages::HostPages(HostPages&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-
-HostPages& HostPages::operator=(HostPages&& other) noexcept {
-  if (this != &other) {
-    if (data_ != nullptr) ::munmap(data_, bytes_);
-    data_ = std::exchange(other.data_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-  }
-  return *this;
-}
-
 namespace {
 constexpr std::size_t kRegisteredPinnedMinBytes = std::size_t{4} << 20;
 constexpr unsigned kPinnedFaultThreads = 8;
 }  // namespace
 
-PinnedBuffer::PinnedBuffer(std::size_t bytes) : bytes_(bytes) {
+PinnedBuffer::PinnedBuffer(std::size_t bytes) {
   if (bytes == 0) return;
   if (bytes >= kRegisteredPinnedMinBytes) {
     HostPages pages(bytes, kPinnedFaultThreads);
     if (cudaHostRegister(pages.data(), bytes, cudaHostRegisterPortable) == cudaSuccess) {
-      data_ = pages.data();
-      registered_ = std::move(pages);
+      registered_ = Handle<RegisteredPagesTraits>(pages.release());
       return;
     }
     (void)cudaGetLastError();  // registration refused here: the driver's own pinned allocation instead
   }
-  QUANTEM_CUDA_TRY(cudaMallocHost(&data_, bytes));
+  void* data = nullptr;
+  QUANTEM_CUDA_TRY(cudaMallocHost(&data, bytes));
+  allocated_ = Handle<PinnedMemoryTraits>({data, bytes});
 }
 
-PinnedBuffer::PinnedBuffer(HostPages pages) : bytes_(pages.size()) {
+PinnedBuffer::PinnedBuffer(HostPages pages) {
   if (pages.size() == 0) return;
   QUANTEM_CUDA_TRY(cudaHostRegister(pages.data(), pages.size(), cudaHostRegisterPortable));
-  data_ = pages.data();
-  registered_ = std::move(pages);
-}
-
-void PinnedBuffer::release() noexcept {
-  if (data_ == nullptr) return;
-  if (registered_.data() != nullptr) {
-    QUANTEM_CUDA_TRY_NOTHROW(cudaHostUnregister(data_));
-    registered_ = HostPages();
-  } else {
-    QUANTEM_CUDA_TRY_NOTHROW(cudaFreeHost(data_));
-  }
-  data_ = nullptr;
-}
-
-PinnedBuffer::~PinnedBuffer() { release(); }
-
-PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)),
-      bytes_(std::exchange(other.bytes_, 0)),
-      registered_(std::move(other.registered_)) {}
-
-PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
-  if (this != &other) {
-    release();
-    data_ = std::exchange(other.data_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-    registered_ = std::move(other.registered_);
-  }
-  return *this;
+  registered_ = Handle<RegisteredPagesTraits>(pages.release());
 }
 
 void copy_to_device(void* d_destination, const void* host_source, std::size_t bytes) {

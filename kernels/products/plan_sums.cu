@@ -7,7 +7,7 @@
 
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/resident_products.hpp"
-#include "../common/cuda_check.cuh"
+#include "quantem/cuda/cuda_check.hpp"
 
 namespace quantem::cuda {
 namespace {

@@ -8,7 +8,6 @@
 // codec (kernels/codec/ans_device.cuh).
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -20,16 +19,16 @@
 #include "quantem/cuda/resident_products.hpp"
 #include "../codec/ans_device.cuh"
 #include "../codec/ans_resident.cuh"
-#include "../common/cuda_check.cuh"
+#include "quantem/cuda/cuda_check.hpp"
 #include "../common/warp_collectives.cuh"
-#include "tuning.cuh"
+#include "../common/tuning.cuh"
 
 namespace quantem::cuda {
 namespace {
 
 using namespace quantem::ans;
-namespace dev = quantem::kernels::ans_device;
-namespace tuning = quantem::kernels::tuning;
+namespace dev = quantem::cuda::kernels::ans_device;
+namespace tuning = quantem::cuda::kernels::tuning;
 
 using kernels::ans_resident::group_decode_tables;
 using kernels::ans_resident::open_group;
@@ -357,23 +356,20 @@ __global__ void max_value_kernel(const T* __restrict__ values, std::uint64_t cou
   if (threadIdx.x % 32 == 0 && largest != 0) atomicMax(result, largest);
 }
 
-unsigned elementwise_ctas(std::uint64_t items, int threads) {
-  const std::uint64_t needed = (items + static_cast<std::uint64_t>(threads) - 1) / static_cast<std::uint64_t>(threads);
-  return static_cast<unsigned>(needed < tuning::kElementwiseMaxCtas ? (needed == 0 ? 1 : needed) : tuning::kElementwiseMaxCtas);
-}
+
 
 template <class T>
 void launch_prepare(T* frames, std::uint64_t frame_count, std::uint32_t frame_pixels, const std::uint32_t* masked,
                     std::uint32_t masked_count, std::uint32_t* d_max, cudaStream_t stream) {
   const int threads = tuning::kPrepareThreads;
   if (masked_count != 0 && frame_count != 0) {
-    zero_masked_kernel<T><<<elementwise_ctas(frame_count * masked_count, threads), threads, 0, stream>>>(
+    zero_masked_kernel<T><<<tuning::elementwise_ctas(frame_count * masked_count, threads, current_sm_count()), threads, 0, stream>>>(
         frames, frame_count, frame_pixels, masked, masked_count);
     QUANTEM_CUDA_CHECK_LAUNCH(stream, "zero_masked_kernel");
   }
   if (d_max != nullptr && frame_count != 0) {
     const std::uint64_t count = frame_count * frame_pixels;
-    max_value_kernel<T><<<elementwise_ctas(count, threads), threads, 0, stream>>>(
+    max_value_kernel<T><<<tuning::elementwise_ctas(count, threads, current_sm_count()), threads, 0, stream>>>(
         frames, count, reinterpret_cast<unsigned int*>(d_max));
     QUANTEM_CUDA_CHECK_LAUNCH(stream, "max_value_kernel");
   }
@@ -424,8 +420,6 @@ void launch_per_job(Kernel kernel, const char* name, const ResidentParams& p, st
 }  // namespace
 
 namespace {
-std::atomic<int> forced_accumulate_threads{0};
-
 template <int Threads>
 void launch_accumulate_frames(const ResidentParams& p, std::size_t job_count, StreamHandle stream, const FrameJob* d_jobs,
                               const std::uint32_t* d_frame_bitmap, std::uint64_t* d_sums, std::uint32_t* d_max,
@@ -441,10 +435,9 @@ void launch_accumulate_frames(const ResidentParams& p, std::size_t job_count, St
 }
 }  // namespace
 
-void ans_accumulate_frames_cta_threads(int threads) {
-  if (threads != 0 && threads != 512 && threads != 1024)
-    throw bad_request("ans_accumulate_frames_cta_threads: 0, 512 or 1024");
-  forced_accumulate_threads.store(threads);
+void check_ans_accumulate_frames_cta_threads(int cta_threads) {
+  if (cta_threads != 0 && cta_threads != 512 && cta_threads != 1024)
+    throw bad_request("ans_accumulate_frames: CTA threads 0 (the default), 512 or 1024");
 }
 
 int ans_accumulate_frames_threads_for(std::size_t job_count, std::uint32_t stream_count, int sm_count) {
@@ -454,14 +447,14 @@ int ans_accumulate_frames_threads_for(std::size_t job_count, std::uint32_t strea
 
 void ans_accumulate_frames(const AnsResidentView& resident, const FrameJob* d_jobs, std::size_t job_count,
                            const std::uint32_t* d_frame_bitmap, std::uint64_t* d_sums, std::uint32_t* d_max,
-                           std::uint32_t* d_error, StreamHandle stream) {
+                           std::uint32_t* d_error, StreamHandle stream, int cta_threads) {
+  check_ans_accumulate_frames_cta_threads(cta_threads);
   const ResidentParams p = make_params(resident, "ans_accumulate_frames");
   check_jobs(d_jobs, job_count, "ans_accumulate_frames");
   if (job_count == 0) return;
   if (d_frame_bitmap == nullptr || d_sums == nullptr) throw bad_request("ans_accumulate_frames: null bitmap or sums");
-  const int forced = forced_accumulate_threads.load();
-  const int threads =
-      forced != 0 ? forced : ans_accumulate_frames_threads_for(job_count, p.stream_count, current_sm_count());
+  const int threads = cta_threads != 0 ? cta_threads
+                                       : ans_accumulate_frames_threads_for(job_count, p.stream_count, current_sm_count());
   if (threads == 1024) {
     launch_accumulate_frames<1024>(p, job_count, stream, d_jobs, d_frame_bitmap, d_sums, d_max, d_error);
   } else {
@@ -514,7 +507,7 @@ void binned_slot_max(const std::uint64_t* d_slot_sums, std::uint32_t slot_count,
   const std::uint32_t out_cols = (detector_cols + detector_bin - 1) / detector_bin;
   const std::uint64_t out_pixels = std::uint64_t{out_rows} * out_cols;
   const int threads = tuning::kBinnedMaxThreads;
-  binned_slot_max_kernel<<<elementwise_ctas(out_pixels * slot_count, threads), threads, 0, stream>>>(
+  binned_slot_max_kernel<<<tuning::elementwise_ctas(out_pixels * slot_count, threads, current_sm_count()), threads, 0, stream>>>(
       d_slot_sums, slot_count, detector_rows, detector_cols, detector_bin, out_cols, out_pixels,
       reinterpret_cast<unsigned long long*>(d_result));
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "binned_slot_max_kernel");

@@ -10,14 +10,14 @@
 
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/resident_products.hpp"
-#include "../common/cuda_check.cuh"
+#include "quantem/cuda/cuda_check.hpp"
 #include "../common/warp_collectives.cuh"
-#include "tuning.cuh"
+#include "../common/tuning.cuh"
 
 namespace quantem::cuda {
 namespace {
 
-namespace tuning = quantem::kernels::tuning;
+namespace tuning = quantem::cuda::kernels::tuning;
 
 // The moments of one frame (CTA-wide; every thread calls it): Σ I, Σ row·I
 // and Σ col·I over its pixels, exact in 64 bits, written as row `frame_index`
@@ -464,9 +464,7 @@ void add_ring_sums(const void* d_ring_sums, std::uint32_t sum_bytes, std::uint64
   if (d_ring_sums == nullptr || d_rings == nullptr || d_sums == nullptr) throw bad_request("add_ring_sums: null pointer");
   if (first_frame + frame_count > ring_stride) throw bad_request("add_ring_sums: frames outside the ring table");
   const int threads = 256;
-  const unsigned ctas = static_cast<unsigned>(
-      (frame_count + threads - 1) / threads < tuning::kElementwiseMaxCtas ? (frame_count + threads - 1) / threads
-                                                                          : tuning::kElementwiseMaxCtas);
+  const unsigned ctas = tuning::elementwise_ctas(frame_count, threads, current_sm_count());
   auto* sums = reinterpret_cast<unsigned long long*>(d_sums);
   if (sum_bytes == 4) {
     add_ring_sums_kernel<<<ctas, threads, 0, stream>>>(static_cast<const std::uint32_t*>(d_ring_sums), ring_stride,

@@ -60,21 +60,30 @@ std::uint32_t quad_pixels(const AnsGroupLayout& layout, std::uint32_t rows, std:
 
 [[noreturn]] void corrupt(const std::string& what) { throw CorruptChunk("ANS group: " + what); }
 
-}  // namespace
-
-std::vector<std::uint8_t> encode_group(const HostFrames& frames) {
-  if (frames.frame_count == 0 || frames.detector_rows == 0 || frames.detector_cols == 0)
-    throw bad_request("encode_group: empty shape");
-  const std::uint32_t rows = frames.detector_rows;
-  const std::uint32_t cols = frames.detector_cols;
-  const std::uint32_t pixels = rows * cols;
-  const std::uint32_t frame_count = frames.frame_count;
-  const AnsGroupLayout layout = ans_group_layout(rows, cols);
-  auto value_at = [&](std::uint32_t frame, std::uint32_t pixel) {
+// The steps of encode_group, in order.
+// Values of the group's frames, frame-major.
+struct GroupValues {
+  const HostFrames& frames;
+  std::uint32_t pixels;
+  std::uint32_t operator()(std::uint32_t frame, std::uint32_t pixel) const {
     return load_value(frames.data, frames.dtype, std::size_t{frame} * pixels + pixel);
-  };
+  }
+};
 
-  // Model: per-pixel sums -> class scale -> classes -> per-class symbol counts -> frequencies.
+// The group's symbol model: per-pixel sums -> class scale -> classes ->
+// per-class symbol counts -> frequencies and their cumulative tables.
+struct GroupModel {
+  std::uint32_t raw_words = 1;
+  std::uint32_t class_scale = 0;
+  std::vector<std::uint8_t> classes;     // per pixel
+  std::vector<std::uint32_t> shifts;     // per class
+  std::vector<std::uint16_t> frequencies;  // [class][symbol]
+  std::vector<std::uint32_t> cdfs;         // [class][symbol]
+};
+
+GroupModel build_model(const GroupValues& value_at, std::uint32_t frame_count) {
+  const std::uint32_t pixels = value_at.pixels;
+  GroupModel model;
   std::vector<std::uint64_t> pixel_sums(pixels, 0);
   std::uint32_t max_value = 0;
   for (std::uint32_t f = 0; f < frame_count; ++f)
@@ -83,7 +92,7 @@ std::vector<std::uint8_t> encode_group(const HostFrames& frames) {
       pixel_sums[p] += v;
       max_value = std::max(max_value, v);
     }
-  const std::uint32_t raw_words = max_value > 0xffffu ? 2 : 1;
+  model.raw_words = max_value > 0xffffu ? 2 : 1;
   std::vector<std::uint64_t> histogram(kAnsClassHistogramBins, 0);
   for (std::uint32_t p = 0; p < pixels; ++p) ++histogram[class_histogram_bin(pixel_sums[p], frame_count)];
   const std::uint64_t quantile = class_quantile_pixels(pixels);
@@ -92,37 +101,50 @@ std::vector<std::uint8_t> encode_group(const HostFrames& frames) {
     cumulative += histogram[high_bin];
     if (cumulative >= quantile) break;
   }
-  const std::uint32_t class_scale = class_scale_from_bin(high_bin);
-  std::vector<std::uint8_t> classes(pixels);
+  model.class_scale = class_scale_from_bin(high_bin);
+  model.classes.resize(pixels);
   for (std::uint32_t p = 0; p < pixels; ++p)
-    classes[p] = static_cast<std::uint8_t>(pixel_class(pixel_sums[p], frame_count, class_scale));
-  std::vector<std::uint32_t> shifts(kAnsClassCount);
-  for (std::uint32_t c = 0; c < kAnsClassCount; ++c) shifts[c] = class_shift(c, class_scale);
+    model.classes[p] = static_cast<std::uint8_t>(pixel_class(pixel_sums[p], frame_count, model.class_scale));
+  model.shifts.resize(kAnsClassCount);
+  for (std::uint32_t c = 0; c < kAnsClassCount; ++c) model.shifts[c] = class_shift(c, model.class_scale);
   std::vector<std::uint64_t> counts(std::size_t{kAnsClassCount} * kAnsAlphabetSize, 0);
   for (std::uint32_t f = 0; f < frame_count; ++f)
-    for (std::uint32_t p = 0; p < pixels; ++p)
-      ++counts[std::size_t{classes[p]} * kAnsAlphabetSize + value_symbol(value_at(f, p), shifts[classes[p]])];
-  std::vector<std::uint16_t> frequencies(std::size_t{kAnsClassCount} * kAnsAlphabetSize);
-  std::vector<std::uint32_t> cdfs(std::size_t{kAnsClassCount} * kAnsAlphabetSize);
+    for (std::uint32_t p = 0; p < pixels; ++p) {
+      const std::uint8_t cls = model.classes[p];
+      ++counts[std::size_t{cls} * kAnsAlphabetSize + value_symbol(value_at(f, p), model.shifts[cls])];
+    }
+  model.frequencies.resize(std::size_t{kAnsClassCount} * kAnsAlphabetSize);
+  model.cdfs.resize(std::size_t{kAnsClassCount} * kAnsAlphabetSize);
   for (std::uint32_t c = 0; c < kAnsClassCount; ++c) {
-    normalize_frequencies(&counts[std::size_t{c} * kAnsAlphabetSize], &frequencies[std::size_t{c} * kAnsAlphabetSize]);
+    const std::size_t table = std::size_t{c} * kAnsAlphabetSize;
+    normalize_frequencies(&counts[table], &model.frequencies[table]);
     std::uint32_t cumulative = 0;
     for (std::uint32_t s = 0; s < kAnsAlphabetSize; ++s) {
-      cdfs[std::size_t{c} * kAnsAlphabetSize + s] = cumulative;
-      cumulative += frequencies[std::size_t{c} * kAnsAlphabetSize + s];
+      model.cdfs[table + s] = cumulative;
+      cumulative += model.frequencies[table + s];
     }
   }
+  return model;
+}
 
-  // Streams: encode each quad backwards (one state per quad position), then
-  // lay the words out in read order.
-  std::vector<std::vector<std::uint16_t>> stream_words(layout.stream_count);
-  std::vector<std::array<std::uint32_t, kAnsStatesPerStream>> final_states(layout.stream_count);
+// Every stream's words (in emission order) and final states.
+struct GroupStreams {
+  std::vector<std::vector<std::uint16_t>> words;
+  std::vector<std::array<std::uint32_t, kAnsStatesPerStream>> final_states;
+};
+
+// Encodes each quad backwards (one state per quad position).
+GroupStreams encode_streams(const AnsGroupLayout& layout, std::uint32_t rows, std::uint32_t cols,
+                            std::uint32_t frame_count, const GroupModel& model, const GroupValues& value_at) {
+  GroupStreams streams;
+  streams.words.resize(layout.stream_count);
+  streams.final_states.resize(layout.stream_count);
   for (std::uint32_t s = 0; s < layout.stream_count; ++s) {
     std::array<std::uint32_t, 4> quad{};
     const std::uint32_t present = quad_pixels(layout, rows, cols, s, quad);
     std::array<std::uint32_t, kAnsStatesPerStream> states;
     states.fill(kAnsStateLower);
-    std::vector<std::uint16_t>& emitted = stream_words[s];
+    std::vector<std::uint16_t>& emitted = streams.words[s];
     auto push = [&](std::uint32_t word) {
       if (word != kAnsNoWord) emitted.push_back(static_cast<std::uint16_t>(word));
     };
@@ -130,42 +152,63 @@ std::vector<std::uint8_t> encode_group(const HostFrames& frames) {
       for (std::uint32_t k = 4; k-- > 0;) {
         if (((present >> k) & 1u) == 0) continue;
         const std::uint32_t pixel = quad[k];
-        const std::size_t table = std::size_t{classes[pixel]} * kAnsAlphabetSize;
+        const std::size_t table = std::size_t{model.classes[pixel]} * kAnsAlphabetSize;
         encode_value(
-            states[k], value_at(f, pixel), shifts[classes[pixel]],
+            states[k], value_at(f, pixel), model.shifts[model.classes[pixel]],
             [&](std::uint32_t& state, std::uint32_t symbol) {
-              return encode_symbol(state, frequencies[table + symbol], cdfs[table + symbol]);
+              return encode_symbol(state, model.frequencies[table + symbol], model.cdfs[table + symbol]);
             },
             push);
       }
     }
-    final_states[s] = states;
+    streams.final_states[s] = states;
   }
+  return streams;
+}
 
+// The group's bytes: header, class map, frequency tables, stream offsets, then
+// each stream's states and its words in read order.
+std::vector<std::uint8_t> write_group(const AnsGroupLayout& layout, std::uint32_t rows, std::uint32_t cols,
+                                      std::uint32_t frame_count, const GroupModel& model, const GroupStreams& streams) {
   std::uint64_t data_bytes = 0;
   std::vector<std::uint32_t> stream_offsets(layout.stream_count);
   for (std::uint32_t s = 0; s < layout.stream_count; ++s) {
     stream_offsets[s] = static_cast<std::uint32_t>(data_bytes);
-    data_bytes += ans_stream_bytes(stream_words[s].size());
+    data_bytes += ans_stream_bytes(streams.words[s].size());
   }
   const std::uint64_t total = layout.stream_data_offset + data_bytes;
   if (total > 0xffffffffu) throw bad_request("encode_group: group larger than 4 GiB; use fewer frames per group");
   std::vector<std::uint8_t> blob(static_cast<std::size_t>(total), 0);
   const AnsGroupHeader header =
-      ans_group_header(layout, frame_count, rows, cols, raw_words, class_scale, data_bytes);
+      ans_group_header(layout, frame_count, rows, cols, model.raw_words, model.class_scale, data_bytes);
   std::memcpy(blob.data(), &header, sizeof header);
-  std::memcpy(blob.data() + layout.class_map_offset, classes.data(), pixels);
-  for (std::size_t i = 0; i < frequencies.size(); ++i)
-    store_le<std::uint16_t>(blob.data() + layout.freq_table_offset + 2 * i, frequencies[i]);
+  std::memcpy(blob.data() + layout.class_map_offset, model.classes.data(), model.classes.size());
+  for (std::size_t i = 0; i < model.frequencies.size(); ++i)
+    store_le<std::uint16_t>(blob.data() + layout.freq_table_offset + 2 * i, model.frequencies[i]);
   for (std::uint32_t s = 0; s < layout.stream_count; ++s) {
     store_le<std::uint32_t>(blob.data() + layout.stream_offsets_offset + 4 * std::size_t{s}, stream_offsets[s]);
     std::uint8_t* stream = blob.data() + layout.stream_data_offset + stream_offsets[s];
-    for (std::uint32_t k = 0; k < kAnsStatesPerStream; ++k) store_le<std::uint32_t>(stream + 4 * k, final_states[s][k]);
-    const std::vector<std::uint16_t>& words = stream_words[s];
+    for (std::uint32_t k = 0; k < kAnsStatesPerStream; ++k)
+      store_le<std::uint32_t>(stream + 4 * k, streams.final_states[s][k]);
+    const std::vector<std::uint16_t>& words = streams.words[s];
     for (std::size_t k = 0; k < words.size(); ++k)  // the last word emitted is read first
       store_le<std::uint16_t>(stream + kAnsStreamHeaderBytes + 2 * k, words[words.size() - 1 - k]);
   }
   return blob;
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> encode_group(const HostFrames& frames) {
+  if (frames.frame_count == 0 || frames.detector_rows == 0 || frames.detector_cols == 0)
+    throw bad_request("encode_group: empty shape");
+  const std::uint32_t rows = frames.detector_rows;
+  const std::uint32_t cols = frames.detector_cols;
+  const AnsGroupLayout layout = ans_group_layout(rows, cols);
+  const GroupValues value_at{frames, rows * cols};
+  const GroupModel model = build_model(value_at, frames.frame_count);
+  const GroupStreams streams = encode_streams(layout, rows, cols, frames.frame_count, model, value_at);
+  return write_group(layout, rows, cols, frames.frame_count, model, streams);
 }
 
 AnsGroupHeader read_group_header(const std::uint8_t* blob, std::size_t bytes) {

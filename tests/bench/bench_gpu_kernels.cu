@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "bench_gpu_kernels.hpp"
-#include "../../kernels/common/cuda_check.cuh"
+#include "quantem/cuda/cuda_check.hpp"
 
 namespace quantem::bench {
 namespace {

@@ -5,13 +5,13 @@
 #include <string>
 
 #include "dense_peer_kernels.hpp"
-#include "../../kernels/common/cuda_check.cuh"
+#include "quantem/cuda/cuda_check.hpp"
 #include "../../kernels/common/warp_collectives.cuh"
 
 namespace quantem::bench {
 namespace {
 
-using kernels::warp_sum_u64;
+using cuda::kernels::warp_sum_u64;
 
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / 32;

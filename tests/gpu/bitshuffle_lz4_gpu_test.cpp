@@ -34,7 +34,8 @@ struct GpuDecodeResult {
 // buffer (offsets descending: the decoder cannot record sequences per block
 // and every block takes the warp-at-a-time path).
 GpuDecodeResult decode_on_gpu(const std::vector<Bytes>& chunks, std::size_t element_size, std::size_t elements,
-                              std::size_t block_elements = 0, bool staged_backwards = false) {
+                              std::size_t block_elements = 0, bool staged_backwards = false,
+                              const cuda::BitshuffleLz4Tuning& tuning = {}) {
   Bytes staged;
   std::vector<std::uint64_t> offsets(chunks.size());
   std::vector<std::uint32_t> sizes(chunks.size());
@@ -68,7 +69,7 @@ GpuDecodeResult decode_on_gpu(const std::vector<Bytes>& chunks, std::size_t elem
   batch.d_decoded = d_decoded.as<std::uint8_t>();
   batch.d_status = d_status.as<std::uint32_t>();
   cuda::DeviceBuffer d_scratch(std::max<std::size_t>(cuda::bitshuffle_lz4_scratch_bytes(batch), 1));
-  cuda::decode_bitshuffle_lz4(batch, d_scratch.data(), d_scratch.size(), nullptr);
+  cuda::decode_bitshuffle_lz4(batch, d_scratch.data(), d_scratch.size(), nullptr, tuning);
   cuda::synchronize_device();
 
   GpuDecodeResult result;
@@ -152,20 +153,20 @@ TEST(BitshuffleLz4Gpu, ChunksStagedOutOfOrderDecodeTheSame) {
 TEST(BitshuffleLz4Gpu, SequenceBySequenceReplayDecodesTheSame) {
   QUANTEM_REQUIRE_CUDA_DEVICE();
   std::mt19937_64 rng(31);
-  cuda::bitshuffle_lz4_batched_literals(false);
+  cuda::BitshuffleLz4Tuning sequence_by_sequence;
+  sequence_by_sequence.batched_literals = false;
   for (std::size_t element_size : {1u, 2u, 4u}) {
     std::vector<Bytes> sources, chunks;
     for (const std::string pattern : {"zero", "max", "uniform", "sparse", "disc"}) {
       sources.push_back(gpu_test::random_frame(rng, 36864, element_size, pattern));
       chunks.push_back(codec::encode_bitshuffle_lz4(sources.back().data(), 36864, element_size));
     }
-    const GpuDecodeResult gpu = decode_on_gpu(chunks, element_size, 36864);
+    const GpuDecodeResult gpu = decode_on_gpu(chunks, element_size, 36864, 0, false, sequence_by_sequence);
     for (std::size_t i = 0; i < chunks.size(); ++i) {
       EXPECT_EQ(gpu.status[i], ChunkStatus::ok) << element_size << " " << i;
       EXPECT_EQ(gpu.frames[i], sources[i]) << element_size << " " << i;
     }
   }
-  cuda::bitshuffle_lz4_batched_literals(true);
 }
 
 TEST(BitshuffleLz4Gpu, DecodesNonDefaultBlockSizesWhenDeclared) {
@@ -362,28 +363,32 @@ TEST(BitshuffleLz4Gpu, ManyFramesInOneBatch) {
   }
 }
 
-// A benchmark switch refuses each of `values` as a bad request before anything
-// runs (no device needed), then is set back to its default (0).
-void expect_switch_refuses(void (*set)(int), std::initializer_list<int> values) {
+// A tuning field refuses each of `values` as a bad request before anything
+// runs (no device needed), and takes its default (0).
+void expect_tuning_refuses(int cuda::BitshuffleLz4Tuning::*field, std::initializer_list<int> values) {
   for (const int value : values) {
+    cuda::BitshuffleLz4Tuning tuning;
+    tuning.*field = value;
     try {
-      set(value);
+      cuda::check_bitshuffle_lz4_tuning(tuning);
       ADD_FAILURE() << "accepted " << value;
     } catch (const Error& error) {
       EXPECT_EQ(error.kind(), ErrorKind::bad_request);
     }
   }
-  set(0);
+  cuda::BitshuffleLz4Tuning tuning;
+  tuning.*field = 0;
+  EXPECT_NO_THROW(cuda::check_bitshuffle_lz4_tuning(tuning));
 }
 
 // The blocks per warp: 0 (the default) or 1..32.
 TEST(BitshuffleLz4Gpu, BlocksPerWarpOutsideOneToThirtyTwoAreABadRequest) {
-  expect_switch_refuses(cuda::bitshuffle_lz4_blocks_per_warp, {-1, 33});
+  expect_tuning_refuses(&cuda::BitshuffleLz4Tuning::blocks_per_warp, {-1, 33});
 }
 
 // The decode's grid: 0 (the default, 100 %) or 1..100 percent of the CTAs the device holds.
 TEST(BitshuffleLz4Gpu, GridPercentOutsideOneToHundredIsABadRequest) {
-  expect_switch_refuses(cuda::bitshuffle_lz4_grid_percent, {-1, 101});
+  expect_tuning_refuses(&cuda::BitshuffleLz4Tuning::grid_percent, {-1, 101});
 }
 
 TEST(BitshuffleLz4Gpu, RejectsInvalidBatchShapes) {

@@ -109,11 +109,11 @@ int main(int argc, char** argv) {
     options.tuning.sub_batch_frames = sub_batch_frames;
     options.tuning.prioritise_encoder = prioritise_encoder;
     options.tuning.staging_bytes = staging_mib << 20;
+    options.tuning.accumulate_frames_cta_threads = accumulate_threads;
+    options.tuning.bslz4_blocks_per_warp = bslz4_blocks_per_warp;
+    options.tuning.bslz4_grid_percent = bslz4_grid_percent;
+    options.tuning.bslz4_batched_literals = bslz4_batched_literals;
     auto cuda = backend::make_cuda_backend(options);
-    cuda::ans_accumulate_frames_cta_threads(accumulate_threads);
-    cuda::bitshuffle_lz4_blocks_per_warp(bslz4_blocks_per_warp);
-    cuda::bitshuffle_lz4_grid_percent(bslz4_grid_percent);
-    cuda::bitshuffle_lz4_batched_literals(bslz4_batched_literals);
     const backend::LoadEstimate estimate = cuda->estimate_load(acquisition);
     const auto device = cuda->devices().front();
 

@@ -322,17 +322,16 @@ TEST(CudaBackend, FramesAndRegionsAgreeAtEveryCtaWidth) {
       synthesize(dir, "widths", 13, 40, DType::uint16, synth::Preset::realistic, /*frames_per_shard=*/90);
   const auto cpu_resident = load(*cpu, acquisition);
   for (const bool tables_at_load : {true, false}) {
-    CudaLoadTuning tuning = small_tuning();
-    tuning.decode_tables_at_load = tables_at_load;
-    const auto gpu = cuda_backend(tuning);
-    const auto resident = load(*gpu, acquisition);
     for (const int threads : {512, 1024, 0}) {
-      cuda::ans_accumulate_frames_cta_threads(threads);
+      CudaLoadTuning tuning = small_tuning();
+      tuning.decode_tables_at_load = tables_at_load;
+      tuning.accumulate_frames_cta_threads = threads;
+      const auto gpu = cuda_backend(tuning);
+      const auto resident = load(*gpu, acquisition);
       expect_same_products(*resident, *cpu_resident, std::string(tables_at_load ? "tables at load" : "tables per CTA") +
                                                          ", CTA width " + std::to_string(threads));
     }
   }
-  cuda::ans_accumulate_frames_cta_threads(0);
 }
 
 TEST(CudaBackend, LoadsTheRealArinaAcquisitionLikeTheCpuBackend) {

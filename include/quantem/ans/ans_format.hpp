@@ -44,13 +44,9 @@
 //   (nearly uniform bits, since then the spread sqrt(m) >> 2^b).
 #include <cstdint>
 
-// Functions of the format used by both the CPU reference and the CUDA kernels:
-// __host__ __device__ under nvcc, plain functions elsewhere.
-#if defined(__CUDACC__)
-#define QUANTEM_ANS_HD __host__ __device__
-#else
-#define QUANTEM_ANS_HD
-#endif
+// Functions of the format used by both the CPU reference and the CUDA kernels
+// are QUANTEM_HOST_DEVICE: __host__ __device__ under nvcc, plain functions elsewhere.
+#include "quantem/core/host_device.hpp"
 
 namespace quantem::ans {
 
@@ -99,7 +95,7 @@ struct AnsGroupLayout {
   std::uint32_t stream_data_offset;
 };
 
-QUANTEM_ANS_HD constexpr AnsGroupLayout ans_group_layout(std::uint32_t detector_rows, std::uint32_t detector_cols) {
+QUANTEM_HOST_DEVICE constexpr AnsGroupLayout ans_group_layout(std::uint32_t detector_rows, std::uint32_t detector_cols) {
   AnsGroupLayout layout{};
   layout.quad_rows = (detector_rows + 1) / 2;
   layout.quad_cols = (detector_cols + 1) / 2;
@@ -113,14 +109,14 @@ QUANTEM_ANS_HD constexpr AnsGroupLayout ans_group_layout(std::uint32_t detector_
 
 // Bytes one stream takes in a group's stream data: its states, its 16-bit
 // words, padded to kAnsStreamAlignment.
-QUANTEM_ANS_HD constexpr std::uint64_t ans_stream_bytes(std::uint64_t word_count) {
+QUANTEM_HOST_DEVICE constexpr std::uint64_t ans_stream_bytes(std::uint64_t word_count) {
   return (kAnsStreamHeaderBytes + 2 * word_count + kAnsStreamAlignment - 1) / kAnsStreamAlignment *
          kAnsStreamAlignment;
 }
 
 // The header of a group with this layout, shape, encoder choices and stream
 // data size.
-QUANTEM_ANS_HD inline AnsGroupHeader ans_group_header(const AnsGroupLayout& layout, std::uint32_t frame_count,
+QUANTEM_HOST_DEVICE inline AnsGroupHeader ans_group_header(const AnsGroupLayout& layout, std::uint32_t frame_count,
                                                       std::uint32_t detector_rows, std::uint32_t detector_cols,
                                                       std::uint32_t raw_words, std::uint32_t class_scale,
                                                       std::uint64_t stream_data_bytes) {

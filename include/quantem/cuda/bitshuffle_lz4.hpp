@@ -61,10 +61,24 @@ inline constexpr std::size_t kMaxBitshuffleBlockBytes = 8192;
 // invalid shape (element size, block size, zero elements).
 std::size_t bitshuffle_lz4_scratch_bytes(const BitshuffleLz4Batch& batch);
 
-// Bitshuffle blocks each warp of the decode takes at a time (its lanes parse
-// them side by side): 1..32 forces a count, 0 restores the default,
-// bitshuffle_lz4_balanced_blocks_per_warp (benchmarks).
-void bitshuffle_lz4_blocks_per_warp(int blocks);
+// The decode's launch shape, chosen by the caller (benchmarks vary it; the
+// defaults are what a load uses). check_bitshuffle_lz4_tuning throws
+// quantem::Error(bad_request) for a value outside its range.
+struct BitshuffleLz4Tuning {
+  // Bitshuffle blocks each warp takes at a time (its lanes parse them side by
+  // side): 1..32 forces a count; 0, the default,
+  // bitshuffle_lz4_balanced_blocks_per_warp.
+  int blocks_per_warp = 0;
+  // The grid as a percentage of the CTAs the device holds at once (1..100; 0,
+  // the default, is 100): leaves the encoder's kernels room beside the decode
+  // during a load.
+  int grid_percent = 0;
+  // Replay a block's recorded sequences with the literals of 32 sequences
+  // copied at once (true, the default) or sequence by sequence.
+  bool batched_literals = true;
+};
+void check_bitshuffle_lz4_tuning(const BitshuffleLz4Tuning& tuning);
+
 // The default blocks per warp of a decode of `total_blocks` blocks by
 // `resident_warps` warps (the grid fills the GPU once and each warp walks its
 // share): the rounds the warps need at 8 blocks each, then the fewest blocks
@@ -73,22 +87,16 @@ void bitshuffle_lz4_blocks_per_warp(int blocks);
 // (for example 36,864 blocks over 3,168 warps: 2 rounds either way, 6 blocks
 // per warp instead of 8).
 std::uint32_t bitshuffle_lz4_balanced_blocks_per_warp(std::uint64_t total_blocks, std::uint64_t resident_warps);
-// Replay a block's recorded sequences with the literals of 32 sequences copied
-// at once (true, the default) or sequence by sequence (benchmarks).
-void bitshuffle_lz4_batched_literals(bool batched);
-// The decode kernel's grid as a percentage of the CTAs the device holds at
-// once (1..100; 0 restores the default, 100): benchmarks, for leaving the
-// encoder's kernels room beside it during a load.
-void bitshuffle_lz4_grid_percent(int percent);
 
 // Enqueues the decode on `stream` (asynchronous: synchronise before reading
 // d_decoded or d_status). d_scratch must hold bitshuffle_lz4_scratch_bytes().
 // Chunks lying in d_stored in offset order, none overlapping the next (as a
 // load stages them), get their sequences recorded; otherwise every block is
-// decoded by a warp parsing it alone (slower, the same result).
+// decoded by a warp parsing it alone (no sequence table to share: more work
+// per block, the same result).
 // Throws CudaError on a launch failure and quantem::Error(bad_request) for an
-// invalid batch; corrupt chunk data only ever shows in d_status.
+// invalid batch or tuning; corrupt chunk data only ever shows in d_status.
 void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std::size_t scratch_bytes,
-                           StreamHandle stream);
+                           StreamHandle stream, const BitshuffleLz4Tuning& tuning = {});
 
 }  // namespace quantem::cuda

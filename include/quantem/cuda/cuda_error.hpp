@@ -6,8 +6,7 @@
 //  - OutOfDeviceMemory: a device allocation failed for lack of memory
 //    (ErrorKind::payload_too_large, the kind admission reports for "does not fit").
 //
-// The check macros that throw these live in kernels/common/cuda_check.cuh
-// (they need the CUDA runtime headers).
+// The check macros that throw these live in quantem/cuda/cuda_check.hpp.
 #include <string>
 
 #include "quantem/core/error.hpp"

@@ -8,12 +8,9 @@
 #include <cstdint>
 #include <string>
 
-struct CUstream_st;  // cudaStream_t is CUstream_st*
+#include "quantem/cuda/handle.hpp"
 
 namespace quantem::cuda {
-
-// A CUDA stream handle (cudaStream_t). nullptr is the legacy default stream.
-using StreamHandle = CUstream_st*;
 
 // Number of usable CUDA devices; 0 when there is no driver, no device, or the
 // runtime reports any error. Never throws.
@@ -54,22 +51,16 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(std::size_t bytes);  // throws OutOfDeviceMemory
-  ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& other) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
-  void* data() const noexcept { return data_; }
-  std::size_t size() const noexcept { return bytes_; }
+  void* data() const noexcept { return memory_.get().data; }
+  std::size_t size() const noexcept { return memory_.get().bytes; }
   template <class T>
   T* as() const noexcept {
-    return static_cast<T*>(data_);
+    return static_cast<T*>(data());
   }
 
  private:
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
+  Handle<DeviceMemoryTraits> memory_;
 };
 
 // Synchronous copies and fill (the legacy default stream).
@@ -88,17 +79,13 @@ class HostPages {
  public:
   HostPages() = default;
   HostPages(std::size_t bytes, unsigned threads);  // throws std::bad_alloc when mmap fails
-  ~HostPages();
-  HostPages(HostPages&& other) noexcept;
-  HostPages& operator=(HostPages&& other) noexcept;
-  HostPages(const HostPages&) = delete;
-  HostPages& operator=(const HostPages&) = delete;
-  void* data() const noexcept { return data_; }
-  std::size_t size() const noexcept { return bytes_; }
+  void* data() const noexcept { return pages_.get().data; }
+  std::size_t size() const noexcept { return pages_.get().bytes; }
+  // Gives the pages up unmapped (PinnedBuffer takes them over once registered).
+  Allocation release() noexcept { return pages_.release(); }
 
  private:
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
+  Handle<MappedPagesTraits> pages_;
 };
 
 // Pinned (page-locked) host memory, freed on destruction. Move-only.
@@ -111,24 +98,17 @@ class PinnedBuffer {
   explicit PinnedBuffer(std::size_t bytes);
   // Pins memory already faulted in (the calling thread needs a device bound).
   explicit PinnedBuffer(HostPages pages);
-  ~PinnedBuffer();
-  PinnedBuffer(PinnedBuffer&& other) noexcept;
-  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
 
-  void* data() const noexcept { return data_; }
-  std::size_t size() const noexcept { return bytes_; }
+  void* data() const noexcept { return registered_.held() ? registered_.get().data : allocated_.get().data; }
+  std::size_t size() const noexcept { return registered_.held() ? registered_.get().bytes : allocated_.get().bytes; }
   template <class T>
   T* as() const noexcept {
-    return static_cast<T*>(data_);
+    return static_cast<T*>(data());
   }
 
  private:
-  void release() noexcept;
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
-  HostPages registered_;  // set when data_ is registered memory rather than cudaMallocHost's
+  Handle<RegisteredPagesTraits> registered_;  // HostPages registered with the driver
+  Handle<PinnedMemoryTraits> allocated_;      // or cudaMallocHost's
 };
 
 }  // namespace quantem::cuda

@@ -59,12 +59,13 @@ inline constexpr std::size_t kMaxFrameJobs = 65535;
 // fills 128 KiB of shared decode tables, so one CTA runs per SM): 1024 threads
 // when that grid still gives every SM a CTA (a crop's hundreds of jobs: more
 // threads per SM hide more of the decode's latency), else 512 (a frame: a
-// narrower CTA measured slower, docs/kernels.md). ans_accumulate_frames_cta_threads(0) restores that rule;
-// 512 or 1024 force a width (benchmarks).
+// wider CTA would leave SMs without one, docs/kernels.md). cta_threads 0 (the
+// default) applies that rule; 512 or 1024 force a width (benchmarks); any
+// other value is a quantem::Error(bad_request) (check_ans_accumulate_frames_cta_threads).
 void ans_accumulate_frames(const AnsResidentView& resident, const FrameJob* d_jobs, std::size_t job_count,
                            const std::uint32_t* d_frame_bitmap, std::uint64_t* d_sums, std::uint32_t* d_max,
-                           std::uint32_t* d_error, StreamHandle stream);
-void ans_accumulate_frames_cta_threads(int threads);
+                           std::uint32_t* d_error, StreamHandle stream, int cta_threads = 0);
+void check_ans_accumulate_frames_cta_threads(int cta_threads);
 // The width the rule picks for job_count jobs of stream_count streams on sm_count SMs.
 int ans_accumulate_frames_threads_for(std::size_t job_count, std::uint32_t stream_count, int sm_count);
 

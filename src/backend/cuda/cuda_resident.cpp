@@ -61,7 +61,8 @@ CudaResident::CudaResident(catalog::Acquisition source, DType resident_dtype, st
                            std::uint32_t frames_per_group, std::vector<TrackedBuffer> pieces,
                            TrackedBuffer group_offsets, const std::uint8_t* base, CudaRingTable rings,
                            TrackedBuffer frame_moments, CudaSeekTable seek, TrackedBuffer decode_tables,
-                           CudaRecentFrames recent, std::vector<std::uint64_t> full_pattern)
+                           CudaRecentFrames recent, std::vector<std::uint64_t> full_pattern,
+                           int accumulate_frames_cta_threads)
     : source_(std::move(source)),
       resident_dtype_(resident_dtype),
       encoding_(std::move(encoding)),
@@ -76,6 +77,7 @@ CudaResident::CudaResident(catalog::Acquisition source, DType resident_dtype, st
       seek_(std::move(seek)),
       decode_tables_(std::move(decode_tables)),
       recent_(std::move(recent)),
+      accumulate_frames_cta_threads_(accumulate_frames_cta_threads),
       resident_bytes_(group_offsets_.size() + rings_.d_ring_sums.size() + frame_moments_.size() +
                       seek_.d_points.size() + decode_tables_.size() + recent_.d_frames.size()),
       full_pattern_(std::move(full_pattern)) {
@@ -221,7 +223,7 @@ std::vector<std::uint64_t> CudaResident::accumulate_native(const std::vector<std
   for (std::size_t first = 0; first < jobs.size(); first += cuda::kMaxFrameJobs) {
     const std::size_t count = std::min(cuda::kMaxFrameJobs, jobs.size() - first);
     cuda::ans_accumulate_frames(all, d_jobs + first, count, d_bitmap, d_sums, maxima != nullptr ? d_maxima : nullptr,
-                                d_error, stream);
+                                d_error, stream, accumulate_frames_cta_threads_);
   }
   if (narrow != nullptr) {
     // The pixel sums as one row of "frames": narrow_plan_sums over a one-row region narrows each into d_narrow.

@@ -34,9 +34,9 @@ std::uint64_t align16(std::uint64_t value) { return (value + 15) / 16 * 16; }
 
 // Encoded bytes a value may take, in quarter bytes. uint32: the format's own
 // bound (at most three 16-bit words per value: a symbol and two raw halves).
-// uint8/uint16: an admission cap (2 and 2.5 bytes per value) far above any
-// counting data (realistic data: ~0.2 bytes per value) but below the format's
-// worst case of 4 bytes; the load fails cleanly rather than exceed it.
+// uint8/uint16: an admission cap (2 and 2.5 bytes per value) far above what
+// counting data encodes to (sparse counts take a fraction of a byte) but below
+// the format's worst case of 4 bytes; the load fails cleanly rather than exceed it.
 std::uint64_t cap_quarter_bytes(DType dtype) {
   switch (dtype) {
     case DType::uint8: return 8;
@@ -46,10 +46,9 @@ std::uint64_t cap_quarter_bytes(DType dtype) {
   return 24;
 }
 
-}  // namespace
-
-CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaLoadTuning& tuning) {
-  CudaLoadPlan plan;
+// The steps of plan_cuda_load, in order; each fills its part of `plan`.
+// The frames, their shape and dtype, and the limits of the resident.
+void plan_frames(const catalog::Acquisition& acquisition, CudaLoadPlan& plan) {
   plan.source_dtype = acquisition.dtype.value_or(DType::uint32);
   plan.frames = acquisition.frame_count();
   plan.frame_pixels = acquisition.frame_pixels();
@@ -61,6 +60,10 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
                         std::to_string(acquisition.detector_cols) +
                         " detector is larger than the CUDA resident holds (65535 pixels per axis, 2^31 per frame)");
   }
+}
+
+// ANS groups, and the batches of groups decoded before each encode.
+void plan_groups(const catalog::Acquisition& acquisition, const CudaLoadTuning& tuning, CudaLoadPlan& plan) {
   std::uint64_t frames_per_group = tuning.frames_per_group != 0 ? tuning.frames_per_group : kDefaultFramesPerGroup;
   frames_per_group = std::min<std::uint64_t>(frames_per_group, cuda::kMomentsMaxFramesPerGroup);
   frames_per_group = std::min<std::uint64_t>(frames_per_group, ((std::uint64_t{1} << 32) - 1) / plan.frame_pixels);
@@ -77,7 +80,10 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
   plan.groups_per_batch = static_cast<std::uint32_t>(groups_per_batch);
   plan.batch_frames = std::min(plan.frames, groups_per_batch * frames_per_group);
   plan.batches = (plan.groups + groups_per_batch - 1) / groups_per_batch;
+}
 
+// The staging slots the reads fill, the GPU decoder's sub-batches and scratch.
+void plan_staging(const catalog::Acquisition& acquisition, const CudaLoadTuning& tuning, CudaLoadPlan& plan) {
   plan.max_stored_chunk_bytes = 3 * plan.frame_bytes + 4096;
   plan.staging_bytes = align16(std::max(tuning.staging_bytes != 0 ? tuning.staging_bytes : kDefaultStagingBytes,
                                         plan.max_stored_chunk_bytes));
@@ -101,9 +107,13 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
     shape.stored_bytes = plan.staging_bytes;  // a slot's bytes: the decoder's sequence tables scale with them
     plan.bslz4_scratch_bytes = cuda::bitshuffle_lz4_scratch_bytes(shape);
   }
+}
+
+// The dense batches, the encoder's scratch and the launch tuning the load and the resident use.
+void plan_encoder(const catalog::Acquisition& acquisition, const CudaLoadTuning& tuning, CudaLoadPlan& plan) {
   plan.dense_batch_bytes = plan.batch_frames * plan.frame_bytes;
   plan.batch_statuses_bytes = align16(plan.batch_frames * 4);
-  plan.batch_misc_bytes = 16 + groups_per_batch * 8;
+  plan.batch_misc_bytes = 16 + std::uint64_t{plan.groups_per_batch} * 8;
   cuda::AnsEncodeBatch encode;
   encode.d_frames = reinterpret_cast<const void*>(std::uintptr_t{256});  // sizing only, never read
   encode.dtype = plan.source_dtype;
@@ -116,10 +126,23 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
                                                                                             : tuning.kept_words_per_frame;
   encode.kept_words_per_frame = plan.kept_words_per_frame;
   plan.prioritise_encoder = tuning.prioritise_encoder;
+  plan.bslz4_tuning.blocks_per_warp = tuning.bslz4_blocks_per_warp;
+  plan.bslz4_tuning.grid_percent = tuning.bslz4_grid_percent;
+  plan.bslz4_tuning.batched_literals = tuning.bslz4_batched_literals;
+  cuda::check_bitshuffle_lz4_tuning(plan.bslz4_tuning);
+  plan.accumulate_frames_cta_threads = tuning.accumulate_frames_cta_threads;
+  cuda::check_ans_accumulate_frames_cta_threads(plan.accumulate_frames_cta_threads);
   plan.encode_scratch_bytes = cuda::ans_encode_scratch_bytes(encode);
   plan.group_offsets_bytes = plan.groups * 8;
+}
 
-  const ans::AnsGroupLayout layout = ans::ans_group_layout(encode.detector_rows, encode.detector_cols);
+// Upper bounds of what the resident keeps: encoded groups, ring table,
+// moments, seek points, decode tables, recent frames.
+void plan_resident_bounds(const catalog::Acquisition& acquisition, const CudaLoadTuning& tuning, CudaLoadPlan& plan) {
+  const auto rows = static_cast<std::uint32_t>(acquisition.detector_rows);
+  const auto cols = static_cast<std::uint32_t>(acquisition.detector_cols);
+  const std::uint64_t frames_per_group = plan.frames_per_group;
+  const ans::AnsGroupLayout layout = ans::ans_group_layout(rows, cols);
   const auto group_bound = [&](std::uint64_t frames) {
     const std::uint64_t data = (frames * plan.frame_pixels * cap_quarter_bytes(plan.source_dtype) + 3) / 4;
     // Each stream: 16 bytes of states, its words, and up to 14 bytes of padding (< 32).
@@ -132,8 +155,7 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
   const std::uint64_t largest_value = plan.source_dtype == DType::uint8 ? 0xffu : 0xffffu;
   const std::uint64_t widest_sum =
       plan.source_dtype == DType::uint32 || plan.frame_pixels * largest_value >= (std::uint64_t{1} << 32) ? 8 : 4;
-  plan.ring_table_bound_bytes = std::uint64_t{max_ring_count(encode.detector_rows, encode.detector_cols)} *
-                                plan.frames * widest_sum;
+  plan.ring_table_bound_bytes = std::uint64_t{max_ring_count(rows, cols)} * plan.frames * widest_sum;
   // The pattern sum (uint64), the pixels sorted by ring (uint32), their
   // rings and every pixel's ring (uint16 each): four allocations.
   plan.ring_setup_bytes = plan.frame_pixels * (8 + 4 + 2 + 2);
@@ -156,6 +178,17 @@ CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaL
                                                                        : kDefaultRecentFramesMaxBytes;
   plan.recent_frames = plan.frame_bytes == 0 ? 0 : std::min(segment_frames, recent_cap / plan.frame_bytes);
   plan.recent_frames_bytes = plan.recent_frames * plan.frame_bytes;
+}
+
+}  // namespace
+
+CudaLoadPlan plan_cuda_load(const catalog::Acquisition& acquisition, const CudaLoadTuning& tuning) {
+  CudaLoadPlan plan;
+  plan_frames(acquisition, plan);
+  plan_groups(acquisition, tuning, plan);
+  plan_staging(acquisition, tuning, plan);
+  plan_encoder(acquisition, tuning, plan);
+  plan_resident_bounds(acquisition, tuning, plan);
   plan.provisional_resident_bytes = std::min(plan.resident_bytes_bound(), acquisition.size_bytes / 2);
   return plan;
 }

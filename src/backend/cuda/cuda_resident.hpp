@@ -68,7 +68,8 @@ class CudaResident final : public Resident {
   CudaResident(catalog::Acquisition source, DType resident_dtype, std::string encoding, int device_index,
                std::uint32_t frames_per_group, std::vector<TrackedBuffer> pieces, TrackedBuffer group_offsets,
                const std::uint8_t* base, CudaRingTable rings, TrackedBuffer frame_moments, CudaSeekTable seek,
-               TrackedBuffer decode_tables, CudaRecentFrames recent, std::vector<std::uint64_t> full_pattern);
+               TrackedBuffer decode_tables, CudaRecentFrames recent, std::vector<std::uint64_t> full_pattern,
+               int accumulate_frames_cta_threads);
   // Binds the resident's device so its pieces are freed there (on whichever thread drops it).
   ~CudaResident() override;
 
@@ -174,6 +175,7 @@ class CudaResident final : public Resident {
   // empty when the tuning turned them off): decoders copy, not build, them.
   TrackedBuffer decode_tables_;
   CudaRecentFrames recent_;
+  int accumulate_frames_cta_threads_;  // CudaLoadTuning::accumulate_frames_cta_threads
   std::uint64_t resident_bytes_;
   // The global frames [recent_first_, recent_end_) lie in recent_ (frame
   // recent_first_ first); empty when equal. Guarded by recent_mutex_.

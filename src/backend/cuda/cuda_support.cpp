@@ -85,26 +85,22 @@ void TrackedBuffer::release() noexcept {
 }
 
 Stream::Stream(Priority priority) {
+  cudaStream_t stream = nullptr;
   if (priority == Priority::normal) {
-    QUANTEM_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    return;
+    QUANTEM_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  } else {
+    int least = 0;
+    int greatest = 0;
+    QUANTEM_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    QUANTEM_CUDA_TRY(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest));
   }
-  int least = 0;
-  int greatest = 0;
-  QUANTEM_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  QUANTEM_CUDA_TRY(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
-}
-
-Stream::~Stream() {
-  if (stream_ != nullptr) QUANTEM_CUDA_TRY_NOTHROW(cudaStreamDestroy(stream_));
+  stream_ = cuda::Handle<cuda::StreamTraits>(stream);
 }
 
 Event::Event(bool timing) {
-  QUANTEM_CUDA_TRY(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
-}
-
-Event::~Event() {
-  if (event_ != nullptr) QUANTEM_CUDA_TRY_NOTHROW(cudaEventDestroy(event_));
+  cudaEvent_t event = nullptr;
+  QUANTEM_CUDA_TRY(cudaEventCreateWithFlags(&event, timing ? cudaEventDefault : cudaEventDisableTiming));
+  event_ = cuda::Handle<cuda::EventTraits>(event);
 }
 
 void EventTimer::reserve(std::size_t spans) {
@@ -138,12 +134,10 @@ StreamDrain::~StreamDrain() {
   for (cudaStream_t stream : streams_) QUANTEM_CUDA_TRY_NOTHROW(cudaStreamSynchronize(stream));
 }
 
-ScratchBuffer::ScratchBuffer(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
-  QUANTEM_CUDA_TRY(cudaMallocAsync(&data_, bytes == 0 ? 16 : bytes, stream));
-}
-
-ScratchBuffer::~ScratchBuffer() {
-  if (data_ != nullptr) QUANTEM_CUDA_TRY_NOTHROW(cudaFreeAsync(data_, stream_));
+ScratchBuffer::ScratchBuffer(std::size_t bytes, cudaStream_t stream) {
+  void* data = nullptr;
+  QUANTEM_CUDA_TRY(cudaMallocAsync(&data, bytes == 0 ? 16 : bytes, stream));
+  memory_ = cuda::Handle<cuda::StreamMemoryTraits>({data, stream});
 }
 
 cuda::DeviceMemoryInfo memory_info() {

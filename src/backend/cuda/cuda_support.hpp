@@ -2,7 +2,7 @@
 // Internal RAII pieces of the CUDA backend: tracked device allocations (so a
 // failed or cancelled load is proven to free everything), streams, events,
 // stream-ordered scratch for product calls. Every CUDA call is checked
-// (kernels/common/cuda_check.cuh); destructors never throw.
+// (quantem/cuda/cuda_check.hpp); destructors never throw.
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -13,8 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include "common/cuda_check.cuh"
+#include "quantem/cuda/cuda_check.hpp"
 #include "quantem/cuda/device.hpp"
+#include "quantem/cuda/handle.hpp"
 
 namespace quantem::backend::cuda_detail {
 
@@ -72,26 +73,19 @@ class Stream {
   // Non-blocking: never waits for the legacy default stream. `highest`: the
   // device's greatest stream priority (its CTAs are scheduled first).
   explicit Stream(Priority priority = Priority::normal);
-  ~Stream();
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const noexcept { return stream_; }
+  cudaStream_t get() const noexcept { return stream_.get(); }
 
  private:
-  cudaStream_t stream_ = nullptr;
+  cuda::Handle<cuda::StreamTraits> stream_;
 };
 
 class Event {
  public:
   explicit Event(bool timing = false);
-  ~Event();
-  Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  cudaEvent_t get() const noexcept { return event_; }
+  cudaEvent_t get() const noexcept { return event_.get(); }
 
  private:
-  cudaEvent_t event_ = nullptr;
+  cuda::Handle<cuda::EventTraits> event_;
 };
 
 // Sums the device time between start/stop pairs (read after the work finished).
@@ -126,18 +120,14 @@ class StreamDrain {
 class ScratchBuffer {
  public:
   ScratchBuffer(std::size_t bytes, cudaStream_t stream);  // throws cuda::OutOfDeviceMemory
-  ~ScratchBuffer();
-  ScratchBuffer(const ScratchBuffer&) = delete;
-  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
   template <class T>
   T* as() const noexcept {
-    return static_cast<T*>(data_);
+    return static_cast<T*>(data());
   }
-  void* data() const noexcept { return data_; }
+  void* data() const noexcept { return memory_.get().data; }
 
  private:
-  void* data_ = nullptr;
-  cudaStream_t stream_;
+  cuda::Handle<cuda::StreamMemoryTraits> memory_;
 };
 
 // Free and total bytes of the current device.

@@ -97,6 +97,17 @@ class ResidentEncoder {
   void set_up_rings();  // from d_pattern_ after the first batch
   // Enqueues the ring sums and moments of the batch's frames (the partition set up).
   void enqueue_ring_pass(const void* d_frames, std::uint64_t first_frame, std::uint64_t frame_count);
+  // The steps of encode_batch, in order. Where the batch's seek points go
+  // (nullptr: no seek points); the encoder's view of the batch.
+  std::uint32_t* batch_seek_points(std::uint64_t first_group) const;
+  cuda::AnsEncodeBatch encode_batch_shape(void* d_frames, std::uint64_t frame_count, std::uint32_t* seek_points) const;
+  // The measuring pass and the ring pass; blocks until the groups' encoded sizes are known.
+  std::vector<std::uint64_t> measure_batch(const cuda::AnsEncodeBatch& batch, std::uint64_t first_frame);
+  // The groups' offsets in host_offsets_, the bound checked, the piece allocated.
+  TrackedBuffer place_piece(const std::vector<std::uint64_t>& sizes, std::uint64_t end_frame);
+  // What the load derives from the written groups: decode tables, seek points by decoding.
+  void enqueue_derived_tables(const cuda::AnsResidentView& written, std::uint64_t first_group,
+                              std::uint32_t* seek_points);
 
   struct DenseSlot {
     TrackedBuffer frames;

@@ -101,65 +101,17 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
                          std::to_string(first_frame + frame_count) + ") out of order");
   }
   void* d_frames = slots_.at(static_cast<std::size_t>(slot)).frames.data();
-  auto* d_max = misc_.as<std::uint32_t>();
-  auto* d_batch_offsets = reinterpret_cast<std::uint64_t*>(misc_.as<std::uint8_t>() + 16);
   const bool track_max = plan_.source_dtype == DType::uint32;
   cuda::prepare_frames(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
-                       masked_.as<std::uint32_t>(), masked_count_, track_max ? d_max : nullptr, stream_);
-
-  cuda::AnsEncodeBatch batch;
-  batch.d_frames = d_frames;
-  batch.dtype = plan_.source_dtype;
-  batch.total_frames = frame_count;
-  batch.frames_per_group = plan_.frames_per_group;
-  batch.kept_words_per_frame = plan_.kept_words_per_frame;
-  batch.detector_rows = static_cast<std::uint32_t>(source_.detector_rows);
-  batch.detector_cols = static_cast<std::uint32_t>(source_.detector_cols);
-  batch.d_pattern_sum = d_pattern_.as<std::uint64_t>();  // from the model's own pixel sums
-  const quantem::ans::AnsGroupLayout layout = quantem::ans::ans_group_layout(batch.detector_rows, batch.detector_cols);
+                       masked_.as<std::uint32_t>(), masked_count_, track_max ? misc_.as<std::uint32_t>() : nullptr,
+                       stream_);
   const std::uint64_t first_group = first_frame / plan_.frames_per_group;
-  std::uint32_t* batch_seek_points =
-      plan_.frames_per_seek_point == 0
-          ? nullptr
-          : d_seek_points_.as<std::uint32_t>() + cuda::ans_seek_table_words(first_group, plan_.frames_per_group,
-                                                                            plan_.frames_per_seek_point,
-                                                                            layout.stream_count);
-  if (plan_.seek_points_from_encoder) {
-    batch.d_seek_points = batch_seek_points;
-    batch.frames_per_seek_point = plan_.frames_per_seek_point;
-  }
-  // The measuring pass, then (from the second batch on, the partition being
-  // set up) the ring pass, which needs nothing measured: the stream runs it
-  // while this thread waits for the sizes and sizes the batch's piece.
-  const std::size_t group_count = cuda::ans_group_count(frame_count, plan_.frames_per_group);
-  cuda::ans_encode_measure_async(batch, scratch_.data(), scratch_.size(), host_sizes_.as<std::uint64_t>(), stream_);
-  QUANTEM_CUDA_TRY(cudaEventRecord(measured_.get(), stream_));
-  const bool rings_ready = rings_.has_value();
-  if (rings_ready) enqueue_ring_pass(d_frames, first_frame, frame_count);
-  // Also orders the previous batch's copy from host_offsets_ before the host rewrites it below.
-  QUANTEM_CUDA_TRY(cudaEventSynchronize(measured_.get()));
-  const std::vector<std::uint64_t> sizes(host_sizes_.as<std::uint64_t>(), host_sizes_.as<std::uint64_t>() + group_count);
-  cuda::ans_encode_check_sizes(sizes);
-  if (!rings_ready) {
-    set_up_rings();  // from the first batch's pattern, which d_pattern_ holds now
-    enqueue_ring_pass(d_frames, first_frame, frame_count);
-  }
-
-  auto* offsets = host_offsets_.as<std::uint64_t>();
-  std::uint64_t piece_bytes = 0;
-  for (std::size_t g = 0; g < sizes.size(); ++g) {
-    offsets[g] = piece_bytes;
-    piece_bytes += align16(sizes[g]);
-  }
-  if (encoded_bytes_ + piece_bytes > plan_.resident_bound_bytes) {
-    throw payload_too_large("the ANS encoding of " + source_.name + " needs more than its admitted bound of " +
-                            std::to_string(plan_.resident_bound_bytes) + " bytes (" +
-                            std::to_string(encoded_bytes_ + piece_bytes) + " after frame " +
-                            std::to_string(first_frame + frame_count) +
-                            "): the counts are too close to incompressible noise for the CUDA resident");
-  }
-  reservation_.take(piece_bytes);
-  TrackedBuffer piece(piece_bytes, ledger_);
+  std::uint32_t* seek_points = batch_seek_points(first_group);
+  const cuda::AnsEncodeBatch batch = encode_batch_shape(d_frames, frame_count, seek_points);
+  const std::vector<std::uint64_t> sizes = measure_batch(batch, first_frame);
+  auto* d_batch_offsets = reinterpret_cast<std::uint64_t*>(misc_.as<std::uint8_t>() + 16);
+  const std::uint64_t* offsets = host_offsets_.as<std::uint64_t>();
+  TrackedBuffer piece = place_piece(sizes, first_frame + frame_count);
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_batch_offsets, offsets, sizes.size() * 8, cudaMemcpyHostToDevice, stream_));
   cuda::ans_encode_write(batch, scratch_.data(), scratch_.size(), piece.as<std::uint8_t>(), d_batch_offsets, stream_);
   // The batch's groups as the decoders see them, for what is derived from
@@ -172,21 +124,92 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
   written.total_frames = frame_count;
   written.detector_rows = batch.detector_rows;
   written.detector_cols = batch.detector_cols;
+  enqueue_derived_tables(written, first_group, seek_points);
+  for (std::size_t g = 0; g < sizes.size(); ++g) group_addresses_.push_back(piece.as<std::uint8_t>() + offsets[g]);
+  encoded_bytes_ += piece.size();
+  encoded_frames_ += frame_count;
+  pieces_.push_back(std::move(piece));
+}
+
+std::uint32_t* ResidentEncoder::batch_seek_points(std::uint64_t first_group) const {
+  if (plan_.frames_per_seek_point == 0) return nullptr;
+  const quantem::ans::AnsGroupLayout layout = quantem::ans::ans_group_layout(
+      static_cast<std::uint32_t>(source_.detector_rows), static_cast<std::uint32_t>(source_.detector_cols));
+  return d_seek_points_.as<std::uint32_t>() + cuda::ans_seek_table_words(first_group, plan_.frames_per_group,
+                                                                         plan_.frames_per_seek_point,
+                                                                         layout.stream_count);
+}
+
+cuda::AnsEncodeBatch ResidentEncoder::encode_batch_shape(void* d_frames, std::uint64_t frame_count,
+                                                         std::uint32_t* seek_points) const {
+  cuda::AnsEncodeBatch batch;
+  batch.d_frames = d_frames;
+  batch.dtype = plan_.source_dtype;
+  batch.total_frames = frame_count;
+  batch.frames_per_group = plan_.frames_per_group;
+  batch.kept_words_per_frame = plan_.kept_words_per_frame;
+  batch.detector_rows = static_cast<std::uint32_t>(source_.detector_rows);
+  batch.detector_cols = static_cast<std::uint32_t>(source_.detector_cols);
+  batch.d_pattern_sum = d_pattern_.as<std::uint64_t>();  // from the model's own pixel sums
+  if (plan_.seek_points_from_encoder) {
+    batch.d_seek_points = seek_points;
+    batch.frames_per_seek_point = plan_.frames_per_seek_point;
+  }
+  return batch;
+}
+
+std::vector<std::uint64_t> ResidentEncoder::measure_batch(const cuda::AnsEncodeBatch& batch, std::uint64_t first_frame) {
+  // The measuring pass, then (from the second batch on, the partition being
+  // set up) the ring pass, which needs nothing measured: the stream runs it
+  // while this thread waits for the sizes and sizes the batch's piece.
+  const std::size_t group_count = cuda::ans_group_count(batch.total_frames, plan_.frames_per_group);
+  cuda::ans_encode_measure_async(batch, scratch_.data(), scratch_.size(), host_sizes_.as<std::uint64_t>(), stream_);
+  QUANTEM_CUDA_TRY(cudaEventRecord(measured_.get(), stream_));
+  const bool rings_ready = rings_.has_value();
+  if (rings_ready) enqueue_ring_pass(batch.d_frames, first_frame, batch.total_frames);
+  // Also orders the previous batch's copy from host_offsets_ before the host rewrites it (place_piece).
+  QUANTEM_CUDA_TRY(cudaEventSynchronize(measured_.get()));
+  std::vector<std::uint64_t> sizes(host_sizes_.as<std::uint64_t>(), host_sizes_.as<std::uint64_t>() + group_count);
+  cuda::ans_encode_check_sizes(sizes);
+  if (!rings_ready) {
+    set_up_rings();  // from the first batch's pattern, which d_pattern_ holds now
+    enqueue_ring_pass(batch.d_frames, first_frame, batch.total_frames);
+  }
+  return sizes;
+}
+
+TrackedBuffer ResidentEncoder::place_piece(const std::vector<std::uint64_t>& sizes, std::uint64_t end_frame) {
+  auto* offsets = host_offsets_.as<std::uint64_t>();
+  std::uint64_t piece_bytes = 0;
+  for (std::size_t g = 0; g < sizes.size(); ++g) {
+    offsets[g] = piece_bytes;
+    piece_bytes += align16(sizes[g]);
+  }
+  if (encoded_bytes_ + piece_bytes > plan_.resident_bound_bytes) {
+    throw payload_too_large("the ANS encoding of " + source_.name + " needs more than its admitted bound of " +
+                            std::to_string(plan_.resident_bound_bytes) + " bytes (" +
+                            std::to_string(encoded_bytes_ + piece_bytes) + " after frame " +
+                            std::to_string(end_frame) +
+                            "): the counts are too close to incompressible noise for the CUDA resident");
+  }
+  reservation_.take(piece_bytes);
+  return TrackedBuffer(piece_bytes, ledger_);
+}
+
+void ResidentEncoder::enqueue_derived_tables(const cuda::AnsResidentView& written, std::uint64_t first_group,
+                                             std::uint32_t* seek_points) {
+  cuda::AnsResidentView view = written;
   if (plan_.decode_table_bytes != 0) {
     // Every group's decode tables, once (the decode recorder below, when used, reads them too).
     std::uint32_t* tables = d_decode_tables_.as<std::uint32_t>() + first_group * cuda::ans_decode_table_words();
-    cuda::ans_build_decode_tables(written, tables, misc_.as<std::uint32_t>() + 1, stream_);
-    written.d_decode_tables = tables;
+    cuda::ans_build_decode_tables(view, tables, misc_.as<std::uint32_t>() + 1, stream_);
+    view.d_decode_tables = tables;
   }
-  if (batch_seek_points != nullptr && !plan_.seek_points_from_encoder) {
+  if (seek_points != nullptr && !plan_.seek_points_from_encoder) {
     // The batch's streams decoded once more for their seek points.
-    cuda::ans_record_seek_points(written, plan_.frames_per_seek_point, batch_seek_points, misc_.as<std::uint32_t>() + 1,
+    cuda::ans_record_seek_points(view, plan_.frames_per_seek_point, seek_points, misc_.as<std::uint32_t>() + 1,
                                  stream_);  // the seek error flag: misc_ bytes 4..7
   }
-  for (std::size_t g = 0; g < sizes.size(); ++g) group_addresses_.push_back(piece.as<std::uint8_t>() + offsets[g]);
-  encoded_bytes_ += piece_bytes;
-  encoded_frames_ += frame_count;
-  pieces_.push_back(std::move(piece));
 }
 
 void ResidentEncoder::enqueue_ring_pass(const void* d_frames, std::uint64_t first_frame, std::uint64_t frame_count) {
@@ -276,7 +299,7 @@ std::shared_ptr<CudaResident> ResidentEncoder::finish(int device_index, const st
       source_, held, encoding, device_index, plan_.frames_per_group, std::move(pieces_), std::move(group_offsets), base,
       std::move(ring_table), std::move(d_frame_moments_),
       CudaSeekTable{plan_.frames_per_seek_point, std::move(d_seek_points_)}, std::move(d_decode_tables_),
-      std::move(recent), std::move(pattern));
+      std::move(recent), std::move(pattern), plan_.accumulate_frames_cta_threads);
   join_host_staging();
   resident->adopt_host_staging(std::move(host_staging_));
   return resident;

@@ -332,7 +332,7 @@ void LoadPipeline::upload_and_decode(const SubBatch& sub, int host_slot, bool op
   decode.d_decoded = dense_target(sub);
   decode.d_status = b.encoder.batch_statuses(dense_slot_of(sub.batch)) + first_in_batch;
   b.decode_timer.start(compute);
-  cuda::decode_bitshuffle_lz4(decode, b.bslz4_scratch.data(), b.bslz4_scratch.size(), compute);
+  cuda::decode_bitshuffle_lz4(decode, b.bslz4_scratch.data(), b.bslz4_scratch.size(), compute, plan_.bslz4_tuning);
   b.decode_timer.stop(compute);
   QUANTEM_CUDA_TRY(cudaEventRecord(b.device_slot_decoded[device_slot].get(), compute));
 }

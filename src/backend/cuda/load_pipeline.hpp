@@ -34,7 +34,7 @@
 #include "read_pool.hpp"
 #include "resident_encoder.hpp"
 #include "quantem/backend/backend.hpp"
-#include "quantem/backend/cuda_backend.hpp"
+#include "quantem/backend/cuda_load.hpp"
 #include "quantem/backend/shard_reader.hpp"
 #include "quantem/catalog/acquisition.hpp"
 
