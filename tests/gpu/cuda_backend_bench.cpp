@@ -258,6 +258,28 @@ int main(int argc, char** argv) {
       };
       row["pattern_sum_half_crop"] = time_ms(half_crop_pattern);
       row["pattern_sum_half_crop_stages"] = stages_ms(half_crop_pattern);
+      // The same with the resident's tile sums (as the daemon builds them after
+      // a load): whole tiles from the table, the edge frames decoded; and a
+      // rectangle of 64 x 64 positions at a new place per call (cbed-region).
+      const auto tiles_start = std::chrono::steady_clock::now();
+      backend::build_tile_sums(resident);
+      row["tile_sums_build_ms"] =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - tiles_start).count();
+      row["tile_sums_state"] = backend::tile_sums_state_name(resident->tile_sums().state());
+      row["tile_sums_bytes"] = resident->tile_sums().bytes();
+      row["pattern_sum_half_crop_with_tile_sums"] = time_ms(half_crop_pattern);
+      row["pattern_sum_half_crop_with_tile_sums_stages"] = stages_ms(half_crop_pattern);
+      auto rectangle_sum = [&](int i) {
+        const std::uint64_t side = std::min<std::uint64_t>(64, std::min(g.scan_rows, g.scan_cols));
+        const std::uint64_t r = (static_cast<std::uint64_t>(i) * 29 + 5) % (g.scan_rows - side + 1);
+        const std::uint64_t c = (static_cast<std::uint64_t>(i) * 41 + 11) % (g.scan_cols - side + 1);
+        std::vector<std::uint64_t> positions;
+        positions.reserve(side * side);
+        for (std::uint64_t y = r; y < r + side; ++y)
+          for (std::uint64_t x = c; x < c + side; ++x) positions.push_back(y * g.scan_cols + x);
+        (void)resident->region_reduce_u32(g, positions, backend::RegionReduce::sum);
+      };
+      row["region_sum_64x64_with_tile_sums"] = time_ms(rectangle_sum);
       return row;
     };
     cuda->prepare_devices();
