@@ -67,7 +67,7 @@ struct ResidencyManager::Entry {
   std::uint64_t admitted_bytes = 0;                  // what the current attempt was admitted with
   std::optional<std::uint64_t> refused_growth_bytes;  // the reservation a load asked for and did not get
   ResidencyState state = ResidencyState::loading;
-  std::shared_ptr<backend::Resident> resident;  // the only owning pointer
+  std::shared_ptr<backend::Resident> resident;  // the manager's owner (each lease holds another until it ends)
   std::shared_ptr<backend::LoadProgress> progress = std::make_shared<backend::LoadProgress>();
   std::optional<Error> failure;
   std::uint64_t last_used = 0;
@@ -562,9 +562,15 @@ void ResidencyManager::release_pin(Sync& sync, const EntryPtr& entry) {
 ResidentLease ResidencyManager::lease_locked(const EntryPtr& entry) {
   ResidentLease lease;
   std::shared_ptr<Sync> sync = sync_;
-  // Non-owning pointer whose control block releases the pin once the last copy is gone.
+  // A pointer whose control block releases the pin once the last copy is
+  // gone. It owns the resident too, so a lease never outlives what it points
+  // at (whatever replaces the entry's pointer); the last owner lets go after
+  // the pin, outside the manager's lock.
   lease.resident_ = std::shared_ptr<backend::Resident>(
-      entry->resident.get(), [sync, entry](backend::Resident*) { release_pin(*sync, entry); });
+      entry->resident.get(), [sync, entry, owner = entry->resident](backend::Resident*) mutable {
+        release_pin(*sync, entry);
+        owner.reset();
+      });
   lease.compute_ = entry->compute_mutex;
   return lease;
 }
