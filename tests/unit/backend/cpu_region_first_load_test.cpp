@@ -39,13 +39,15 @@ plan::PlanGeometry plan_of(const catalog::Acquisition& acquisition, std::optiona
                             acquisition.detector_cols);
 }
 
-// The band's rows and columns 3..30, scan bin 1 and 2 (a partial edge bin
-// when the band has an odd count of rows), detector bin 1 and 2.
-std::vector<plan::PlanGeometry> band_plans(const catalog::Acquisition& acquisition, ScanRows band) {
+// The band's rows and `columns` (3..30 unless given), scan bin 1 and 2 (a
+// partial edge bin when the band has an odd count of rows), detector bin 1 and 2.
+std::vector<plan::PlanGeometry> band_plans(const catalog::Acquisition& acquisition, ScanRows band,
+                                           ScanColumns columns = ScanColumns{3, 30}) {
   std::vector<plan::PlanGeometry> plans;
   for (const std::uint64_t scan_bin : {1u, 2u}) {
     for (const std::uint64_t detector_bin : {1u, 2u}) {
-      plans.push_back(plan_of(acquisition, plan::ScanRegion{band.first, band.end, 3, 30}, scan_bin, detector_bin));
+      plans.push_back(plan_of(acquisition, plan::ScanRegion{band.first, band.end, columns.first, columns.end},
+                              scan_bin, detector_bin));
     }
   }
   return plans;
@@ -280,13 +282,7 @@ TEST(CpuRegionFirstLoad, AWindowIsPublishedBeforeItsRowsAndItsProductsAreExact) 
       write_fixture(dir, "window", "--scan 12x100 --det 8x7 --mask '1,1' --masked-value 900");
   const ScanRows band{5, 8};
   const ScanColumns columns{40, 60};
-  std::vector<plan::PlanGeometry> plans;
-  for (const std::uint64_t scan_bin : {1u, 2u}) {
-    for (const std::uint64_t detector_bin : {1u, 2u}) {
-      plans.push_back(plan_of(acquisition, plan::ScanRegion{band.first, band.end, columns.first, columns.end},
-                              scan_bin, detector_bin));
-    }
-  }
+  const std::vector<plan::PlanGeometry> plans = band_plans(acquisition, band, columns);
   const plan::PlanGeometry band_every_column =
       plan_of(acquisition, plan::ScanRegion{band.first, band.end, 0, acquisition.scan_cols}, 1, 1);
   std::optional<std::vector<Products>> early;
