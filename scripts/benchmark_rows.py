@@ -210,7 +210,7 @@ def rows_of_report(report):
     for rid, area, what, step, unit, read in specs:
         try:
             figure, detail = read(results[step])
-        except (KeyError, TypeError, StopIteration, ZeroDivisionError, ValueError):
+        except (KeyError, TypeError, AttributeError, StopIteration, ZeroDivisionError, ValueError):
             continue  # not measured in this run: the row keeps its last figure
         rows.append({"id": rid, "area": area, "what": what, "figure": figure, "unit": unit, "detail": detail,
                      "commit": commit, "date": date,

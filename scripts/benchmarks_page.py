@@ -227,7 +227,8 @@ def merge(root, report_paths):
         with open(report_path, encoding="utf-8") as f:
             report = json.load(f)
         written = merge_report(root, report, rows_of_report)
-        print(f"{report_path}: " + (f"rows into {os.path.relpath(written, root)}" if written else "no benchmark rows"))
+        if written:
+            print(f"  {report.get('suite')}: figures into {os.path.relpath(written, root)}")
     write_page(root)
 
 

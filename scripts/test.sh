@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Quick start 2 (and CI): install, build and run every test.
+# Quick start 2 (and CI): install, check the generated benchmark page, build and run every test.
 #   1. the full suite (Release with debug info; CUDA kernels compiled when nvcc exists,
 #      GPU tests skip with a message on machines without a GPU);
 #   2. the install layout, the systemd unit and the daemon started as the unit starts it;
@@ -10,6 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test
+# docs/benchmarks.md is generated from docs/benchmarks/: the committed page must be the generated one.
+python3 scripts/benchmarks_page.py --check
 jobs="${QUANTEM_JOBS:-$(nproc)}"
 
 cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo

@@ -8,7 +8,9 @@
 # Each suite writes $OUT/<suite>.json (its steps with their exit status and
 # time, and the JSON its programs wrote) and prints one summary line; its logs
 # and raw outputs are appended to $OUT/logs.tar; the summary lines also go to
-# $OUT/summary.txt. --dry-run prints what each suite would run, runs nothing.
+# $OUT/summary.txt. The suites' figures go into docs/benchmarks/results/ and
+# docs/benchmarks.md (scripts/benchmarks_page.py --merge). --dry-run prints
+# what each suite would run, runs nothing.
 # Exit status: 0 when every suite passed, 1 otherwise, 2 for a usage error.
 # Environment knobs of each suite: scripts/device/README.md.
 set -uo pipefail
@@ -86,6 +88,9 @@ for suite in "${suites[@]}"; do
   rc=$?
   [ "$rc" = 0 ] || failed=1
   echo "$line" | tee -a "$out/summary.txt"
+  # The suite's figures into docs/benchmarks/results/ and docs/benchmarks.md of this checkout.
+  python3 "$repo_root/scripts/benchmarks_page.py" --merge "$out/$suite.json" | tee -a "$out/summary.txt" ||
+    echo "  docs/benchmarks.md not updated" | tee -a "$out/summary.txt"
   # Large raw outputs compressed, then everything appended to one archive.
   find "$work" -type f -size +1M ! -name '*.gz' -exec gzip -f {} +
   tar -rf "$out/logs.tar" -C "$out" "$suite" && rm -rf "$work"
