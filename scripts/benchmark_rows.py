@@ -195,7 +195,37 @@ def catalog_rows():
     ]
 
 
-SUITES = {"bench-http": http_rows, "bench-load": load_rows, "bench-kernels": dense_peer_rows,
+def export_row(name):
+    """An export_bench.py row: seconds, with the stages, the encoder and the write floor beside it."""
+    def read(r):
+        row = next(x for x in r["rows"] if x["name"] == name and "error" not in x)
+        stages = row["result"].get("seconds", {})
+        detail = (f"{row['result'].get('encoder')} encoder; write {stages.get('write', 0):.2f} s, encode "
+                  f"{stages.get('encode', 0):.2f} s (summed); {row['result'].get('output_bytes', 0) / 1e9:.2f} GB; "
+                  f"write floor {row['write_floor_seconds']:.2f} s")
+        return round(row["seconds"], 3), detail
+    return read
+
+
+def export_rows():
+    """bench-export: export_bench.py through the export route and the CLI, each beside its write floor."""
+    return [
+        ("full-http", "export", "512² u16, full, no bin, resident: HTTP job POST → done", "export_resident", "s",
+         export_row("full_512_u16")),
+        ("full-cli", "export", "the same by the CLI, process start → done", "export_cli", "s",
+         export_row("full_512_u16_cli")),
+        ("det-bin-2", "export", "detector bin 2 of the 512² acquisition (uint32 out)", "export_resident", "s",
+         export_row("detbin2_512_u16")),
+        ("crop-1024", "export", "256×256 scan crop of a 1024×1024 u16 source", "export_large", "s",
+         export_row("crop256_1024_u16")),
+        ("scan-bin-2-crop", "export", "scan bin 2 of a 256×256 crop", "export_resident", "s",
+         export_row("scanbin2_crop256_512_u16")),
+        ("full-http-host-encoder", "export", "512² u16 full with the host encoder (the baseline, same run)",
+         "export_host_encoder", "s", export_row("full_512_u16_host_encoder")),
+    ]
+
+
+SUITES = {"bench-export": export_rows, "bench-http": http_rows, "bench-load": load_rows, "bench-kernels": dense_peer_rows,
           "bench-codec": codec_rows, "profile": profile_rows, "admission": admission_rows, "soak": soak_rows,
           "catalog": catalog_rows}
 

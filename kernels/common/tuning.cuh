@@ -12,6 +12,14 @@ inline constexpr int kBslz4WarpsPerCta = 4;
 inline constexpr std::uint32_t kBslz4BlocksPerWarp = 8;
 // Chunk-index kernel: one thread per chunk.
 inline constexpr int kBslz4IndexThreads = 128;
+// bitshuffle/LZ4 encode: a warp per block, its 8 KiB shuffled block and 2 KiB
+// of run marks in shared memory (40 KiB per CTA of 4 warps); at most this many
+// CTAs per SM in the grid-stride loop. A thread per chunk sums its block
+// sizes; a warp per chunk gathers the blocks into place.
+inline constexpr int kBslz4EncodeWarpsPerCta = 4;
+inline constexpr unsigned kBslz4EncodeCtasPerSm = 8;
+inline constexpr int kBslz4ChunkSizeThreads = 256;
+inline constexpr int kBslz4GatherWarpsPerCta = 8;
 
 }  // namespace quantem::cuda::kernels::tuning
 
@@ -48,6 +56,8 @@ inline constexpr int kMomentsThreads = 512;
 // Element-wise kernels over dense frames and slot sums.
 inline constexpr int kPrepareThreads = 256;
 inline constexpr int kBinnedMaxThreads = 256;
+// Whole binned plan frames of an export batch: a thread per output value.
+inline constexpr int kPlanFramesThreads = 256;
 // Their grid-stride loops run at most this many CTAs per SM: enough resident
 // warps to keep the memory system busy, and CTAs that each walk a long
 // stretch rather than a grid that only adds scheduling.

@@ -167,13 +167,16 @@ __global__ void __launch_bounds__(Threads)
   }
 }
 
-// grid: (stream blocks). Decodes one job's frames and stores those from
-// keep_from on, whole, as Element values: frames[(f - keep_from) * pixels + p].
+// Decodes one job's frames and stores those from keep_from on, whole, as
+// Element values: frames[(f - keep_from) * pixels + p]. A keep_from outside
+// the job flags *error.
 template <class Element>
-__global__ void __launch_bounds__(tuning::kAccumulateThreads)
-    decode_frames_kernel(ResidentParams p, FrameJob job, std::uint32_t keep_from, Element* frames,
-                         std::uint32_t* error) {
-  extern __shared__ __align__(16) std::uint8_t shared[];
+__device__ inline void decode_job_frames(const ResidentParams& p, const FrameJob& job, std::uint32_t keep_from,
+                                         Element* frames, std::uint8_t* shared, std::uint32_t* error) {
+  if (keep_from < job.frame_begin || keep_from >= job.frame_end) {
+    if (threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
+    return;
+  }
   OpenedGroup opened;
   QuadDecoder q;
   if (!start_job_stream(p, job, shared, error, opened, q)) return;
@@ -189,6 +192,26 @@ __global__ void __launch_bounds__(tuning::kAccumulateThreads)
     }
   }
   flag_if_stream_corrupt(q, job, opened, error);
+}
+
+// grid: (stream blocks). One job's frames from keep_from on.
+template <class Element>
+__global__ void __launch_bounds__(tuning::kAccumulateThreads)
+    decode_frames_kernel(ResidentParams p, FrameJob job, std::uint32_t keep_from, Element* frames,
+                         std::uint32_t* error) {
+  extern __shared__ __align__(16) std::uint8_t shared[];
+  decode_job_frames(p, job, keep_from, frames, shared, error);
+}
+
+// grid: (stream blocks, runs). Each run's frames at its output frame.
+template <class Element>
+__global__ void __launch_bounds__(tuning::kAccumulateThreads)
+    decode_frame_runs_kernel(ResidentParams p, const FrameRun* __restrict__ runs, Element* frames,
+                             std::uint32_t* error) {
+  extern __shared__ __align__(16) std::uint8_t shared[];
+  const FrameRun run = runs[blockIdx.y];
+  decode_job_frames(p, run.job, run.keep_from, frames + run.out_frame * (std::uint64_t{p.rows} * p.cols), shared,
+                    error);
 }
 
 // grid: (stream blocks, jobs). Adds each selected frame's values to its slot.
@@ -494,6 +517,30 @@ void ans_decode_frames(const AnsResidentView& resident, const FrameJob& job, std
       break;
     default:
       throw bad_request("ans_decode_frames: element size must be 1, 2 or 4 bytes");
+  }
+}
+
+void ans_decode_frame_runs(const AnsResidentView& resident, const FrameRun* d_runs, std::size_t run_count,
+                           void* d_frames, std::uint32_t element_bytes, std::uint32_t* d_error, StreamHandle stream) {
+  const ResidentParams p = make_params(resident, "ans_decode_frame_runs");
+  if (run_count > kMaxFrameJobs) throw bad_request("ans_decode_frame_runs: more than 65535 runs in one call");
+  if (run_count == 0) return;
+  if (d_runs == nullptr || d_frames == nullptr) throw bad_request("ans_decode_frame_runs: null runs or frames");
+  switch (element_bytes) {
+    case 1:
+      launch_per_job(decode_frame_runs_kernel<std::uint8_t>, "decode_frame_runs_kernel", p, run_count, stream, d_runs,
+                     static_cast<std::uint8_t*>(d_frames), d_error);
+      break;
+    case 2:
+      launch_per_job(decode_frame_runs_kernel<std::uint16_t>, "decode_frame_runs_kernel", p, run_count, stream, d_runs,
+                     static_cast<std::uint16_t*>(d_frames), d_error);
+      break;
+    case 4:
+      launch_per_job(decode_frame_runs_kernel<std::uint32_t>, "decode_frame_runs_kernel", p, run_count, stream, d_runs,
+                     static_cast<std::uint32_t*>(d_frames), d_error);
+      break;
+    default:
+      throw bad_request("ans_decode_frame_runs: element size must be 1, 2 or 4 bytes");
   }
 }
 

@@ -25,7 +25,7 @@ fi
 source_dir=${1:-$repo_root}
 build_dir=${2:-$source_dir/build-bundle}
 bundle=$repo_root/.bundle
-read -r -a targets <<< "${QUANTEM_BUNDLE_TARGETS:-lz4_block_host_tests ans_tests ans_reader_host_tests bitshuffle_lz4_gpu_tests ans_conformance_tests bench_gpu_codec cuda_backend_tests resident_conformance_test ring_sums_gpu_tests cuda_backend_bench bench_http_viewer quantem-gpu cuda_fault_injection_tests bench_dense_peers pinned_host_bench bench_host_memory}"
+read -r -a targets <<< "${QUANTEM_BUNDLE_TARGETS:-lz4_block_host_tests ans_tests ans_reader_host_tests bitshuffle_lz4_gpu_tests bitshuffle_lz4_encode_gpu_tests ans_conformance_tests bench_gpu_codec bench_export bench_chunk_writes cuda_backend_tests resident_conformance_test ring_sums_gpu_tests cuda_backend_bench bench_http_viewer quantem-gpu cuda_fault_injection_tests bench_dense_peers pinned_host_bench bench_host_memory}"
 
 # shellcheck disable=SC2016  # $ORIGIN is for the dynamic loader, not the shell
 cmake -S "$source_dir" -B "$build_dir" -G Ninja -DQUANTEM_CUDA=ON -DQUANTEM_CUDA_ARCHITECTURES=90 \
@@ -47,6 +47,10 @@ for target in "${targets[@]}"; do
     esac
   done
 done
+# The official HDF5 bitshuffle filter (Debian's libh5bshuf.so, the GPU
+# encoder's reference reader: QUANTEM_HDF5_PLUGIN_DIR=$bundle/lib/plugins).
+mkdir -p "$bundle/lib/plugins"
+cp -L /usr/lib/x86_64-linux-gnu/hdf5/serial/plugins/libh5bshuf.so "$bundle/lib/plugins/"
 real=$source_dir/../shared/data/real
 [ -d "$real" ] || real=$repo_root/../shared/data/real
 mkdir -p "$bundle/data/real/eiger_h5_testmodes" "$bundle/data/real/arina/rsciio_test_00"
@@ -67,6 +71,7 @@ fixture write "$fixtures" small --dtype uint8 --scan 4x5 --det 6x6 --mask '0,0'
 fixture write "$fixtures" wide --dtype uint32 --scan 5x7 --det 7x5 --hot 100000 --mask '3,3' --masked-value 7
 fixture write "$fixtures" narrow --dtype uint32 --scan 6x6 --det 8x7 --mask '2,2;5,6' --masked-value 200000
 fixture write "$fixtures" blocks --scan 4x6 --det 64x72 --block-elements 1024 --shard-frames 10,14 --mask '3,5;60,70'
+fixture write "$fixtures" hot --dtype uint32 --scan 4x4 --det 6x6 --hot 4000000000 --no-expected
 fixture write "$fixtures" corrupt --scan 24x24 --det 32x32 --no-expected
 fixture corrupt "$fixtures/corrupt_data_000001.h5" 500
 git -C "$source_dir" rev-parse HEAD > "$bundle/COMMIT"

@@ -64,7 +64,8 @@ step() {
   shift
   local wrapper=()
   [ "$use_bundle" = 1 ] && wrapper=(env "LD_LIBRARY_PATH=$bundle/lib" "QUANTEM_REAL_DATA_DIR=$bundle/data/real"
-                                   "QUANTEM_GPU_FIXTURES=$bundle/data/fixtures")
+                                   "QUANTEM_GPU_FIXTURES=$bundle/data/fixtures"
+                                   "QUANTEM_HDF5_PLUGIN_DIR=$bundle/lib/plugins")
   if [ "$dry_run" = 1 ]; then
     echo "  $name:$([ "$use_bundle" = 1 ] && echo " [bundle libraries]") $(quoted "$@")${stdout:+ > $stdout}"
     return 0

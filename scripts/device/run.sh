@@ -15,8 +15,8 @@
 # Environment knobs of each suite: scripts/device/README.md.
 set -uo pipefail
 
-suite_names=(build gpu-tests memcheck e2e bench-load bench-http bench-kernels bench-codec admission soak catalog
-             fuzz-long profile)
+suite_names=(build gpu-tests memcheck e2e bench-load bench-http bench-export bench-kernels bench-codec admission soak
+             catalog fuzz-long profile)
 
 usage() {
   cat <<'EOF'
@@ -28,6 +28,7 @@ suites:
   e2e            serve --gpus auto vs serve --backend cpu, same requests, same answers (e2e_compare.py)
   bench-load     cuda_backend_bench: loads and request primitives, 512x512 u16 and 128x512 u32
   bench-http     bench_http_viewer against serve --gpus auto, the loopback floor, cold starts
+  bench-export   saving plans through the export route and the CLI (export_bench.py), each beside the disk's floor
   bench-kernels  bench_dense_peers (the dense peer of every product) and the in-process primitives
   bench-codec    bench_gpu_codec: bitshuffle/LZ4 decode, ANS encode/decode, masked sums
   admission      admission through HTTP under a device budget (admission_proof.py), a 413 refusal

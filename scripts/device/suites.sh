@@ -6,7 +6,8 @@
 # shellcheck source=scripts/device/lib.sh disable=SC2154  # lib.sh's variables, sourced by run.sh
 
 # The GPU test binaries, in the order they are run.
-gpu_test_binaries=(lz4_block_host_tests ans_tests ans_reader_host_tests bitshuffle_lz4_gpu_tests ans_conformance_tests
+gpu_test_binaries=(lz4_block_host_tests ans_tests ans_reader_host_tests bitshuffle_lz4_gpu_tests
+                   bitshuffle_lz4_encode_gpu_tests ans_conformance_tests
                    ring_sums_gpu_tests resident_conformance_test cuda_backend_tests cuda_fault_injection_tests)
 
 suite_build() {
@@ -134,6 +135,55 @@ large_data=$data_root/large
 large_master=$large_data/big/big_master.h5
 synth_large_acquisition() {
   synth "$large_data/big" big 1024x1024 uint16 realistic
+}
+
+# Saving plans as a user would (export_bench.py): through the export job
+# route of `serve --gpus auto` on the resident 512x512 u16 acquisition (full,
+# detector bin 2, scan bin 2 of the 256x256 crop at the origin), a 256x256
+# centred crop of the 1024x1024 u16 acquisition, the CLI from process start
+# (load included), and the full export again with the host encoder (the
+# baseline); each row beside the time to write as many bytes into the same
+# folder (the disk's floor).
+suite_bench_export() {
+  synth_viewer_acquisition || return
+  if [ -n "$(bundle_binaries bench_chunk_writes)" ]; then
+    x mkdir -p "$data_root/exports"
+    step chunk_writes 200 --bundle --stdout "$work/chunk_writes.json" --json "$work/chunk_writes.json" -- \
+      "$bundle/bench_chunk_writes" "$data_root/exports" 100000 10240
+  fi
+  local exports=$data_root/exports rows=$work/rows
+  x mkdir -p "$rows"
+  if [ "$dry_run" = 0 ]; then
+    cat > "$rows/resident.json" <<'ROWS'
+[{"name": "full_512_u16", "via": "http", "session": "tilt0", "file": "tilt_master.h5", "plan": {}},
+ {"name": "detbin2_512_u16", "via": "http", "session": "tilt0", "file": "tilt_master.h5", "plan": {"det_bin": 2}},
+ {"name": "scanbin2_crop256_512_u16", "via": "http", "session": "tilt0", "file": "tilt_master.h5",
+  "plan": {"scan_bin": 2, "row_start": 0, "row_stop": 256, "column_start": 0, "column_stop": 256}}]
+ROWS
+    cat > "$rows/host.json" <<'ROWS'
+[{"name": "full_512_u16_host_encoder", "via": "http", "session": "tilt0", "file": "tilt_master.h5", "plan": {}}]
+ROWS
+    cat > "$rows/cli.json" <<ROWS
+[{"name": "full_512_u16_cli", "via": "cli", "master": "$viewer_master", "arguments": ["--gpu", "0"]}]
+ROWS
+    cat > "$rows/large.json" <<'ROWS'
+[{"name": "crop256_1024_u16", "via": "http", "session": "big", "file": "big_master.h5",
+  "plan": {"row_start": 384, "row_stop": 640, "column_start": 384, "column_stop": 640}}]
+ROWS
+  fi
+  step export_resident 400 --bundle --stdout "$work/export_resident.json" --json "$work/export_resident.json" -- \
+    python3 "$device_scripts/export_bench.py" "$bin" "$viewer_data" "$exports" "$rows/resident.json" \
+    --device-arg --gpus --device-arg auto
+  step export_cli 200 --bundle --stdout "$work/export_cli.json" --json "$work/export_cli.json" -- \
+    python3 "$device_scripts/export_bench.py" "$bin" "$viewer_data" "$exports" "$rows/cli.json"
+  step export_host_encoder 200 --bundle --stdout "$work/export_host_encoder.json" \
+    --json "$work/export_host_encoder.json" -- python3 "$device_scripts/export_bench.py" "$bin" "$viewer_data" \
+    "$exports" "$rows/host.json" --device-arg --gpus --device-arg auto --env QUANTEM_EXPORT_HOST_ENCODER_FOR_TESTING=1
+  if [ "${QUANTEM_EXPORT_LARGE:-1}" = 1 ] && synth "$data_root/export_large/big" big 1024x1024 uint16 realistic; then
+    step export_large 300 --bundle --stdout "$work/export_large.json" --json "$work/export_large.json" -- \
+      python3 "$device_scripts/export_bench.py" "$bin" "$data_root/export_large" "$exports" "$rows/large.json" \
+      --device-arg --gpus --device-arg auto
+  fi
 }
 
 # The viewer's requests through HTTP (bench_http_viewer) against serve --gpus

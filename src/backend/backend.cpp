@@ -285,15 +285,34 @@ std::optional<std::vector<std::uint32_t>> Resident::compute_frame_u32(const plan
   return narrowed_to_u32(compute_frame(geometry, scan_row, scan_col));
 }
 
-bool Resident::frames_u32(const plan::PlanGeometry& geometry, std::uint64_t first_position, std::uint64_t count,
-                          std::vector<std::uint32_t>& out) {
+void Resident::check_positions(const plan::PlanGeometry& geometry, std::uint64_t first_position,
+                               std::uint64_t count) const {
   check_geometry(geometry);
   if (first_position > geometry.positions() || count > geometry.positions() - first_position) {
     throw bad_request("plan positions [" + std::to_string(first_position) + ", " +
                       std::to_string(first_position + count) + ") pass the plan's " +
                       std::to_string(geometry.positions()) + " positions");
   }
+}
+
+bool Resident::frames_u32(const plan::PlanGeometry& geometry, std::uint64_t first_position, std::uint64_t count,
+                          std::vector<std::uint32_t>& out) {
+  check_positions(geometry, first_position, count);
   return compute_frames_u32(geometry, first_position, count, out);
+}
+
+bool Resident::encode_export_chunks(const plan::PlanGeometry& geometry, std::uint64_t first_position,
+                                    std::uint64_t count, std::size_t element_size, EncodedChunks& out) {
+  check_positions(geometry, first_position, count);
+  if (element_size != 1 && element_size != 2 && element_size != 4)
+    throw bad_request("export chunks: element size " + std::to_string(element_size) + " (1, 2 or 4)");
+  return compute_export_chunks(geometry, first_position, count, element_size, out);
+}
+
+Error binned_value_overflow(std::uint64_t first_position, std::uint64_t count) {
+  return conflict("a binned value at plan positions [" + std::to_string(first_position) + ", " +
+                  std::to_string(first_position + count) +
+                  ") exceeds 2^32 - 1: the export's uint32 cannot hold it exactly");
 }
 
 bool Resident::compute_frames_u32(const plan::PlanGeometry& geometry, std::uint64_t first_position,

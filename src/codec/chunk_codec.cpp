@@ -277,8 +277,8 @@ void decode_chunk(const ChunkFormat& format, const std::uint8_t* stored, std::si
   });
 }
 
-std::vector<std::uint8_t> encode_bitshuffle_lz4(const std::uint8_t* elements, std::size_t element_count,
-                                                std::size_t element_size, std::size_t block_elements) {
+void append_bitshuffle_lz4(const std::uint8_t* elements, std::size_t element_count, std::size_t element_size,
+                           std::vector<std::uint8_t>& out, std::size_t block_elements) {
   if (element_size == 0) throw bad_request("encode_bitshuffle_lz4: element_size is 0");
   if (block_elements == 0) block_elements = bitshuffle_default_block_elements(element_size);
   if (block_elements % kElementsPerGroup != 0)
@@ -294,13 +294,15 @@ std::vector<std::uint8_t> encode_bitshuffle_lz4(const std::uint8_t* elements, st
   const std::size_t partial_elements = leftover_elements - leftover_elements % kElementsPerGroup;
   const std::size_t tail_bytes = (element_count % kElementsPerGroup) * element_size;
 
-  std::vector<std::uint8_t> out(kHeaderBytes);
-  out.reserve(kHeaderBytes + full_blocks * (kLengthFieldBytes + lz4_bound(block_bytes)) +
+  const std::size_t header_at = out.size();
+  out.reserve(header_at + kHeaderBytes + full_blocks * (kLengthFieldBytes + lz4_bound(block_bytes)) +
               (kLengthFieldBytes + lz4_bound(partial_elements * element_size)) + tail_bytes);
-  write_u64_be(out.data(), element_count * element_size);
-  write_u32_be(out.data() + 8, static_cast<std::uint32_t>(block_bytes));
+  out.resize(header_at + kHeaderBytes);
+  write_u64_be(out.data() + header_at, element_count * element_size);
+  write_u32_be(out.data() + header_at + 8, static_cast<std::uint32_t>(block_bytes));
 
-  std::vector<std::uint8_t> shuffled(std::min(block_elements, element_count) * element_size);
+  thread_local std::vector<std::uint8_t> shuffled;  // one block, reused by every chunk of the thread
+  shuffled.resize(std::min(block_elements, element_count) * element_size);
   const std::uint8_t* next = elements;
   for (std::size_t index = 0; index < full_blocks + (partial_elements > 0 ? 1 : 0); ++index) {
     const std::size_t count = index < full_blocks ? block_elements : partial_elements;
@@ -309,6 +311,12 @@ std::vector<std::uint8_t> encode_bitshuffle_lz4(const std::uint8_t* elements, st
     next += count * element_size;
   }
   out.insert(out.end(), next, next + tail_bytes);
+}
+
+std::vector<std::uint8_t> encode_bitshuffle_lz4(const std::uint8_t* elements, std::size_t element_count,
+                                                std::size_t element_size, std::size_t block_elements) {
+  std::vector<std::uint8_t> out;
+  append_bitshuffle_lz4(elements, element_count, element_size, out, block_elements);
   return out;
 }
 

@@ -1,4 +1,5 @@
 #include "quantem/export/arina_writer.hpp"
+#include "quantem/export/parallel_raw_writes.hpp"
 
 #include <array>
 #include <cstdio>
@@ -101,11 +102,12 @@ constexpr const char* kBitshuffleFilterName = "bitshuffle; see https://github.co
 
 // ---------------------------------------------------------------------------
 
-Hid create_file(const std::string& path) {
+Hid create_file(const std::string& path, const ParallelRawWrites* raw_writes) {
   // Low bound 1.8: superblock v2 and a version-3 layout message, i.e. the v1
   // B-tree chunk index of real Arina files (1.10 bounds would pick an
   // extensible array for the unlimited frame axis).
-  Hid access = make_property_list(H5P_FILE_ACCESS);
+  Hid access = raw_writes != nullptr ? Hid(raw_writes->make_file_access(), H5Pclose)
+                                     : make_property_list(H5P_FILE_ACCESS);
   check_status(H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_V18), "H5Pset_libver_bounds");
   // The root group takes its object-creation properties from the file-creation
   // list: without this its header carries the creation second, and two runs
@@ -253,9 +255,10 @@ BitshuffleFilterRegistration::~BitshuffleFilterRegistration() {
 // ---------------------------------------------------------------------------
 
 ShardFile::ShardFile(const std::string& path, std::uint64_t first_image_number, std::uint64_t frames,
-                     std::uint64_t detector_rows, std::uint64_t detector_cols, DType dtype)
-    : path_(path) {
-  file_ = create_file(path);
+                     std::uint64_t detector_rows, std::uint64_t detector_cols, DType dtype,
+                     ParallelRawWrites* raw_writes)
+    : path_(path), raw_writes_(raw_writes) {
+  file_ = create_file(path, raw_writes);
   Hid entry = create_group(file_.get(), "entry", "NXentry");
   Hid data = create_group(entry.get(), "data", "NXdata");
 
@@ -297,6 +300,7 @@ void ShardFile::write_chunk(std::uint64_t local_index, const std::uint8_t* store
 }
 
 void ShardFile::close() {
+  if (raw_writes_ != nullptr) raw_writes_->wait_for_all();  // a failed chunk write first, as its own error
   dataset_.close("H5Dclose " + path_);
   file_.close("H5Fclose " + path_);
 }

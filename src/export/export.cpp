@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <exception>
 #include <limits>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "quantem/codec/chunk_codec.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/export/arina_writer.hpp"
+#include "quantem/export/parallel_raw_writes.hpp"
 
 namespace quantem::exporter {
 
@@ -46,9 +48,19 @@ constexpr unsigned kMaxThreads = 256;
 // Free bytes kept while writing, beyond what the next batch needs.
 constexpr std::uint64_t kFreeSpaceReserve = 16ull << 20;
 constexpr std::uint64_t kMasterBytesAllowance = 1ull << 20;
+constexpr unsigned kMaxRawWriteThreads = 8;
 // Test hook: milliseconds each worker sleeps before each batch (cancel, kill
 // and changing-source tests need an export that is still running).
 constexpr const char* kBatchDelayTestVariable = "QUANTEM_EXPORT_BATCH_DELAY_MS_FOR_TESTING";
+// Benchmark hook: when set (to anything but "" or "0"), the export reads
+// frames and encodes on the host even where the resident has a device encoder
+// (the baseline beside the device path, measured in the same run).
+constexpr const char* kHostEncoderTestVariable = "QUANTEM_EXPORT_HOST_ENCODER_FOR_TESTING";
+
+bool host_encoder_forced() {
+  const char* value = std::getenv(kHostEncoderTestVariable);
+  return value != nullptr && *value != '\0' && std::string(value) != "0";
+}
 
 struct ExportCancelled {};
 
@@ -76,10 +88,22 @@ std::string data_file_name(const std::string& name, std::uint64_t file_number) {
 struct EncodedBatch {
   std::uint64_t first_position = 0;
   std::uint64_t count = 0;
-  std::vector<std::uint8_t> bytes;
-  std::vector<std::uint64_t> offsets;  // count + 1
+  backend::Resident::EncodedChunks chunks;  // chunk i: chunks.bytes[offsets[i], offsets[i + 1])
   bool ready = false;
 };
+
+// How the export is cut: the resident's device encoder's shape when it has
+// one, else the request's (host path).
+struct BatchShape {
+  std::uint64_t positions = 0;
+  unsigned workers = 0;
+};
+
+BatchShape batch_shape(const backend::Resident& resident, const ExportLayout& layout, const ExportRequest& request) {
+  const auto device = resident.export_batch_shape(layout.geometry, dtype_size(layout.dtype));
+  if (device.positions != 0 && !host_encoder_forced()) return {device.positions, std::max(1u, device.workers)};
+  return {positions_per_batch(request), worker_count(request.threads)};
+}
 
 template <class Out>
 void narrow_frame(const std::uint32_t* values, std::size_t count, std::vector<std::uint8_t>& out) {
@@ -106,9 +130,10 @@ class BatchPipeline {
         layout_(layout),
         progress_(progress),
         lock_compute_(lock_compute),
-        batch_positions_(positions_per_batch(request)),
+        shape_(batch_shape(resident, layout, request)),
+        batch_positions_(shape_.positions),
         batches_((layout.geometry.positions() + batch_positions_ - 1) / batch_positions_),
-        threads_(static_cast<unsigned>(std::min<std::uint64_t>(worker_count(request.threads), batches_))),
+        threads_(static_cast<unsigned>(std::min<std::uint64_t>(shape_.workers, batches_))),
         window_(threads_ + 2),
         slots_(window_) {
     if (const char* delay = std::getenv(kBatchDelayTestVariable)) delay_ms_ = std::strtoull(delay, nullptr, 10);
@@ -138,6 +163,7 @@ class BatchPipeline {
       {
         std::lock_guard<std::mutex> lock(mutex_);
         consumed_ = k + 1;
+        spare_.push_back(std::move(batch.chunks));  // its pages are reused by a later batch
       }
       room_.notify_all();
     }
@@ -145,7 +171,7 @@ class BatchPipeline {
     if (error_) std::rethrow_exception(error_);
   }
 
-  const char* encoder() const { return device_encoded_ ? "device" : "host"; }
+  const char* encoder() const { return resident_encoded_ ? resident_.export_encoder() : "host"; }
   double read_seconds() const { return read_ns_ * 1e-9; }
   double encode_seconds() const { return encode_ns_ * 1e-9; }
 
@@ -163,7 +189,15 @@ class BatchPipeline {
       try {
         if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
         if (progress_.cancel_requested.load()) throw ExportCancelled{};
-        EncodedBatch batch = produce(k, scratch);
+        EncodedBatch batch;
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          if (!spare_.empty()) {
+            batch.chunks = std::move(spare_.back());
+            spare_.pop_back();
+          }
+        }
+        produce(k, scratch, batch);
         {
           std::lock_guard<std::mutex> lock(mutex_);
           slots_[k % window_] = std::move(batch);
@@ -181,35 +215,41 @@ class BatchPipeline {
     std::vector<std::uint8_t> narrowed;
   };
 
-  EncodedBatch produce(std::uint64_t k, WorkerScratch& scratch) {
+  void produce(std::uint64_t k, WorkerScratch& scratch, EncodedBatch& batch) {
     const plan::PlanGeometry& g = layout_.geometry;
-    EncodedBatch batch;
     batch.first_position = k * batch_positions_;
     batch.count = std::min(batch_positions_, g.positions() - batch.first_position);
     batch.ready = true;
     const std::size_t element_size = dtype_size(layout_.dtype);
-    if (auto chunks = resident_.encode_export_chunks(g, batch.first_position, batch.count, element_size)) {
-      device_encoded_ = true;
-      batch.bytes = std::move(chunks->bytes);
-      batch.offsets = std::move(chunks->offsets);
-      return batch;
+    const auto start = Clock::now();
+    if (!host_only_ && resident_.encode_export_chunks(g, batch.first_position, batch.count, element_size, batch.chunks)) {
+      resident_encoded_ = true;
+      encode_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+      return;
     }
-    const auto read_start = Clock::now();
     std::vector<std::uint32_t>& values = scratch.values;
     {
       std::unique_lock<std::mutex> compute;
       if (lock_compute_) compute = lock_compute_();
       if (!resident_.frames_u32(g, batch.first_position, batch.count, values)) {
-        throw conflict("a binned value at plan positions [" + std::to_string(batch.first_position) + ", " +
-                       std::to_string(batch.first_position + batch.count) +
-                       ") exceeds 2^32 - 1: the export's uint32 cannot hold it exactly");
+        throw backend::binned_value_overflow(batch.first_position, batch.count);
       }
     }
     const auto encode_start = Clock::now();
-    read_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(encode_start - read_start).count();
-    const std::uint64_t pixels = g.detector_pixels();
-    batch.offsets.push_back(0);
-    std::vector<std::uint8_t>& narrowed = scratch.narrowed;
+    read_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(encode_start - start).count();
+    encode_on_host(values, batch, scratch.narrowed);
+    encode_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - encode_start).count();
+  }
+
+  // The batch's frames (uint32 values) narrowed to the export dtype and encoded with the CPU codec.
+  void encode_on_host(const std::vector<std::uint32_t>& values, EncodedBatch& batch,
+                      std::vector<std::uint8_t>& narrowed) const {
+    const std::uint64_t pixels = layout_.geometry.detector_pixels();
+    const std::size_t element_size = dtype_size(layout_.dtype);
+    std::vector<std::uint8_t>& bytes = batch.chunks.bytes;
+    std::vector<std::uint64_t>& offsets = batch.chunks.offsets;
+    bytes.clear();
+    offsets.assign(1, 0);
     for (std::uint64_t i = 0; i < batch.count; ++i) {
       const std::uint32_t* frame = values.data() + i * pixels;
       const std::uint8_t* elements = reinterpret_cast<const std::uint8_t*>(frame);
@@ -221,11 +261,9 @@ class BatchPipeline {
         elements = narrowed.data();
       }
       const auto chunk = codec::encode_bitshuffle_lz4(elements, pixels, element_size);
-      batch.bytes.insert(batch.bytes.end(), chunk.begin(), chunk.end());
-      batch.offsets.push_back(batch.bytes.size());
+      bytes.insert(bytes.end(), chunk.begin(), chunk.end());
+      offsets.push_back(bytes.size());
     }
-    encode_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - encode_start).count();
-    return batch;
   }
 
   void fail(std::exception_ptr error) {
@@ -254,55 +292,82 @@ class BatchPipeline {
   const ExportLayout& layout_;
   ExportProgress& progress_;
   const std::function<std::unique_lock<std::mutex>()>& lock_compute_;
+  const BatchShape shape_;
   const std::uint64_t batch_positions_;
   const std::uint64_t batches_;
   const unsigned threads_;
   const std::uint64_t window_;
   std::uint64_t delay_ms_ = 0;
+  const bool host_only_ = host_encoder_forced();
 
   std::mutex mutex_;
   std::condition_variable ready_;  // a batch became ready, or an error
   std::condition_variable room_;   // a batch was consumed, or an error
   std::vector<EncodedBatch> slots_;
+  std::vector<backend::Resident::EncodedChunks> spare_;  // buffers of consumed batches
   std::uint64_t next_ = 0;
   std::uint64_t consumed_ = 0;
   std::exception_ptr error_;
   std::vector<std::thread> workers_;
   std::atomic<std::int64_t> read_ns_{0};
   std::atomic<std::int64_t> encode_ns_{0};
-  std::atomic<bool> device_encoded_{false};
+  std::atomic<bool> resident_encoded_{false};  // some batch came from encode_export_chunks
 };
 
 // Writes the data files from the pipeline's batches, one chunk per frame.
+// The chunks' bytes go to the files on a pool of threads (arina::
+// ParallelRawWrites) while libhdf5 indexes the next ones; a batch's buffer is
+// kept until its writes are done and then handed back for reuse.
 class DataFileWriter {
  public:
   DataFileWriter(const ExportLayout& layout, const std::string& folder, ExportProgress& progress)
-      : layout_(layout), folder_(folder), progress_(progress) {}
+      : layout_(layout), folder_(folder), progress_(progress), raw_writes_(raw_write_threads()) {}
 
-  void write(const EncodedBatch& batch) {
+  // Writes the batch's chunks; on return batch.chunks holds a buffer whose
+  // writes are done (the previous batch's), free to reuse.
+  void write(EncodedBatch& batch) {
     const auto start = Clock::now();
-    check_free_space(batch.bytes.size());
-    for (std::uint64_t i = 0; i < batch.count; ++i) {
-      const std::uint64_t position = batch.first_position + i;
-      const std::uint64_t file_index = position / layout_.frames_per_file;
-      if (!shard_ || file_index != file_index_) open_file(file_index);
-      const std::uint64_t size = batch.offsets[i + 1] - batch.offsets[i];
-      shard_->write_chunk(position - file_index * layout_.frames_per_file, batch.bytes.data() + batch.offsets[i], size);
-      stored_bytes_ += size;
-      progress_.bytes_written += size;
-      ++progress_.frames_done;
+    const auto& bytes = batch.chunks.bytes;
+    const auto& offsets = batch.chunks.offsets;
+    check_free_space(bytes.size());
+    try {
+      for (std::uint64_t i = 0; i < batch.count; ++i) {
+        const std::uint64_t position = batch.first_position + i;
+        const std::uint64_t file_index = position / layout_.frames_per_file;
+        if (!shard_ || file_index != file_index_) open_file(file_index);
+        const std::uint64_t size = offsets[i + 1] - offsets[i];
+        shard_->write_chunk(position - file_index * layout_.frames_per_file, bytes.data() + offsets[i], size);
+        stored_bytes_ += size;
+        progress_.bytes_written += size;
+        ++progress_.frames_done;
+      }
+      // This batch's writes run on; the previous batch's are waited for, and its buffer goes back.
+      raw_writes_.wait_for(previous_ticket_);
+    } catch (...) {
+      drain();  // the caller frees this batch's buffer: no write may still read it
+      throw;
     }
+    previous_ticket_ = raw_writes_.ticket();
+    std::swap(in_flight_, batch.chunks);
     seconds_ += seconds_since(start);
   }
 
   void close() {
     const auto start = Clock::now();
+    raw_writes_.wait_for_all();
     if (shard_) shard_->close();
     shard_.reset();
     seconds_ += seconds_since(start);
   }
 
   const std::vector<std::string>& file_names() const { return file_names_; }
+  // Waits for every chunk write, dropping their errors (the export failed already).
+  void drain() noexcept {
+    try {
+      raw_writes_.wait_for_all();
+    } catch (...) {
+    }
+  }
   std::uint64_t stored_bytes() const { return stored_bytes_; }
   double seconds() const { return seconds_; }
 
@@ -315,7 +380,7 @@ class DataFileWriter {
     file_names_.push_back(data_file_name(layout_.name, file_index + 1));
     shard_ = std::make_unique<arina::ShardFile>(folder_ + "/" + file_names_.back(), first + 1, frames,
                                                 layout_.geometry.detector_rows, layout_.geometry.detector_cols,
-                                                layout_.dtype);
+                                                layout_.dtype, &raw_writes_);
     file_index_ = file_index;
   }
 
@@ -331,9 +396,20 @@ class DataFileWriter {
     }
   }
 
+  // Threads that write chunk bytes: enough to keep the page cache's copies
+  // ahead of libhdf5's bookkeeping on one thread, at most one per core.
+  static unsigned raw_write_threads() {
+    const unsigned cores = std::thread::hardware_concurrency();
+    return std::max(1u, std::min(kMaxRawWriteThreads, cores));
+  }
+
   const ExportLayout& layout_;
   const std::string folder_;
   ExportProgress& progress_;
+  // Declared before the files: destroyed after them, so no write still reads a freed buffer.
+  backend::Resident::EncodedChunks in_flight_;
+  arina::ParallelRawWrites raw_writes_;
+  std::uint64_t previous_ticket_ = 0;
   std::unique_ptr<arina::ShardFile> shard_;
   std::uint64_t file_index_ = 0;
   std::vector<std::string> file_names_;
@@ -449,7 +525,7 @@ ExportReport export_plan(backend::Resident& resident, const catalog::Acquisition
       arina::BitshuffleFilterRegistration filter_registration;
       DataFileWriter writer(layout, folder.path(), progress);
       BatchPipeline pipeline(resident, layout, request, progress, lock_compute);
-      pipeline.run([&](const EncodedBatch& batch) { writer.write(batch); });
+      pipeline.run([&](EncodedBatch& batch) { writer.write(batch); });
       writer.close();
       report.encoder = pipeline.encoder();
       report.seconds.read = pipeline.read_seconds();

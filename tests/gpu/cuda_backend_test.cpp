@@ -24,6 +24,7 @@
 #include "quantem/backend/backend.hpp"
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
+#include "quantem/codec/chunk_codec.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/cuda/resident_products.hpp"
 #include "quantem/plan/plan.hpp"
@@ -62,6 +63,9 @@ const std::string& fixtures_dir() {
     test::run_python_script("products_load_fixture.py", "write " + generated->path() +
                                                             " blocks --scan 4x6 --det 64x72 --block-elements 1024 "
                                                             "--shard-frames 10,14 --mask '3,5;60,70'");
+    test::run_python_script("products_load_fixture.py", "write " + generated->path() +
+                                                            " hot --dtype uint32 --scan 4x4 --det 6x6 "
+                                                            "--hot 4000000000 --no-expected");
     test::run_python_script("products_load_fixture.py",
                             "write " + generated->path() + " corrupt --scan 24x24 --det 32x32 --no-expected");
     test::run_python_script("products_load_fixture.py",
@@ -594,6 +598,111 @@ TEST(CudaBackend, ACorruptChunkInTheFirstOrLastBatchFailsTheOverlappedLoadAndFre
       expect_frames(*load(*backend, fixture("small")), expected_counts("small"), where + ": after corrupt");
     }
   }
+}
+
+}  // namespace
+}  // namespace quantem::backend
+
+namespace quantem::backend {
+namespace {
+
+// Decodes encoded export chunks (the CPU codec) into uint32 values, frame after frame.
+std::vector<std::uint32_t> decode_export_chunks(const Resident::EncodedChunks& chunks, std::uint64_t count,
+                                                std::uint64_t pixels, std::size_t element_size) {
+  std::vector<std::uint32_t> values;
+  std::vector<std::uint8_t> frame(pixels * element_size);
+  codec::ChunkFormat format;
+  format.filter = codec::ChunkFilter::bitshuffle_lz4;
+  format.element_size = element_size;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    codec::decode_chunk(format, chunks.bytes.data() + chunks.offsets[i], chunks.offsets[i + 1] - chunks.offsets[i],
+                        frame.data(), frame.size());
+    for (std::uint64_t p = 0; p < pixels; ++p) {
+      std::uint32_t value = 0;
+      std::memcpy(&value, frame.data() + p * element_size, element_size);  // little-endian host
+      values.push_back(value);
+    }
+  }
+  return values;
+}
+
+CudaLoadTuning seek_point_tuning() {
+  CudaLoadTuning tuning = small_tuning();
+  tuning.frames_per_seek_point = 4;  // runs cut at seek segments inside groups
+  return tuning;
+}
+
+// The export's device encoder: every plan shape, batches of whole rows and
+// of rows cut at both ends, decode to the CPU backend's frames_u32.
+TEST(CudaBackend, ExportChunksDecodeToTheCpuBackendsFramesForEveryPlan) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  TempDir dir;
+  const auto cpu = cpu_backend();
+  struct Case {
+    std::string prefix;
+    DType dtype;
+    synth::Preset preset;
+  };
+  for (const Case& c : {Case{"realistic16", DType::uint16, synth::Preset::realistic},
+                        Case{"dense32", DType::uint32, synth::Preset::dense},
+                        Case{"sparse8", DType::uint8, synth::Preset::sparse}}) {
+    const catalog::Acquisition acquisition = synthesize(dir, c.prefix, 13, 40, c.dtype, c.preset, 90);
+    const auto cpu_resident = load(*cpu, acquisition);
+    const std::vector<plan::BrowsePlan> plans = {
+        {},
+        {plan::ScanRegion{2, 11, 3, 14}, 1, 1},
+        {std::nullopt, 2, 1},
+        {std::nullopt, 1, 3},
+        {plan::ScanRegion{1, 12, 2, 15}, 3, 2},
+        {plan::ScanRegion{4, 9, 0, 16}, 1, 1},
+    };
+    for (const CudaLoadTuning& tuning : {CudaLoadTuning{}, small_tuning(), seek_point_tuning()}) {
+      const auto gpu = cuda_backend(tuning);
+      const auto resident = load(*gpu, acquisition);
+      for (const plan::BrowsePlan& browse : plans) {
+        const plan::PlanGeometry g = plan::resolve_plan(browse, acquisition.scan_rows, acquisition.scan_cols,
+                                                        acquisition.detector_rows, acquisition.detector_cols);
+        const bool bins = g.scan_bin > 1 || g.detector_bin > 1;
+        const std::size_t element_size = bins ? 4 : dtype_size(c.dtype);
+        const std::uint64_t positions = g.positions();
+        const std::string where = c.prefix + " " + plan::to_string(g);
+        const auto shape = resident->export_batch_shape(g, element_size);
+        EXPECT_GT(shape.positions, 0u) << where;
+        EXPECT_EQ(shape.positions % g.scan_cols, 0u) << where << ": batches of whole plan rows";
+        for (const auto& [first, count] : std::vector<std::pair<std::uint64_t, std::uint64_t>>{
+                 {0, positions}, {1, positions - 2}, {g.scan_cols, g.scan_cols}, {positions - 1, 1}}) {
+          Resident::EncodedChunks chunks;
+          ASSERT_TRUE(resident->encode_export_chunks(g, first, count, element_size, chunks)) << where;
+          ASSERT_EQ(chunks.offsets.size(), count + 1) << where;
+          std::vector<std::uint32_t> expected;
+          ASSERT_TRUE(cpu_resident->frames_u32(g, first, count, expected)) << where;
+          EXPECT_EQ(decode_export_chunks(chunks, count, g.detector_pixels(), element_size), expected)
+              << where << " positions [" << first << ", " << first + count << ")";
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaBackend, ExportChunksRefuseABinnedValueAboveUint32AndBadArguments) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  const catalog::Acquisition acquisition = fixture("hot");
+  const auto gpu = cuda_backend();
+  const auto resident = load(*gpu, acquisition);
+  // Four frames with a 4,000,000,000 pixel each, binned into one value.
+  const plan::PlanGeometry g = plan::resolve_plan({std::nullopt, 2, 64}, acquisition.scan_rows,
+                                                  acquisition.scan_cols, acquisition.detector_rows,
+                                                  acquisition.detector_cols);
+  Resident::EncodedChunks chunks;
+  EXPECT_NE(error_text([&] { resident->encode_export_chunks(g, 0, g.positions(), 4, chunks); }, ErrorKind::conflict)
+                .find("exceeds 2^32 - 1"),
+            std::string::npos);
+  error_text([&] { resident->encode_export_chunks(g, 0, g.positions() + 1, 4, chunks); }, ErrorKind::bad_request);
+  error_text([&] { resident->encode_export_chunks(g, 0, 1, 3, chunks); }, ErrorKind::bad_request);
+  // The resident still answers after the refusal.
+  const plan::PlanGeometry whole = plan::resolve_plan({}, acquisition.scan_rows, acquisition.scan_cols,
+                                                      acquisition.detector_rows, acquisition.detector_cols);
+  EXPECT_TRUE(resident->encode_export_chunks(whole, 0, whole.positions(), 4, chunks));
 }
 
 }  // namespace

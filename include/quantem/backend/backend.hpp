@@ -22,6 +22,7 @@
 
 #include "quantem/backend/derived_cache.hpp"
 #include "quantem/backend/tile_sums.hpp"
+#include "quantem/core/error.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/catalog/frame_index_cache.hpp"
 #include "quantem/plan/plan.hpp"
@@ -188,6 +189,10 @@ struct CenterOfMassSums {
   std::vector<std::uint64_t> col_moment;  // Σ (c / detector_bin) · I
 };
 
+// The export's error for a binned value of plan positions [first_position,
+// first_position + count) that does not fit its uint32 (conflict).
+Error binned_value_overflow(std::uint64_t first_position, std::uint64_t count);
+
 class Resident {
  public:
   virtual ~Resident() = default;
@@ -247,21 +252,33 @@ class Resident {
                                                               RegionReduce reduce);
 
   // The stored chunks (bitshuffle/LZ4, HDF5 filter 32008, `element_size`
-  // bytes per value) of the binned frames at plan positions [first_position,
-  // first_position + count), encoded where the resident lives: chunk i is
-  // bytes[offsets[i], offsets[i + 1]). nullopt when this backend has no such
-  // encoder; the export then reads frame_u32 and encodes on the host
-  // (decision 0016). No backend has one yet.
+  // bytes per value: the plan's export dtype) of the binned frames at plan
+  // positions [first_position, first_position + count), encoded where the
+  // resident lives (decision 0023): chunk i is out.bytes[out.offsets[i],
+  // out.offsets[i + 1]) (out's vectors are resized, their capacity reused).
+  // false when this backend has no such encoder (the export then reads
+  // frames_u32 and encodes on the host). Error(conflict) when a binned value
+  // exceeds 2^32 - 1 (binned_value_overflow; nothing is wrapped); the same
+  // checks as frames_u32, and element_size must be 1, 2 or 4.
   struct EncodedChunks {
     std::vector<std::uint8_t> bytes;
     std::vector<std::uint64_t> offsets;  // count + 1 values
   };
-  virtual std::optional<EncodedChunks> encode_export_chunks(const plan::PlanGeometry& geometry,
-                                                            std::uint64_t first_position, std::uint64_t count,
-                                                            std::size_t element_size) {
-    (void)geometry, (void)first_position, (void)count, (void)element_size;
-    return std::nullopt;
+  bool encode_export_chunks(const plan::PlanGeometry& geometry, std::uint64_t first_position, std::uint64_t count,
+                            std::size_t element_size, EncodedChunks& out);
+  // How an export from this resident is best cut: plan positions per
+  // encode_export_chunks call and calls in flight at once. positions 0: the
+  // export's defaults (the host path).
+  struct ExportBatchShape {
+    std::uint64_t positions = 0;
+    unsigned workers = 0;
+  };
+  virtual ExportBatchShape export_batch_shape(const plan::PlanGeometry& geometry, std::size_t element_size) const {
+    (void)geometry, (void)element_size;
+    return {};
   }
+  // Where encode_export_chunks encodes: "device" (the resident's GPU) or "host".
+  virtual const char* export_encoder() const { return "host"; }
 
   // Values derived from this resident by higher layers (per-plan BF fit, CoM
   // maps); they are dropped with the resident. Thread-safe.
@@ -305,6 +322,12 @@ class Resident {
   // unbinned frames of one group at once (the export's read).
   virtual bool compute_frames_u32(const plan::PlanGeometry& geometry, std::uint64_t first_position,
                                   std::uint64_t count, std::vector<std::uint32_t>& out);
+  // By default no device encoder (false).
+  virtual bool compute_export_chunks(const plan::PlanGeometry& geometry, std::uint64_t first_position,
+                                     std::uint64_t count, std::size_t element_size, EncodedChunks& out) {
+    (void)geometry, (void)first_position, (void)count, (void)element_size, (void)out;
+    return false;
+  }
   // sorted_positions: ascending, distinct, inside the plan.
   virtual std::vector<std::uint64_t> compute_region_reduce(const plan::PlanGeometry& geometry,
                                                            const std::vector<std::uint64_t>& sorted_positions,
@@ -320,6 +343,7 @@ class Resident {
   void check_geometry(const plan::PlanGeometry& geometry) const;
   void check_mask(const plan::PlanGeometry& geometry, const std::vector<std::uint8_t>& binned_detector_mask) const;
   void check_position(const plan::PlanGeometry& geometry, std::uint64_t scan_row, std::uint64_t scan_col) const;
+  void check_positions(const plan::PlanGeometry& geometry, std::uint64_t first_position, std::uint64_t count) const;
   // The native (detector bin 1) summed pattern of a rectangle of source scan
   // positions from the tile table: whole tiles plus the edge frames through
   // compute_region_reduce. nullopt when the table is not ready or the

@@ -93,6 +93,9 @@ void bitunshuffle_block(const std::uint8_t* in, std::uint8_t* out, std::size_t e
 // large for the format (u32 block bytes, LZ4's ~2 GB input limit).
 std::vector<std::uint8_t> encode_bitshuffle_lz4(const std::uint8_t* elements, std::size_t element_count,
                                                 std::size_t element_size, std::size_t block_elements = 0);
+// The same chunk appended to `out` (its capacity reused across chunks).
+void append_bitshuffle_lz4(const std::uint8_t* elements, std::size_t element_count, std::size_t element_size,
+                           std::vector<std::uint8_t>& out, std::size_t block_elements = 0);
 
 // Encodes bytes as a plain-LZ4 (32004) chunk like the HDF5 LZ4 filter: the
 // block size (0 = the filter's default, 1 GiB) is clamped to the data size and

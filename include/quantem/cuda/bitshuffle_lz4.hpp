@@ -100,3 +100,48 @@ void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std
                            StreamHandle stream, const BitshuffleLz4Tuning& tuning = {});
 
 }  // namespace quantem::cuda
+
+namespace quantem::cuda {
+
+// --- Encode ------------------------------------------------------------------
+//
+// GPU encode of dense frames into bitshuffle/LZ4 chunks of the same format
+// (what the decoder above, codec::decode_chunk and the official HDF5 filter
+// read). The CPU reference is codec::encode_bitshuffle_lz4: the bit-shuffled
+// blocks are bit-identical to its, and every chunk decodes to exactly its
+// frame. The LZ4 blocks are valid LZ4 but not liblz4's bytes: a warp codes
+// each block's runs of one repeated byte (the zero bit-planes and zero
+// stretches of counting data) as matches of offset 1 and everything else as
+// literals, so chunks are byte-for-byte deterministic and a little larger than
+// liblz4's where the data repeats in longer patterns.
+
+// Dense frames on the device to encode, one chunk each.
+struct BitshuffleLz4EncodeBatch {
+  const void* d_frames = nullptr;      // device: chunk_count frames of elements_per_chunk elements, contiguous
+  std::size_t chunk_count = 0;
+  std::size_t element_size = 2;        // 1, 2 or 4 bytes
+  std::size_t elements_per_chunk = 0;  // elements per frame (at least 1)
+  std::size_t block_elements = 0;      // 0: bitshuffle's default (8192 bytes / element_size); a multiple of 8
+                                       // of at most kMaxBitshuffleBlockBytes bytes
+};
+
+// Largest stored chunk of one frame of this batch (header, every block at
+// LZ4's bound with its length field, the raw tail). Throws
+// quantem::Error(bad_request) for an invalid shape (as the calls below);
+// d_frames is not read (sizes may be asked before the frames exist).
+std::size_t bitshuffle_lz4_chunk_bound(const BitshuffleLz4EncodeBatch& batch);
+
+// Device scratch bytes encode_bitshuffle_lz4 needs: one slot of LZ4's bound per
+// block, the blocks' sizes and the chunks' sizes.
+std::size_t bitshuffle_lz4_encode_scratch_bytes(const BitshuffleLz4EncodeBatch& batch);
+
+// Enqueues the encode on `stream` (asynchronous). Chunk i is written at
+// d_out + d_chunk_offsets[i], back to back in frame order;
+// d_chunk_offsets holds chunk_count + 1 values (the last: total bytes).
+// d_out must hold chunk_count * bitshuffle_lz4_chunk_bound(batch) bytes.
+// Throws CudaError on a launch failure and quantem::Error(bad_request) for an
+// invalid batch or too small a scratch.
+void encode_bitshuffle_lz4(const BitshuffleLz4EncodeBatch& batch, void* d_scratch, std::size_t scratch_bytes,
+                           std::uint8_t* d_out, std::uint64_t* d_chunk_offsets, StreamHandle stream);
+
+}  // namespace quantem::cuda

@@ -78,6 +78,23 @@ int ans_accumulate_frames_threads_for(std::size_t job_count, std::uint32_t strea
 void ans_decode_frames(const AnsResidentView& resident, const FrameJob& job, std::uint32_t keep_from, void* d_frames,
                        std::uint32_t element_bytes, std::uint32_t* d_error, StreamHandle stream);
 
+// One run of consecutive frames of a group, decoded into an output batch:
+// job.group's frames [job.frame_begin, job.frame_end) are decoded and those
+// from keep_from on are written whole at output frame out_frame + (f - keep_from).
+struct FrameRun {
+  FrameJob job;
+  std::uint32_t keep_from = 0;
+  std::uint64_t out_frame = 0;
+};
+
+// ans_decode_frames for many runs in one launch (grid: stream blocks x runs,
+// at most kMaxFrameJobs runs): d_frames[(out_frame + f - keep_from) * pixels + p]
+// as element_bytes-byte values (1, 2 or 4; at least the resident's held
+// dtype's). Runs must not write the same output frame. A malformed stream or
+// run sets *d_error.
+void ans_decode_frame_runs(const AnsResidentView& resident, const FrameRun* d_runs, std::size_t run_count,
+                           void* d_frames, std::uint32_t element_bytes, std::uint32_t* d_error, StreamHandle stream);
+
 // Per slot: d_slot_sums[slot * pixels + p] += value(f, p) for every frame f of
 // the jobs with d_frame_slots[f] = slot >= 0 (global frame index; -1: none).
 // Used to build whole scan-binned frames several at a time. Not cleared.
@@ -142,6 +159,26 @@ struct PlanRegionView {
 // zeroes it first and then reports the overflow; never a wrapped value).
 void narrow_plan_sums(const std::uint64_t* d_frame_sums, std::uint64_t base_frame, const PlanRegionView& region,
                       std::uint32_t* d_out, std::uint32_t* d_overflow, StreamHandle stream);
+
+// A window of decoded source frames and the binned plan frames made from it
+// (an export batch of whole plan rows).
+struct PlanFramesShape {
+  std::uint64_t window_rows = 0, window_cols = 0;     // source frames, row-major: (r, c) is frame r * window_cols + c
+  std::uint32_t window_element_bytes = 2;             // 1, 2 or 4
+  std::uint32_t detector_rows = 0, detector_cols = 0;  // source detector
+  std::uint32_t scan_bin = 1, detector_bin = 1;
+  std::uint64_t plan_rows = 0, plan_cols = 0;          // ceil(window_rows / scan_bin), ceil(window_cols / scan_bin)
+};
+
+// Plan frame (pr, pc) of the window, binned pixel (br, bc): the exact sum of
+// the source values of the window frames (pr * scan_bin + i, pc * scan_bin + j)
+// and detector pixels (br * detector_bin + u, bc * detector_bin + v) that
+// exist (partial edge bins kept), written as uint32 at
+// d_out[(pr * plan_cols + pc) * binned_pixels + br * binned_cols + bc]. A sum
+// above 2^32 - 1 sets *d_overflow non-zero (its value is unspecified: the
+// caller fails, never wraps).
+void bin_plan_frames(const void* d_window, const PlanFramesShape& shape, std::uint32_t* d_out,
+                     std::uint32_t* d_overflow, StreamHandle stream);
 
 // Exact per-frame moments of a dense batch at native detector coordinates:
 // for frame f of the batch, d_moments[k * table_stride + first_frame + f] =

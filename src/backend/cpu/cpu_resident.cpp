@@ -377,16 +377,13 @@ std::vector<std::uint64_t> CpuResident::compute_frame(const plan::PlanGeometry& 
   return out;
 }
 
-bool CpuResident::compute_frames_u32(const plan::PlanGeometry& geometry, std::uint64_t first_position,
-                                     std::uint64_t count, std::vector<std::uint32_t>& out) {
-  if (geometry.scan_bin != 1 || geometry.detector_bin != 1) {
-    return Resident::compute_frames_u32(geometry, first_position, count, out);
-  }
+template <class Out>
+void CpuResident::copy_unbinned_frames(const plan::PlanGeometry& geometry, std::uint64_t first_position,
+                                       std::uint64_t count, Out* out) const {
   const auto global_frame = [&](std::uint64_t position) {
     return (geometry.region.row_start + position / geometry.scan_cols) * geometry.source_scan_cols +
            geometry.region.col_start + position % geometry.scan_cols;
   };
-  out.resize(count * frame_pixels_);
   with_code_type([&](auto code) {
     using Code = decltype(code);
     for (std::uint64_t i = 0; i < count;) {
@@ -402,18 +399,58 @@ bool CpuResident::compute_frames_u32(const plan::PlanGeometry& geometry, std::ui
       // one cache set).
       constexpr std::uint64_t kTilePixels = 256;
       const Code* lines = group_codes<Code>(frame / kGroupFrames) + lane;
-      std::uint32_t* target = out.data() + i * frame_pixels_;
+      Out* target = out + i * frame_pixels_;
       for (std::uint64_t tile = 0; tile < frame_pixels_; tile += kTilePixels) {
         const std::uint64_t end = std::min(tile + kTilePixels, frame_pixels_);
         for (std::uint64_t k = 0; k < run; ++k) {
           const Code* line = lines + tile * kGroupFrames + k;
-          std::uint32_t* values = target + k * frame_pixels_;
-          for (std::uint64_t p = tile; p < end; ++p, line += kGroupFrames) values[p] = *line;
+          Out* values = target + k * frame_pixels_;
+          for (std::uint64_t p = tile; p < end; ++p, line += kGroupFrames) values[p] = static_cast<Out>(*line);
         }
       }
       i += run;
     }
   });
+}
+
+bool CpuResident::compute_frames_u32(const plan::PlanGeometry& geometry, std::uint64_t first_position,
+                                     std::uint64_t count, std::vector<std::uint32_t>& out) {
+  if (geometry.scan_bin != 1 || geometry.detector_bin != 1) {
+    return Resident::compute_frames_u32(geometry, first_position, count, out);
+  }
+  out.resize(count * frame_pixels_);
+  copy_unbinned_frames(geometry, first_position, count, out.data());
+  return true;
+}
+
+bool CpuResident::compute_export_chunks(const plan::PlanGeometry& geometry, std::uint64_t first_position,
+                                        std::uint64_t count, std::size_t element_size, EncodedChunks& out) {
+  if (geometry.scan_bin != 1 || geometry.detector_bin != 1 || !source_.dtype ||
+      element_size != dtype_size(*source_.dtype)) {
+    return false;
+  }
+  // A run of frames at a time (at most a group's), then each encoded.
+  thread_local std::vector<std::uint8_t> frames;
+  frames.resize(kGroupFrames * frame_pixels_ * element_size);
+  out.bytes.clear();
+  out.offsets.assign(1, 0);
+  for (std::uint64_t first = 0; first < count; first += kGroupFrames) {
+    const std::uint64_t run = std::min(kGroupFrames, count - first);
+    switch (element_size) {
+      case 1: copy_unbinned_frames(geometry, first_position + first, run, frames.data()); break;
+      case 2:
+        copy_unbinned_frames(geometry, first_position + first, run, reinterpret_cast<std::uint16_t*>(frames.data()));
+        break;
+      default:
+        copy_unbinned_frames(geometry, first_position + first, run, reinterpret_cast<std::uint32_t*>(frames.data()));
+        break;
+    }
+    for (std::uint64_t k = 0; k < run; ++k) {
+      codec::append_bitshuffle_lz4(frames.data() + k * frame_pixels_ * element_size, frame_pixels_, element_size,
+                                   out.bytes);
+      out.offsets.push_back(out.bytes.size());
+    }
+  }
   return true;
 }
 

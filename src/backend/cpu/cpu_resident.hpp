@@ -71,8 +71,19 @@ class CpuResident final : public Resident {
   // copied out of the group's lines at once; binned plans: the default.
   bool compute_frames_u32(const plan::PlanGeometry& geometry, std::uint64_t first_position, std::uint64_t count,
                           std::vector<std::uint32_t>& out) override;
+  // Unbinned plans at the source's dtype: the same copy, straight into
+  // frames of the export's element type, each encoded with the CPU codec (no
+  // uint32 frames, no narrowing pass); binned plans: false (the export's
+  // host path over frames_u32).
+  bool compute_export_chunks(const plan::PlanGeometry& geometry, std::uint64_t first_position, std::uint64_t count,
+                             std::size_t element_size, EncodedChunks& out) override;
 
  private:
+  // Unbinned frames of plan positions [first_position, first_position + count)
+  // as Out values, frame after frame at `out`.
+  template <class Out>
+  void copy_unbinned_frames(const plan::PlanGeometry& geometry, std::uint64_t first_position, std::uint64_t count,
+                            Out* out) const;
   template <class Code>
   const Code* group_codes(std::uint64_t group) const {
     return reinterpret_cast<const Code*>(codes_.data()) + group * frame_pixels_ * kGroupFrames;

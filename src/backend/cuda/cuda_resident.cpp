@@ -146,14 +146,6 @@ CudaResident::HostStaging::HostStaging(CudaResident& resident, std::size_t bytes
   base_ = resident.staging_.data();
 }
 
-namespace {
-void throw_if_malformed(std::uint32_t error_flag, const std::string& name, const char* what) {
-  if (error_flag != 0) {
-    throw internal_error("the CUDA resident of " + name + " holds a malformed ANS group (found by " + what + ")");
-  }
-}
-}  // namespace
-
 std::vector<std::uint64_t> CudaResident::native_sum(const std::vector<std::uint64_t>& frames,
                                                     std::vector<std::uint32_t>* maxima) {
   return accumulate_native(frames, maxima, nullptr, nullptr);

@@ -28,6 +28,7 @@
 #include "quantem/backend/ring_partition.hpp"
 #include "quantem/cuda/ans.hpp"
 #include "quantem/cuda/device.hpp"
+#include "quantem/cuda/resident_products.hpp"
 #include "quantem/cuda/scratch_layout.hpp"
 
 namespace quantem::backend::cuda_detail {
@@ -105,8 +106,21 @@ class CudaResident final : public Resident {
   std::optional<std::vector<std::uint32_t>> compute_region_reduce_u32(const plan::PlanGeometry& geometry,
                                                                       const std::vector<std::uint64_t>& sorted_positions,
                                                                       RegionReduce reduce) override;
+  // export_chunks.cpp: the plan's frames decoded, binned and bitshuffle/LZ4-encoded on the device.
+  bool compute_export_chunks(const plan::PlanGeometry& geometry, std::uint64_t first_position, std::uint64_t count,
+                             std::size_t element_size, EncodedChunks& out) override;
+
+ public:
+  ExportBatchShape export_batch_shape(const plan::PlanGeometry& geometry, std::size_t element_size) const override;
+  const char* export_encoder() const override { return "device"; }
 
  private:
+  // The decode runs (cuda::FrameRun) that write the source frames of plan
+  // rows [first_plan_row, end_plan_row) into a window of whole rows: the
+  // region's columns of each source row those plan rows bin, row-major, each
+  // run inside one seek segment of one group.
+  std::vector<cuda::FrameRun> export_window_runs(const plan::PlanGeometry& geometry, std::uint64_t first_plan_row,
+                                                 std::uint64_t end_plan_row) const;
   // The frames from a region's first to its last (row-major source order) and the groups holding them.
   struct RegionSpan {
     std::uint64_t first_frame = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "quantem/backend/cuda_backend.hpp"
+#include "quantem/core/error.hpp"
 
 namespace quantem::backend::cuda_detail {
 namespace {
@@ -159,6 +160,12 @@ void FreeMemoryLowWater::checkpoint() {
 std::uint64_t FreeMemoryLowWater::peak_used_bytes() const noexcept {
   const std::uint64_t least = least_free_.load();
   return free_at_start_ > least ? free_at_start_ - least : 0;
+}
+
+void throw_if_malformed(std::uint32_t error_flag, const std::string& name, const char* what) {
+  if (error_flag != 0) {
+    throw internal_error("the CUDA resident of " + name + " holds a malformed ANS group (found by " + what + ")");
+  }
 }
 
 }  // namespace quantem::backend::cuda_detail

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -129,6 +130,10 @@ class ScratchBuffer {
  private:
   cuda::Handle<cuda::StreamMemoryTraits> memory_;
 };
+
+// Throws Error(internal) naming the resident `name` and the kernel `what`
+// when a kernel's malformed-group flag is set.
+void throw_if_malformed(std::uint32_t error_flag, const std::string& name, const char* what);
 
 // Free and total bytes of the current device.
 cuda::DeviceMemoryInfo memory_info();

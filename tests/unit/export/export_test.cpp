@@ -6,6 +6,8 @@
 // backend see it, and every fault the export must survive without leaving
 // anything that looks finished.
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -16,7 +18,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +29,7 @@
 
 #include "quantem/backend/backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
+#include "quantem/codec/chunk_codec.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/export/export.hpp"
 #include "quantem/plan/plan.hpp"
@@ -213,6 +218,55 @@ TEST(ResidentFrames, BatchesEqualFrameByFrameAcrossGroupsCropsAndBins) {
   }
 }
 
+// The CPU resident's export chunks (unbinned plans, straight at the source's
+// dtype) decode to its frames_u32; binned plans and other element sizes are
+// left to the export's host path (false).
+TEST(ResidentFrames, ExportChunksOfUnbinnedPlansDecodeToTheFrames) {
+  TempDir dir;
+  for (const char* options : {"--scan 9x11 --det 5x7 --dtype uint16 --mask '1,1'",
+                              "--scan 7x6 --det 9x9 --dtype uint8", "--scan 6x5 --det 4x11 --dtype uint32"}) {
+    const catalog::Acquisition source = write_source(dir, "chunks", options);
+    auto backend = cpu_backend();
+    auto resident = load(*backend, source);
+    const std::size_t element_size = dtype_size(*source.dtype);
+    const plan::BrowsePlan plans[] = {{},
+                                      {plan::ScanRegion{2, source.scan_rows, 3, source.scan_cols - 1}, 1, 1},
+                                      {plan::ScanRegion{0, source.scan_rows, source.scan_cols - 1, source.scan_cols}, 1, 1}};
+    for (const auto& browse_plan : plans) {
+      const auto g = plan::resolve_plan(browse_plan, source.scan_rows, source.scan_cols, source.detector_rows,
+                                        source.detector_cols);
+      for (const std::uint64_t batch : {1u, 7u, 40u}) {
+        for (std::uint64_t first = 0; first < g.positions(); first += batch) {
+          const std::uint64_t count = std::min<std::uint64_t>(batch, g.positions() - first);
+          backend::Resident::EncodedChunks chunks;
+          ASSERT_TRUE(resident->encode_export_chunks(g, first, count, element_size, chunks));
+          ASSERT_EQ(chunks.offsets.size(), count + 1);
+          std::vector<std::uint32_t> expected;
+          ASSERT_TRUE(resident->frames_u32(g, first, count, expected));
+          codec::ChunkFormat format;
+          format.filter = codec::ChunkFilter::bitshuffle_lz4;
+          format.element_size = element_size;
+          std::vector<std::uint8_t> frame(g.detector_pixels() * element_size);
+          for (std::uint64_t i = 0; i < count; ++i) {
+            codec::decode_chunk(format, chunks.bytes.data() + chunks.offsets[i], chunks.offsets[i + 1] - chunks.offsets[i],
+                                frame.data(), frame.size());
+            for (std::uint64_t p = 0; p < g.detector_pixels(); ++p) {
+              std::uint32_t value = 0;
+              std::memcpy(&value, frame.data() + p * element_size, element_size);
+              ASSERT_EQ(value, expected[i * g.detector_pixels() + p]) << options << " " << plan::to_string(g);
+            }
+          }
+        }
+      }
+    }
+    const auto binned = plan::resolve_plan({std::nullopt, 2, 1}, source.scan_rows, source.scan_cols,
+                                           source.detector_rows, source.detector_cols);
+    backend::Resident::EncodedChunks chunks;
+    EXPECT_FALSE(resident->encode_export_chunks(binned, 0, 1, 4, chunks));
+    EXPECT_THROW(resident->encode_export_chunks(binned, 0, 1, 3, chunks), Error);
+  }
+}
+
 // --- faults ---------------------------------------------------------------------
 
 class ExportFaults : public ::testing::Test {
@@ -250,6 +304,40 @@ class ExportFaults : public ::testing::Test {
   ExportRequest request_;
   ExportProgress progress_;
 };
+
+// A chunk write that fails (here: past RLIMIT_FSIZE, EFBIG, as a full disk
+// that statvfs did not foresee fails with ENOSPC) fails the export with a
+// typed error naming the file, and nothing of it remains.
+TEST(ExportWriteFailure, AChunkWriteThatFailsFailsTheExportAndLeavesNothing) {
+  TempDir dir;
+  const catalog::Acquisition source = write_source(dir, "big", "--scan 12x10 --det 64x64 --dtype uint16");
+  auto backend = cpu_backend();
+  auto resident = load(*backend, source);
+  const std::string out = dir.file("out");
+  fs::create_directory(out);
+  const ExportRequest request = request_for(out, RoundTrip{"", "", std::nullopt, 1, 1});
+  const ExportLayout layout = plan_export(source, request);
+  ExportProgress progress;
+  rlimit previous{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &previous), 0);
+  const auto previous_handler = ::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = previous;
+  small.rlim_cur = 96 << 10;  // the files' first metadata fits, the chunks do not
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::optional<Error> failure;
+  try {
+    export_plan(*resident, source, layout, request, progress);
+  } catch (const Error& e) {
+    failure = e;
+  }
+  ::setrlimit(RLIMIT_FSIZE, &previous);
+  ::signal(SIGXFSZ, previous_handler);
+  ASSERT_TRUE(failure.has_value()) << "the export succeeded past the file size limit";
+  EXPECT_EQ(failure->kind(), ErrorKind::io) << failure->what();
+  EXPECT_NE(std::string(failure->what()).find("too large"), std::string::npos) << failure->what();
+  EXPECT_EQ(progress.stage.load(), ExportStage::failed);
+  EXPECT_TRUE(folder_entries(out).empty()) << folder_entries(out).front();
+}
 
 TEST_F(ExportFaults, NoExportFolderIsNotFound) {
   request_.output_folder = dir_.file("missing");
