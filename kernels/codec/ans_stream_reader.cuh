@@ -40,7 +40,7 @@
 
 #include "quantem/ans/ans_format.hpp"
 
-namespace quantem::cuda::kernels::ans_device {
+namespace quantem::kernels::device::ans_device {
 
 // Decode-table entries, built per CTA by build_decode_tables (not part of the
 // stored format). The fields are placed so that the hot path needs the fewest
@@ -332,4 +332,4 @@ struct StreamReader {
   }
 };
 
-}  // namespace quantem::cuda::kernels::ans_device
+}  // namespace quantem::kernels::device::ans_device

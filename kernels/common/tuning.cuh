@@ -3,7 +3,7 @@
 // ANS encode and decode), then the products' over the ANS resident.
 #include <cstdint>
 
-namespace quantem::cuda::kernels::tuning {
+namespace quantem::kernels::device::tuning {
 
 // bitshuffle/LZ4: each warp takes kBslz4BlocksPerWarp bitshuffle blocks at a
 // time (their lanes parse them side by side, then the warp writes each into
@@ -13,9 +13,9 @@ inline constexpr std::uint32_t kBslz4BlocksPerWarp = 8;
 // Chunk-index kernel: one thread per chunk.
 inline constexpr int kBslz4IndexThreads = 128;
 
-}  // namespace quantem::cuda::kernels::tuning
+}  // namespace quantem::kernels::device::tuning
 
-namespace quantem::cuda::kernels::tuning {
+namespace quantem::kernels::device::tuning {
 
 // ANS encoder.
 inline constexpr int kAnsSumThreads = 256;
@@ -37,9 +37,9 @@ inline constexpr int kAnsSeekPointThreads = 1024;
 // group, one warp per class (32 classes).
 inline constexpr int kAnsBuildTablesThreads = 1024;
 
-}  // namespace quantem::cuda::kernels::tuning
+}  // namespace quantem::kernels::device::tuning
 
-namespace quantem::cuda::kernels::tuning {
+namespace quantem::kernels::device::tuning {
 
 // Products. Decoders over the resident build 128 KiB of decode tables per CTA (one CTA
 // per SM), so their CTAs are wide.
@@ -69,4 +69,4 @@ inline constexpr int kRingSumThreads = 512;
 // step, bins only in shared memory.
 inline constexpr int kRowRingSumThreads = 256;
 
-}  // namespace quantem::cuda::kernels::tuning
+}  // namespace quantem::kernels::device::tuning

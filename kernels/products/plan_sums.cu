@@ -1,15 +1,15 @@
 // Per-frame sums of a region gathered into plan positions (scan-binned) and
 // narrowed to the wire's uint32 on the device (declared in
-// include/quantem/cuda/resident_products.hpp).
+// include/quantem/kernels/resident_products.hpp).
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/resident_products.hpp"
-#include "quantem/cuda/cuda_check.hpp"
+#include "quantem/kernels/resident_products.hpp"
+#include "quantem/kernels/cuda_check.hpp"
 
-namespace quantem::cuda {
+namespace quantem::kernels {
 namespace {
 
 // One thread per plan position: Σ of its (up to scan_bin²) frames, written as
@@ -55,4 +55,4 @@ void narrow_plan_sums(const std::uint64_t* d_frame_sums, std::uint64_t base_fram
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "narrow_plan_sums_kernel");
 }
 
-}  // namespace quantem::cuda
+}  // namespace quantem::kernels

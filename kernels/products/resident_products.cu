@@ -1,5 +1,5 @@
 // Product kernels over the ANS resident (declared in
-// include/quantem/cuda/resident_products.hpp): per-pixel sums and maxima of
+// include/quantem/kernels/resident_products.hpp): per-pixel sums and maxima of
 // selected frames, whole scan-binned frames in slots, per-frame moments, and
 // the load-time masking of dense frames.
 //
@@ -16,28 +16,28 @@
 #include "quantem/ans/ans_format.hpp"
 #include "quantem/ans/ans_model.hpp"
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/resident_products.hpp"
+#include "quantem/kernels/resident_products.hpp"
 #include "../codec/ans_device.cuh"
 #include "../codec/ans_resident.cuh"
-#include "quantem/cuda/cuda_check.hpp"
+#include "quantem/kernels/cuda_check.hpp"
 #include "../common/warp_collectives.cuh"
 #include "../common/tuning.cuh"
 
-namespace quantem::cuda {
+namespace quantem::kernels {
 namespace {
 
 using namespace quantem::ans;
-namespace dev = quantem::cuda::kernels::ans_device;
-namespace tuning = quantem::cuda::kernels::tuning;
+namespace dev = quantem::kernels::device::ans_device;
+namespace tuning = quantem::kernels::device::tuning;
 
-using kernels::ans_resident::group_decode_tables;
-using kernels::ans_resident::open_group;
-using kernels::ans_resident::OpenedGroup;
-using kernels::ans_resident::ResidentParams;
-using kernels::ans_resident::table_shared_bytes;
+using device::ans_resident::group_decode_tables;
+using device::ans_resident::open_group;
+using device::ans_resident::OpenedGroup;
+using device::ans_resident::ResidentParams;
+using device::ans_resident::table_shared_bytes;
 
 ResidentParams make_params(const AnsResidentView& resident, const char* who) {
-  return kernels::ans_resident::make_resident_params(resident, who);
+  return device::ans_resident::make_resident_params(resident, who);
 }
 
 // One thread's stream: its quad's pixels, their class tables (offsets) and shifts, the reader.
@@ -87,7 +87,7 @@ __device__ inline bool start_job(QuadDecoder& q, const ResidentParams& p, const 
   if (job.frame_begin == 0) return true;
   const std::uint32_t segment = p.seek_points == 0 ? 0u : job.frame_begin / p.seek_frames;
   if (segment == 0 || segment > p.seek_points || segment * p.seek_frames != job.frame_begin) return false;
-  kernels::ans_resident::seek_to_segment(p, group_in_view, segment, stream, q.reader);
+  device::ans_resident::seek_to_segment(p, group_in_view, segment, stream, q.reader);
   return true;
 }
 
@@ -306,9 +306,9 @@ __global__ void __launch_bounds__(tuning::kMomentsThreads)
           lane_row = __reduce_add_sync(0xffffffffu, static_cast<std::uint32_t>(lane_row));
           lane_col = __reduce_add_sync(0xffffffffu, static_cast<std::uint32_t>(lane_col));
         } else {
-          lane_total = kernels::warp_sum_u64(lane_total);
-          lane_row = kernels::warp_sum_u64(lane_row);
-          lane_col = kernels::warp_sum_u64(lane_col);
+          lane_total = device::warp_sum_u64(lane_total);
+          lane_row = device::warp_sum_u64(lane_row);
+          lane_col = device::warp_sum_u64(lane_col);
         }
         if (lane == j) {
           mine_total = lane_total;
@@ -542,4 +542,4 @@ void ans_frame_moments(const AnsResidentView& resident, const std::uint32_t* d_r
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "frame_moments_kernel");
 }
 
-}  // namespace quantem::cuda
+}  // namespace quantem::kernels

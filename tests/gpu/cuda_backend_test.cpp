@@ -25,7 +25,7 @@
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/resident_products.hpp"
+#include "quantem/kernels/resident_products.hpp"
 #include "quantem/plan/plan.hpp"
 #include "quantem/synth/synth.hpp"
 #include "test_support.hpp"

@@ -26,9 +26,9 @@
 #include "cuda_support.hpp"
 #include "quantem/backend/backend.hpp"
 #include "quantem/backend/ring_partition.hpp"
-#include "quantem/cuda/ans.hpp"
-#include "quantem/cuda/device.hpp"
-#include "quantem/cuda/scratch_layout.hpp"
+#include "quantem/kernels/ans.hpp"
+#include "quantem/kernels/device.hpp"
+#include "quantem/kernels/scratch_layout.hpp"
 
 namespace quantem::backend::cuda_detail {
 
@@ -40,7 +40,7 @@ struct CudaRingTable {
   TrackedBuffer d_ring_sums;
 };
 
-// The resident's stream seek points (cuda::ans_record_seek_points), filled
+// The resident's stream seek points (kernels::ans_record_seek_points), filled
 // during the load: decodes start at the nearest point before the first frame
 // they need, and a masked sum decodes each group as several shorter chains.
 struct CudaSeekTable {
@@ -86,7 +86,7 @@ class CudaResident final : public Resident {
   // (ResidentEncoder), so the first request after a load allocates nothing.
   static std::size_t first_product_staging_bytes(const catalog::Acquisition& source);
   // Takes pinned host staging prepared off the request path (kept when larger than the current one).
-  void adopt_host_staging(cuda::PinnedBuffer staging);
+  void adopt_host_staging(kernels::PinnedBuffer staging);
 
  protected:
   std::vector<std::uint64_t> compute_pattern_sum(const plan::PlanGeometry& geometry) override;
@@ -115,9 +115,9 @@ class CudaResident final : public Resident {
     std::uint64_t end_group = 0;   // exclusive
   };
   RegionSpan region_span(const plan::PlanGeometry& geometry) const;
-  cuda::AnsResidentView view() const;
+  kernels::AnsResidentView view() const;
   // The groups [first_group, end_group) as a view of their own (frame 0 = first_group's first frame).
-  cuda::AnsResidentView view_of_groups(std::uint64_t first_group, std::uint64_t end_group) const;
+  kernels::AnsResidentView view_of_groups(std::uint64_t first_group, std::uint64_t end_group) const;
   void bind_device() const;
   // Σ per native pixel over the given frames (sorted, distinct global indices); maxima too when wanted.
   std::vector<std::uint64_t> native_sum(const std::vector<std::uint64_t>& frames,
@@ -171,7 +171,7 @@ class CudaResident final : public Resident {
   // detector bin 1 is read from it; other bins decode.
   TrackedBuffer frame_moments_;
   CudaSeekTable seek_;
-  // Every group's decode tables (cuda::ans_build_decode_tables, at load;
+  // Every group's decode tables (kernels::ans_build_decode_tables, at load;
   // empty when the tuning turned them off): decoders copy, not build, them.
   TrackedBuffer decode_tables_;
   CudaRecentFrames recent_;
@@ -192,7 +192,7 @@ class CudaResident final : public Resident {
     HostStaging(CudaResident& resident, std::size_t bytes);  // locks, then grows when needed
     template <class T>
     T* part(std::size_t offset) const {
-      return cuda::scratch_part<T>(base_, offset);
+      return kernels::scratch_part<T>(base_, offset);
     }
 
    private:
@@ -200,7 +200,7 @@ class CudaResident final : public Resident {
     void* base_ = nullptr;
   };
   std::mutex staging_mutex_;
-  cuda::PinnedBuffer staging_;
+  kernels::PinnedBuffer staging_;
 
   std::mutex full_pattern_mutex_;
   // Σ over every frame (uncropped plans): summed from the dense batches during

@@ -33,12 +33,12 @@ bool allocation_fails_for_testing() {
   return true;
 }
 
-cuda::DeviceBuffer allocate_device_buffer(std::size_t bytes) {
+kernels::DeviceBuffer allocate_device_buffer(std::size_t bytes) {
   if (bytes > 0 && allocation_fails_for_testing()) {
-    cuda::detail::throw_cuda_error(cudaErrorMemoryAllocation, "cudaMalloc (failure injected for testing)", __FILE__,
+    kernels::detail::throw_cuda_error(cudaErrorMemoryAllocation, "cudaMalloc (failure injected for testing)", __FILE__,
                                    __LINE__);
   }
-  return cuda::DeviceBuffer(bytes);
+  return kernels::DeviceBuffer(bytes);
 }
 
 }  // namespace
@@ -78,7 +78,7 @@ TrackedBuffer& TrackedBuffer::operator=(TrackedBuffer&& other) noexcept {
 void TrackedBuffer::release() noexcept {
   const std::size_t bytes = buffer_.size();
   if (buffer_.data() == nullptr && bytes == 0) return;
-  buffer_ = cuda::DeviceBuffer();  // cudaFree (checked, never throws)
+  buffer_ = kernels::DeviceBuffer();  // cudaFree (checked, never throws)
   process_bytes_in_use() -= bytes;
   if (ledger_) ledger_->remove(bytes);
   ledger_.reset();
@@ -94,13 +94,13 @@ Stream::Stream(Priority priority) {
     QUANTEM_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     QUANTEM_CUDA_TRY(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest));
   }
-  stream_ = cuda::Handle<cuda::StreamTraits>(stream);
+  stream_ = kernels::Handle<kernels::StreamTraits>(stream);
 }
 
 Event::Event(bool timing) {
   cudaEvent_t event = nullptr;
   QUANTEM_CUDA_TRY(cudaEventCreateWithFlags(&event, timing ? cudaEventDefault : cudaEventDisableTiming));
-  event_ = cuda::Handle<cuda::EventTraits>(event);
+  event_ = kernels::Handle<kernels::EventTraits>(event);
 }
 
 void EventTimer::reserve(std::size_t spans) {
@@ -137,10 +137,10 @@ StreamDrain::~StreamDrain() {
 ScratchBuffer::ScratchBuffer(std::size_t bytes, cudaStream_t stream) {
   void* data = nullptr;
   QUANTEM_CUDA_TRY(cudaMallocAsync(&data, bytes == 0 ? 16 : bytes, stream));
-  memory_ = cuda::Handle<cuda::StreamMemoryTraits>({data, stream});
+  memory_ = kernels::Handle<kernels::StreamMemoryTraits>({data, stream});
 }
 
-cuda::DeviceMemoryInfo memory_info() {
+kernels::DeviceMemoryInfo memory_info() {
   std::size_t free_bytes = 0;
   std::size_t total_bytes = 0;
   QUANTEM_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));

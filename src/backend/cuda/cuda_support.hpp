@@ -2,7 +2,7 @@
 // Internal RAII pieces of the CUDA backend: tracked device allocations (so a
 // failed or cancelled load is proven to free everything), streams, events,
 // stream-ordered scratch for product calls. Every CUDA call is checked
-// (quantem/cuda/cuda_check.hpp); destructors never throw.
+// (quantem/kernels/cuda_check.hpp); destructors never throw.
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include "quantem/cuda/cuda_check.hpp"
-#include "quantem/cuda/device.hpp"
-#include "quantem/cuda/handle.hpp"
+#include "quantem/kernels/cuda_check.hpp"
+#include "quantem/kernels/device.hpp"
+#include "quantem/kernels/handle.hpp"
 
 namespace quantem::backend::cuda_detail {
 
@@ -46,7 +46,7 @@ class Ledger {
 class TrackedBuffer {
  public:
   TrackedBuffer() = default;
-  TrackedBuffer(std::size_t bytes, std::shared_ptr<Ledger> ledger);  // throws cuda::OutOfDeviceMemory
+  TrackedBuffer(std::size_t bytes, std::shared_ptr<Ledger> ledger);  // throws kernels::OutOfDeviceMemory
   ~TrackedBuffer() { release(); }
   TrackedBuffer(TrackedBuffer&& other) noexcept
       : buffer_(std::move(other.buffer_)), ledger_(std::move(other.ledger_)) {}
@@ -63,7 +63,7 @@ class TrackedBuffer {
   void release() noexcept;
 
  private:
-  cuda::DeviceBuffer buffer_;
+  kernels::DeviceBuffer buffer_;
   std::shared_ptr<Ledger> ledger_;
 };
 
@@ -76,7 +76,7 @@ class Stream {
   cudaStream_t get() const noexcept { return stream_.get(); }
 
  private:
-  cuda::Handle<cuda::StreamTraits> stream_;
+  kernels::Handle<kernels::StreamTraits> stream_;
 };
 
 class Event {
@@ -85,7 +85,7 @@ class Event {
   cudaEvent_t get() const noexcept { return event_.get(); }
 
  private:
-  cuda::Handle<cuda::EventTraits> event_;
+  kernels::Handle<kernels::EventTraits> event_;
 };
 
 // Sums the device time between start/stop pairs (read after the work finished).
@@ -119,7 +119,7 @@ class StreamDrain {
 // Stream-ordered scratch of a product call (cudaMallocAsync / cudaFreeAsync).
 class ScratchBuffer {
  public:
-  ScratchBuffer(std::size_t bytes, cudaStream_t stream);  // throws cuda::OutOfDeviceMemory
+  ScratchBuffer(std::size_t bytes, cudaStream_t stream);  // throws kernels::OutOfDeviceMemory
   template <class T>
   T* as() const noexcept {
     return static_cast<T*>(data());
@@ -127,11 +127,11 @@ class ScratchBuffer {
   void* data() const noexcept { return memory_.get().data; }
 
  private:
-  cuda::Handle<cuda::StreamMemoryTraits> memory_;
+  kernels::Handle<kernels::StreamMemoryTraits> memory_;
 };
 
 // Free and total bytes of the current device.
-cuda::DeviceMemoryInfo memory_info();
+kernels::DeviceMemoryInfo memory_info();
 
 // The least free device memory seen at checkpoints (cudaMemGetInfo), for the
 // measured peak of a load. checkpoint() may be called from any thread that has

@@ -100,7 +100,7 @@ double EncodeWorker::finish() {
 
 void EncodeWorker::run() noexcept {
   try {
-    cuda::set_device(device_index_);  // before any CUDA call of this thread
+    kernels::set_device(device_index_);  // before any CUDA call of this thread
     for (;;) {
       FilledBatch batch;
       {

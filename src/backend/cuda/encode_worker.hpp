@@ -109,7 +109,7 @@ class EncodeWorker {
   FreeMemoryLowWater& low_water_;
 
   // The worker's (the loader reads the timer and the count after finish()).
-  cuda::PinnedBuffer host_statuses_;
+  kernels::PinnedBuffer host_statuses_;
   std::vector<Event> slot_free_;  // recorded by the worker; the loader's stream waits on them (acquire_slot)
   EventTimer encode_timer_;
   std::uint64_t rewritten_frames_ = 0;

@@ -7,9 +7,9 @@
 
 #include "quantem/core/clock.hpp"
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/bitshuffle_lz4.hpp"
-#include "quantem/cuda/cuda_error.hpp"
-#include "quantem/cuda/device.hpp"
+#include "quantem/kernels/bitshuffle_lz4.hpp"
+#include "quantem/kernels/cuda_error.hpp"
+#include "quantem/kernels/device.hpp"
 
 namespace quantem::backend::cuda_detail {
 namespace {
@@ -37,13 +37,13 @@ std::uint64_t check_and_repair_batch(const BatchCheckSources& sources, const Fil
                                      const std::uint32_t* statuses, std::uint8_t* d_dense, cudaStream_t stream) {
   std::vector<std::uint64_t> repairs;
   for (std::uint64_t i = 0; i < batch.frame_count; ++i) {
-    if (statuses[i] == static_cast<std::uint32_t>(cuda::ChunkStatus::ok)) continue;
-    if (statuses[i] == static_cast<std::uint32_t>(cuda::ChunkStatus::unsupported_block_size)) {
+    if (statuses[i] == static_cast<std::uint32_t>(kernels::ChunkStatus::ok)) continue;
+    if (statuses[i] == static_cast<std::uint32_t>(kernels::ChunkStatus::unsupported_block_size)) {
       repairs.push_back(batch.first_frame + i);
       continue;
     }
     throw CorruptChunk(describe_undecodable_frame(sources.acquisition, sources.index, batch.first_frame + i) +
-                       ": bitshuffle/LZ4 " + cuda::chunk_status_name(static_cast<cuda::ChunkStatus>(statuses[i])));
+                       ": bitshuffle/LZ4 " + kernels::chunk_status_name(static_cast<kernels::ChunkStatus>(statuses[i])));
   }
   if (sources.cancel_requested) throw LoadCancelled{};
   if (repairs.empty()) return 0;
@@ -107,11 +107,11 @@ void PinnedSlotPool::fill(std::uint64_t slot_bytes, const std::function<void()>&
   PinnedSlots slots;
   std::exception_ptr error;
   try {
-    std::vector<cuda::HostPages> pages(kHostSlots);
+    std::vector<kernels::HostPages> pages(kHostSlots);
     std::exception_ptr fault_error;
     std::thread faulting([&] {
       try {
-        for (auto& slot_pages : pages) slot_pages = cuda::HostPages(slot_bytes, kFaultThreads);
+        for (auto& slot_pages : pages) slot_pages = kernels::HostPages(slot_bytes, kFaultThreads);
       } catch (...) {
         fault_error = std::current_exception();
       }
@@ -321,7 +321,7 @@ void LoadPipeline::upload_and_decode(const SubBatch& sub, int host_slot, bool op
   if (opens_batch) begin_batch(sub.batch);  // after the copy is enqueued: it does not touch the dense slot
   QUANTEM_CUDA_TRY(cudaStreamWaitEvent(compute, b.device_slot_copied[device_slot].get(), 0));
   const std::uint64_t first_in_batch = sub.first_frame - sub.batch * batch_span_;
-  cuda::BitshuffleLz4Batch decode;
+  kernels::BitshuffleLz4Batch decode;
   decode.d_stored = d_slot;
   decode.stored_bytes = sub.slot_bytes;
   decode.d_chunk_offsets = reinterpret_cast<const std::uint64_t*>(d_slot + plan_.table_offset);
@@ -332,7 +332,7 @@ void LoadPipeline::upload_and_decode(const SubBatch& sub, int host_slot, bool op
   decode.d_decoded = dense_target(sub);
   decode.d_status = b.encoder.batch_statuses(dense_slot_of(sub.batch)) + first_in_batch;
   b.decode_timer.start(compute);
-  cuda::decode_bitshuffle_lz4(decode, b.bslz4_scratch.data(), b.bslz4_scratch.size(), compute, plan_.bslz4_tuning);
+  kernels::decode_bitshuffle_lz4(decode, b.bslz4_scratch.data(), b.bslz4_scratch.size(), compute, plan_.bslz4_tuning);
   b.decode_timer.stop(compute);
   QUANTEM_CUDA_TRY(cudaEventRecord(b.device_slot_decoded[device_slot].get(), compute));
 }

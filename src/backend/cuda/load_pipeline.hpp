@@ -43,7 +43,7 @@ namespace quantem::backend::cuda_detail {
 // Pinned host staging slots, kept between loads (pinning memory is slow).
 struct PinnedSlots {
   std::uint64_t slot_bytes = 0;
-  std::vector<cuda::PinnedBuffer> slots;
+  std::vector<kernels::PinnedBuffer> slots;
 };
 
 // Keeps up to two sets of pinned slots for the next loads. Thread-safe.
@@ -56,7 +56,7 @@ class PinnedSlotPool {
   // often arrives while the devices are being prepared: pinning 192 MiB twice
   // at once costs the first load more than waiting for the one in progress).
   // `meanwhile` (creating the device's context) runs on the calling thread
-  // while another faults the slots' pages in (cuda::HostPages); the calling
+  // while another faults the slots' pages in (kernels::HostPages); the calling
   // thread then registers them, so it needs a device bound by then.
   void fill(std::uint64_t slot_bytes, const std::function<void()>& meanwhile = {});
 
@@ -84,7 +84,7 @@ class LoadPipeline {
   LoadPipeline& operator=(const LoadPipeline&) = delete;
 
   // Runs every stage; throws LoadCancelled, CorruptChunk, IoError,
-  // cuda::OutOfDeviceMemory, ... (the caller maps them).
+  // kernels::OutOfDeviceMemory, ... (the caller maps them).
   std::shared_ptr<Resident> run();
 
   // Timings and byte counts of the finished load.
