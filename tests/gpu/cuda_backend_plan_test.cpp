@@ -20,7 +20,7 @@
 #include "quantem/synth/synth.hpp"
 #include "test_support.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 namespace {
 
 std::vector<std::uint8_t> pread_bytes(const std::string& path, std::uint64_t offset, std::uint64_t bytes) {
@@ -202,9 +202,9 @@ TEST(CudaLoadPlan, RecentFramesHoldOneSeekSegmentWithinTheirCap) {
 }
 
 }  // namespace
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 namespace {
 
 TEST(BitshuffleLz4Launch, BalancedBlocksPerWarpKeepTheRoundsAndShortenThem) {
@@ -254,4 +254,4 @@ TEST(HostPages, FaultsInZeroedWritableMemoryWithoutADevice) {
 }
 
 }  // namespace
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

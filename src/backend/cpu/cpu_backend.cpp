@@ -16,6 +16,7 @@
 #include "cpu/load_plan.hpp"
 #include "cpu/thread_pool.hpp"
 #include "quantem/backend/backend.hpp"
+#include "quantem/backend/cpu_backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/backend/shard_reader.hpp"
 #include "quantem/core/error.hpp"

@@ -12,7 +12,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "quantem/backend/cpu_resident.hpp"
+#include "quantem/backend/cpu_backend.hpp"
 #include "quantem/core/error.hpp"
 
 namespace quantem::backend::cpu {

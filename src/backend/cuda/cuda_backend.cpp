@@ -28,7 +28,7 @@
 namespace quantem::backend {
 namespace {
 
-using namespace cuda_detail;
+using namespace cuda;
 
 // Idle release: hands the memory this process caches on the device but no
 // longer uses back to the driver: the free blocks of the device's default

@@ -11,7 +11,7 @@
 #include "quantem/kernels/scratch_layout.hpp"
 #include "quantem/plan/plan.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 namespace {
 
 // Largest slot buffer of a binned region max (whole native frames in uint64).
@@ -676,4 +676,4 @@ std::optional<std::vector<std::uint32_t>> CudaResident::compute_region_reduce_u3
   return native_sum_u32(frames);
 }
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

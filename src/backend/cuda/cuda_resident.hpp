@@ -30,7 +30,7 @@
 #include "quantem/kernels/device.hpp"
 #include "quantem/kernels/scratch_layout.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 
 // The resident's exact per-frame ring sums (ring_partition.hpp), filled
 // during the load: d_ring_sums[ring * frames + frame], sum_bytes each.
@@ -208,4 +208,4 @@ class CudaResident final : public Resident {
   std::optional<std::vector<std::uint64_t>> full_pattern_;
 };
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

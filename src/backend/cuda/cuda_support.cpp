@@ -4,7 +4,7 @@
 
 #include "quantem/backend/cuda_backend.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 namespace {
 
 // The allocation fault of set_device_allocation_failure_for_testing. `armed`
@@ -161,12 +161,12 @@ std::uint64_t FreeMemoryLowWater::peak_used_bytes() const noexcept {
   return free_at_start_ > least ? free_at_start_ - least : 0;
 }
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda
 
 namespace quantem::backend {
 
 void set_device_allocation_failure_for_testing(std::uint64_t fail_at) {
-  cuda_detail::AllocationFault& fault = cuda_detail::allocation_fault();
+  cuda::AllocationFault& fault = cuda::allocation_fault();
   std::lock_guard<std::mutex> lock(fault.mutex);
   fault.counted = 0;
   fault.fail_at = fail_at;
@@ -175,7 +175,7 @@ void set_device_allocation_failure_for_testing(std::uint64_t fail_at) {
 }
 
 DeviceAllocationFaultReport clear_device_allocation_failure_for_testing() {
-  cuda_detail::AllocationFault& fault = cuda_detail::allocation_fault();
+  cuda::AllocationFault& fault = cuda::allocation_fault();
   std::lock_guard<std::mutex> lock(fault.mutex);
   fault.armed.store(false, std::memory_order_relaxed);
   DeviceAllocationFaultReport report;

@@ -17,7 +17,7 @@
 #include "quantem/kernels/device.hpp"
 #include "quantem/kernels/handle.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 
 // Allocation granularity assumed by the load estimate: cudaMalloc hands out
 // whole 2 MiB pages for large allocations and may take one for a small one.
@@ -148,4 +148,4 @@ class FreeMemoryLowWater {
   std::atomic<std::uint64_t> least_free_;
 };
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

@@ -51,7 +51,7 @@
 #include "cuda_support.hpp"
 #include "resident_encoder.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 
 // A dense slot the loader has filled with one batch.
 struct FilledBatch {
@@ -126,4 +126,4 @@ class EncodeWorker {
   std::thread thread_;  // last: starts once every member above exists
 };
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

@@ -11,7 +11,7 @@
 #include "quantem/kernels/cuda_error.hpp"
 #include "quantem/kernels/device.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -410,4 +410,4 @@ std::shared_ptr<Resident> LoadPipeline::finish() {
   return resident;
 }
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

@@ -38,7 +38,7 @@
 #include "quantem/backend/shard_reader.hpp"
 #include "quantem/catalog/acquisition.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 
 // Pinned host staging slots, kept between loads (pinning memory is slow).
 struct PinnedSlots {
@@ -126,4 +126,4 @@ class LoadPipeline {
   std::unique_ptr<Buffers> buffers_;
 };
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

@@ -11,7 +11,7 @@
 #include "quantem/kernels/resident_products.hpp"
 #include "cuda_support.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 namespace {
 
 // 2048 frames per group. 1024 makes the load a little faster (the encoder
@@ -309,4 +309,4 @@ ReadSchedule plan_reads(const catalog::Acquisition& acquisition, const catalog::
   return schedule;
 }
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

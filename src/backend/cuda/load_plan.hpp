@@ -11,7 +11,7 @@
 #include "quantem/core/dtype.hpp"
 #include "quantem/kernels/bitshuffle_lz4.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 
 // Largest coalesced read (a larger chunk gets a read of its own) and the
 // largest hole between two chunks read through. 1 MiB reads spread a
@@ -143,4 +143,4 @@ bool gpu_decodes(const catalog::Acquisition& acquisition, const catalog::FrameLo
 ReadSchedule plan_reads(const catalog::Acquisition& acquisition, const catalog::FrameIndex& index,
                         const CudaLoadPlan& plan);
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

@@ -1,6 +1,6 @@
 #include "read_pool.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 
 ReadPool::ReadPool(unsigned threads) {
   const unsigned workers = threads > 1 ? threads - 1 : 0;
@@ -80,5 +80,5 @@ void ReadPool::run(std::size_t items, const std::function<void(std::size_t, unsi
   if (error) std::rethrow_exception(error);
 }
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda
 

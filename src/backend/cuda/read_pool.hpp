@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 
 class ReadPool {
  public:
@@ -44,4 +44,4 @@ class ReadPool {
   bool stopping_ = false;
 };
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

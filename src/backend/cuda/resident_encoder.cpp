@@ -9,7 +9,7 @@
 #include "quantem/kernels/ans.hpp"
 #include "quantem/kernels/resident_products.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 namespace {
 
 std::uint64_t align16(std::uint64_t value) { return (value + 15) / 16 * 16; }
@@ -305,4 +305,4 @@ std::shared_ptr<CudaResident> ResidentEncoder::finish(int device_index, const st
   return resident;
 }
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

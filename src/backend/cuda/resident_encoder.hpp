@@ -26,7 +26,7 @@
 #include "quantem/backend/ring_partition.hpp"
 #include "quantem/catalog/acquisition.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 
 // The part of a load's reservation that covers the resident itself: admission
 // reserved `provisional_bytes` of it; each allocation of the resident (a
@@ -152,4 +152,4 @@ class ResidentEncoder {
   kernels::PinnedBuffer host_staging_;  // written by staging_thread_ until joined
 };
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda
