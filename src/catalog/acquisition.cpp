@@ -198,9 +198,9 @@ std::optional<DType> supported_dtype(const hdf5::Datatype& type) {
   return dtype_from_size(type.size());
 }
 
-class Inspector {
+class MasterInspection {
  public:
-  explicit Inspector(Acquisition& acquisition) : acq_(acquisition) {}
+  explicit MasterInspection(Acquisition& acquisition) : acq_(acquisition) {}
 
   void run() {
     const StatResult master_stat = stat_path(acq_.master_path);
@@ -803,7 +803,7 @@ Acquisition inspect_master(const std::string& master_path) {
   const std::lock_guard<std::recursive_mutex> hdf5_lock(hdf5::library_mutex());
   Acquisition acquisition = named_acquisition(master_path);
   try {
-    Inspector(acquisition).run();
+    MasterInspection(acquisition).run();
   } catch (const std::exception& e) {
     // Nothing may escape: an unexpected failure is reported like a header error (row 21).
     acquisition.status = {false,

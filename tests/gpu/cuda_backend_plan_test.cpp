@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "cuda_support.hpp"
-#include "load_plan.hpp"
+#include "cuda_load_plan.hpp"
 #include "quantem/kernels/bitshuffle_lz4.hpp"
 #include "quantem/kernels/device.hpp"
 #include "quantem/catalog/acquisition.hpp"

@@ -14,8 +14,7 @@
 #include "cuda_resident.hpp"
 #include "cuda_support.hpp"
 #include "load_pipeline.hpp"
-#include "load_plan.hpp"
-#include "read_pool.hpp"
+#include "cuda_load_plan.hpp"
 #include "resident_encoder.hpp"
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
@@ -112,7 +111,7 @@ class CudaBackendImpl final : public CudaBackend {
     }
     unsigned threads = options.read_threads;
     if (threads == 0) threads = std::min(32u, std::max(1u, std::thread::hardware_concurrency()));
-    pool_ = std::make_unique<ReadPool>(threads);
+    pool_ = std::make_unique<ThreadPool>(threads);
   }
 
   std::string name() const override { return "cuda"; }
@@ -219,7 +218,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   CudaBackendOptions options_;
   std::vector<DeviceInfo> devices_;
-  std::unique_ptr<ReadPool> pool_;
+  std::unique_ptr<ThreadPool> pool_;
   PinnedSlotPool pinned_pool_;
   mutable std::mutex report_mutex_;
   CudaLoadReport report_;

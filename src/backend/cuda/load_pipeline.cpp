@@ -184,7 +184,7 @@ struct LoadPipeline::Buffers {
 
 LoadPipeline::LoadPipeline(const catalog::Acquisition& acquisition, std::shared_ptr<const catalog::FrameIndex> index,
                            int device_index, LoadProgress& progress, LoadReservation& reservation,
-                           const CudaLoadPlan& plan, ReadPool& read_pool, PinnedSlotPool& pinned_pool)
+                           const CudaLoadPlan& plan, ThreadPool& read_pool, PinnedSlotPool& pinned_pool)
     : acquisition_(acquisition),
       device_index_(device_index),
       progress_(progress),
@@ -271,13 +271,14 @@ void LoadPipeline::read_sub_batch(const SubBatch& sub, int host_slot) {
     if (raw.size() < plan_.staging_bytes) raw.resize(plan_.staging_bytes);
     read_target = raw.data();
   }
-  read_pool_.run(sub.read_count, [&](std::size_t k, unsigned) {
+  // Grain 1: each chunk of the loop is one item [k, k + 1), so the threads take reads and decodes one at a time.
+  read_pool_.parallel_for(sub.read_count, 1, [&](std::size_t k, std::size_t, unsigned) {
     const PreadSpan& read = schedule_.reads[sub.first_read + k];
     read_exactly(files_.fd(read.shard), read_target + read.slot_offset, read.bytes, read.file_offset,
                  index_.shard_paths[read.shard], read.first_frame);
   });
   if (!sub.gpu_decoded) {
-    read_pool_.run(sub.frame_count, [&](std::size_t k, unsigned) {
+    read_pool_.parallel_for(sub.frame_count, 1, [&](std::size_t k, std::size_t, unsigned) {
       const std::uint64_t frame = sub.first_frame + k;
       decode_stored_frame(acquisition_, index_, frame, read_target + schedule_.chunk_slot_offsets[frame],
                           slot + k * plan_.frame_bytes, plan_.frame_bytes);

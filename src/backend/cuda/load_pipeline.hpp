@@ -30,8 +30,8 @@
 
 #include "cuda_support.hpp"
 #include "encode_worker.hpp"
-#include "load_plan.hpp"
-#include "read_pool.hpp"
+#include "cuda_load_plan.hpp"
+#include "quantem/backend/thread_pool.hpp"
 #include "resident_encoder.hpp"
 #include "quantem/backend/backend.hpp"
 #include "quantem/backend/cuda_load.hpp"
@@ -78,7 +78,7 @@ class LoadPipeline {
   // before resident allocations beyond plan.provisional_resident_bytes.
   LoadPipeline(const catalog::Acquisition& acquisition, std::shared_ptr<const catalog::FrameIndex> index,
                int device_index, LoadProgress& progress, LoadReservation& reservation, const CudaLoadPlan& plan,
-               ReadPool& read_pool, PinnedSlotPool& pinned_pool);
+               ThreadPool& read_pool, PinnedSlotPool& pinned_pool);
   ~LoadPipeline();
   LoadPipeline(const LoadPipeline&) = delete;
   LoadPipeline& operator=(const LoadPipeline&) = delete;
@@ -107,7 +107,7 @@ class LoadPipeline {
   LoadProgress& progress_;
   LoadReservation& reservation_;
   const CudaLoadPlan& plan_;
-  ReadPool& read_pool_;
+  ThreadPool& read_pool_;
   PinnedSlotPool& pinned_pool_;
   const std::chrono::steady_clock::time_point load_start_;
   const std::shared_ptr<const catalog::FrameIndex> kept_index_;

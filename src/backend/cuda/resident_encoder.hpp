@@ -22,7 +22,7 @@
 
 #include "cuda_resident.hpp"
 #include "cuda_support.hpp"
-#include "load_plan.hpp"
+#include "cuda_load_plan.hpp"
 #include "quantem/backend/ring_partition.hpp"
 #include "quantem/catalog/acquisition.hpp"
 

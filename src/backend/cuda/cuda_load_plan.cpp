@@ -1,4 +1,4 @@
-#include "load_plan.hpp"
+#include "cuda_load_plan.hpp"
 
 #include <algorithm>
 #include <string>
