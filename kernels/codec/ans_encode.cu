@@ -691,7 +691,8 @@ void launch_measure(const T* frames, const EncodeGeometry& geometry, const Encod
   }
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "pixel_sums_kernel");
   if (pattern_sum != nullptr) {
-    add_pattern_sum_kernel<<<(geometry.pixels + 255) / 256, 256, 0, stream>>>(
+    add_pattern_sum_kernel<<<(geometry.pixels + kAnsPatternSumThreads - 1) / kAnsPatternSumThreads, kAnsPatternSumThreads,
+                             0, stream>>>(
         geometry, s, reinterpret_cast<unsigned long long*>(pattern_sum));
     QUANTEM_CUDA_CHECK_LAUNCH(stream, "add_pattern_sum_kernel");
   }
@@ -713,8 +714,9 @@ void launch_measure(const T* frames, const EncodeGeometry& geometry, const Encod
   stream_offsets_kernel<<<geometry.group_count, kAnsScanThreads, 0, stream>>>(geometry, s);
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "stream_offsets_kernel");
   if (geometry.seek_points != 0) {
-    const dim3 seek_grid((geometry.layout.stream_count + 255) / 256, geometry.seek_points, geometry.group_count);
-    seek_word_index_kernel<<<seek_grid, 256, 0, stream>>>(geometry, s);
+    const dim3 seek_grid((geometry.layout.stream_count + kAnsSeekWordIndexThreads - 1) / kAnsSeekWordIndexThreads,
+                         geometry.seek_points, geometry.group_count);
+    seek_word_index_kernel<<<seek_grid, kAnsSeekWordIndexThreads, 0, stream>>>(geometry, s);
     QUANTEM_CUDA_CHECK_LAUNCH(stream, "seek_word_index_kernel");
   }
 }
@@ -723,7 +725,8 @@ template <class T>
 void launch_write(const T* frames, const EncodeGeometry& geometry, const EncodeScratch& s, std::uint8_t* output,
                   const std::uint64_t* group_offsets, cudaStream_t stream) {
   using namespace device::tuning;
-  group_tables_kernel<<<dim3(16, geometry.group_count), 256, 0, stream>>>(geometry, s, output, group_offsets);
+  group_tables_kernel<<<dim3(kAnsGroupTablesCtas, geometry.group_count), kAnsGroupTablesThreads, 0, stream>>>(
+      geometry, s, output, group_offsets);
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "group_tables_kernel");
   const dim3 encode_grid((geometry.layout.stream_count + kAnsEncodeThreads - 1) / kAnsEncodeThreads, geometry.group_count);
   encode_streams_kernel<T, true><<<encode_grid, kAnsEncodeThreads, 0, stream>>>(frames, geometry, s, output, group_offsets);

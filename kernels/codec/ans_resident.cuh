@@ -12,6 +12,7 @@
 
 #include "quantem/ans/ans_format.hpp"
 #include "quantem/core/error.hpp"
+#include "quantem/core/host_device.hpp"
 #include "quantem/kernels/ans.hpp"
 #include "ans_device.cuh"
 
@@ -91,7 +92,7 @@ __device__ inline bool at_seek_point(const ResidentParams& p, std::uint32_t grou
 }
 
 // Decode tables + per-warp cdf scratch, rounded up to 16 bytes.
-__host__ __device__ constexpr std::size_t table_shared_bytes(unsigned threads) {
+QUANTEM_HOST_DEVICE constexpr std::size_t table_shared_bytes(unsigned threads) {
   return (dev::kDecodeTableEntries * sizeof(std::uint32_t) +
           std::size_t{threads / 32} * dev::kCdfScratchEntries * sizeof(std::uint16_t) + 15) / 16 * 16;
 }

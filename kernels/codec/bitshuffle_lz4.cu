@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "quantem/core/error.hpp"
+#include "quantem/core/host_device.hpp"
 #include "quantem/kernels/bitshuffle_lz4.hpp"
 #include "quantem/kernels/cuda_check.hpp"
 #include "bitshuffle.cuh"
@@ -89,7 +90,7 @@ __device__ std::uint32_t load_be32(const std::uint8_t* p) {
 // after the chunk header and its length field) of a block of n bytes gets the
 // table entries from (p - 4) / 3 on, n / 3 + 1 of them, so blocks whose bytes
 // (with their length fields) do not overlap get tables that do not overlap.
-__host__ __device__ constexpr std::uint64_t sequence_table_entries(std::uint64_t stored_bytes) {
+QUANTEM_HOST_DEVICE constexpr std::uint64_t sequence_table_entries(std::uint64_t stored_bytes) {
   return stored_bytes / 3 + 2;
 }
 __device__ inline std::uint64_t sequence_table_start(std::uint64_t payload) { return (payload - 4) / 3; }
@@ -346,7 +347,8 @@ void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std
 
   const std::size_t index_ctas_needed =
       (batch.chunk_count + device::tuning::kBslz4IndexThreads - 1) / device::tuning::kBslz4IndexThreads;
-  const unsigned index_ctas = static_cast<unsigned>(index_ctas_needed < 65535 ? index_ctas_needed : 65535);
+  const unsigned index_ctas = static_cast<unsigned>(
+      index_ctas_needed < device::tuning::kBslz4IndexMaxCtas ? index_ctas_needed : device::tuning::kBslz4IndexMaxCtas);
   index_chunks_kernel<<<index_ctas, device::tuning::kBslz4IndexThreads, 0, stream>>>(
       batch.d_stored, batch.stored_bytes, batch.d_chunk_offsets, batch.d_chunk_sizes, batch.chunk_count, layout,
       block_table, batch.d_decoded, batch.d_status, overlapping);

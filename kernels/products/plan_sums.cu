@@ -8,6 +8,7 @@
 #include "quantem/core/error.hpp"
 #include "quantem/kernels/resident_products.hpp"
 #include "quantem/kernels/cuda_check.hpp"
+#include "../common/tuning.cuh"
 
 namespace quantem::kernels {
 namespace {
@@ -47,9 +48,11 @@ void narrow_plan_sums(const std::uint64_t* d_frame_sums, std::uint64_t base_fram
     throw bad_request("narrow_plan_sums: null pointer");
   if (region.scan_bin == 0 || region.row_start * region.source_cols + region.col_start < base_frame)
     throw bad_request("narrow_plan_sums: the region starts before the sums");
-  const unsigned threads = 256;
+  const unsigned threads = device::tuning::kNarrowPlanSumsThreads;
   const std::uint64_t wanted = (positions + threads - 1) / threads;
-  const unsigned ctas = static_cast<unsigned>(wanted < 4096 ? wanted : 4096);
+  const unsigned ctas = static_cast<unsigned>(wanted < device::tuning::kNarrowPlanSumsMaxCtas
+                                                  ? wanted
+                                                  : device::tuning::kNarrowPlanSumsMaxCtas);
   narrow_plan_sums_kernel<<<ctas, threads, 0, stream>>>(reinterpret_cast<const unsigned long long*>(d_frame_sums),
                                                         base_frame, region, d_out, d_overflow);
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "narrow_plan_sums_kernel");

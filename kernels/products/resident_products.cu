@@ -436,13 +436,19 @@ void launch_accumulate_frames(const ResidentParams& p, std::size_t job_count, St
 }  // namespace
 
 void check_ans_accumulate_frames_cta_threads(int cta_threads) {
-  if (cta_threads != 0 && cta_threads != 512 && cta_threads != 1024)
-    throw bad_request("ans_accumulate_frames: CTA threads 0 (the default), 512 or 1024");
+  if (cta_threads != 0 && cta_threads != tuning::kAccumulateFramesNarrowThreads &&
+      cta_threads != tuning::kAccumulateFramesWideThreads) {
+    throw bad_request("ans_accumulate_frames: CTA threads 0 (the default), " +
+                      std::to_string(tuning::kAccumulateFramesNarrowThreads) + " or " +
+                      std::to_string(tuning::kAccumulateFramesWideThreads));
+  }
 }
 
 int ans_accumulate_frames_threads_for(std::size_t job_count, std::uint32_t stream_count, int sm_count) {
   const auto ctas = [&](std::uint64_t threads) { return job_count * ((stream_count + threads - 1) / threads); };
-  return ctas(1024) >= static_cast<std::uint64_t>(sm_count) ? 1024 : 512;
+  return ctas(tuning::kAccumulateFramesWideThreads) >= static_cast<std::uint64_t>(sm_count)
+             ? tuning::kAccumulateFramesWideThreads
+             : tuning::kAccumulateFramesNarrowThreads;
 }
 
 void ans_accumulate_frames(const AnsResidentView& resident, const FrameJob* d_jobs, std::size_t job_count,
@@ -455,10 +461,12 @@ void ans_accumulate_frames(const AnsResidentView& resident, const FrameJob* d_jo
   if (d_frame_bitmap == nullptr || d_sums == nullptr) throw bad_request("ans_accumulate_frames: null bitmap or sums");
   const int threads = cta_threads != 0 ? cta_threads
                                        : ans_accumulate_frames_threads_for(job_count, p.stream_count, current_sm_count());
-  if (threads == 1024) {
-    launch_accumulate_frames<1024>(p, job_count, stream, d_jobs, d_frame_bitmap, d_sums, d_max, d_error);
+  if (threads == tuning::kAccumulateFramesWideThreads) {
+    launch_accumulate_frames<tuning::kAccumulateFramesWideThreads>(p, job_count, stream, d_jobs, d_frame_bitmap, d_sums,
+                                                                   d_max, d_error);
   } else {
-    launch_accumulate_frames<512>(p, job_count, stream, d_jobs, d_frame_bitmap, d_sums, d_max, d_error);
+    launch_accumulate_frames<tuning::kAccumulateFramesNarrowThreads>(p, job_count, stream, d_jobs, d_frame_bitmap,
+                                                                     d_sums, d_max, d_error);
   }
 }
 

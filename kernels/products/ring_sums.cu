@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(tuning::kRowRingSumThreads)
 
 // One CTA per frame: the frame's moments alone (frame_moments_of).
 template <class T>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(tuning::kDenseFrameMomentsThreads)
     dense_frame_moments_kernel(const T* __restrict__ frames, std::uint32_t rows, std::uint32_t cols,
                                unsigned long long* moments, std::uint64_t table_stride, std::uint64_t first_frame) {
   const std::uint32_t pixels = rows * cols;
@@ -434,7 +434,7 @@ void dense_frame_moments(const void* d_frames, DType dtype, std::uint64_t frame_
   if (detector_rows == 0 || detector_cols == 0 || frame_count > 0x7fffffffu)
     throw bad_request("dense_frame_moments: bad shape or frame count");
   if (first_frame + frame_count > table_stride) throw bad_request("dense_frame_moments: frames outside the table");
-  constexpr unsigned threads = 256;  // at most 32 warps: frame_moments_of's partial sums
+  constexpr unsigned threads = tuning::kDenseFrameMomentsThreads;
   const unsigned ctas = static_cast<unsigned>(frame_count);
   auto* out = reinterpret_cast<unsigned long long*>(d_moments);
   switch (dtype) {
@@ -463,7 +463,7 @@ void add_ring_sums(const void* d_ring_sums, std::uint32_t sum_bytes, std::uint64
   if (frame_count == 0 || ring_list_count == 0) return;
   if (d_ring_sums == nullptr || d_rings == nullptr || d_sums == nullptr) throw bad_request("add_ring_sums: null pointer");
   if (first_frame + frame_count > ring_stride) throw bad_request("add_ring_sums: frames outside the ring table");
-  const int threads = 256;
+  const int threads = tuning::kAddRingSumsThreads;
   const unsigned ctas = tuning::elementwise_ctas(frame_count, threads, current_sm_count());
   auto* sums = reinterpret_cast<unsigned long long*>(d_sums);
   if (sum_bytes == 4) {
