@@ -11,25 +11,25 @@
 #include "quantem/ans/ans_format.hpp"
 #include "quantem/ans/ans_model.hpp"
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/ans.hpp"
-#include "quantem/cuda/cuda_check.hpp"
+#include "quantem/kernels/ans.hpp"
+#include "quantem/kernels/cuda_check.hpp"
 #include "../common/warp_collectives.cuh"
 #include "ans_device.cuh"
 #include "ans_resident.cuh"
 #include "../common/tuning.cuh"
 
-namespace quantem::cuda {
+namespace quantem::kernels {
 namespace {
 
 using namespace quantem::ans;
-namespace dev = quantem::cuda::kernels::ans_device;
+namespace dev = quantem::kernels::device::ans_device;
 
-using kernels::ans_resident::group_decode_tables;
-using kernels::ans_resident::make_resident_params;
-using kernels::ans_resident::open_group_or_flag;
-using kernels::ans_resident::OpenedGroup;
-using kernels::ans_resident::ResidentParams;
-using kernels::ans_resident::table_shared_bytes;
+using device::ans_resident::group_decode_tables;
+using device::ans_resident::make_resident_params;
+using device::ans_resident::open_group_or_flag;
+using device::ans_resident::OpenedGroup;
+using device::ans_resident::ResidentParams;
+using device::ans_resident::table_shared_bytes;
 
 // One thread's stream of an opened group: its quad's pixels, their class
 // tables and shifts, and its reader at the group's first frame. raw_bits is
@@ -60,7 +60,7 @@ struct GroupStream {
 
 // grid: (stream blocks, groups). One thread per stream writes its quad of every frame.
 template <class Out>
-__global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
+__global__ void __launch_bounds__(device::tuning::kAnsDecodeThreads)
     decode_frames_kernel(ResidentParams p, std::uint32_t first_group, Out* out, std::uint32_t* error) {
   extern __shared__ __align__(16) std::uint8_t shared[];
   auto* table = reinterpret_cast<std::uint32_t*>(shared);
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsDecodeThreads)
 
 // grid: groups. A CTA writes its group's decode tables to global memory (the
 // same tables a decoding CTA builds in shared memory).
-__global__ void __launch_bounds__(kernels::tuning::kAnsBuildTablesThreads)
+__global__ void __launch_bounds__(device::tuning::kAnsBuildTablesThreads)
     build_group_decode_tables_kernel(ResidentParams p, std::uint32_t* tables, std::uint32_t* error) {
   extern __shared__ __align__(16) std::uint8_t shared[];
   auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(shared);
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsBuildTablesThreads)
 // grid: (stream blocks, groups). One thread per stream decodes its whole
 // chain and writes its reader's states and word index before every frame
 // s·seek_frames (s = 1 .. seek_points) to the seek table.
-__global__ void __launch_bounds__(kernels::tuning::kAnsSeekPointThreads)
+__global__ void __launch_bounds__(device::tuning::kAnsSeekPointThreads)
     record_seek_points_kernel(ResidentParams p, std::uint32_t seek_frames, std::uint32_t seek_points,
                               std::uint32_t* points, std::uint32_t* error) {
   extern __shared__ __align__(16) std::uint8_t shared[];
@@ -145,7 +145,7 @@ void ans_decode_frames(const AnsResidentView& resident, std::size_t first_group,
   if (first_group + group_count > resident.group_count || group_count > 65535)
     throw bad_request("ANS decode: group range out of bounds");
   if (d_out == nullptr) throw bad_request("ANS decode: null output");
-  const int threads = kernels::tuning::kAnsDecodeThreads;
+  const int threads = device::tuning::kAnsDecodeThreads;
   const std::size_t shared_bytes = table_shared_bytes(threads);
   const dim3 grid((p.stream_count + threads - 1) / threads, static_cast<unsigned>(group_count));
   switch (out_dtype) {
@@ -175,7 +175,7 @@ void ans_record_seek_points(const AnsResidentView& resident, std::uint32_t frame
   if (seek_points == 0 || resident.group_count == 0) return;
   if (d_points == nullptr) throw bad_request("ANS seek points: null table");
   if (resident.group_count > 65535) throw bad_request("ANS seek points: more than 65535 groups");
-  const int threads = kernels::tuning::kAnsSeekPointThreads;
+  const int threads = device::tuning::kAnsSeekPointThreads;
   const std::size_t shared_bytes = table_shared_bytes(threads);
   QUANTEM_CUDA_TRY(cudaFuncSetAttribute(record_seek_points_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(shared_bytes)));
@@ -200,11 +200,11 @@ void ans_build_decode_tables(const AnsResidentView& resident, std::uint32_t* d_t
   if (resident.group_count == 0) return;
   if (d_tables == nullptr) throw bad_request("ANS decode tables: null output");
   if (resident.group_count > 0x7fffffffu) throw bad_request("ANS decode tables: too many groups");
-  const int threads = kernels::tuning::kAnsBuildTablesThreads;
+  const int threads = device::tuning::kAnsBuildTablesThreads;
   const std::size_t shared_bytes = std::size_t{threads / 32} * dev::kCdfScratchEntries * sizeof(std::uint16_t);
   build_group_decode_tables_kernel<<<static_cast<unsigned>(resident.group_count), threads, shared_bytes, stream>>>(
       p, d_tables, d_error);
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "build_group_decode_tables_kernel");
 }
 
-}  // namespace quantem::cuda
+}  // namespace quantem::kernels

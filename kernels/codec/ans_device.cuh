@@ -11,7 +11,7 @@
 #include "../common/warp_collectives.cuh"
 #include "ans_stream_reader.cuh"
 
-namespace quantem::cuda::kernels::ans_device {
+namespace quantem::kernels::device::ans_device {
 
 using ans::AnsGroupHeader;
 using ans::kAnsAlphabetSize;
@@ -131,4 +131,4 @@ __device__ inline void no_quad(std::uint32_t class_offset[4], std::uint32_t shif
   reader.open_empty();
 }
 
-}  // namespace quantem::cuda::kernels::ans_device
+}  // namespace quantem::kernels::device::ans_device

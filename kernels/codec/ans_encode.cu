@@ -20,14 +20,14 @@
 #include "quantem/ans/ans_format.hpp"
 #include "quantem/ans/ans_model.hpp"
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/ans.hpp"
-#include "quantem/cuda/scratch_layout.hpp"
-#include "quantem/cuda/cuda_check.hpp"
+#include "quantem/kernels/ans.hpp"
+#include "quantem/kernels/scratch_layout.hpp"
+#include "quantem/kernels/cuda_check.hpp"
 #include "../common/warp_collectives.cuh"
 #include "ans_device.cuh"
 #include "../common/tuning.cuh"
 
-namespace quantem::cuda {
+namespace quantem::kernels {
 namespace {
 
 using namespace quantem::ans;
@@ -205,7 +205,7 @@ __global__ void pixel_sums_kernel(const T* __restrict__ frames, EncodeGeometry g
   const std::uint32_t group = blockIdx.z;
   const std::uint32_t pixel = blockIdx.x * blockDim.x + threadIdx.x;
   std::uint32_t first = 0, last = 0;
-  if (!slice_frames(geometry, kernels::tuning::kAnsSumFramesPerSlice, first, last)) return;
+  if (!slice_frames(geometry, device::tuning::kAnsSumFramesPerSlice, first, last)) return;
   std::uint64_t sum = 0;
   std::uint32_t max_value = 0;
   if (pixel < geometry.pixels) {
@@ -217,7 +217,7 @@ __global__ void pixel_sums_kernel(const T* __restrict__ frames, EncodeGeometry g
     atomicAdd(reinterpret_cast<unsigned long long*>(s.d_pixel_sums + std::uint64_t{group} * geometry.pixels + pixel),
               static_cast<unsigned long long>(sum));
   }
-  max_value = kernels::warp_max_u32(max_value);
+  max_value = device::warp_max_u32(max_value);
   if (threadIdx.x % 32 == 0) atomicMax(s.d_max_values + group, max_value);
 }
 
@@ -227,12 +227,12 @@ __global__ void pixel_sums_kernel(const T* __restrict__ frames, EncodeGeometry g
 template <class T>
 __global__ void pixel_sums_quads_kernel(const T* __restrict__ frames, EncodeGeometry geometry, EncodeScratch s) {
   using Partial = std::conditional_t<sizeof(T) == 4, unsigned long long, std::uint32_t>;
-  static_assert(sizeof(T) == 4 || kernels::tuning::kAnsSumFramesPerSlice * 0xffffull < (1ull << 32), "exact partial sums");
+  static_assert(sizeof(T) == 4 || device::tuning::kAnsSumFramesPerSlice * 0xffffull < (1ull << 32), "exact partial sums");
   const std::uint32_t group = blockIdx.z;
   const std::uint32_t quad = blockIdx.x * blockDim.x + threadIdx.x;
   const std::uint32_t quads = geometry.pixels / kVectorPixels;
   std::uint32_t first = 0, last = 0;
-  if (!slice_frames(geometry, kernels::tuning::kAnsSumFramesPerSlice, first, last)) return;
+  if (!slice_frames(geometry, device::tuning::kAnsSumFramesPerSlice, first, last)) return;
   Partial sum[4] = {0, 0, 0, 0};
   std::uint32_t max_value = 0;
   if (quad < quads) {
@@ -252,7 +252,7 @@ __global__ void pixel_sums_quads_kernel(const T* __restrict__ frames, EncodeGeom
 #pragma unroll
     for (int k = 0; k < 4; ++k) atomicAdd(sums + k, static_cast<unsigned long long>(sum[k]));
   }
-  max_value = kernels::warp_max_u32(max_value);
+  max_value = device::warp_max_u32(max_value);
   if (threadIdx.x % 32 == 0) atomicMax(s.d_max_values + group, max_value);
 }
 
@@ -266,7 +266,7 @@ __global__ void add_pattern_sum_kernel(EncodeGeometry geometry, EncodeScratch s,
 }
 
 // grid: groups; one CTA of kAnsClassMapThreads threads.
-__global__ void __launch_bounds__(kernels::tuning::kAnsClassMapThreads) class_map_kernel(EncodeGeometry geometry, EncodeScratch s) {
+__global__ void __launch_bounds__(device::tuning::kAnsClassMapThreads) class_map_kernel(EncodeGeometry geometry, EncodeScratch s) {
   __shared__ std::uint32_t histogram[kAnsClassHistogramBins];
   __shared__ std::uint32_t high_bin;
   const std::uint32_t group = blockIdx.x;
@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsClassMapThreads) class_ma
     constexpr std::uint32_t kBinsPerLane = kAnsClassHistogramBins / 32;
     std::uint32_t local = 0;
     for (std::uint32_t i = 0; i < kBinsPerLane; ++i) local += histogram[lane * kBinsPerLane + i];
-    const std::uint32_t inclusive = kernels::warp_inclusive_scan_u32(local, lane);
+    const std::uint32_t inclusive = device::warp_inclusive_scan_u32(local, lane);
     const std::uint64_t quantile = class_quantile_pixels(geometry.pixels);
     const std::uint32_t reached = __ballot_sync(0xffffffffu, inclusive >= quantile);
     const std::uint32_t owner = __ffs(reached) - 1;  // the last lane always reaches it
@@ -330,7 +330,7 @@ struct SmallSymbolCounts {
     }
   }
 };
-static_assert(kernels::tuning::kAnsCountFramesPerSlice < (1u << 8), "packed 8-bit counters");
+static_assert(device::tuning::kAnsCountFramesPerSlice < (1u << 8), "packed 8-bit counters");
 
 // The CTA's per-class histograms of a symbol-count kernel: zeroed before the
 // slice, then added to the group's counts (their non-zero entries). The
@@ -351,13 +351,13 @@ __device__ __forceinline__ void add_class_counts(const std::uint32_t* counts, co
 
 // grid: (pixel blocks, frame slices, groups); per-CTA histograms in shared memory.
 template <class T>
-__global__ void __launch_bounds__(kernels::tuning::kAnsCountThreads)
+__global__ void __launch_bounds__(device::tuning::kAnsCountThreads)
     symbol_counts_kernel(const T* __restrict__ frames, EncodeGeometry geometry, EncodeScratch s) {
   __shared__ std::uint32_t counts[kAnsClassCount * kAnsAlphabetSize];
   __shared__ std::uint32_t class_shifts[kAnsClassCount];
   const std::uint32_t group = blockIdx.z;
   std::uint32_t first = 0, last = 0;
-  if (!slice_frames(geometry, kernels::tuning::kAnsCountFramesPerSlice, first, last)) return;
+  if (!slice_frames(geometry, device::tuning::kAnsCountFramesPerSlice, first, last)) return;
   zero_class_counts(counts, class_shifts, s.d_class_params[2 * group]);
   const std::uint32_t pixel = blockIdx.x * blockDim.x + threadIdx.x;
   if (pixel < geometry.pixels) {
@@ -375,13 +375,13 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsCountThreads)
 // symbol_counts_kernel, a quad of pixels per thread (geometry.pixels % 4 == 0).
 // grid: (quad blocks, frame slices, groups)
 template <class T>
-__global__ void __launch_bounds__(kernels::tuning::kAnsCountThreads)
+__global__ void __launch_bounds__(device::tuning::kAnsCountThreads)
     symbol_counts_quads_kernel(const T* __restrict__ frames, EncodeGeometry geometry, EncodeScratch s) {
   __shared__ std::uint32_t counts[kAnsClassCount * kAnsAlphabetSize];
   __shared__ std::uint32_t class_shifts[kAnsClassCount];
   const std::uint32_t group = blockIdx.z;
   std::uint32_t first = 0, last = 0;
-  if (!slice_frames(geometry, kernels::tuning::kAnsCountFramesPerSlice, first, last)) return;
+  if (!slice_frames(geometry, device::tuning::kAnsCountFramesPerSlice, first, last)) return;
   zero_class_counts(counts, class_shifts, s.d_class_params[2 * group]);
   const std::uint32_t quad = blockIdx.x * blockDim.x + threadIdx.x;
   const std::uint32_t quads = geometry.pixels / kVectorPixels;
@@ -453,7 +453,7 @@ struct StreamOutput {
 // there, and otherwise encodes the stream again, storing 4 words per 8 bytes.
 // grid: (stream blocks, groups)
 template <class T, bool kWrite>
-__global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
+__global__ void __launch_bounds__(device::tuning::kAnsEncodeThreads)
     encode_streams_kernel(const T* __restrict__ frames, EncodeGeometry geometry, EncodeScratch s, std::uint8_t* output,
                           const std::uint64_t* group_offsets) {
   __shared__ std::uint32_t tables[kAnsClassCount * kAnsAlphabetSize];  // frequency | cdf << 16
@@ -478,10 +478,10 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
     // units l, l + 32, ... of each (coalesced; one thread per stream would
     // walk its own stream alone), with the kept words in read order (last
     // emitted first).
-    for (std::uint32_t lanes = __ballot_sync(kernels::kFullWarp, copied); lanes != 0; lanes &= lanes - 1) {
+    for (std::uint32_t lanes = __ballot_sync(device::kFullWarp, copied); lanes != 0; lanes &= lanes - 1) {
       const std::uint32_t owner = __ffs(lanes) - 1;
-      const std::uint32_t owner_words = __shfl_sync(kernels::kFullWarp, words, owner);
-      const std::uint64_t owner_index = __shfl_sync(kernels::kFullWarp, stream_index, owner);
+      const std::uint32_t owner_words = __shfl_sync(device::kFullWarp, words, owner);
+      const std::uint64_t owner_index = __shfl_sync(device::kFullWarp, stream_index, owner);
       const StreamOutput target(streams_base + s.d_stream_offsets[owner_index], owner_words);
       const auto* kept_halves =
           reinterpret_cast<const std::uint16_t*>(s.d_kept_words + owner_index * (geometry.kept_words / 4));
@@ -505,7 +505,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
   const std::uint32_t frame_count = frames_in_group(geometry, group);
   const std::uint32_t class_scale = s.d_class_params[2 * group];
   std::uint32_t pixels[4];
-  const std::uint32_t present = kernels::ans_device::quad_pixels(stream, geometry.layout.quad_cols, geometry.rows, geometry.cols, pixels);
+  const std::uint32_t present = device::ans_device::quad_pixels(stream, geometry.layout.quad_cols, geometry.rows, geometry.cols, pixels);
   const std::uint8_t* classes = s.d_classes + std::uint64_t{group} * geometry.pixels_padded;
   std::uint32_t table_offset[4];
   std::uint32_t shift[4];
@@ -599,8 +599,8 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsEncodeThreads)
 }
 
 // grid: groups; one CTA scans the stream sizes (4 + 2 * words bytes) into offsets.
-__global__ void __launch_bounds__(kernels::tuning::kAnsScanThreads) stream_offsets_kernel(EncodeGeometry geometry, EncodeScratch s) {
-  using BlockScan = cub::BlockScan<std::uint64_t, kernels::tuning::kAnsScanThreads>;
+__global__ void __launch_bounds__(device::tuning::kAnsScanThreads) stream_offsets_kernel(EncodeGeometry geometry, EncodeScratch s) {
+  using BlockScan = cub::BlockScan<std::uint64_t, device::tuning::kAnsScanThreads>;
   __shared__ typename BlockScan::TempStorage scan_storage;
   const std::uint32_t group = blockIdx.x;
   const std::uint32_t streams = geometry.layout.stream_count;
@@ -676,7 +676,7 @@ __global__ void group_tables_kernel(EncodeGeometry geometry, EncodeScratch s, st
 template <class T>
 void launch_measure(const T* frames, const EncodeGeometry& geometry, const EncodeScratch& s,
                     std::uint64_t* pattern_sum, cudaStream_t stream) {
-  using namespace kernels::tuning;
+  using namespace device::tuning;
   // A quad of pixels per thread and load where every frame starts at a
   // multiple of a quad's bytes (cudaMalloc'd frames of 4k pixels).
   const bool by_quads = geometry.pixels % kVectorPixels == 0 &&
@@ -691,7 +691,8 @@ void launch_measure(const T* frames, const EncodeGeometry& geometry, const Encod
   }
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "pixel_sums_kernel");
   if (pattern_sum != nullptr) {
-    add_pattern_sum_kernel<<<(geometry.pixels + 255) / 256, 256, 0, stream>>>(
+    add_pattern_sum_kernel<<<(geometry.pixels + kAnsPatternSumThreads - 1) / kAnsPatternSumThreads, kAnsPatternSumThreads,
+                             0, stream>>>(
         geometry, s, reinterpret_cast<unsigned long long*>(pattern_sum));
     QUANTEM_CUDA_CHECK_LAUNCH(stream, "add_pattern_sum_kernel");
   }
@@ -713,8 +714,9 @@ void launch_measure(const T* frames, const EncodeGeometry& geometry, const Encod
   stream_offsets_kernel<<<geometry.group_count, kAnsScanThreads, 0, stream>>>(geometry, s);
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "stream_offsets_kernel");
   if (geometry.seek_points != 0) {
-    const dim3 seek_grid((geometry.layout.stream_count + 255) / 256, geometry.seek_points, geometry.group_count);
-    seek_word_index_kernel<<<seek_grid, 256, 0, stream>>>(geometry, s);
+    const dim3 seek_grid((geometry.layout.stream_count + kAnsSeekWordIndexThreads - 1) / kAnsSeekWordIndexThreads,
+                         geometry.seek_points, geometry.group_count);
+    seek_word_index_kernel<<<seek_grid, kAnsSeekWordIndexThreads, 0, stream>>>(geometry, s);
     QUANTEM_CUDA_CHECK_LAUNCH(stream, "seek_word_index_kernel");
   }
 }
@@ -722,8 +724,9 @@ void launch_measure(const T* frames, const EncodeGeometry& geometry, const Encod
 template <class T>
 void launch_write(const T* frames, const EncodeGeometry& geometry, const EncodeScratch& s, std::uint8_t* output,
                   const std::uint64_t* group_offsets, cudaStream_t stream) {
-  using namespace kernels::tuning;
-  group_tables_kernel<<<dim3(16, geometry.group_count), 256, 0, stream>>>(geometry, s, output, group_offsets);
+  using namespace device::tuning;
+  group_tables_kernel<<<dim3(kAnsGroupTablesCtas, geometry.group_count), kAnsGroupTablesThreads, 0, stream>>>(
+      geometry, s, output, group_offsets);
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "group_tables_kernel");
   const dim3 encode_grid((geometry.layout.stream_count + kAnsEncodeThreads - 1) / kAnsEncodeThreads, geometry.group_count);
   encode_streams_kernel<T, true><<<encode_grid, kAnsEncodeThreads, 0, stream>>>(frames, geometry, s, output, group_offsets);
@@ -794,4 +797,4 @@ void ans_encode_write(const AnsEncodeBatch& batch, const void* d_scratch, std::s
   }
 }
 
-}  // namespace quantem::cuda
+}  // namespace quantem::kernels

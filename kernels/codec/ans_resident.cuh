@@ -12,12 +12,13 @@
 
 #include "quantem/ans/ans_format.hpp"
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/ans.hpp"
+#include "quantem/core/host_device.hpp"
+#include "quantem/kernels/ans.hpp"
 #include "ans_device.cuh"
 
-namespace quantem::cuda::kernels::ans_resident {
+namespace quantem::kernels::device::ans_resident {
 
-namespace dev = quantem::cuda::kernels::ans_device;
+namespace dev = quantem::kernels::device::ans_device;
 
 // What every kernel over the resident needs, passed by value.
 struct ResidentParams {
@@ -29,21 +30,21 @@ struct ResidentParams {
   std::uint32_t cols;
   std::uint32_t quad_cols;
   std::uint32_t stream_count;
-  const std::uint32_t* d_seek_points;  // null: no seek points (cuda::AnsResidentView)
+  const std::uint32_t* d_seek_points;  // null: no seek points (kernels::AnsResidentView)
   std::uint32_t seek_frames;           // frames between seek points (0 without)
   std::uint32_t seek_points;           // per group (ans_seek_points_per_group)
-  const std::uint32_t* d_decode_tables;  // null: each CTA builds its group's (cuda::AnsResidentView)
+  const std::uint32_t* d_decode_tables;  // null: each CTA builds its group's (kernels::AnsResidentView)
 };
 
 // Checks a resident view (Error(bad_request) prefixed with `who`) and returns its parameters.
-inline ResidentParams make_resident_params(const cuda::AnsResidentView& resident, const char* who) {
+inline ResidentParams make_resident_params(const kernels::AnsResidentView& resident, const char* who) {
   using namespace quantem::ans;
   if (resident.d_blobs == nullptr || resident.d_group_offsets == nullptr)
     throw bad_request(std::string(who) + ": null resident pointers");
-  if (resident.frames_per_group == 0 || resident.frames_per_group > cuda::kAnsMaxFramesPerGroup)
-    throw bad_request(std::string(who) + ": frames_per_group must be 1.." + std::to_string(cuda::kAnsMaxFramesPerGroup));
+  if (resident.frames_per_group == 0 || resident.frames_per_group > kernels::kAnsMaxFramesPerGroup)
+    throw bad_request(std::string(who) + ": frames_per_group must be 1.." + std::to_string(kernels::kAnsMaxFramesPerGroup));
   if (resident.detector_rows == 0 || resident.detector_cols == 0) throw bad_request(std::string(who) + ": empty detector");
-  if (resident.group_count != cuda::ans_group_count(resident.total_frames, resident.frames_per_group))
+  if (resident.group_count != kernels::ans_group_count(resident.total_frames, resident.frames_per_group))
     throw bad_request(std::string(who) + ": group_count does not match total_frames / frames_per_group");
   const AnsGroupLayout layout = ans_group_layout(resident.detector_rows, resident.detector_cols);
   const bool seekable = resident.d_seek_points != nullptr && resident.frames_per_seek_point != 0;
@@ -58,7 +59,7 @@ inline ResidentParams make_resident_params(const cuda::AnsResidentView& resident
           layout.stream_count,
           seekable ? resident.d_seek_points : nullptr,
           seek_frames,
-          cuda::ans_seek_points_per_group(resident.frames_per_group, seek_frames),
+          kernels::ans_seek_points_per_group(resident.frames_per_group, seek_frames),
           resident.d_decode_tables};
 }
 
@@ -91,7 +92,7 @@ __device__ inline bool at_seek_point(const ResidentParams& p, std::uint32_t grou
 }
 
 // Decode tables + per-warp cdf scratch, rounded up to 16 bytes.
-__host__ __device__ constexpr std::size_t table_shared_bytes(unsigned threads) {
+QUANTEM_HOST_DEVICE constexpr std::size_t table_shared_bytes(unsigned threads) {
   return (dev::kDecodeTableEntries * sizeof(std::uint32_t) +
           std::size_t{threads / 32} * dev::kCdfScratchEntries * sizeof(std::uint16_t) + 15) / 16 * 16;
 }
@@ -145,4 +146,4 @@ __device__ inline OpenedGroup open_group_or_flag(const ResidentParams& p, std::u
   return opened;
 }
 
-}  // namespace quantem::cuda::kernels::ans_resident
+}  // namespace quantem::kernels::device::ans_resident

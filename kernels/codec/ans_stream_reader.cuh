@@ -24,23 +24,24 @@
 // which a valid stream never consumes; a stream that consumed more words than
 // it has, left non-zero words unread, or did not end in its initial states is
 // reported (never faults).
+#include <vector_types.h>
+
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#include <vector_types.h>
-#define QUANTEM_ANS_READER_HD __device__ __forceinline__
+#include "quantem/ans/ans_format.hpp"
+#include "quantem/core/host_device.hpp"
+
+// On the device: loads through the read-only data cache, unrolled loops. On
+// the host (the host compiler, or nvcc's host pass): plain loads and loops.
+#if defined(__CUDA_ARCH__)
 #define QUANTEM_ANS_READER_LOAD(pointer) __ldg(pointer)
 #define QUANTEM_ANS_READER_UNROLL _Pragma("unroll")
 #else
-#include <vector_types.h>
-#define QUANTEM_ANS_READER_HD inline
 #define QUANTEM_ANS_READER_LOAD(pointer) (*(pointer))
 #define QUANTEM_ANS_READER_UNROLL
 #endif
 
-#include "quantem/ans/ans_format.hpp"
-
-namespace quantem::cuda::kernels::ans_device {
+namespace quantem::kernels::device::ans_device {
 
 // Decode-table entries, built per CTA by build_decode_tables (not part of the
 // stored format). The fields are placed so that the hot path needs the fewest
@@ -56,13 +57,13 @@ inline constexpr std::uint32_t kEntrySymbolMask = 0xffu << kEntrySymbolShift;
 inline constexpr std::uint32_t kEntryEscapeFlag = 1u << 18;
 inline constexpr std::uint32_t kEntryFrequencyShift = 21;
 
-QUANTEM_ANS_READER_HD constexpr std::uint32_t make_decode_entry(std::uint32_t symbol, std::uint32_t frequency,
+QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE constexpr std::uint32_t make_decode_entry(std::uint32_t symbol, std::uint32_t frequency,
                                                                 std::uint32_t bias) {
   return bias | (symbol << kEntrySymbolShift) | (symbol >= ans::kAnsEscape16 ? kEntryEscapeFlag : 0u) |
          (frequency << kEntryFrequencyShift);
 }
 
-QUANTEM_ANS_READER_HD constexpr std::uint32_t entry_symbol(std::uint32_t entry) {
+QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE constexpr std::uint32_t entry_symbol(std::uint32_t entry) {
   return (entry >> kEntrySymbolShift) & 0xffu;
 }
 
@@ -77,7 +78,7 @@ inline constexpr std::uint32_t kNeutralTableOffset = ans::kAnsClassCount * ans::
 // PTX prmt (byte i of the result = byte selector[4i..4i+3] of b:a; every
 // selector nibble here is below 8) and the
 // 32-bit funnel shift ((hi:lo) >> (shift mod 32)), with host twins.
-QUANTEM_ANS_READER_HD std::uint32_t byte_perm(std::uint32_t a, std::uint32_t b, std::uint32_t selector) {
+QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE std::uint32_t byte_perm(std::uint32_t a, std::uint32_t b, std::uint32_t selector) {
 #if defined(__CUDA_ARCH__)
   std::uint32_t result;  // prmt itself: __byte_perm would first mask the selector (one more instruction)
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(result) : "r"(a), "r"(b), "r"(selector));
@@ -91,7 +92,7 @@ QUANTEM_ANS_READER_HD std::uint32_t byte_perm(std::uint32_t a, std::uint32_t b, 
 #endif
 }
 
-QUANTEM_ANS_READER_HD std::uint32_t funnel_right(std::uint32_t lo, std::uint32_t hi, std::uint32_t shift) {
+QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE std::uint32_t funnel_right(std::uint32_t lo, std::uint32_t hi, std::uint32_t shift) {
 #if defined(__CUDA_ARCH__)
   return __funnelshift_r(lo, hi, shift);
 #else
@@ -101,7 +102,7 @@ QUANTEM_ANS_READER_HD std::uint32_t funnel_right(std::uint32_t lo, std::uint32_t
 
 // x >> kAnsProbabilityBits as the high half of a product, so that it issues
 // on the multiply pipe instead of the busier integer pipe.
-QUANTEM_ANS_READER_HD std::uint32_t state_quotient(std::uint32_t x) {
+QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE std::uint32_t state_quotient(std::uint32_t x) {
 #if defined(__CUDA_ARCH__)
   return __umulhi(x, 1u << (32 - ans::kAnsProbabilityBits));
 #else
@@ -124,7 +125,7 @@ struct StreamReader {
   // A reader with no stream (a lane without work): every state rests at 2^16
   // and, with neutral tables, never reads a word (it must never slide: `words`
   // is null).
-  QUANTEM_ANS_READER_HD void open_empty() {
+  QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE void open_empty() {
     words = nullptr;
     quads = last_quad = window = 0;
     low = high = ahead = 0;
@@ -134,7 +135,7 @@ struct StreamReader {
   }
 
   // data: the group's stream data; offsets: its stream offsets.
-  QUANTEM_ANS_READER_HD void open(const std::uint8_t* data, const std::uint32_t* offsets, std::uint32_t stream,
+  QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE void open(const std::uint8_t* data, const std::uint32_t* offsets, std::uint32_t stream,
                                   std::uint32_t stream_count, std::uint64_t data_bytes) {
     const std::uint64_t begin = QUANTEM_ANS_READER_LOAD(offsets + stream);
     const std::uint64_t finish = stream + 1 < stream_count ? QUANTEM_ANS_READER_LOAD(offsets + stream + 1) : data_bytes;
@@ -163,12 +164,12 @@ struct StreamReader {
   }
 
   // The index of the next unread 16-bit word (after the state header).
-  QUANTEM_ANS_READER_HD std::uint32_t word_index() const { return 4 * window + pos / 16; }
+  QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE std::uint32_t word_index() const { return 4 * window + pos / 16; }
 
   // After open(): continues as if the stream had been decoded up to the point
   // where its states were `states` and its next unread word `word`
   // (ans_record_seek_points). A word past the stream's end marks it corrupt.
-  QUANTEM_ANS_READER_HD void seek(const std::uint32_t states[ans::kAnsStatesPerStream], std::uint32_t word) {
+  QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE void seek(const std::uint32_t states[ans::kAnsStatesPerStream], std::uint32_t word) {
     if (words == nullptr) return;  // an empty reader stays empty
     if (word > 4 * quads) corrupt = true;
     for (std::uint32_t k = 0; k < ans::kAnsStatesPerStream; ++k) state[k] = states[k];
@@ -179,12 +180,12 @@ struct StreamReader {
     ahead = load_quad(window + 2);
   }
 
-  QUANTEM_ANS_READER_HD std::uint64_t load_quad(std::uint32_t index) const {
+  QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE std::uint64_t load_quad(std::uint32_t index) const {
     return QUANTEM_ANS_READER_LOAD(words + (index < last_quad ? index : last_quad));
   }
 
   // Slides the window by 4 words: low = high, high = ahead, ahead = the next 4.
-  QUANTEM_ANS_READER_HD void slide() {
+  QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE void slide() {
     low = high;
     high = ahead;
     ahead = load_quad(window + 3);
@@ -194,7 +195,7 @@ struct StreamReader {
 
   // Before each frame: pos < 64, so at least 4 unread words are in view. The
   // slide is predicated, not branched on: lanes slide in different frames.
-  QUANTEM_ANS_READER_HD void top_up() {
+  QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE void top_up() {
     const bool move = pos >= 64;
     low = move ? high : low;
     high = move ? ahead : high;
@@ -204,20 +205,20 @@ struct StreamReader {
   }
 
   // The next unread word; slides the window when it is used up (checked path).
-  QUANTEM_ANS_READER_HD std::uint32_t peek_word() {
+  QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE std::uint32_t peek_word() {
     if (pos >= 128) slide();
     return static_cast<std::uint32_t>((pos < 64 ? (low >> pos) : (high >> (pos - 64))) & 0xffffu);
   }
 
   // x < 2^16 -> x = (x << 16) | next word (checked path).
-  QUANTEM_ANS_READER_HD void renormalize(std::uint32_t& x) {
+  QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE void renormalize(std::uint32_t& x) {
     if (x < ans::kAnsStateLower) {
       x = (x << 16) | peek_word();
       pos += 16;
     }
   }
 
-  QUANTEM_ANS_READER_HD std::uint32_t read_bits(std::uint32_t& x, std::uint32_t count) {
+  QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE std::uint32_t read_bits(std::uint32_t& x, std::uint32_t count) {
     const std::uint32_t bits = x & ((1u << count) - 1u);
     x >>= count;
     renormalize(x);
@@ -225,7 +226,7 @@ struct StreamReader {
   }
 
   // The value behind an escape symbol (254: 16 raw bits, 255: 32 raw bits).
-  QUANTEM_ANS_READER_HD std::uint32_t read_escaped(std::uint32_t& x, std::uint32_t symbol) {
+  QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE std::uint32_t read_escaped(std::uint32_t& x, std::uint32_t symbol) {
     const std::uint32_t low_half = read_bits(x, 16);
     if (symbol == ans::kAnsEscape16) return low_half;
     return low_half | (read_bits(x, 16) << 16);
@@ -235,7 +236,7 @@ struct StreamReader {
   // table: the decode tables (build_decode_tables); class_offset[k]: where
   // position k's class table starts in it, a multiple of the scale (the
   // neutral entry for an absent position), so the index is one OR.
-  QUANTEM_ANS_READER_HD void lookup(const std::uint32_t* table, const std::uint32_t class_offset[4],
+  QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE void lookup(const std::uint32_t* table, const std::uint32_t class_offset[4],
                                     std::uint32_t entry[4]) const {
     QUANTEM_ANS_READER_UNROLL
     for (int k = 0; k < 4; ++k) entry[k] = table[(state[k] & (ans::kAnsProbabilityScale - 1)) | class_offset[k]];
@@ -243,7 +244,7 @@ struct StreamReader {
 
   // True when the frame is plain: no escape among its entries (raw bits are
   // the caller's warp-uniform promise, see decode_frame).
-  QUANTEM_ANS_READER_HD static bool plain(const std::uint32_t entry[4]) {
+  QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE static bool plain(const std::uint32_t entry[4]) {
     return ((entry[0] | entry[1] | entry[2] | entry[3]) & kEntryEscapeFlag) == 0;
   }
 
@@ -252,7 +253,7 @@ struct StreamReader {
   // class shift (0 for absent ones). `raw_bits` false promises every shift is
   // 0; pass the same value on every lane of a warp so the choice never
   // diverges. Call top_up() before each frame.
-  QUANTEM_ANS_READER_HD void decode_frame(const std::uint32_t* table, const std::uint32_t class_offset[4],
+  QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE void decode_frame(const std::uint32_t* table, const std::uint32_t class_offset[4],
                                           const std::uint32_t shift[4], bool raw_bits, std::uint32_t values[4]) {
     std::uint32_t entry[4];
     lookup(table, class_offset, entry);
@@ -266,7 +267,7 @@ struct StreamReader {
   }
 
   // Any frame: raw bits and escapes, each word read checked.
-  QUANTEM_ANS_READER_HD void decode_checked(const std::uint32_t entry[4], const std::uint32_t shift[4],
+  QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE void decode_checked(const std::uint32_t entry[4], const std::uint32_t shift[4],
                                             std::uint32_t values[4]) {
     QUANTEM_ANS_READER_UNROLL
     for (int k = 0; k < 4; ++k) {
@@ -289,7 +290,7 @@ struct StreamReader {
   // renormalisation of position k takes word `taken` (the count of earlier
   // ones that renormalised) with one byte permutation, and `pos` advances by
   // the words taken.
-  QUANTEM_ANS_READER_HD void decode_plain(const std::uint32_t entry[4]) {
+  QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE void decode_plain(const std::uint32_t entry[4]) {
     const bool upper = pos >= 32;
     const std::uint32_t w0 = static_cast<std::uint32_t>(low);
     const std::uint32_t w1 = static_cast<std::uint32_t>(low >> 32);
@@ -319,7 +320,7 @@ struct StreamReader {
   // True when the stream decoded exactly: every final state is the encoder's
   // initial state, no word past the stream end was consumed, and what is left
   // unread is the zero padding to 16 bytes (fewer than 8 words).
-  QUANTEM_ANS_READER_HD bool finished_cleanly() const {
+  QUANTEM_HOST_DEVICE QUANTEM_FORCE_INLINE bool finished_cleanly() const {
     bool states_final = true;
     for (std::uint32_t k = 0; k < ans::kAnsStatesPerStream; ++k) states_final = states_final && state[k] == ans::kAnsStateLower;
     const std::uint32_t consumed = 4 * window + pos / 16;
@@ -332,4 +333,4 @@ struct StreamReader {
   }
 };
 
-}  // namespace quantem::cuda::kernels::ans_device
+}  // namespace quantem::kernels::device::ans_device

@@ -13,7 +13,7 @@
 // Partial blocks whose n is not a multiple of 32 take a per-element gather.
 #include <cstdint>
 
-namespace quantem::cuda::kernels {
+namespace quantem::kernels::device {
 
 template <int kElementBytes>
 struct ElementType;
@@ -128,4 +128,4 @@ __device__ void bitunshuffle_block_warp(const std::uint8_t* block, std::uint32_t
   }
 }
 
-}  // namespace quantem::cuda::kernels
+}  // namespace quantem::kernels::device

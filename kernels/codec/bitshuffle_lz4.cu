@@ -21,13 +21,14 @@
 #include <utility>
 
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/bitshuffle_lz4.hpp"
-#include "quantem/cuda/cuda_check.hpp"
+#include "quantem/core/host_device.hpp"
+#include "quantem/kernels/bitshuffle_lz4.hpp"
+#include "quantem/kernels/cuda_check.hpp"
 #include "bitshuffle.cuh"
 #include "lz4_block.cuh"
 #include "../common/tuning.cuh"
 
-namespace quantem::cuda {
+namespace quantem::kernels {
 
 const char* chunk_status_name(ChunkStatus status) noexcept {
   switch (status) {
@@ -89,12 +90,12 @@ __device__ std::uint32_t load_be32(const std::uint8_t* p) {
 // after the chunk header and its length field) of a block of n bytes gets the
 // table entries from (p - 4) / 3 on, n / 3 + 1 of them, so blocks whose bytes
 // (with their length fields) do not overlap get tables that do not overlap.
-__host__ __device__ constexpr std::uint64_t sequence_table_entries(std::uint64_t stored_bytes) {
+QUANTEM_HOST_DEVICE constexpr std::uint64_t sequence_table_entries(std::uint64_t stored_bytes) {
   return stored_bytes / 3 + 2;
 }
 __device__ inline std::uint64_t sequence_table_start(std::uint64_t payload) { return (payload - 4) / 3; }
 
-__global__ void __launch_bounds__(kernels::tuning::kBslz4IndexThreads)
+__global__ void __launch_bounds__(device::tuning::kBslz4IndexThreads)
     index_chunks_kernel(const std::uint8_t* __restrict__ stored, std::uint64_t stored_bytes,
                         const std::uint64_t* __restrict__ chunk_offsets,
                         const std::uint32_t* __restrict__ chunk_sizes, std::size_t chunk_count, ChunkLayout layout,
@@ -175,8 +176,8 @@ __device__ inline BlockAt block_at(std::uint64_t global_block, const ChunkLayout
   return at;
 }
 
-__device__ inline void flag_chunk(std::uint32_t* status, std::uint64_t chunk, kernels::Lz4Result result) {
-  const ChunkStatus code = result == kernels::Lz4Result::wrong_size ? ChunkStatus::lz4_wrong_size : ChunkStatus::lz4_corrupt;
+__device__ inline void flag_chunk(std::uint32_t* status, std::uint64_t chunk, device::Lz4Result result) {
+  const ChunkStatus code = result == device::Lz4Result::wrong_size ? ChunkStatus::lz4_wrong_size : ChunkStatus::lz4_corrupt;
   atomicCAS(status + chunk, static_cast<std::uint32_t>(ChunkStatus::ok), static_cast<std::uint32_t>(code));
 }
 
@@ -191,13 +192,13 @@ __device__ inline void flag_chunk(std::uint32_t* status, std::uint64_t chunk, ke
 // every block is decoded the older way instead: the whole warp runs
 // lz4_decode_block on one block at a time.
 template <int kElementBytes>
-__global__ void __launch_bounds__(kernels::tuning::kBslz4WarpsPerCta * 32)
+__global__ void __launch_bounds__(device::tuning::kBslz4WarpsPerCta * 32)
     decode_blocks_kernel(const std::uint8_t* __restrict__ stored, const std::uint64_t* __restrict__ chunk_offsets,
                          std::size_t chunk_count, ChunkLayout layout, const uint2* __restrict__ block_table,
-                         kernels::Lz4Sequence* sequences, const std::uint32_t* __restrict__ overlapping,
+                         device::Lz4Sequence* sequences, const std::uint32_t* __restrict__ overlapping,
                          std::uint8_t* __restrict__ decoded, std::uint32_t* status, std::uint32_t batch,
                          bool batched_literals) {
-  using Element = typename kernels::ElementType<kElementBytes>::type;
+  using Element = typename device::ElementType<kElementBytes>::type;
   extern __shared__ __align__(16) std::uint8_t warp_areas[];  // 8 KiB of output per warp
   const std::uint32_t warp = threadIdx.x / 32;
   const std::uint32_t lane = threadIdx.x % 32;
@@ -205,8 +206,8 @@ __global__ void __launch_bounds__(kernels::tuning::kBslz4WarpsPerCta * 32)
   const std::uint64_t total_blocks = std::uint64_t{chunk_count} * layout.blocks_per_chunk;
   const bool record = *overlapping == 0;
   constexpr std::uint32_t kNotDecoded = 0xffffffffu;
-  for (std::uint64_t first = (std::uint64_t{blockIdx.x} * kernels::tuning::kBslz4WarpsPerCta + warp) * batch;
-       first < total_blocks; first += std::uint64_t{gridDim.x} * kernels::tuning::kBslz4WarpsPerCta * batch) {
+  for (std::uint64_t first = (std::uint64_t{blockIdx.x} * device::tuning::kBslz4WarpsPerCta + warp) * batch;
+       first < total_blocks; first += std::uint64_t{gridDim.x} * device::tuning::kBslz4WarpsPerCta * batch) {
     // Phase 1: this lane's block, parsed and recorded (or only looked up).
     std::uint32_t mine = kNotDecoded;  // the block's sequence count, or 0 for the warp to parse (overlapping)
     std::uint64_t payload = 0;
@@ -219,9 +220,9 @@ __global__ void __launch_bounds__(kernels::tuning::kBslz4WarpsPerCta * 32)
         if (!record) {
           mine = 0;
         } else {
-          kernels::RecordingLz4Io io{stored + payload, sequences + sequence_table_start(payload)};
-          const kernels::Lz4Result result = kernels::lz4_decode_block(io, entry.y, at.output_bytes);
-          if (result == kernels::Lz4Result::ok) {
+          device::RecordingLz4Io io{stored + payload, sequences + sequence_table_start(payload)};
+          const device::Lz4Result result = device::lz4_decode_block(io, entry.y, at.output_bytes);
+          if (result == device::Lz4Result::ok) {
             io.finish();
             mine = io.count;
           } else {
@@ -240,28 +241,28 @@ __global__ void __launch_bounds__(kernels::tuning::kBslz4WarpsPerCta * 32)
           __shfl_sync(0xffffffffu, static_cast<std::uint32_t>(payload), k);
       const BlockAt at = block_at(first + k, layout, kElementBytes);
       if (record && batched_literals) {
-        kernels::replay_lz4_sequences_batched(sequences + sequence_table_start(block_payload), count,
+        device::replay_lz4_sequences_batched(sequences + sequence_table_start(block_payload), count,
                                               stored + block_payload, buffer, lane);
       } else if (record) {
-        kernels::replay_lz4_sequences(sequences + sequence_table_start(block_payload), count, stored + block_payload,
+        device::replay_lz4_sequences(sequences + sequence_table_start(block_payload), count, stored + block_payload,
                                       buffer, lane);
       } else {
-        kernels::WarpLz4Io io{stored + block_payload, buffer, lane};
-        const kernels::Lz4Result result = kernels::lz4_decode_block(io, block_table[first + k].y, at.output_bytes);
-        if (result != kernels::Lz4Result::ok) {
+        device::WarpLz4Io io{stored + block_payload, buffer, lane};
+        const device::Lz4Result result = device::lz4_decode_block(io, block_table[first + k].y, at.output_bytes);
+        if (result != device::Lz4Result::ok) {
           if (lane == 0) flag_chunk(status, at.chunk, result);
           continue;
         }
       }
       Element* out = reinterpret_cast<Element*>(decoded + at.chunk * layout.elements_per_chunk * kElementBytes) +
                      std::uint64_t{at.block} * layout.block_elements;
-      kernels::bitunshuffle_block_warp<kElementBytes>(buffer, at.output_bytes / kElementBytes, out, lane);
+      device::bitunshuffle_block_warp<kElementBytes>(buffer, at.output_bytes / kElementBytes, out, lane);
       __syncwarp();  // the buffer is rewritten by the next block
     }
   }
 }
 
-constexpr std::size_t kDecodeSharedBytes = kernels::tuning::kBslz4WarpsPerCta * kMaxBitshuffleBlockBytes;
+constexpr std::size_t kDecodeSharedBytes = device::tuning::kBslz4WarpsPerCta * kMaxBitshuffleBlockBytes;
 
 // CTAs of decode_blocks_kernel<element bytes> that fit the current device at
 // once (asked once per device and element size).
@@ -276,7 +277,7 @@ std::uint64_t resident_decode_ctas(std::uint32_t element_bytes) {
   if (it == known.end()) {
     const int sms = current_sm_count();
     int per_sm = 0;
-    const int threads = kernels::tuning::kBslz4WarpsPerCta * 32;
+    const int threads = device::tuning::kBslz4WarpsPerCta * 32;
     if (element_bytes == 1) {
       QUANTEM_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_blocks_kernel<1>, threads, kDecodeSharedBytes));
     } else if (element_bytes == 2) {
@@ -298,7 +299,7 @@ ScratchParts scratch_parts(const BitshuffleLz4Batch& batch, const ChunkLayout& l
   parts.block_table = 0;
   parts.overlapping = (batch.chunk_count * std::size_t{layout.blocks_per_chunk} * sizeof(uint2) + 15) / 16 * 16;
   parts.sequences = parts.overlapping + 16;
-  parts.total = parts.sequences + sequence_table_entries(batch.stored_bytes) * sizeof(kernels::Lz4Sequence);
+  parts.total = parts.sequences + sequence_table_entries(batch.stored_bytes) * sizeof(device::Lz4Sequence);
   return parts;
 }
 
@@ -312,7 +313,7 @@ void check_bitshuffle_lz4_tuning(const BitshuffleLz4Tuning& tuning) {
 }
 
 std::uint32_t bitshuffle_lz4_balanced_blocks_per_warp(std::uint64_t total_blocks, std::uint64_t resident_warps) {
-  const std::uint64_t most = kernels::tuning::kBslz4BlocksPerWarp;
+  const std::uint64_t most = device::tuning::kBslz4BlocksPerWarp;
   const std::uint64_t warps = std::max<std::uint64_t>(resident_warps, 1);
   // The rounds the resident warps need at the most blocks per warp, then the
   // fewest blocks per warp that still finish in that many rounds.
@@ -341,13 +342,14 @@ void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std
   auto* scratch = static_cast<std::uint8_t*>(d_scratch);
   auto* block_table = reinterpret_cast<uint2*>(scratch + parts.block_table);
   auto* overlapping = reinterpret_cast<std::uint32_t*>(scratch + parts.overlapping);
-  auto* sequences = reinterpret_cast<kernels::Lz4Sequence*>(scratch + parts.sequences);
+  auto* sequences = reinterpret_cast<device::Lz4Sequence*>(scratch + parts.sequences);
   QUANTEM_CUDA_TRY(cudaMemsetAsync(overlapping, 0, 4, stream));
 
   const std::size_t index_ctas_needed =
-      (batch.chunk_count + kernels::tuning::kBslz4IndexThreads - 1) / kernels::tuning::kBslz4IndexThreads;
-  const unsigned index_ctas = static_cast<unsigned>(index_ctas_needed < 65535 ? index_ctas_needed : 65535);
-  index_chunks_kernel<<<index_ctas, kernels::tuning::kBslz4IndexThreads, 0, stream>>>(
+      (batch.chunk_count + device::tuning::kBslz4IndexThreads - 1) / device::tuning::kBslz4IndexThreads;
+  const unsigned index_ctas = static_cast<unsigned>(
+      index_ctas_needed < device::tuning::kBslz4IndexMaxCtas ? index_ctas_needed : device::tuning::kBslz4IndexMaxCtas);
+  index_chunks_kernel<<<index_ctas, device::tuning::kBslz4IndexThreads, 0, stream>>>(
       batch.d_stored, batch.stored_bytes, batch.d_chunk_offsets, batch.d_chunk_sizes, batch.chunk_count, layout,
       block_table, batch.d_decoded, batch.d_status, overlapping);
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "index_chunks_kernel");
@@ -360,12 +362,12 @@ void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std
   const int forced = tuning.blocks_per_warp;
   const std::uint32_t batch_blocks =
       forced != 0 ? static_cast<std::uint32_t>(forced)
-                  : bitshuffle_lz4_balanced_blocks_per_warp(total_blocks, ctas_resident * kernels::tuning::kBslz4WarpsPerCta);
-  const std::uint64_t blocks_per_cta = std::uint64_t{kernels::tuning::kBslz4WarpsPerCta} * batch_blocks;
+                  : bitshuffle_lz4_balanced_blocks_per_warp(total_blocks, ctas_resident * device::tuning::kBslz4WarpsPerCta);
+  const std::uint64_t blocks_per_cta = std::uint64_t{device::tuning::kBslz4WarpsPerCta} * batch_blocks;
   const bool batched = tuning.batched_literals;
   const std::uint64_t ctas_needed = (total_blocks + blocks_per_cta - 1) / blocks_per_cta;
   const unsigned ctas = static_cast<unsigned>(std::min(ctas_needed, ctas_resident));
-  const unsigned threads = kernels::tuning::kBslz4WarpsPerCta * 32;
+  const unsigned threads = device::tuning::kBslz4WarpsPerCta * 32;
   const std::size_t shared_bytes = kDecodeSharedBytes;
   switch (layout.element_size) {
     case 1:
@@ -390,4 +392,4 @@ void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "decode_blocks_kernel");
 }
 
-}  // namespace quantem::cuda
+}  // namespace quantem::kernels

@@ -17,17 +17,17 @@
 #include <string>
 
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/bitshuffle_lz4.hpp"
-#include "quantem/cuda/cuda_check.hpp"
-#include "quantem/cuda/scratch_layout.hpp"
+#include "quantem/kernels/bitshuffle_lz4.hpp"
+#include "quantem/kernels/cuda_check.hpp"
+#include "quantem/kernels/scratch_layout.hpp"
 #include "lz4_runs.cuh"
 #include "../common/tuning.cuh"
 
-namespace quantem::cuda {
+namespace quantem::kernels {
 namespace {
 
-namespace runs = kernels::lz4_runs;
-namespace tuning = kernels::tuning;
+namespace runs = device::lz4_runs;
+namespace tuning = device::tuning;
 
 constexpr std::uint32_t kHeaderBytes = 12;
 constexpr std::uint32_t kLengthFieldBytes = 4;
@@ -116,7 +116,7 @@ __device__ inline void store_u32_be(std::uint8_t* at, std::uint32_t value) {
 // A warp per block (grid-stride): shuffle, mark, write the slot.
 template <int kElementBytes>
 __global__ void __launch_bounds__(tuning::kBslz4EncodeWarpsPerCta * 32)
-    encode_blocks_kernel(const typename kernels::ElementType<kElementBytes>::type* __restrict__ frames,
+    encode_blocks_kernel(const typename device::ElementType<kElementBytes>::type* __restrict__ frames,
                          EncodeLayout layout, std::uint8_t* slots, std::uint32_t* block_sizes) {
   constexpr int kWarps = tuning::kBslz4EncodeWarpsPerCta;
   __shared__ __align__(16) std::uint8_t shuffled[kWarps][kMaxBitshuffleBlockBytes];
@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(tuning::kBslz4GatherWarpsPerCta * 32)
 template <int kElementBytes>
 void launch_encode_blocks(const BitshuffleLz4EncodeBatch& batch, const EncodeLayout& layout, std::uint8_t* slots,
                           std::uint32_t* block_sizes, cudaStream_t stream) {
-  using Element = typename kernels::ElementType<kElementBytes>::type;
+  using Element = typename device::ElementType<kElementBytes>::type;
   const std::uint64_t needed = (layout.total_blocks + tuning::kBslz4EncodeWarpsPerCta - 1) /
                                tuning::kBslz4EncodeWarpsPerCta;
   const std::uint64_t most = std::uint64_t{tuning::kBslz4EncodeCtasPerSm} * current_sm_count();
@@ -250,4 +250,4 @@ void encode_bitshuffle_lz4(const BitshuffleLz4EncodeBatch& batch, void* d_scratc
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "gather_chunks_kernel");
 }
 
-}  // namespace quantem::cuda
+}  // namespace quantem::kernels

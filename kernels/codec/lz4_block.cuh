@@ -21,7 +21,7 @@
 
 #include "quantem/core/host_device.hpp"
 
-namespace quantem::cuda::kernels {
+namespace quantem::kernels::device {
 
 enum class Lz4Result : std::uint32_t { ok = 0, corrupt = 1, wrong_size = 2 };
 
@@ -274,4 +274,4 @@ __device__ inline void replay_lz4_sequences_batched(const Lz4Sequence* sequences
 }
 #endif
 
-}  // namespace quantem::cuda::kernels
+}  // namespace quantem::kernels::device

@@ -10,7 +10,7 @@
 
 #include "bitshuffle.cuh"
 
-namespace quantem::cuda::kernels::lz4_runs {
+namespace quantem::kernels::device::lz4_runs {
 
 // LZ4 block format limits (lz4_Block_format.md): a match is at least 4 bytes,
 // the last 5 bytes of a block are literals, and the last match starts at
@@ -160,4 +160,4 @@ __device__ inline std::uint32_t write_lz4_runs(const std::uint8_t* in, std::uint
   return write_sequence(in, literal_start, bytes, 0, out, at, lane);
 }
 
-}  // namespace quantem::cuda::kernels::lz4_runs
+}  // namespace quantem::kernels::device::lz4_runs

@@ -13,10 +13,10 @@
 #include <utility>
 #include <vector>
 
-#include "quantem/cuda/device.hpp"
-#include "quantem/cuda/cuda_check.hpp"
+#include "quantem/kernels/device.hpp"
+#include "quantem/kernels/cuda_check.hpp"
 
-namespace quantem::cuda {
+namespace quantem::kernels {
 namespace detail {
 
 namespace {
@@ -204,4 +204,4 @@ void fill_device(void* d_destination, int byte_value, std::size_t bytes) {
   QUANTEM_CUDA_TRY(cudaMemset(d_destination, byte_value, bytes));
 }
 
-}  // namespace quantem::cuda
+}  // namespace quantem::kernels

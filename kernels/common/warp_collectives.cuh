@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-namespace quantem::cuda::kernels {
+namespace quantem::kernels::device {
 
 inline constexpr unsigned kFullWarp = 0xffffffffu;
 
@@ -34,4 +34,4 @@ __device__ __forceinline__ std::uint32_t warp_inclusive_scan_u32(std::uint32_t v
   return value;
 }
 
-}  // namespace quantem::cuda::kernels
+}  // namespace quantem::kernels::device

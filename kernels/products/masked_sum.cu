@@ -11,25 +11,25 @@
 #include "quantem/ans/ans_format.hpp"
 #include "quantem/ans/ans_model.hpp"
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/ans.hpp"
-#include "quantem/cuda/cuda_check.hpp"
+#include "quantem/kernels/ans.hpp"
+#include "quantem/kernels/cuda_check.hpp"
 #include "../codec/ans_device.cuh"
 #include "../codec/ans_resident.cuh"
 #include "../common/tuning.cuh"
 #include "../common/warp_collectives.cuh"
 
-namespace quantem::cuda {
+namespace quantem::kernels {
 namespace {
 
 using namespace quantem::ans;
-namespace dev = quantem::cuda::kernels::ans_device;
+namespace dev = quantem::kernels::device::ans_device;
 
-using kernels::ans_resident::group_decode_tables;
-using kernels::ans_resident::make_resident_params;
-using kernels::ans_resident::open_group_or_flag;
-using kernels::ans_resident::OpenedGroup;
-using kernels::ans_resident::ResidentParams;
-using kernels::ans_resident::table_shared_bytes;
+using device::ans_resident::group_decode_tables;
+using device::ans_resident::make_resident_params;
+using device::ans_resident::open_group_or_flag;
+using device::ans_resident::OpenedGroup;
+using device::ans_resident::ResidentParams;
+using device::ans_resident::table_shared_bytes;
 
 // grid: (blocks of active streams, groups). Each thread decodes one active
 // stream; per frame a warp sums its lanes' masked values (redux) and adds the
@@ -37,7 +37,7 @@ using kernels::ans_resident::table_shared_bytes;
 // one lane's register every 32 frames); at the end the CTA adds its sums to
 // the global ones. Integer atomics: the result is exact and
 // independent of the launch shape.
-__global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
+__global__ void __launch_bounds__(device::tuning::kAnsMaskedSumThreads)
     masked_sum_kernel(ResidentParams p, const std::uint32_t* __restrict__ entries, std::uint32_t active_streams,
                       std::uint32_t padded_streams, std::uint32_t segments, unsigned long long* sums,
                       std::uint32_t* error) {
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
       reader.open(blob + header.stream_data_offset,
                   reinterpret_cast<const std::uint32_t*>(blob + header.stream_offsets_offset), stream,
                   header.stream_count, header.stream_data_bytes);
-      if (segment > 0) kernels::ans_resident::seek_to_segment(p, blockIdx.y, segment, stream, reader);
+      if (segment > 0) device::ans_resident::seek_to_segment(p, blockIdx.y, segment, stream, reader);
     } else {
       dev::no_quad(class_offset, shift, reader);
     }
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
           unsigned long long lane_sum = 0;
 #pragma unroll
           for (int k = 0; k < 4; ++k) lane_sum += values[k] & keep[k];
-          lane_sum = kernels::warp_sum_u64(lane_sum);
+          lane_sum = device::warp_sum_u64(lane_sum);
           if (lane == j) mine = lane_sum;
         }
         if (lane < frames_here && mine != 0) atomicAdd(frame_sums + segment_begin + first + lane, mine);
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kernels::tuning::kAnsMaskedSumThreads)
     // The last segment ends the stream cleanly; any other ends exactly at the next seek point.
     if (active && error != nullptr) {
       const bool bad = segment_end == frame_count ? !reader.finished_cleanly()
-                                                  : reader.corrupt || !kernels::ans_resident::at_seek_point(
+                                                  : reader.corrupt || !device::ans_resident::at_seek_point(
                                                                           p, blockIdx.y, segment + 1, stream, reader);
       if (bad) atomicOr(error, 1u);
     }
@@ -212,7 +212,7 @@ void ans_masked_sum(const AnsResidentView& resident, const std::uint32_t* d_entr
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_sums, 0, resident.total_frames * sizeof(std::uint64_t), stream));
   if (entry_count == 0 || resident.group_count == 0) return;
   if (resident.group_count > 65535) throw bad_request("masked sum: more than 65535 groups");
-  const int threads = kernels::tuning::kAnsMaskedSumThreads;
+  const int threads = device::tuning::kAnsMaskedSumThreads;
   const std::size_t shared_bytes =
       table_shared_bytes(threads) + std::size_t{resident.frames_per_group} * sizeof(std::uint64_t);
   QUANTEM_CUDA_TRY(cudaFuncSetAttribute(masked_sum_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -228,4 +228,4 @@ void ans_masked_sum(const AnsResidentView& resident, const std::uint32_t* d_entr
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "masked_sum_kernel");
 }
 
-}  // namespace quantem::cuda
+}  // namespace quantem::kernels

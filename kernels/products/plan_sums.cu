@@ -1,17 +1,17 @@
 // Per-frame sums of a region gathered into plan positions (scan-binned) and
 // narrowed to the wire's uint32 on the device, and whole binned plan frames
 // from a window of decoded frames (an export's batch); declared in
-// include/quantem/cuda/resident_products.hpp.
+// include/quantem/kernels/resident_products.hpp.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/resident_products.hpp"
-#include "quantem/cuda/cuda_check.hpp"
+#include "quantem/kernels/resident_products.hpp"
+#include "quantem/kernels/cuda_check.hpp"
 #include "../common/tuning.cuh"
 
-namespace quantem::cuda {
+namespace quantem::kernels {
 namespace {
 
 // One thread per plan position: Σ of its (up to scan_bin²) frames, written as
@@ -81,8 +81,8 @@ void launch_bin_plan_frames(const void* d_window, const PlanFramesShape& shape, 
   const std::uint32_t binned_cols = (shape.detector_cols + shape.detector_bin - 1) / shape.detector_bin;
   const std::uint64_t binned_pixels = std::uint64_t{binned_rows} * binned_cols;
   const std::uint64_t total = shape.plan_rows * shape.plan_cols * binned_pixels;
-  const int threads = kernels::tuning::kPlanFramesThreads;
-  bin_plan_frames_kernel<Element><<<kernels::tuning::elementwise_ctas(total, threads, current_sm_count()), threads, 0,
+  const int threads = device::tuning::kPlanFramesThreads;
+  bin_plan_frames_kernel<Element><<<device::tuning::elementwise_ctas(total, threads, current_sm_count()), threads, 0,
                                     stream>>>(static_cast<const Element*>(d_window), shape, binned_cols, binned_pixels,
                                               d_out, d_overflow);
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "bin_plan_frames_kernel");
@@ -98,9 +98,11 @@ void narrow_plan_sums(const std::uint64_t* d_frame_sums, std::uint64_t base_fram
     throw bad_request("narrow_plan_sums: null pointer");
   if (region.scan_bin == 0 || region.row_start * region.source_cols + region.col_start < base_frame)
     throw bad_request("narrow_plan_sums: the region starts before the sums");
-  const unsigned threads = 256;
+  const unsigned threads = device::tuning::kNarrowPlanSumsThreads;
   const std::uint64_t wanted = (positions + threads - 1) / threads;
-  const unsigned ctas = static_cast<unsigned>(wanted < 4096 ? wanted : 4096);
+  const unsigned ctas = static_cast<unsigned>(wanted < device::tuning::kNarrowPlanSumsMaxCtas
+                                                  ? wanted
+                                                  : device::tuning::kNarrowPlanSumsMaxCtas);
   narrow_plan_sums_kernel<<<ctas, threads, 0, stream>>>(reinterpret_cast<const unsigned long long*>(d_frame_sums),
                                                         base_frame, region, d_out, d_overflow);
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "narrow_plan_sums_kernel");
@@ -123,4 +125,4 @@ void bin_plan_frames(const void* d_window, const PlanFramesShape& shape, std::ui
   }
 }
 
-}  // namespace quantem::cuda
+}  // namespace quantem::kernels

@@ -1,5 +1,5 @@
 // Product kernels over the ANS resident (declared in
-// include/quantem/cuda/resident_products.hpp): per-pixel sums and maxima of
+// include/quantem/kernels/resident_products.hpp): per-pixel sums and maxima of
 // selected frames, whole scan-binned frames in slots, per-frame moments, and
 // the load-time masking of dense frames.
 //
@@ -16,28 +16,28 @@
 #include "quantem/ans/ans_format.hpp"
 #include "quantem/ans/ans_model.hpp"
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/resident_products.hpp"
+#include "quantem/kernels/resident_products.hpp"
 #include "../codec/ans_device.cuh"
 #include "../codec/ans_resident.cuh"
-#include "quantem/cuda/cuda_check.hpp"
+#include "quantem/kernels/cuda_check.hpp"
 #include "../common/warp_collectives.cuh"
 #include "../common/tuning.cuh"
 
-namespace quantem::cuda {
+namespace quantem::kernels {
 namespace {
 
 using namespace quantem::ans;
-namespace dev = quantem::cuda::kernels::ans_device;
-namespace tuning = quantem::cuda::kernels::tuning;
+namespace dev = quantem::kernels::device::ans_device;
+namespace tuning = quantem::kernels::device::tuning;
 
-using kernels::ans_resident::group_decode_tables;
-using kernels::ans_resident::open_group;
-using kernels::ans_resident::OpenedGroup;
-using kernels::ans_resident::ResidentParams;
-using kernels::ans_resident::table_shared_bytes;
+using device::ans_resident::group_decode_tables;
+using device::ans_resident::open_group;
+using device::ans_resident::OpenedGroup;
+using device::ans_resident::ResidentParams;
+using device::ans_resident::table_shared_bytes;
 
 ResidentParams make_params(const AnsResidentView& resident, const char* who) {
-  return kernels::ans_resident::make_resident_params(resident, who);
+  return device::ans_resident::make_resident_params(resident, who);
 }
 
 // One thread's stream: its quad's pixels, their class tables (offsets) and shifts, the reader.
@@ -87,7 +87,7 @@ __device__ inline bool start_job(QuadDecoder& q, const ResidentParams& p, const 
   if (job.frame_begin == 0) return true;
   const std::uint32_t segment = p.seek_points == 0 ? 0u : job.frame_begin / p.seek_frames;
   if (segment == 0 || segment > p.seek_points || segment * p.seek_frames != job.frame_begin) return false;
-  kernels::ans_resident::seek_to_segment(p, group_in_view, segment, stream, q.reader);
+  device::ans_resident::seek_to_segment(p, group_in_view, segment, stream, q.reader);
   return true;
 }
 
@@ -329,9 +329,9 @@ __global__ void __launch_bounds__(tuning::kMomentsThreads)
           lane_row = __reduce_add_sync(0xffffffffu, static_cast<std::uint32_t>(lane_row));
           lane_col = __reduce_add_sync(0xffffffffu, static_cast<std::uint32_t>(lane_col));
         } else {
-          lane_total = kernels::warp_sum_u64(lane_total);
-          lane_row = kernels::warp_sum_u64(lane_row);
-          lane_col = kernels::warp_sum_u64(lane_col);
+          lane_total = device::warp_sum_u64(lane_total);
+          lane_row = device::warp_sum_u64(lane_row);
+          lane_col = device::warp_sum_u64(lane_col);
         }
         if (lane == j) {
           mine_total = lane_total;
@@ -459,13 +459,19 @@ void launch_accumulate_frames(const ResidentParams& p, std::size_t job_count, St
 }  // namespace
 
 void check_ans_accumulate_frames_cta_threads(int cta_threads) {
-  if (cta_threads != 0 && cta_threads != 512 && cta_threads != 1024)
-    throw bad_request("ans_accumulate_frames: CTA threads 0 (the default), 512 or 1024");
+  if (cta_threads != 0 && cta_threads != tuning::kAccumulateFramesNarrowThreads &&
+      cta_threads != tuning::kAccumulateFramesWideThreads) {
+    throw bad_request("ans_accumulate_frames: CTA threads 0 (the default), " +
+                      std::to_string(tuning::kAccumulateFramesNarrowThreads) + " or " +
+                      std::to_string(tuning::kAccumulateFramesWideThreads));
+  }
 }
 
 int ans_accumulate_frames_threads_for(std::size_t job_count, std::uint32_t stream_count, int sm_count) {
   const auto ctas = [&](std::uint64_t threads) { return job_count * ((stream_count + threads - 1) / threads); };
-  return ctas(1024) >= static_cast<std::uint64_t>(sm_count) ? 1024 : 512;
+  return ctas(tuning::kAccumulateFramesWideThreads) >= static_cast<std::uint64_t>(sm_count)
+             ? tuning::kAccumulateFramesWideThreads
+             : tuning::kAccumulateFramesNarrowThreads;
 }
 
 void ans_accumulate_frames(const AnsResidentView& resident, const FrameJob* d_jobs, std::size_t job_count,
@@ -478,10 +484,12 @@ void ans_accumulate_frames(const AnsResidentView& resident, const FrameJob* d_jo
   if (d_frame_bitmap == nullptr || d_sums == nullptr) throw bad_request("ans_accumulate_frames: null bitmap or sums");
   const int threads = cta_threads != 0 ? cta_threads
                                        : ans_accumulate_frames_threads_for(job_count, p.stream_count, current_sm_count());
-  if (threads == 1024) {
-    launch_accumulate_frames<1024>(p, job_count, stream, d_jobs, d_frame_bitmap, d_sums, d_max, d_error);
+  if (threads == tuning::kAccumulateFramesWideThreads) {
+    launch_accumulate_frames<tuning::kAccumulateFramesWideThreads>(p, job_count, stream, d_jobs, d_frame_bitmap, d_sums,
+                                                                   d_max, d_error);
   } else {
-    launch_accumulate_frames<512>(p, job_count, stream, d_jobs, d_frame_bitmap, d_sums, d_max, d_error);
+    launch_accumulate_frames<tuning::kAccumulateFramesNarrowThreads>(p, job_count, stream, d_jobs, d_frame_bitmap,
+                                                                     d_sums, d_max, d_error);
   }
 }
 
@@ -589,4 +597,4 @@ void ans_frame_moments(const AnsResidentView& resident, const std::uint32_t* d_r
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "frame_moments_kernel");
 }
 
-}  // namespace quantem::cuda
+}  // namespace quantem::kernels

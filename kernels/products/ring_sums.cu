@@ -1,6 +1,6 @@
 // Per-frame tables of dense frames at load time — ring sums (and their use in
 // masked sums) and frame moments — declared in
-// include/quantem/cuda/resident_products.hpp; the ring partition and the mask
+// include/quantem/kernels/resident_products.hpp; the ring partition and the mask
 // split are host code: include/quantem/backend/ring_partition.hpp.
 #include <cuda_runtime.h>
 
@@ -9,15 +9,15 @@
 #include <type_traits>
 
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/resident_products.hpp"
-#include "quantem/cuda/cuda_check.hpp"
+#include "quantem/kernels/resident_products.hpp"
+#include "quantem/kernels/cuda_check.hpp"
 #include "../common/warp_collectives.cuh"
 #include "../common/tuning.cuh"
 
-namespace quantem::cuda {
+namespace quantem::kernels {
 namespace {
 
-namespace tuning = quantem::cuda::kernels::tuning;
+namespace tuning = quantem::kernels::device::tuning;
 
 // The moments of one frame (CTA-wide; every thread calls it): Σ I, Σ row·I
 // and Σ col·I over its pixels, exact in 64 bits, written as row `frame_index`
@@ -59,9 +59,9 @@ __device__ void store_frame_moments(unsigned long long total, unsigned long long
                                     unsigned long long col_moment, const FrameMomentsTarget& target,
                                     std::uint64_t frame_index) {
   __shared__ unsigned long long partial[3][32];
-  total = kernels::warp_sum_u64(total);
-  row_moment = kernels::warp_sum_u64(row_moment);
-  col_moment = kernels::warp_sum_u64(col_moment);
+  total = device::warp_sum_u64(total);
+  row_moment = device::warp_sum_u64(row_moment);
+  col_moment = device::warp_sum_u64(col_moment);
   const std::uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) {
     partial[0][warp] = total;
@@ -173,9 +173,9 @@ __global__ void __launch_bounds__(tuning::kRingSumThreads)
         const Bin mine = value[0] + value[1] + value[2] + value[3];
         Bin sum;
         if constexpr (sizeof(Bin) == 4) {
-          sum = __reduce_add_sync(kernels::kFullWarp, mine);
+          sum = __reduce_add_sync(device::kFullWarp, mine);
         } else {
-          sum = kernels::warp_sum_u64(mine);
+          sum = device::warp_sum_u64(mine);
         }
         if (lane == 0) {
           if (first_ring != running_ring) {
@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(tuning::kRowRingSumThreads)
 
 // One CTA per frame: the frame's moments alone (frame_moments_of).
 template <class T>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(tuning::kDenseFrameMomentsThreads)
     dense_frame_moments_kernel(const T* __restrict__ frames, std::uint32_t rows, std::uint32_t cols,
                                unsigned long long* moments, std::uint64_t table_stride, std::uint64_t first_frame) {
   const std::uint32_t pixels = rows * cols;
@@ -434,7 +434,7 @@ void dense_frame_moments(const void* d_frames, DType dtype, std::uint64_t frame_
   if (detector_rows == 0 || detector_cols == 0 || frame_count > 0x7fffffffu)
     throw bad_request("dense_frame_moments: bad shape or frame count");
   if (first_frame + frame_count > table_stride) throw bad_request("dense_frame_moments: frames outside the table");
-  constexpr unsigned threads = 256;  // at most 32 warps: frame_moments_of's partial sums
+  constexpr unsigned threads = tuning::kDenseFrameMomentsThreads;
   const unsigned ctas = static_cast<unsigned>(frame_count);
   auto* out = reinterpret_cast<unsigned long long*>(d_moments);
   switch (dtype) {
@@ -463,7 +463,7 @@ void add_ring_sums(const void* d_ring_sums, std::uint32_t sum_bytes, std::uint64
   if (frame_count == 0 || ring_list_count == 0) return;
   if (d_ring_sums == nullptr || d_rings == nullptr || d_sums == nullptr) throw bad_request("add_ring_sums: null pointer");
   if (first_frame + frame_count > ring_stride) throw bad_request("add_ring_sums: frames outside the ring table");
-  const int threads = 256;
+  const int threads = tuning::kAddRingSumsThreads;
   const unsigned ctas = tuning::elementwise_ctas(frame_count, threads, current_sm_count());
   auto* sums = reinterpret_cast<unsigned long long*>(d_sums);
   if (sum_bytes == 4) {
@@ -479,4 +479,4 @@ void add_ring_sums(const void* d_ring_sums, std::uint32_t sum_bytes, std::uint64
   QUANTEM_CUDA_CHECK_LAUNCH(stream, "add_ring_sums_kernel");
 }
 
-}  // namespace quantem::cuda
+}  // namespace quantem::kernels

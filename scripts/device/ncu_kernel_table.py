@@ -14,7 +14,7 @@ import json
 import statistics
 import sys
 
-NOISE = ("void ", "quantem::", "cuda::", "(anonymous namespace)::")
+NOISE = ("void ", "quantem::", "kernels::", "(anonymous namespace)::")
 
 
 def short_name(kernel):

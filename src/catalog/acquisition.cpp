@@ -198,9 +198,9 @@ std::optional<DType> supported_dtype(const hdf5::Datatype& type) {
   return dtype_from_size(type.size());
 }
 
-class Inspector {
+class MasterInspection {
  public:
-  explicit Inspector(Acquisition& acquisition) : acq_(acquisition) {}
+  explicit MasterInspection(Acquisition& acquisition) : acq_(acquisition) {}
 
   void run() {
     const StatResult master_stat = stat_path(acq_.master_path);
@@ -284,7 +284,10 @@ class Inspector {
     }
   }
 
-  // Rows 4-19.
+  // The header checks, in order, the first that fails giving the status: the
+  // entry/data group and its sources, positive frame-count metadata, each
+  // source on its own, then the sources against each other (detector shape,
+  // dtype, scan_shape) and the stored frames against the expected count.
   LoadStatus check_headers() {
     const hid_t master = master_.id();
     read_frame_metadata();
@@ -305,7 +308,7 @@ class Inspector {
     }
     resolve_shards(names);
 
-    // Rows 6-7.
+    // ntrigger and nimages, when the master has them, are positive.
     if (raw_ntrigger_) {
       if (*raw_ntrigger_ < 1) {
         return not_ready("master ntrigger metadata is not positive: " + std::to_string(*raw_ntrigger_),
@@ -317,14 +320,14 @@ class Inspector {
       }
     }
 
-    // Rows 8-14, one source at a time.
+    // Each source on its own (check_source), in name order; the first failure is the status.
     for (std::size_t i = 0; i < acq_.shards.size(); ++i) {
       LoadStatus status = check_source(acq_.shards[i]);
       if (!status.loadable) return status;
     }
     all_sources_read_ = true;
 
-    // Rows 15-16.
+    // Every source has the same detector shape and the same dtype.
     std::set<Shape2D> detector_shapes;
     std::set<std::string> dtypes;
     std::uint64_t stored = 0;
@@ -351,7 +354,7 @@ class Inspector {
     acq_.detector_cols = detector_shapes.begin()->cols;
     acq_.dtype = sources_.front().dtype;
 
-    // Row 17: every scan_shape attribute must agree.
+    // Every scan_shape attribute (the master's, entry/data's, each source's) must agree.
     std::set<ScanShape> scan_shapes;
     const auto collect = [&](hid_t object) {
       if (const auto value = attribute_value(object, "scan_shape")) {
@@ -382,7 +385,8 @@ class Inspector {
       basis = "HDF5 scan_shape=" + scan_shape_text(shape);
     }
 
-    // Rows 18-19.
+    // Some frames are stored, and exactly as many as the metadata expects
+    // (ntrigger x nimages, else scan_shape) when it says.
     if (stored == 0) {
       return not_ready("detector sources contain zero stored frames",
                        "Wait for detector frames to be written, then poll again.");
@@ -425,7 +429,8 @@ class Inspector {
     }
   }
 
-  // Rows 8-14 for one source.
+  // One source: its linked file exists, is not empty and opens as HDF5; its
+  // dataset exists and is a dataset; its shape holds frames of a detector.
   LoadStatus check_source(Shard& shard) {
     hdf5::File external_file;
     hid_t file = master_.id();
@@ -516,7 +521,8 @@ class Inspector {
     return {true, {}, {}};
   }
 
-  // Tightenings on how the sources are stored (after row 19).
+  // Tightenings on how the sources are stored, once the frame counts agree:
+  // dtype, chunk layout, filter pipeline, chunks written, one compression.
   LoadStatus check_storage() {
     const SourceFacts& first = sources_.front();
     if (!acq_.dtype) {
@@ -587,7 +593,8 @@ class Inspector {
             "Ready to open with Show4DSTEM."};
   }
 
-  // Row 22, then row 23.
+  // The files did not change while they were inspected (every signature entry
+  // read again is the same); then the acquisition is ready.
   LoadStatus check_stability() const {
     std::set<std::string> changed;
     for (const auto& before : acq_.signature) {
@@ -803,9 +810,10 @@ Acquisition inspect_master(const std::string& master_path) {
   const std::lock_guard<std::recursive_mutex> hdf5_lock(hdf5::library_mutex());
   Acquisition acquisition = named_acquisition(master_path);
   try {
-    Inspector(acquisition).run();
+    MasterInspection(acquisition).run();
   } catch (const std::exception& e) {
-    // Nothing may escape: an unexpected failure is reported like a header error (row 21).
+    // Nothing may escape: an unexpected failure is reported like any other
+    // invalid header, "master HDF5 headers are incomplete or invalid".
     acquisition.status = {false,
                           "master HDF5 headers are incomplete or invalid: " + acquisition.master_path + " (" +
                               e.what() + ")",

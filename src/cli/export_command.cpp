@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "quantem/backend/backend.hpp"
+#include "quantem/backend/cpu_backend.hpp"
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/catalog/shard_storage.hpp"
 #include "quantem/core/error.hpp"

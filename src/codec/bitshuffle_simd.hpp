@@ -24,13 +24,8 @@
 #include <immintrin.h>
 #endif
 
-// The kernels only pay off fully inlined (GCC -O2 otherwise calls the 8x8
-// transpose once per lane).
-#if defined(__GNUC__) || defined(__clang__)
-#define QUANTEM_CODEC_INLINE inline __attribute__((always_inline))
-#else
-#define QUANTEM_CODEC_INLINE inline
-#endif
+// The kernels only pay off fully inlined (QUANTEM_FORCE_INLINE).
+#include "quantem/core/host_device.hpp"
 
 namespace quantem::codec {
 namespace {
@@ -116,7 +111,7 @@ struct Avx2Ops {
 
 // Transposes the 8x8 bit matrix in each 64-bit lane (byte r = row r, bit c = column c).
 template <typename Ops>
-QUANTEM_CODEC_INLINE typename Ops::Vector transpose_bits_8x8_lanes(typename Ops::Vector x) {
+QUANTEM_FORCE_INLINE typename Ops::Vector transpose_bits_8x8_lanes(typename Ops::Vector x) {
   using V = typename Ops::Vector;
   V t = Ops::bit_and(Ops::bit_xor(x, Ops::template shift_right64<7>(x)), Ops::broadcast64(0x00AA00AA00AA00AALL));
   x = Ops::bit_xor(x, Ops::bit_xor(t, Ops::template shift_left64<7>(t)));
@@ -130,7 +125,7 @@ QUANTEM_CODEC_INLINE typename Ops::Vector transpose_bits_8x8_lanes(typename Ops:
 // For element byte j: lanes[i] holds (per 128-bit half) groups 2i and 2i+1 of
 // that half's 16 groups; byte m of a 64-bit lane is byte j of element 8g+m.
 template <typename Ops>
-QUANTEM_CODEC_INLINE void unshuffle_element_byte(const std::uint8_t* in, std::size_t plane_bytes, std::size_t j, std::size_t first_group,
+QUANTEM_FORCE_INLINE void unshuffle_element_byte(const std::uint8_t* in, std::size_t plane_bytes, std::size_t j, std::size_t first_group,
                             typename Ops::Vector lanes[8]) {
   using V = typename Ops::Vector;
   V p[8];
@@ -224,7 +219,7 @@ std::size_t unshuffle_group_runs(const std::uint8_t* in, std::uint8_t* out, std:
 
 // Splits the 16-bit units of a and b: low bytes -> out_low, high bytes -> out_high.
 template <typename Ops>
-QUANTEM_CODEC_INLINE void split_bytes16(typename Ops::Vector a, typename Ops::Vector b, typename Ops::Vector& out_low,
+QUANTEM_FORCE_INLINE void split_bytes16(typename Ops::Vector a, typename Ops::Vector b, typename Ops::Vector& out_low,
                                         typename Ops::Vector& out_high) {
   const typename Ops::Vector low_byte = Ops::broadcast16(0x00FF);
   out_low = Ops::pack_unsigned16(Ops::bit_and(a, low_byte), Ops::bit_and(b, low_byte));
@@ -233,7 +228,7 @@ QUANTEM_CODEC_INLINE void split_bytes16(typename Ops::Vector a, typename Ops::Ve
 
 // Splits the 32-bit units of a and b: low 16 bits -> out_low, high 16 bits -> out_high.
 template <typename Ops>
-QUANTEM_CODEC_INLINE void split_halves32(typename Ops::Vector a, typename Ops::Vector b, typename Ops::Vector& out_low,
+QUANTEM_FORCE_INLINE void split_halves32(typename Ops::Vector a, typename Ops::Vector b, typename Ops::Vector& out_low,
                                          typename Ops::Vector& out_high) {
   auto sign_extended_low = [](typename Ops::Vector v) {
     return Ops::template shift_right_arithmetic32<16>(Ops::template shift_left32<16>(v));

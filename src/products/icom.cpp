@@ -1,4 +1,4 @@
-#include "products/icom.hpp"
+#include "icom.hpp"
 
 #include <fftw3.h>
 

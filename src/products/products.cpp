@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "products/icom.hpp"
+#include "icom.hpp"
 #include "quantem/core/error.hpp"
 
 namespace quantem::products {

@@ -102,21 +102,6 @@ void next_code_point(const std::string& text, std::size_t& i, std::uint32_t& cod
 
 }  // namespace
 
-std::optional<products::RealspaceMode> realspace_mode_from_wire(const std::string& name) {
-  using M = products::RealspaceMode;
-  if (name == "BF") return M::BF;
-  if (name == "ABF") return M::ABF;
-  if (name == "ADF") return M::ADF;
-  if (name == "HAADF") return M::HAADF;
-  if (name == "DF") return M::DF;
-  if (name == "CoMx") return M::CoMx;
-  if (name == "CoMy") return M::CoMy;
-  if (name == "CoMmag") return M::CoMmag;
-  if (name == "DPC") return M::DPC;
-  if (name == "iCoM") return M::iCoM;
-  return std::nullopt;
-}
-
 bool realspace_mode_is_float(products::RealspaceMode mode) {
   using M = products::RealspaceMode;
   return mode == M::CoMx || mode == M::CoMy || mode == M::CoMmag || mode == M::DPC || mode == M::iCoM;
@@ -206,7 +191,7 @@ RealspaceQuery parse_realspace_query(const QueryParams& params) {
   const std::string format = read_format(reader);
   reader.finish();
 
-  const auto mode = realspace_mode_from_wire(query.mode_name);
+  const auto mode = products::realspace_mode_from_name(query.mode_name);
   if (!mode) throw bad_request("unknown virtual-image mode: " + python_str_repr(query.mode_name));
   query.request.mode = *mode;
   query.plan = validate_plan(raw);
@@ -271,7 +256,7 @@ ProductsQuery parse_products_query(const QueryParams& params) {
 
   if (modes.empty()) throw bad_request("modes must name at least one virtual-image mode");
   for (const std::string& name : split_modes(modes)) {
-    const auto mode = realspace_mode_from_wire(name);
+    const auto mode = products::realspace_mode_from_name(name);
     if (!mode) throw bad_request("unknown virtual-image mode: " + python_str_repr(name));
     if (std::find(query.mode_names.begin(), query.mode_names.end(), name) != query.mode_names.end()) {
       throw bad_request("modes names the mode " + python_str_repr(name) + " more than once");

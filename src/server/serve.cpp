@@ -30,6 +30,7 @@
 
 #include "quantem/core/clock.hpp"
 #include "quantem/backend/backend.hpp"
+#include "quantem/backend/cpu_backend.hpp"
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/core/exit_codes.hpp"

@@ -28,6 +28,7 @@
 #include <spdlog/spdlog.h>
 
 #include "quantem/backend/backend.hpp"
+#include "quantem/backend/cpu_backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/residency/residency_manager.hpp"

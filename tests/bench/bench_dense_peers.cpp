@@ -39,7 +39,7 @@
 #include "bench_gpu_kernels.hpp"
 #include "bench_support.hpp"
 #include "dense_peer_kernels.hpp"
-#include "quantem/cuda/device.hpp"
+#include "quantem/kernels/device.hpp"
 #include "quantem/products/products.hpp"
 #include "quantem/synth/pattern_model.hpp"
 
@@ -99,7 +99,7 @@ struct DenseVolume {
   std::uint32_t detector_cols = 0;
   std::uint64_t unique = 0;
   std::vector<std::uint16_t> host_unique;  // unique x pixels
-  cuda::DeviceBuffer device;               // frames x pixels
+  kernels::DeviceBuffer device;               // frames x pixels
 
   std::uint64_t frames() const { return scan_rows * scan_cols; }
   std::uint32_t pixels() const { return detector_rows * detector_cols; }
@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
     args[key.substr(2)] = argv[i + 1];
   }
   try {
-    if (cuda::device_count() == 0) {
+    if (kernels::device_count() == 0) {
       std::cerr << "bench_dense_peers: no CUDA device\n";
       return 1;
     }
@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
     const std::size_t frame_bytes = std::size_t{pixels} * 2;
 
     nlohmann::json report;
-    report["device"] = cuda::device_name(0);
+    report["device"] = kernels::device_name(0);
     report["shape"] = {volume.scan_rows, volume.scan_cols, det_rows, det_cols};
     report["dtype"] = "uint16";
     report["preset"] = args["preset"];
@@ -226,8 +226,8 @@ int main(int argc, char** argv) {
     });
     report["host_render_seconds"] = milliseconds_since(start) / 1e3;
     start = Clock::now();
-    volume.device = cuda::DeviceBuffer(frames * frame_bytes);
-    cuda::copy_to_device(volume.device.data(), volume.host_unique.data(), volume.unique * frame_bytes);
+    volume.device = kernels::DeviceBuffer(frames * frame_bytes);
+    kernels::copy_to_device(volume.device.data(), volume.host_unique.data(), volume.unique * frame_bytes);
     for (std::uint64_t first = volume.unique; first < frames; first += volume.unique) {
       const std::uint64_t count = std::min(volume.unique, frames - first);
       bench::copy_within_device(volume.device.as<std::uint8_t>() + first * frame_bytes, volume.device.data(),
@@ -237,19 +237,19 @@ int main(int argc, char** argv) {
     report["dense_bytes"] = frames * frame_bytes;
 
     // Device buffers of the products' inputs and results (allocated once, as a server's pool would).
-    cuda::DeviceBuffer d_entries(std::size_t{pixels} / 2 * 4);
-    cuda::DeviceBuffer d_sums(frames * 8);
-    cuda::DeviceBuffer d_binned(frames * 8);
-    cuda::DeviceBuffer d_row_moment(frames * 8);
-    cuda::DeviceBuffer d_col_moment(frames * 8);
-    cuda::DeviceBuffer d_pattern(std::size_t{pixels} * 8);
-    cuda::DeviceBuffer d_positions(frames * 8);
+    kernels::DeviceBuffer d_entries(std::size_t{pixels} / 2 * 4);
+    kernels::DeviceBuffer d_sums(frames * 8);
+    kernels::DeviceBuffer d_binned(frames * 8);
+    kernels::DeviceBuffer d_row_moment(frames * 8);
+    kernels::DeviceBuffer d_col_moment(frames * 8);
+    kernels::DeviceBuffer d_pattern(std::size_t{pixels} * 8);
+    kernels::DeviceBuffer d_positions(frames * 8);
     bench::EventTimer timer;
 
     // 2. The full plan's BF fit (cached per plan by the daemon: computed once here), checked on the host.
     std::vector<std::uint64_t> full_pattern(pixels);
     bench::dense_pattern_sum(volume.d_frames(), pixels, volume.full(), d_pattern.as<std::uint64_t>(), nullptr);
-    cuda::copy_to_host(full_pattern.data(), d_pattern.data(), d_pattern.size());
+    kernels::copy_to_host(full_pattern.data(), d_pattern.data(), d_pattern.size());
     const bool full_pattern_exact = full_pattern == host_pattern_sum(volume, region_frames(volume.full()));
     const products::BrightFieldGeometry fit = products::fit_bright_field(full_pattern, frames, det_rows, det_cols);
     report["bright_field_fit"] = {{"center_row", fit.center_row},
@@ -260,7 +260,7 @@ int main(int argc, char** argv) {
     // Shared steps of the products.
     auto upload_mask = [&](const std::vector<std::uint8_t>& mask) {
       const std::vector<std::uint32_t> entries = bench::mask_word_entries(mask);
-      if (!entries.empty()) cuda::copy_to_device(d_entries.data(), entries.data(), entries.size() * 4);
+      if (!entries.empty()) kernels::copy_to_device(d_entries.data(), entries.data(), entries.size() * 4);
       return static_cast<std::uint32_t>(entries.size());
     };
     auto tiny = [](int i) { return (i + 1000) * 1e-7; };
@@ -291,7 +291,7 @@ int main(int argc, char** argv) {
                                      d_sums.as<std::uint64_t>(), nullptr);
             const double kernel_ms = timer.stop_ms(nullptr);
             std::vector<std::uint64_t> sums(region.positions());
-            cuda::copy_to_host(sums.data(), d_sums.data(), sums.size() * 8);
+            kernels::copy_to_host(sums.data(), d_sums.data(), sums.size() * 8);
             if (i < 0) masked_results[name] = {region, mask, std::move(sums)};
             return kernel_ms;
           },
@@ -333,7 +333,7 @@ int main(int argc, char** argv) {
                                nullptr);
           const double kernel_ms = timer.stop_ms(nullptr);
           std::vector<std::uint64_t> binned(((region.rows + 1) / 2) * ((region.cols + 1) / 2));
-          cuda::copy_to_host(binned.data(), d_binned.data(), binned.size() * 8);
+          kernels::copy_to_host(binned.data(), d_binned.data(), binned.size() * 8);
           if (i < 0) binned_result = {region, mask, std::move(binned)};
           return kernel_ms;
         },
@@ -373,9 +373,9 @@ int main(int argc, char** argv) {
             result.total.resize(n);
             result.row_moment.resize(n);
             result.col_moment.resize(n);
-            cuda::copy_to_host(result.total.data(), d_sums.data(), n * 8);
-            cuda::copy_to_host(result.row_moment.data(), d_row_moment.data(), n * 8);
-            cuda::copy_to_host(result.col_moment.data(), d_col_moment.data(), n * 8);
+            kernels::copy_to_host(result.total.data(), d_sums.data(), n * 8);
+            kernels::copy_to_host(result.row_moment.data(), d_row_moment.data(), n * 8);
+            kernels::copy_to_host(result.col_moment.data(), d_col_moment.data(), n * 8);
             const std::vector<std::uint64_t>& moment = columns ? result.col_moment : result.row_moment;
             result.map.resize(n);
             for (std::uint64_t p = 0; p < n; ++p) {
@@ -426,7 +426,7 @@ int main(int argc, char** argv) {
           bench::dense_pattern_sum(volume.d_frames(), pixels, result.region, d_pattern.as<std::uint64_t>(), nullptr);
           double kernel_ms = timer.stop_ms(nullptr);
           result.pattern.resize(pixels);
-          cuda::copy_to_host(result.pattern.data(), d_pattern.data(), std::size_t{pixels} * 8);
+          kernels::copy_to_host(result.pattern.data(), d_pattern.data(), std::size_t{pixels} * 8);
           result.fit = products::fit_bright_field(result.pattern, result.region.positions(), det_rows, det_cols);
           result.mask = realspace_mask(det_rows, det_cols, result.fit, true, 0.0, 1.0);
           const std::uint32_t entries = upload_mask(result.mask);
@@ -435,7 +435,7 @@ int main(int argc, char** argv) {
                                    d_sums.as<std::uint64_t>(), nullptr);
           kernel_ms += timer.stop_ms(nullptr);
           result.sums.resize(result.region.positions());
-          cuda::copy_to_host(result.sums.data(), d_sums.data(), result.sums.size() * 8);
+          kernels::copy_to_host(result.sums.data(), d_sums.data(), result.sums.size() * 8);
           if (i < 0) fresh_result = std::move(result);
           return kernel_ms;
         },
@@ -464,7 +464,7 @@ int main(int argc, char** argv) {
         [&](int i) {
           const std::uint64_t frame = static_cast<std::uint64_t>(i + 1000) % frames;
           timer.start(nullptr);
-          cuda::copy_to_host(cbed_staging.data(), volume.d_frames() + frame * pixels, frame_bytes);
+          kernels::copy_to_host(cbed_staging.data(), volume.d_frames() + frame * pixels, frame_bytes);
           const double kernel_ms = timer.stop_ms(nullptr);
           std::vector<std::uint64_t> counts(cbed_staging.begin(), cbed_staging.end());
           if (i < 0) {
@@ -493,14 +493,14 @@ int main(int argc, char** argv) {
           request.reduce = products::RegionRequest::Reduce::mean;
           const std::vector<std::uint64_t> positions =
               products::scan_roi_positions(request, volume.scan_rows, volume.scan_cols);
-          cuda::copy_to_device(d_positions.data(), positions.data(), positions.size() * 8);
+          kernels::copy_to_device(d_positions.data(), positions.data(), positions.size() * 8);
           timer.start(nullptr);
           bench::dense_frames_sum(volume.d_frames(), pixels, d_positions.as<std::uint64_t>(),
                                   static_cast<std::uint32_t>(positions.size()), d_pattern.as<std::uint64_t>(),
                                   nullptr);
           const double kernel_ms = timer.stop_ms(nullptr);
           std::vector<std::uint64_t> sum(pixels);
-          cuda::copy_to_host(sum.data(), d_pattern.data(), std::size_t{pixels} * 8);
+          kernels::copy_to_host(sum.data(), d_pattern.data(), std::size_t{pixels} * 8);
           if (i < 0) {
             region_positions = positions;
             region_sum = std::move(sum);

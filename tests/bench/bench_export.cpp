@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "quantem/backend/backend.hpp"
+#include "quantem/backend/cpu_backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/core/version.hpp"
 #include "quantem/export/export.hpp"

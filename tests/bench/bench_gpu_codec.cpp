@@ -30,9 +30,9 @@
 #include "bench_gpu_kernels.hpp"
 #include "bench_support.hpp"
 #include "quantem/codec/chunk_codec.hpp"
-#include "quantem/cuda/ans.hpp"
-#include "quantem/cuda/bitshuffle_lz4.hpp"
-#include "quantem/cuda/device.hpp"
+#include "quantem/kernels/ans.hpp"
+#include "quantem/kernels/bitshuffle_lz4.hpp"
+#include "quantem/kernels/device.hpp"
 #include "quantem/synth/pattern_model.hpp"
 
 using namespace quantem;
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
     args[key.substr(2)] = argv[i + 1];
   }
   try {
-    if (cuda::device_count() == 0) {
+    if (kernels::device_count() == 0) {
       std::cerr << "bench_gpu_codec: no CUDA device\n";
       return 1;
     }
@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
     const std::uint32_t pixels = detector * detector;
     const std::size_t frame_bytes = std::size_t{pixels} * element_size;
     nlohmann::json report;
-    report["device"] = cuda::device_name(0);
+    report["device"] = kernels::device_name(0);
     report["shape"] = {scan_rows, scan_cols, detector, detector};
     report["dtype"] = dtype_name(dtype);
     report["preset"] = args["preset"];
@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
       stored_bytes += sizes[f];
     }
     start = Clock::now();
-    cuda::PinnedBuffer pinned(stored_bytes);
+    kernels::PinnedBuffer pinned(stored_bytes);
     parallel_for(frames, [&](std::size_t f) {
       std::memcpy(pinned.as<std::uint8_t>() + offsets[f], unique_chunks[f % unique].data(), sizes[f]);
     });
@@ -128,17 +128,17 @@ int main(int argc, char** argv) {
     report["stored_bytes_per_frame"] = static_cast<double>(stored_bytes) / static_cast<double>(frames);
 
     // 2. Host-to-device copy of the stored chunks (pinned, one copy).
-    cuda::DeviceBuffer d_stored(stored_bytes);
-    cuda::DeviceBuffer d_offsets(frames * sizeof(std::uint64_t));
-    cuda::DeviceBuffer d_sizes(frames * sizeof(std::uint32_t));
-    cuda::copy_to_device(d_offsets.data(), offsets.data(), d_offsets.size());
-    cuda::copy_to_device(d_sizes.data(), sizes.data(), d_sizes.size());
+    kernels::DeviceBuffer d_stored(stored_bytes);
+    kernels::DeviceBuffer d_offsets(frames * sizeof(std::uint64_t));
+    kernels::DeviceBuffer d_sizes(frames * sizeof(std::uint32_t));
+    kernels::copy_to_device(d_offsets.data(), offsets.data(), d_offsets.size());
+    kernels::copy_to_device(d_sizes.data(), sizes.data(), d_sizes.size());
     bench::EventTimer timer;
     {
       std::vector<double> times;
       for (int r = 0; r < 3; ++r) {
         start = Clock::now();
-        cuda::copy_to_device(d_stored.data(), pinned.data(), stored_bytes);
+        kernels::copy_to_device(d_stored.data(), pinned.data(), stored_bytes);
         times.push_back(seconds_since(start));
       }
       report["h2d_seconds"] = median(times);
@@ -146,9 +146,9 @@ int main(int argc, char** argv) {
     }
 
     // 3. bitshuffle/LZ4 decode of every frame into a dense volume.
-    cuda::DeviceBuffer d_dense(frames * frame_bytes);
-    cuda::DeviceBuffer d_status(frames * sizeof(std::uint32_t));
-    cuda::BitshuffleLz4Batch batch;
+    kernels::DeviceBuffer d_dense(frames * frame_bytes);
+    kernels::DeviceBuffer d_status(frames * sizeof(std::uint32_t));
+    kernels::BitshuffleLz4Batch batch;
     batch.d_stored = d_stored.as<std::uint8_t>();
     batch.stored_bytes = stored_bytes;
     batch.d_chunk_offsets = d_offsets.as<std::uint64_t>();
@@ -158,20 +158,20 @@ int main(int argc, char** argv) {
     batch.elements_per_chunk = pixels;
     batch.d_decoded = d_dense.as<std::uint8_t>();
     batch.d_status = d_status.as<std::uint32_t>();
-    cuda::DeviceBuffer d_decode_scratch(cuda::bitshuffle_lz4_scratch_bytes(batch));
+    kernels::DeviceBuffer d_decode_scratch(kernels::bitshuffle_lz4_scratch_bytes(batch));
     {
       std::vector<double> times;
       for (int r = 0; r < repeats + 1; ++r) {
         timer.start(nullptr);
-        cuda::decode_bitshuffle_lz4(batch, d_decode_scratch.data(), d_decode_scratch.size(), nullptr);
+        kernels::decode_bitshuffle_lz4(batch, d_decode_scratch.data(), d_decode_scratch.size(), nullptr);
         const double ms = timer.stop_ms(nullptr);
         if (r > 0) times.push_back(ms / 1e3);  // the first run warms up
       }
       std::vector<std::uint32_t> status(frames);
-      cuda::copy_to_host(status.data(), d_status.data(), d_status.size());
+      kernels::copy_to_host(status.data(), d_status.data(), d_status.size());
       const auto failed = std::count_if(status.begin(), status.end(), [](std::uint32_t s) { return s != 0; });
       std::vector<std::uint8_t> check(unique * frame_bytes);
-      cuda::copy_to_host(check.data(), d_dense.data(), check.size());
+      kernels::copy_to_host(check.data(), d_dense.data(), check.size());
       report["bslz4_decode"] = {
           {"seconds_median", median(times)},
           {"seconds_all", times},
@@ -183,32 +183,32 @@ int main(int argc, char** argv) {
     }
 
     // 4. ANS encode of the whole dense volume (one batch of groups).
-    cuda::AnsEncodeBatch encode;
+    kernels::AnsEncodeBatch encode;
     encode.d_frames = d_dense.data();
     encode.dtype = dtype;
     encode.total_frames = frames;
     encode.frames_per_group = frames_per_group;
     encode.detector_rows = detector;
     encode.detector_cols = detector;
-    cuda::DeviceBuffer d_encode_scratch(cuda::ans_encode_scratch_bytes(encode));
-    std::vector<std::uint64_t> group_sizes = cuda::ans_encode_measure(encode, d_encode_scratch.data(), d_encode_scratch.size(), nullptr);
+    kernels::DeviceBuffer d_encode_scratch(kernels::ans_encode_scratch_bytes(encode));
+    std::vector<std::uint64_t> group_sizes = kernels::ans_encode_measure(encode, d_encode_scratch.data(), d_encode_scratch.size(), nullptr);
     std::vector<std::uint64_t> group_offsets(group_sizes.size());
     std::uint64_t resident_bytes = 0;
     for (std::size_t g = 0; g < group_sizes.size(); ++g) {
       group_offsets[g] = resident_bytes;
       resident_bytes += align_up(group_sizes[g], 256);
     }
-    cuda::DeviceBuffer d_resident(resident_bytes);
-    cuda::DeviceBuffer d_group_offsets(group_offsets.size() * sizeof(std::uint64_t));
-    cuda::copy_to_device(d_group_offsets.data(), group_offsets.data(), d_group_offsets.size());
+    kernels::DeviceBuffer d_resident(resident_bytes);
+    kernels::DeviceBuffer d_group_offsets(group_offsets.size() * sizeof(std::uint64_t));
+    kernels::copy_to_device(d_group_offsets.data(), group_offsets.data(), d_group_offsets.size());
     {
       std::vector<double> measure_times, write_times;
       for (int r = 0; r < std::max(1, repeats / 2); ++r) {
         start = Clock::now();
-        cuda::ans_encode_measure(encode, d_encode_scratch.data(), d_encode_scratch.size(), nullptr);
+        kernels::ans_encode_measure(encode, d_encode_scratch.data(), d_encode_scratch.size(), nullptr);
         measure_times.push_back(seconds_since(start));
         timer.start(nullptr);
-        cuda::ans_encode_write(encode, d_encode_scratch.data(), d_encode_scratch.size(), d_resident.as<std::uint8_t>(),
+        kernels::ans_encode_write(encode, d_encode_scratch.data(), d_encode_scratch.size(), d_resident.as<std::uint8_t>(),
                                d_group_offsets.as<std::uint64_t>(), nullptr);
         write_times.push_back(timer.stop_ms(nullptr) / 1e3);
       }
@@ -223,7 +223,7 @@ int main(int argc, char** argv) {
       report["resident_over_dense"] = static_cast<double>(resident_bytes) / static_cast<double>(frames * frame_bytes);
       report["resident_bits_per_pixel"] = 8.0 * static_cast<double>(resident_bytes) / static_cast<double>(frames * pixels);
     }
-    cuda::AnsResidentView resident;
+    kernels::AnsResidentView resident;
     resident.d_blobs = d_resident.as<std::uint8_t>();
     resident.d_group_offsets = d_group_offsets.as<std::uint64_t>();
     resident.group_count = group_sizes.size();
@@ -231,16 +231,16 @@ int main(int argc, char** argv) {
     resident.total_frames = frames;
     resident.detector_rows = detector;
     resident.detector_cols = detector;
-    cuda::DeviceBuffer d_error(sizeof(std::uint32_t));
-    cuda::fill_device(d_error.data(), 0, d_error.size());
+    kernels::DeviceBuffer d_error(sizeof(std::uint32_t));
+    kernels::fill_device(d_error.data(), 0, d_error.size());
 
     // 5. ANS full decode back to dense, compared with the bitshuffle/LZ4 decode.
     if (args["full-decode"] != "0") {
-      cuda::DeviceBuffer d_dense2(frames * frame_bytes);
+      kernels::DeviceBuffer d_dense2(frames * frame_bytes);
       std::vector<double> times;
       for (int r = 0; r < repeats + 1; ++r) {
         timer.start(nullptr);
-        cuda::ans_decode_frames(resident, 0, resident.group_count, dtype, d_dense2.data(), d_error.as<std::uint32_t>(),
+        kernels::ans_decode_frames(resident, 0, resident.group_count, dtype, d_dense2.data(), d_error.as<std::uint32_t>(),
                                 nullptr);
         const double ms = timer.stop_ms(nullptr);
         if (r > 0) times.push_back(ms / 1e3);
@@ -269,15 +269,15 @@ int main(int argc, char** argv) {
       const std::uint32_t bits = (mask[2 * w] ? 1u : 0u) | (mask[2 * w + 1] ? 2u : 0u);
       if (bits) word_entries.push_back(w | (bits << 30));
     }
-    const cuda::AnsMaskedStreams masked(mask, detector, detector);
-    cuda::DeviceBuffer d_ans_sums(frames * sizeof(std::uint64_t));
-    cuda::DeviceBuffer d_dense_sums(frames * sizeof(std::uint64_t));
-    cuda::DeviceBuffer d_word_entries(word_entries.size() * sizeof(std::uint32_t));
-    cuda::copy_to_device(d_word_entries.data(), word_entries.data(), d_word_entries.size());
+    const kernels::AnsMaskedStreams masked(mask, detector, detector);
+    kernels::DeviceBuffer d_ans_sums(frames * sizeof(std::uint64_t));
+    kernels::DeviceBuffer d_dense_sums(frames * sizeof(std::uint64_t));
+    kernels::DeviceBuffer d_word_entries(word_entries.size() * sizeof(std::uint32_t));
+    kernels::copy_to_device(d_word_entries.data(), word_entries.data(), d_word_entries.size());
     std::vector<double> ans_times, dense_times;
     for (int r = 0; r < 4 * repeats + 1; ++r) {
       timer.start(nullptr);
-      cuda::ans_masked_sum(resident, masked, d_ans_sums.as<std::uint64_t>(), d_error.as<std::uint32_t>(), nullptr);
+      kernels::ans_masked_sum(resident, masked, d_ans_sums.as<std::uint64_t>(), d_error.as<std::uint32_t>(), nullptr);
       const double ans_ms = timer.stop_ms(nullptr);
       double dense_ms = 0;
       if (dtype == DType::uint16) {
@@ -293,10 +293,10 @@ int main(int argc, char** argv) {
       }
     }
     std::vector<std::uint64_t> ans_sums(frames), dense_sums(frames);
-    cuda::copy_to_host(ans_sums.data(), d_ans_sums.data(), d_ans_sums.size());
-    cuda::copy_to_host(dense_sums.data(), d_dense_sums.data(), d_dense_sums.size());
+    kernels::copy_to_host(ans_sums.data(), d_ans_sums.data(), d_ans_sums.size());
+    kernels::copy_to_host(dense_sums.data(), d_dense_sums.data(), d_dense_sums.size());
     std::uint32_t error = 0;
-    cuda::copy_to_host(&error, d_error.data(), sizeof error);
+    kernels::copy_to_host(&error, d_error.data(), sizeof error);
     nlohmann::json masked_report = {{"disk_radius", disk_radius},
                                     {"mask_pixels", mask_pixels.size()},
                                     {"dense_words_read_per_frame", word_entries.size()},
@@ -326,20 +326,20 @@ int main(int argc, char** argv) {
         const std::uint64_t last = std::min(frames, first + batch_frames);
         max_batch_stored = std::max(max_batch_stored, (last < frames ? offsets[last] : stored_bytes) - offsets[first]);
       }
-      const cuda::DeviceMemoryInfo before = cuda::device_memory_info();
-      cuda::DeviceBuffer d_stage(max_batch_stored);
-      cuda::DeviceBuffer d_batch_offsets(batch_frames * sizeof(std::uint64_t));
-      cuda::DeviceBuffer d_batch_dense(batch_frames * frame_bytes);
-      cuda::DeviceBuffer d_batch_status(batch_frames * sizeof(std::uint32_t));
-      cuda::BitshuffleLz4Batch load_batch = batch;
+      const kernels::DeviceMemoryInfo before = kernels::device_memory_info();
+      kernels::DeviceBuffer d_stage(max_batch_stored);
+      kernels::DeviceBuffer d_batch_offsets(batch_frames * sizeof(std::uint64_t));
+      kernels::DeviceBuffer d_batch_dense(batch_frames * frame_bytes);
+      kernels::DeviceBuffer d_batch_status(batch_frames * sizeof(std::uint32_t));
+      kernels::BitshuffleLz4Batch load_batch = batch;
       load_batch.chunk_count = batch_frames;
-      cuda::DeviceBuffer d_batch_decode_scratch(cuda::bitshuffle_lz4_scratch_bytes(load_batch));
-      cuda::AnsEncodeBatch load_encode = encode;
+      kernels::DeviceBuffer d_batch_decode_scratch(kernels::bitshuffle_lz4_scratch_bytes(load_batch));
+      kernels::AnsEncodeBatch load_encode = encode;
       load_encode.total_frames = batch_frames;
-      cuda::DeviceBuffer d_batch_encode_scratch(cuda::ans_encode_scratch_bytes(load_encode));
-      cuda::DeviceBuffer d_load_resident(resident_bytes + 256 * group_sizes.size());
-      cuda::DeviceBuffer d_batch_group_offsets((batch_frames / frames_per_group + 1) * sizeof(std::uint64_t));
-      const cuda::DeviceMemoryInfo during = cuda::device_memory_info();
+      kernels::DeviceBuffer d_batch_encode_scratch(kernels::ans_encode_scratch_bytes(load_encode));
+      kernels::DeviceBuffer d_load_resident(resident_bytes + 256 * group_sizes.size());
+      kernels::DeviceBuffer d_batch_group_offsets((batch_frames / frames_per_group + 1) * sizeof(std::uint64_t));
+      const kernels::DeviceMemoryInfo during = kernels::device_memory_info();
       double h2d = 0, decode = 0, encode_seconds = 0;
       std::uint64_t written = 0;
       std::vector<std::uint64_t> batch_offsets(batch_frames);
@@ -350,8 +350,8 @@ int main(int argc, char** argv) {
         const std::uint64_t end = first + count < frames ? offsets[first + count] : stored_bytes;
         for (std::uint64_t i = 0; i < count; ++i) batch_offsets[i] = offsets[first + i] - begin;
         auto t = Clock::now();
-        cuda::copy_to_device(d_stage.data(), pinned.as<std::uint8_t>() + begin, end - begin);
-        cuda::copy_to_device(d_batch_offsets.data(), batch_offsets.data(), count * sizeof(std::uint64_t));
+        kernels::copy_to_device(d_stage.data(), pinned.as<std::uint8_t>() + begin, end - begin);
+        kernels::copy_to_device(d_batch_offsets.data(), batch_offsets.data(), count * sizeof(std::uint64_t));
         h2d += seconds_since(t);
         load_batch.d_stored = d_stage.as<std::uint8_t>();
         load_batch.stored_bytes = end - begin;
@@ -361,13 +361,13 @@ int main(int argc, char** argv) {
         load_batch.d_decoded = d_batch_dense.as<std::uint8_t>();
         load_batch.d_status = d_batch_status.as<std::uint32_t>();
         t = Clock::now();
-        cuda::decode_bitshuffle_lz4(load_batch, d_batch_decode_scratch.data(), d_batch_decode_scratch.size(), nullptr);
-        cuda::synchronize_stream(nullptr);
+        kernels::decode_bitshuffle_lz4(load_batch, d_batch_decode_scratch.data(), d_batch_decode_scratch.size(), nullptr);
+        kernels::synchronize_stream(nullptr);
         decode += seconds_since(t);
         t = Clock::now();
         load_encode.d_frames = d_batch_dense.data();
         load_encode.total_frames = count;
-        const auto sizes_here = cuda::ans_encode_measure(load_encode, d_batch_encode_scratch.data(),
+        const auto sizes_here = kernels::ans_encode_measure(load_encode, d_batch_encode_scratch.data(),
                                                          d_batch_encode_scratch.size(), nullptr);
         std::vector<std::uint64_t> here(sizes_here.size());
         for (std::size_t g = 0; g < sizes_here.size(); ++g) {
@@ -375,10 +375,10 @@ int main(int argc, char** argv) {
           written += align_up(sizes_here[g], 256);
         }
         if (written > d_load_resident.size()) throw std::runtime_error("load resident arena too small");
-        cuda::copy_to_device(d_batch_group_offsets.data(), here.data(), here.size() * sizeof(std::uint64_t));
-        cuda::ans_encode_write(load_encode, d_batch_encode_scratch.data(), d_batch_encode_scratch.size(),
+        kernels::copy_to_device(d_batch_group_offsets.data(), here.data(), here.size() * sizeof(std::uint64_t));
+        kernels::ans_encode_write(load_encode, d_batch_encode_scratch.data(), d_batch_encode_scratch.size(),
                                d_load_resident.as<std::uint8_t>(), d_batch_group_offsets.as<std::uint64_t>(), nullptr);
-        cuda::synchronize_stream(nullptr);
+        kernels::synchronize_stream(nullptr);
         encode_seconds += seconds_since(t);
       }
       const double total = seconds_since(load_start);

@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "bench_gpu_kernels.hpp"
-#include "quantem/cuda/cuda_check.hpp"
+#include "quantem/kernels/cuda_check.hpp"
 
 namespace quantem::bench {
 namespace {
@@ -52,7 +52,7 @@ __global__ void count_differences_kernel(const uint4* a, const uint4* b, std::si
 
 void dense_masked_sum_u16(const std::uint16_t* d_frames, std::uint64_t frame_count, std::uint32_t frame_pixels,
                           const std::uint32_t* d_word_entries, std::uint32_t entry_count, std::uint64_t* d_sums,
-                          cuda::StreamHandle stream) {
+                          kernels::StreamHandle stream) {
   if (entry_count > kMaxEntries || frame_pixels % 2 != 0)
     throw std::runtime_error("dense_masked_sum_u16: too many entries or an odd frame size");
   const std::uint64_t ctas = std::min<std::uint64_t>((frame_count + kDenseWarps - 1) / kDenseWarps, 132 * 64);
@@ -93,11 +93,11 @@ EventTimer::~EventTimer() {
   QUANTEM_CUDA_TRY_NOTHROW(cudaEventDestroy(static_cast<cudaEvent_t>(stop_)));
 }
 
-void EventTimer::start(cuda::StreamHandle stream) {
+void EventTimer::start(kernels::StreamHandle stream) {
   QUANTEM_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(start_), stream));
 }
 
-double EventTimer::stop_ms(cuda::StreamHandle stream) {
+double EventTimer::stop_ms(kernels::StreamHandle stream) {
   QUANTEM_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(stop_), stream));
   QUANTEM_CUDA_TRY(cudaEventSynchronize(static_cast<cudaEvent_t>(stop_)));
   float ms = 0;

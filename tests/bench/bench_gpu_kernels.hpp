@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "quantem/cuda/device.hpp"
+#include "quantem/kernels/device.hpp"
 
 namespace quantem::bench {
 
@@ -13,7 +13,7 @@ namespace quantem::bench {
 // loads are contiguous) and sums the masked halves. d_sums[frame] is written.
 void dense_masked_sum_u16(const std::uint16_t* d_frames, std::uint64_t frame_count, std::uint32_t frame_pixels,
                           const std::uint32_t* d_word_entries, std::uint32_t entry_count, std::uint64_t* d_sums,
-                          cuda::StreamHandle stream);
+                          kernels::StreamHandle stream);
 
 // Number of differing bytes between two device buffers (synchronous).
 std::uint64_t count_differences(const std::uint8_t* d_a, const std::uint8_t* d_b, std::size_t bytes);
@@ -25,8 +25,8 @@ class EventTimer {
   ~EventTimer();
   EventTimer(const EventTimer&) = delete;
   EventTimer& operator=(const EventTimer&) = delete;
-  void start(cuda::StreamHandle stream);
-  double stop_ms(cuda::StreamHandle stream);  // synchronises
+  void start(kernels::StreamHandle stream);
+  double stop_ms(kernels::StreamHandle stream);  // synchronises
 
  private:
   void* start_ = nullptr;

@@ -5,13 +5,13 @@
 #include <string>
 
 #include "dense_peer_kernels.hpp"
-#include "quantem/cuda/cuda_check.hpp"
+#include "quantem/kernels/cuda_check.hpp"
 #include "../../kernels/common/warp_collectives.cuh"
 
 namespace quantem::bench {
 namespace {
 
-using cuda::kernels::warp_sum_u64;
+using kernels::device::warp_sum_u64;
 
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / 32;
@@ -193,7 +193,7 @@ std::vector<std::uint32_t> mask_word_entries(const std::vector<std::uint8_t>& ma
 
 void dense_masked_sums(const std::uint16_t* d_volume, std::uint32_t frame_pixels, const ScanRegion& region,
                        const std::uint32_t* d_entries, std::uint32_t entry_count, std::uint64_t* d_sums,
-                       cuda::StreamHandle stream) {
+                       kernels::StreamHandle stream) {
   check_even(frame_pixels);
   if (entry_count > frame_pixels / 2) throw std::runtime_error("dense_masked_sums: more entries than words");
   if (region.positions() == 0) return;
@@ -212,7 +212,7 @@ void dense_masked_sums(const std::uint16_t* d_volume, std::uint32_t frame_pixels
 }
 
 void bin_scan_sums(const std::uint64_t* d_sums, std::uint64_t rows, std::uint64_t cols, std::uint32_t bin,
-                   std::uint64_t* d_binned, cuda::StreamHandle stream) {
+                   std::uint64_t* d_binned, kernels::StreamHandle stream) {
   if (bin == 0) throw std::runtime_error("bin_scan_sums: bin 0");
   const std::uint64_t outputs = ((rows + bin - 1) / bin) * ((cols + bin - 1) / bin);
   if (outputs == 0) return;
@@ -224,7 +224,7 @@ void bin_scan_sums(const std::uint64_t* d_sums, std::uint64_t rows, std::uint64_
 
 void dense_moments(const std::uint16_t* d_volume, std::uint32_t detector_rows, std::uint32_t detector_cols,
                    const ScanRegion& region, std::uint64_t* d_total, std::uint64_t* d_row_moment,
-                   std::uint64_t* d_col_moment, cuda::StreamHandle stream) {
+                   std::uint64_t* d_col_moment, kernels::StreamHandle stream) {
   if (detector_cols % 2 != 0 || detector_rows == 0 || detector_cols == 0) {
     throw std::runtime_error("dense_moments: the detector needs an even number of columns");
   }
@@ -239,7 +239,7 @@ void dense_moments(const std::uint16_t* d_volume, std::uint32_t detector_rows, s
 }
 
 void dense_pattern_sum(const std::uint16_t* d_volume, std::uint32_t frame_pixels, const ScanRegion& region,
-                       std::uint64_t* d_pattern, cuda::StreamHandle stream) {
+                       std::uint64_t* d_pattern, kernels::StreamHandle stream) {
   check_even(frame_pixels);
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_pattern, 0, std::size_t{frame_pixels} * 8, stream));
   if (region.positions() == 0) return;
@@ -256,7 +256,7 @@ void dense_pattern_sum(const std::uint16_t* d_volume, std::uint32_t frame_pixels
 }
 
 void dense_frames_sum(const std::uint16_t* d_volume, std::uint32_t frame_pixels, const std::uint64_t* d_frames,
-                      std::uint32_t count, std::uint64_t* d_pattern, cuda::StreamHandle stream) {
+                      std::uint32_t count, std::uint64_t* d_pattern, kernels::StreamHandle stream) {
   check_even(frame_pixels);
   const std::uint32_t frame_words = frame_pixels / 2;
   frames_sum_kernel<<<(frame_words + kThreads - 1) / kThreads, kThreads, 0, stream>>>(

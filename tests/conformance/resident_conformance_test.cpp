@@ -14,7 +14,7 @@
 
 #include "dense_fixture.hpp"
 #include "naive_reference.hpp"
-#include "quantem/backend/cpu_resident.hpp"
+#include "quantem/backend/cpu_backend.hpp"
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/plan/plan.hpp"

@@ -14,8 +14,8 @@
 #include "../unit/ans/ans_test_data.hpp"
 #include "gpu_test_support.hpp"
 #include "quantem/ans/ans_codec.hpp"
-#include "quantem/cuda/ans.hpp"
-#include "quantem/cuda/device.hpp"
+#include "quantem/kernels/ans.hpp"
+#include "quantem/kernels/device.hpp"
 
 namespace quantem {
 namespace {
@@ -66,9 +66,9 @@ struct CpuAns {
 
 // Group blobs laid out in one device buffer, 256-byte aligned.
 struct DeviceResident {
-  cuda::DeviceBuffer blobs;
-  cuda::DeviceBuffer offsets;
-  cuda::AnsResidentView view;
+  kernels::DeviceBuffer blobs;
+  kernels::DeviceBuffer offsets;
+  kernels::AnsResidentView view;
 };
 
 DeviceResident upload(const std::vector<Bytes>& host_blobs, const TestFrames& shape, std::uint32_t frames_per_group) {
@@ -79,11 +79,11 @@ DeviceResident upload(const std::vector<Bytes>& host_blobs, const TestFrames& sh
     total += (blob.size() + 255) / 256 * 256;
   }
   DeviceResident resident;
-  resident.blobs = cuda::DeviceBuffer(std::max<std::size_t>(total, 1));
-  resident.offsets = cuda::DeviceBuffer(offsets.size() * sizeof(std::uint64_t));
+  resident.blobs = kernels::DeviceBuffer(std::max<std::size_t>(total, 1));
+  resident.offsets = kernels::DeviceBuffer(offsets.size() * sizeof(std::uint64_t));
   for (std::size_t g = 0; g < host_blobs.size(); ++g)
-    cuda::copy_to_device(resident.blobs.as<std::uint8_t>() + offsets[g], host_blobs[g].data(), host_blobs[g].size());
-  cuda::copy_to_device(resident.offsets.data(), offsets.data(), resident.offsets.size());
+    kernels::copy_to_device(resident.blobs.as<std::uint8_t>() + offsets[g], host_blobs[g].data(), host_blobs[g].size());
+  kernels::copy_to_device(resident.offsets.data(), offsets.data(), resident.offsets.size());
   resident.view.d_blobs = resident.blobs.as<std::uint8_t>();
   resident.view.d_group_offsets = resident.offsets.as<std::uint64_t>();
   resident.view.group_count = host_blobs.size();
@@ -99,11 +99,11 @@ struct CudaAns {
   // seek_frames != 0: the measuring pass also writes the seek table, returned
   // in *seek_table (the device table is poisoned with 0xAB first: every value must be written).
   static std::vector<Bytes> encode(const TestFrames& frames, std::uint32_t frames_per_group,
-                                   std::uint32_t kept_words_per_frame = cuda::AnsEncodeBatch{}.kept_words_per_frame,
+                                   std::uint32_t kept_words_per_frame = kernels::AnsEncodeBatch{}.kept_words_per_frame,
                                    std::uint32_t seek_frames = 0, std::vector<std::uint32_t>* seek_table = nullptr) {
-    cuda::DeviceBuffer d_frames(frames.bytes.size());
-    cuda::copy_to_device(d_frames.data(), frames.bytes.data(), frames.bytes.size());
-    cuda::AnsEncodeBatch batch;
+    kernels::DeviceBuffer d_frames(frames.bytes.size());
+    kernels::copy_to_device(d_frames.data(), frames.bytes.data(), frames.bytes.size());
+    kernels::AnsEncodeBatch batch;
     batch.d_frames = d_frames.data();
     batch.dtype = frames.dtype;
     batch.total_frames = frames.frame_count;
@@ -113,74 +113,74 @@ struct CudaAns {
     batch.kept_words_per_frame = kept_words_per_frame;
     const ans::AnsGroupLayout layout = ans::ans_group_layout(frames.rows, frames.cols);
     const std::uint64_t seek_words =
-        cuda::ans_seek_table_words(cuda::ans_group_count(frames.frame_count, frames_per_group), frames_per_group,
+        kernels::ans_seek_table_words(kernels::ans_group_count(frames.frame_count, frames_per_group), frames_per_group,
                                    seek_frames, layout.stream_count);
-    cuda::DeviceBuffer d_seek(std::max<std::uint64_t>(seek_words * 4, 4));
+    kernels::DeviceBuffer d_seek(std::max<std::uint64_t>(seek_words * 4, 4));
     if (seek_table != nullptr) {
-      cuda::fill_device(d_seek.data(), 0xAB, d_seek.size());
+      kernels::fill_device(d_seek.data(), 0xAB, d_seek.size());
       batch.d_seek_points = d_seek.as<std::uint32_t>();
       batch.frames_per_seek_point = seek_frames;
     }
-    cuda::DeviceBuffer scratch(cuda::ans_encode_scratch_bytes(batch));
-    cuda::fill_device(scratch.data(), 0x5A, scratch.size());  // the encoder must not rely on zeroed scratch
-    const std::vector<std::uint64_t> sizes = cuda::ans_encode_measure(batch, scratch.data(), scratch.size(), nullptr);
+    kernels::DeviceBuffer scratch(kernels::ans_encode_scratch_bytes(batch));
+    kernels::fill_device(scratch.data(), 0x5A, scratch.size());  // the encoder must not rely on zeroed scratch
+    const std::vector<std::uint64_t> sizes = kernels::ans_encode_measure(batch, scratch.data(), scratch.size(), nullptr);
     std::vector<std::uint64_t> offsets;
     std::size_t total = 0;
     for (std::uint64_t size : sizes) {
       offsets.push_back(total);
       total += (size + 255) / 256 * 256;
     }
-    cuda::DeviceBuffer d_out(total);
-    cuda::fill_device(d_out.data(), 0xC3, d_out.size());  // poison: every blob byte must be written
-    cuda::DeviceBuffer d_offsets(offsets.size() * sizeof(std::uint64_t));
-    cuda::copy_to_device(d_offsets.data(), offsets.data(), d_offsets.size());
-    cuda::ans_encode_write(batch, scratch.data(), scratch.size(), d_out.as<std::uint8_t>(), d_offsets.as<std::uint64_t>(),
+    kernels::DeviceBuffer d_out(total);
+    kernels::fill_device(d_out.data(), 0xC3, d_out.size());  // poison: every blob byte must be written
+    kernels::DeviceBuffer d_offsets(offsets.size() * sizeof(std::uint64_t));
+    kernels::copy_to_device(d_offsets.data(), offsets.data(), d_offsets.size());
+    kernels::ans_encode_write(batch, scratch.data(), scratch.size(), d_out.as<std::uint8_t>(), d_offsets.as<std::uint64_t>(),
                            nullptr);
-    cuda::synchronize_device();
+    kernels::synchronize_device();
     std::vector<Bytes> blobs;
     for (std::size_t g = 0; g < sizes.size(); ++g) {
       Bytes blob(sizes[g]);
-      cuda::copy_to_host(blob.data(), d_out.as<std::uint8_t>() + offsets[g], blob.size());
+      kernels::copy_to_host(blob.data(), d_out.as<std::uint8_t>() + offsets[g], blob.size());
       blobs.push_back(std::move(blob));
     }
     if (seek_table != nullptr) {
       seek_table->assign(seek_words, 0);
-      cuda::copy_to_host(seek_table->data(), d_seek.data(), seek_words * 4);
+      kernels::copy_to_host(seek_table->data(), d_seek.data(), seek_words * 4);
     }
     return blobs;
   }
   static std::vector<std::uint32_t> decode(const std::vector<Bytes>& blobs, const TestFrames& shape,
                                            std::uint32_t frames_per_group) {
     DeviceResident resident = upload(blobs, shape, frames_per_group);
-    cuda::DeviceBuffer d_out(shape.elements() * sizeof(std::uint32_t));
-    cuda::fill_device(d_out.data(), 0xEE, d_out.size());
-    cuda::DeviceBuffer d_error(sizeof(std::uint32_t));
-    cuda::fill_device(d_error.data(), 0, d_error.size());
-    cuda::ans_decode_frames(resident.view, 0, blobs.size(), DType::uint32, d_out.data(), d_error.as<std::uint32_t>(),
+    kernels::DeviceBuffer d_out(shape.elements() * sizeof(std::uint32_t));
+    kernels::fill_device(d_out.data(), 0xEE, d_out.size());
+    kernels::DeviceBuffer d_error(sizeof(std::uint32_t));
+    kernels::fill_device(d_error.data(), 0, d_error.size());
+    kernels::ans_decode_frames(resident.view, 0, blobs.size(), DType::uint32, d_out.data(), d_error.as<std::uint32_t>(),
                             nullptr);
-    cuda::synchronize_device();
+    kernels::synchronize_device();
     std::uint32_t error = 0;
-    cuda::copy_to_host(&error, d_error.data(), sizeof error);
+    kernels::copy_to_host(&error, d_error.data(), sizeof error);
     EXPECT_EQ(error, 0u) << "the GPU decoder reported a malformed stream";
     std::vector<std::uint32_t> out(shape.elements());
-    cuda::copy_to_host(out.data(), d_out.data(), d_out.size());
+    kernels::copy_to_host(out.data(), d_out.data(), d_out.size());
     return out;
   }
   static std::vector<std::uint64_t> masked_sum(const std::vector<Bytes>& blobs, const TestFrames& shape,
                                                std::uint32_t frames_per_group, const std::vector<std::uint8_t>& mask) {
     DeviceResident resident = upload(blobs, shape, frames_per_group);
-    const cuda::AnsMaskedStreams streams(mask, shape.rows, shape.cols);
-    cuda::DeviceBuffer d_sums(shape.frame_count * sizeof(std::uint64_t));
-    cuda::fill_device(d_sums.data(), 0x77, d_sums.size());
-    cuda::DeviceBuffer d_error(sizeof(std::uint32_t));
-    cuda::fill_device(d_error.data(), 0, d_error.size());
-    cuda::ans_masked_sum(resident.view, streams, d_sums.as<std::uint64_t>(), d_error.as<std::uint32_t>(), nullptr);
-    cuda::synchronize_device();
+    const kernels::AnsMaskedStreams streams(mask, shape.rows, shape.cols);
+    kernels::DeviceBuffer d_sums(shape.frame_count * sizeof(std::uint64_t));
+    kernels::fill_device(d_sums.data(), 0x77, d_sums.size());
+    kernels::DeviceBuffer d_error(sizeof(std::uint32_t));
+    kernels::fill_device(d_error.data(), 0, d_error.size());
+    kernels::ans_masked_sum(resident.view, streams, d_sums.as<std::uint64_t>(), d_error.as<std::uint32_t>(), nullptr);
+    kernels::synchronize_device();
     std::uint32_t error = 0;
-    cuda::copy_to_host(&error, d_error.data(), sizeof error);
+    kernels::copy_to_host(&error, d_error.data(), sizeof error);
     EXPECT_EQ(error, 0u) << "the GPU masked sum reported a malformed stream";
     std::vector<std::uint64_t> out(shape.frame_count);
-    cuda::copy_to_host(out.data(), d_sums.data(), d_sums.size());
+    kernels::copy_to_host(out.data(), d_sums.data(), d_sums.size());
     return out;
   }
 };
@@ -292,22 +292,22 @@ TEST(AnsCudaDecoder, ReportsMalformedStreams) {
     std::swap(offsets[3], offsets[4]);
     offsets[9] += 8;
     DeviceResident resident = upload(blobs, frames, 16);
-    cuda::DeviceBuffer d_out(frames.elements() * sizeof(std::uint16_t));
-    cuda::DeviceBuffer d_error(sizeof(std::uint32_t));
-    cuda::fill_device(d_error.data(), 0, d_error.size());
-    cuda::ans_decode_frames(resident.view, 0, 1, DType::uint16, d_out.data(), d_error.as<std::uint32_t>(), nullptr);
-    cuda::synchronize_device();
+    kernels::DeviceBuffer d_out(frames.elements() * sizeof(std::uint16_t));
+    kernels::DeviceBuffer d_error(sizeof(std::uint32_t));
+    kernels::fill_device(d_error.data(), 0, d_error.size());
+    kernels::ans_decode_frames(resident.view, 0, 1, DType::uint16, d_out.data(), d_error.as<std::uint32_t>(), nullptr);
+    kernels::synchronize_device();
     std::uint32_t error = 0;
-    cuda::copy_to_host(&error, d_error.data(), sizeof error);
+    kernels::copy_to_host(&error, d_error.data(), sizeof error);
     EXPECT_NE(error, 0u) << "frame decoder";
 
-    const cuda::AnsMaskedStreams every_pixel(std::vector<std::uint8_t>(16 * 16, 1), 16, 16);
-    cuda::DeviceBuffer d_sums(16 * sizeof(std::uint64_t));
-    cuda::fill_device(d_error.data(), 0, d_error.size());
-    cuda::ans_masked_sum(resident.view, every_pixel, d_sums.as<std::uint64_t>(), d_error.as<std::uint32_t>(), nullptr);
-    cuda::synchronize_device();
+    const kernels::AnsMaskedStreams every_pixel(std::vector<std::uint8_t>(16 * 16, 1), 16, 16);
+    kernels::DeviceBuffer d_sums(16 * sizeof(std::uint64_t));
+    kernels::fill_device(d_error.data(), 0, d_error.size());
+    kernels::ans_masked_sum(resident.view, every_pixel, d_sums.as<std::uint64_t>(), d_error.as<std::uint32_t>(), nullptr);
+    kernels::synchronize_device();
     error = 0;
-    cuda::copy_to_host(&error, d_error.data(), sizeof error);
+    kernels::copy_to_host(&error, d_error.data(), sizeof error);
     EXPECT_NE(error, 0u) << "masked sum";
   }
 }
@@ -323,13 +323,13 @@ TEST(AnsCudaEncode, MeasureAddsThePatternSum) {
       const TestFrames frames = ans_test::make_frames(pattern, dtype, 45, 13, 11, seed++);
       SCOPED_TRACE(frames.label);
       const std::uint64_t pixels = std::uint64_t{frames.rows} * frames.cols;
-      cuda::DeviceBuffer d_frames(frames.bytes.size());
-      cuda::copy_to_device(d_frames.data(), frames.bytes.data(), frames.bytes.size());
+      kernels::DeviceBuffer d_frames(frames.bytes.size());
+      kernels::copy_to_device(d_frames.data(), frames.bytes.data(), frames.bytes.size());
       std::vector<std::uint64_t> pattern_sum(pixels);
       for (std::uint64_t p = 0; p < pixels; ++p) pattern_sum[p] = p * 1000003;  // what earlier batches left
-      cuda::DeviceBuffer d_pattern(pixels * 8);
-      cuda::copy_to_device(d_pattern.data(), pattern_sum.data(), pixels * 8);
-      cuda::AnsEncodeBatch batch;
+      kernels::DeviceBuffer d_pattern(pixels * 8);
+      kernels::copy_to_device(d_pattern.data(), pattern_sum.data(), pixels * 8);
+      kernels::AnsEncodeBatch batch;
       batch.d_frames = d_frames.data();
       batch.dtype = frames.dtype;
       batch.total_frames = frames.frame_count;
@@ -337,10 +337,10 @@ TEST(AnsCudaEncode, MeasureAddsThePatternSum) {
       batch.detector_rows = frames.rows;
       batch.detector_cols = frames.cols;
       batch.d_pattern_sum = d_pattern.as<std::uint64_t>();
-      cuda::DeviceBuffer scratch(cuda::ans_encode_scratch_bytes(batch));
-      (void)cuda::ans_encode_measure(batch, scratch.data(), scratch.size(), nullptr);
+      kernels::DeviceBuffer scratch(kernels::ans_encode_scratch_bytes(batch));
+      (void)kernels::ans_encode_measure(batch, scratch.data(), scratch.size(), nullptr);
       std::vector<std::uint64_t> got(pixels);
-      cuda::copy_to_host(got.data(), d_pattern.data(), pixels * 8);
+      kernels::copy_to_host(got.data(), d_pattern.data(), pixels * 8);
       for (std::uint64_t p = 0; p < pixels; ++p) {
         std::uint64_t want = p * 1000003;
         for (std::uint32_t f = 0; f < frames.frame_count; ++f) want += ans_test::get(frames, f * pixels + p);
@@ -367,18 +367,18 @@ TEST(AnsCudaSeekPoints, EncoderWritesTheTableADecoderRecords) {
           const auto blobs = CudaAns::encode(frames, frames_per_group, kept, seek_frames, &from_encoder);
           EXPECT_EQ(blobs, CudaAns::encode(frames, frames_per_group, kept)) << "the blobs do not depend on the table";
           DeviceResident resident = upload(blobs, frames, frames_per_group);
-          cuda::DeviceBuffer d_points(from_encoder.size() * 4);
-          cuda::fill_device(d_points.data(), 0xAB, d_points.size());
-          cuda::DeviceBuffer d_error(sizeof(std::uint32_t));
-          cuda::fill_device(d_error.data(), 0, d_error.size());
-          cuda::ans_record_seek_points(resident.view, seek_frames, d_points.as<std::uint32_t>(),
+          kernels::DeviceBuffer d_points(from_encoder.size() * 4);
+          kernels::fill_device(d_points.data(), 0xAB, d_points.size());
+          kernels::DeviceBuffer d_error(sizeof(std::uint32_t));
+          kernels::fill_device(d_error.data(), 0, d_error.size());
+          kernels::ans_record_seek_points(resident.view, seek_frames, d_points.as<std::uint32_t>(),
                                        d_error.as<std::uint32_t>(), nullptr);
-          cuda::synchronize_device();
+          kernels::synchronize_device();
           std::uint32_t error = 1;
-          cuda::copy_to_host(&error, d_error.data(), sizeof error);
+          kernels::copy_to_host(&error, d_error.data(), sizeof error);
           ASSERT_EQ(error, 0u);
           std::vector<std::uint32_t> from_decoder(from_encoder.size());
-          cuda::copy_to_host(from_decoder.data(), d_points.data(), d_points.size());
+          kernels::copy_to_host(from_decoder.data(), d_points.data(), d_points.size());
           ASSERT_FALSE(from_encoder.empty());
           EXPECT_EQ(from_encoder, from_decoder);
         }
@@ -399,16 +399,16 @@ TEST(AnsCudaSeekPoints, MaskedSumsFromSeekPointsEqualDenseSums) {
     const auto blobs = CudaAns::encode(frames, frames_per_group);
     DeviceResident resident = upload(blobs, frames, frames_per_group);
     const ans::AnsGroupLayout layout = ans::ans_group_layout(frames.rows, frames.cols);
-    const std::uint64_t words = cuda::ans_seek_table_words(blobs.size(), frames_per_group, seek_frames, layout.stream_count);
+    const std::uint64_t words = kernels::ans_seek_table_words(blobs.size(), frames_per_group, seek_frames, layout.stream_count);
     ASSERT_EQ(words, std::uint64_t{3} * 3 * 5 * layout.stream_count);
-    cuda::DeviceBuffer d_points(words * 4);
-    cuda::DeviceBuffer d_error(sizeof(std::uint32_t));
-    cuda::fill_device(d_error.data(), 0, d_error.size());
-    cuda::ans_record_seek_points(resident.view, seek_frames, d_points.as<std::uint32_t>(), d_error.as<std::uint32_t>(),
+    kernels::DeviceBuffer d_points(words * 4);
+    kernels::DeviceBuffer d_error(sizeof(std::uint32_t));
+    kernels::fill_device(d_error.data(), 0, d_error.size());
+    kernels::ans_record_seek_points(resident.view, seek_frames, d_points.as<std::uint32_t>(), d_error.as<std::uint32_t>(),
                                  nullptr);
-    cuda::synchronize_device();
+    kernels::synchronize_device();
     std::uint32_t error = 1;
-    cuda::copy_to_host(&error, d_error.data(), sizeof error);
+    kernels::copy_to_host(&error, d_error.data(), sizeof error);
     ASSERT_EQ(error, 0u);
     resident.view.d_seek_points = d_points.as<std::uint32_t>();
     resident.view.frames_per_seek_point = seek_frames;
@@ -417,14 +417,14 @@ TEST(AnsCudaSeekPoints, MaskedSumsFromSeekPointsEqualDenseSums) {
     for (int r = 0; r < 41; ++r)
       for (int c = 0; c < 39; ++c) disc[static_cast<std::size_t>(r * 39 + c)] = std::hypot(r - 20.3, c - 18.6) < 9.5;
     auto sums_of = [&](const std::vector<std::uint8_t>& mask, std::uint32_t& reported) {
-      const cuda::AnsMaskedStreams streams(mask, frames.rows, frames.cols);
-      cuda::DeviceBuffer d_sums(frames.frame_count * sizeof(std::uint64_t));
-      cuda::fill_device(d_error.data(), 0, d_error.size());
-      cuda::ans_masked_sum(resident.view, streams, d_sums.as<std::uint64_t>(), d_error.as<std::uint32_t>(), nullptr);
-      cuda::synchronize_device();
-      cuda::copy_to_host(&reported, d_error.data(), sizeof reported);
+      const kernels::AnsMaskedStreams streams(mask, frames.rows, frames.cols);
+      kernels::DeviceBuffer d_sums(frames.frame_count * sizeof(std::uint64_t));
+      kernels::fill_device(d_error.data(), 0, d_error.size());
+      kernels::ans_masked_sum(resident.view, streams, d_sums.as<std::uint64_t>(), d_error.as<std::uint32_t>(), nullptr);
+      kernels::synchronize_device();
+      kernels::copy_to_host(&reported, d_error.data(), sizeof reported);
       std::vector<std::uint64_t> out(frames.frame_count);
-      cuda::copy_to_host(out.data(), d_sums.data(), d_sums.size());
+      kernels::copy_to_host(out.data(), d_sums.data(), d_sums.size());
       return out;
     };
     for (const auto& mask : {disc, full}) {
@@ -440,9 +440,9 @@ TEST(AnsCudaSeekPoints, MaskedSumsFromSeekPointsEqualDenseSums) {
     // segment before it no longer ends where the table says.
     std::uint32_t* tampered = d_points.as<std::uint32_t>() + (std::uint64_t{1} * 3 + 1) * 5 * layout.stream_count + 3;
     std::uint32_t state = 0;
-    cuda::copy_to_host(&state, tampered, 4);
+    kernels::copy_to_host(&state, tampered, 4);
     state ^= 0x100u;
-    cuda::copy_to_device(tampered, &state, 4);
+    kernels::copy_to_device(tampered, &state, 4);
     std::uint32_t reported = 0;
     sums_of(full, reported);
     EXPECT_NE(reported, 0u) << "a wrong seek point must be reported";

@@ -18,8 +18,8 @@
 #include "quantem/ans/ans_codec.hpp"
 #include "quantem/ans/ans_model.hpp"
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/ans.hpp"
-#include "quantem/cuda/resident_products.hpp"
+#include "quantem/kernels/ans.hpp"
+#include "quantem/kernels/resident_products.hpp"
 
 namespace quantem {
 namespace {
@@ -29,15 +29,15 @@ using ans_test::TestFrames;
 // The tables build_decode_tables makes on the device, built here on the host.
 // The neutral entry of absent positions follows the class tables, as on the device.
 std::vector<std::uint32_t> decode_tables(const std::vector<std::uint8_t>& blob, const ans::AnsGroupHeader& header) {
-  std::vector<std::uint32_t> table(cuda::kernels::ans_device::kNeutralTableOffset + 1, 0);
-  table.back() = cuda::kernels::ans_device::kNeutralEntry;
+  std::vector<std::uint32_t> table(kernels::device::ans_device::kNeutralTableOffset + 1, 0);
+  table.back() = kernels::device::ans_device::kNeutralEntry;
   for (std::uint32_t c = 0; c < ans::kAnsClassCount; ++c) {
     std::uint32_t cdf = 0;
     for (std::uint32_t s = 0; s < ans::kAnsAlphabetSize; ++s) {
       std::uint16_t f;
       std::memcpy(&f, blob.data() + header.freq_table_offset + 2 * (c * ans::kAnsAlphabetSize + s), 2);
       for (std::uint32_t slot = cdf; slot < cdf + f; ++slot)
-        table[c * ans::kAnsProbabilityScale + slot] = cuda::kernels::ans_device::make_decode_entry(s, f, slot - cdf);
+        table[c * ans::kAnsProbabilityScale + slot] = kernels::device::ans_device::make_decode_entry(s, f, slot - cdf);
       cdf += f;
     }
   }
@@ -54,7 +54,7 @@ std::vector<std::uint32_t> decode_with_reader(const std::vector<std::uint8_t>& b
   std::vector<std::uint32_t> out(std::size_t{header.frame_count} * rows * cols, 0xdeadbeef);
   unclean_streams = 0;
   for (std::uint32_t stream = 0; stream < header.stream_count; ++stream) {
-    cuda::kernels::ans_device::StreamReader reader;
+    kernels::device::ans_device::StreamReader reader;
     reader.open(blob.data() + header.stream_data_offset,
                 reinterpret_cast<const std::uint32_t*>(blob.data() + header.stream_offsets_offset), stream,
                 header.stream_count, header.stream_data_bytes);
@@ -71,7 +71,7 @@ std::vector<std::uint32_t> decode_with_reader(const std::vector<std::uint8_t>& b
       const bool here = r < rows && c < cols;
       pixel[k] = r * cols + c;
       const std::uint32_t cls = here ? blob[header.class_map_offset + pixel[k]] : 0u;
-      class_offset[k] = here ? cls * ans::kAnsProbabilityScale : cuda::kernels::ans_device::kNeutralTableOffset;
+      class_offset[k] = here ? cls * ans::kAnsProbabilityScale : kernels::device::ans_device::kNeutralTableOffset;
       shift[k] = here ? ans::class_shift(cls, header.class_scale) : 0u;
       raw_bits = raw_bits || shift[k] != 0;
       if (here) present |= 1u << k;
@@ -131,14 +131,14 @@ TEST(AnsStreamReaderHost, SeekingToARecordedPointContinuesExactly) {
           const std::uint32_t c = 2 * (stream % layout.quad_cols) + k % 2;
           const bool here = r < frames.rows && c < frames.cols;
           const std::uint32_t cls = here ? blob[header.class_map_offset + r * frames.cols + c] : 0u;
-          class_offset[k] = here ? cls * ans::kAnsProbabilityScale : cuda::kernels::ans_device::kNeutralTableOffset;
+          class_offset[k] = here ? cls * ans::kAnsProbabilityScale : kernels::device::ans_device::kNeutralTableOffset;
           shift[k] = here ? ans::class_shift(cls, header.class_scale) : 0u;
         }
-        auto open = [&](cuda::kernels::ans_device::StreamReader& reader) {
+        auto open = [&](kernels::device::ans_device::StreamReader& reader) {
           reader.open(blob.data() + header.stream_data_offset, offsets, stream, header.stream_count,
                       header.stream_data_bytes);
         };
-        cuda::kernels::ans_device::StreamReader whole;
+        kernels::device::ans_device::StreamReader whole;
         open(whole);
         std::vector<std::array<std::uint32_t, 5>> points;  // before each frame: states, word index
         std::vector<std::array<std::uint32_t, 4>> values;
@@ -151,7 +151,7 @@ TEST(AnsStreamReaderHost, SeekingToARecordedPointContinuesExactly) {
         }
         ASSERT_TRUE(whole.finished_cleanly());
         for (std::uint32_t start : {1u, 6u, 13u, 28u}) {
-          cuda::kernels::ans_device::StreamReader resumed;
+          kernels::device::ans_device::StreamReader resumed;
           open(resumed);
           resumed.seek(points[start].data(), points[start][4]);
           for (std::uint32_t f = start; f < frames.frame_count; ++f) {
@@ -238,7 +238,7 @@ TEST(AnsMaskEntries, EqualThePlainQuadArithmetic) {
         }
         if (bits != 0) expected.push_back(stream | (bits << 28));
       }
-      EXPECT_EQ(cuda::ans_mask_entries(mask, rows, cols), expected);
+      EXPECT_EQ(kernels::ans_mask_entries(mask, rows, cols), expected);
       if (m == 0) {
         EXPECT_FALSE(expected.empty());
       }
@@ -248,14 +248,14 @@ TEST(AnsMaskEntries, EqualThePlainQuadArithmetic) {
 
 TEST(AccumulateFramesWidth, WideCtasOnlyWhenEverySmStillGetsOne) {
   // A frame of a 192 x 192 detector: 9,216 streams, one job -> 18 CTAs of 512.
-  EXPECT_EQ(cuda::ans_accumulate_frames_threads_for(1, 9216, 132), 512);
+  EXPECT_EQ(kernels::ans_accumulate_frames_threads_for(1, 9216, 132), 512);
   // Ten jobs: 90 CTAs of 1024 would leave SMs idle.
-  EXPECT_EQ(cuda::ans_accumulate_frames_threads_for(10, 9216, 132), 512);
+  EXPECT_EQ(kernels::ans_accumulate_frames_threads_for(10, 9216, 132), 512);
   // A half crop's 256 jobs: 2,304 CTAs of 1024.
-  EXPECT_EQ(cuda::ans_accumulate_frames_threads_for(256, 9216, 132), 1024);
-  EXPECT_EQ(cuda::ans_accumulate_frames_threads_for(15, 9216, 132), 1024);
-  EXPECT_THROW(cuda::check_ans_accumulate_frames_cta_threads(128), Error);
-  EXPECT_NO_THROW(cuda::check_ans_accumulate_frames_cta_threads(0));
+  EXPECT_EQ(kernels::ans_accumulate_frames_threads_for(256, 9216, 132), 1024);
+  EXPECT_EQ(kernels::ans_accumulate_frames_threads_for(15, 9216, 132), 1024);
+  EXPECT_THROW(kernels::check_ans_accumulate_frames_cta_threads(128), Error);
+  EXPECT_NO_THROW(kernels::check_ans_accumulate_frames_cta_threads(0));
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// GPU bitshuffle/LZ4 encode (cuda::encode_bitshuffle_lz4) against its
+// GPU bitshuffle/LZ4 encode (kernels::encode_bitshuffle_lz4) against its
 // references: every chunk decodes to exactly its frame through the CPU
 // decoder (codec::decode_chunk), the GPU decoder and the official HDF5
 // bitshuffle filter (libh5bshuf through H5Dread); every LZ4 block is read by
@@ -20,8 +20,8 @@
 #include "gpu_test_support.hpp"
 #include "quantem/codec/chunk_codec.hpp"
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/bitshuffle_lz4.hpp"
-#include "quantem/cuda/device.hpp"
+#include "quantem/kernels/bitshuffle_lz4.hpp"
+#include "quantem/kernels/device.hpp"
 #include "quantem/export/arina_writer.hpp"
 #include "test_support.hpp"
 
@@ -35,27 +35,27 @@ std::vector<Bytes> encode_on_gpu(const std::vector<Bytes>& frames, std::size_t e
                                  std::size_t block_elements = 0) {
   Bytes staged;
   for (const Bytes& frame : frames) staged.insert(staged.end(), frame.begin(), frame.end());
-  cuda::DeviceBuffer d_frames(std::max<std::size_t>(staged.size(), 1));
-  cuda::copy_to_device(d_frames.data(), staged.data(), staged.size());
-  cuda::BitshuffleLz4EncodeBatch batch;
+  kernels::DeviceBuffer d_frames(std::max<std::size_t>(staged.size(), 1));
+  kernels::copy_to_device(d_frames.data(), staged.data(), staged.size());
+  kernels::BitshuffleLz4EncodeBatch batch;
   batch.d_frames = d_frames.data();
   batch.chunk_count = frames.size();
   batch.element_size = element_size;
   batch.elements_per_chunk = elements;
   batch.block_elements = block_elements;
-  const std::size_t bound = cuda::bitshuffle_lz4_chunk_bound(batch);
-  cuda::DeviceBuffer d_out(std::max<std::size_t>(frames.size() * bound, 1));
-  cuda::fill_device(d_out.data(), 0xA5, d_out.size());  // poison: every byte kept must be written
-  cuda::DeviceBuffer d_offsets((frames.size() + 1) * sizeof(std::uint64_t));
-  cuda::DeviceBuffer d_scratch(std::max<std::size_t>(cuda::bitshuffle_lz4_encode_scratch_bytes(batch), 1));
-  cuda::encode_bitshuffle_lz4(batch, d_scratch.data(), d_scratch.size(), d_out.as<std::uint8_t>(),
+  const std::size_t bound = kernels::bitshuffle_lz4_chunk_bound(batch);
+  kernels::DeviceBuffer d_out(std::max<std::size_t>(frames.size() * bound, 1));
+  kernels::fill_device(d_out.data(), 0xA5, d_out.size());  // poison: every byte kept must be written
+  kernels::DeviceBuffer d_offsets((frames.size() + 1) * sizeof(std::uint64_t));
+  kernels::DeviceBuffer d_scratch(std::max<std::size_t>(kernels::bitshuffle_lz4_encode_scratch_bytes(batch), 1));
+  kernels::encode_bitshuffle_lz4(batch, d_scratch.data(), d_scratch.size(), d_out.as<std::uint8_t>(),
                               d_offsets.as<std::uint64_t>(), nullptr);
-  cuda::synchronize_device();
+  kernels::synchronize_device();
   std::vector<std::uint64_t> offsets(frames.size() + 1);
-  cuda::copy_to_host(offsets.data(), d_offsets.data(), d_offsets.size());
+  kernels::copy_to_host(offsets.data(), d_offsets.data(), d_offsets.size());
   EXPECT_EQ(offsets[0], 0u);
   Bytes all(offsets.back());
-  cuda::copy_to_host(all.data(), d_out.data(), all.size());
+  kernels::copy_to_host(all.data(), d_out.data(), all.size());
   std::vector<Bytes> chunks;
   for (std::size_t i = 0; i < frames.size(); ++i) {
     EXPECT_LE(offsets[i], offsets[i + 1]);
@@ -76,7 +76,7 @@ Bytes decode_on_cpu(const Bytes& chunk, std::size_t element_size, std::size_t el
 }
 
 std::vector<Bytes> decode_on_gpu(const std::vector<Bytes>& chunks, std::size_t element_size, std::size_t elements,
-                                 std::size_t block_elements, std::vector<cuda::ChunkStatus>& status) {
+                                 std::size_t block_elements, std::vector<kernels::ChunkStatus>& status) {
   Bytes staged;
   std::vector<std::uint64_t> offsets;
   std::vector<std::uint32_t> sizes;
@@ -86,12 +86,12 @@ std::vector<Bytes> decode_on_gpu(const std::vector<Bytes>& chunks, std::size_t e
     staged.insert(staged.end(), chunk.begin(), chunk.end());
   }
   const std::size_t frame_bytes = elements * element_size;
-  cuda::DeviceBuffer d_stored(staged.size()), d_offsets(offsets.size() * 8), d_sizes(sizes.size() * 4);
-  cuda::DeviceBuffer d_decoded(chunks.size() * frame_bytes), d_status(chunks.size() * 4);
-  cuda::copy_to_device(d_stored.data(), staged.data(), staged.size());
-  cuda::copy_to_device(d_offsets.data(), offsets.data(), d_offsets.size());
-  cuda::copy_to_device(d_sizes.data(), sizes.data(), d_sizes.size());
-  cuda::BitshuffleLz4Batch batch;
+  kernels::DeviceBuffer d_stored(staged.size()), d_offsets(offsets.size() * 8), d_sizes(sizes.size() * 4);
+  kernels::DeviceBuffer d_decoded(chunks.size() * frame_bytes), d_status(chunks.size() * 4);
+  kernels::copy_to_device(d_stored.data(), staged.data(), staged.size());
+  kernels::copy_to_device(d_offsets.data(), offsets.data(), d_offsets.size());
+  kernels::copy_to_device(d_sizes.data(), sizes.data(), d_sizes.size());
+  kernels::BitshuffleLz4Batch batch;
   batch.d_stored = d_stored.as<std::uint8_t>();
   batch.stored_bytes = staged.size();
   batch.d_chunk_offsets = d_offsets.as<std::uint64_t>();
@@ -102,13 +102,13 @@ std::vector<Bytes> decode_on_gpu(const std::vector<Bytes>& chunks, std::size_t e
   batch.block_elements = block_elements;
   batch.d_decoded = d_decoded.as<std::uint8_t>();
   batch.d_status = d_status.as<std::uint32_t>();
-  cuda::DeviceBuffer d_scratch(std::max<std::size_t>(cuda::bitshuffle_lz4_scratch_bytes(batch), 1));
-  cuda::decode_bitshuffle_lz4(batch, d_scratch.data(), d_scratch.size(), nullptr);
-  cuda::synchronize_device();
+  kernels::DeviceBuffer d_scratch(std::max<std::size_t>(kernels::bitshuffle_lz4_scratch_bytes(batch), 1));
+  kernels::decode_bitshuffle_lz4(batch, d_scratch.data(), d_scratch.size(), nullptr);
+  kernels::synchronize_device();
   Bytes all(d_decoded.size());
-  cuda::copy_to_host(all.data(), d_decoded.data(), all.size());
-  status.assign(chunks.size(), cuda::ChunkStatus::ok);
-  cuda::copy_to_host(status.data(), d_status.data(), d_status.size());
+  kernels::copy_to_host(all.data(), d_decoded.data(), all.size());
+  status.assign(chunks.size(), kernels::ChunkStatus::ok);
+  kernels::copy_to_host(status.data(), d_status.data(), d_status.size());
   std::vector<Bytes> frames;
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     frames.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(i * frame_bytes),
@@ -184,13 +184,13 @@ TEST(BitshuffleLz4GpuEncode, EveryChunkDecodesToItsFrameOnTheCpuAndTheGpuAndIsTh
       frames.push_back(gpu_test::random_frame(rng, c.elements, c.element_size, pattern));
     }
     const std::vector<Bytes> chunks = encode_on_gpu(frames, c.element_size, c.elements, c.block_elements);
-    std::vector<cuda::ChunkStatus> status;
+    std::vector<kernels::ChunkStatus> status;
     const std::vector<Bytes> gpu = decode_on_gpu(chunks, c.element_size, c.elements, c.block_elements, status);
     for (std::size_t i = 0; i < frames.size(); ++i) {
       const std::string what = kPatterns[i] + " " + std::to_string(c.elements) + " x " +
                                std::to_string(c.element_size) + " bytes, block " + std::to_string(c.block_elements);
       EXPECT_EQ(decode_on_cpu(chunks[i], c.element_size, c.elements), frames[i]) << what;
-      EXPECT_EQ(status[i], cuda::ChunkStatus::ok) << what;
+      EXPECT_EQ(status[i], kernels::ChunkStatus::ok) << what;
       EXPECT_EQ(gpu[i], frames[i]) << what;
       expect_blocks_are_the_references(chunks[i], frames[i], c.element_size, c.elements, c.block_elements, what);
     }
@@ -213,16 +213,16 @@ TEST(BitshuffleLz4GpuEncode, CountingDataCompressesNearlyAsWellAsLiblz4) {
 
 TEST(BitshuffleLz4GpuEncode, RejectsBlocksItCannotHold) {
   QUANTEM_REQUIRE_CUDA_DEVICE();
-  cuda::BitshuffleLz4EncodeBatch batch;
+  kernels::BitshuffleLz4EncodeBatch batch;
   batch.elements_per_chunk = 100;
   batch.element_size = 2;
   batch.block_elements = 12;  // not a multiple of 8
-  EXPECT_THROW(cuda::bitshuffle_lz4_chunk_bound(batch), Error);
+  EXPECT_THROW(kernels::bitshuffle_lz4_chunk_bound(batch), Error);
   batch.block_elements = 8192;  // 16 KiB: above the shared-memory block
-  EXPECT_THROW(cuda::bitshuffle_lz4_chunk_bound(batch), Error);
+  EXPECT_THROW(kernels::bitshuffle_lz4_chunk_bound(batch), Error);
   batch.block_elements = 0;
   batch.element_size = 3;
-  EXPECT_THROW(cuda::bitshuffle_lz4_chunk_bound(batch), Error);
+  EXPECT_THROW(kernels::bitshuffle_lz4_chunk_bound(batch), Error);
 }
 
 // The official filter: the directory holding libh5bshuf.so (QUANTEM_HDF5_PLUGIN_DIR

@@ -14,14 +14,14 @@
 #include "lz4_test_support.hpp"
 #include "quantem/codec/chunk_codec.hpp"
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/bitshuffle_lz4.hpp"
-#include "quantem/cuda/device.hpp"
+#include "quantem/kernels/bitshuffle_lz4.hpp"
+#include "quantem/kernels/device.hpp"
 #include "test_support.hpp"
 
 namespace quantem {
 namespace {
 
-using cuda::ChunkStatus;
+using kernels::ChunkStatus;
 using Bytes = std::vector<std::uint8_t>;
 
 struct GpuDecodeResult {
@@ -35,7 +35,7 @@ struct GpuDecodeResult {
 // and every block takes the warp-at-a-time path).
 GpuDecodeResult decode_on_gpu(const std::vector<Bytes>& chunks, std::size_t element_size, std::size_t elements,
                               std::size_t block_elements = 0, bool staged_backwards = false,
-                              const cuda::BitshuffleLz4Tuning& tuning = {}) {
+                              const kernels::BitshuffleLz4Tuning& tuning = {}) {
   Bytes staged;
   std::vector<std::uint64_t> offsets(chunks.size());
   std::vector<std::uint32_t> sizes(chunks.size());
@@ -46,18 +46,18 @@ GpuDecodeResult decode_on_gpu(const std::vector<Bytes>& chunks, std::size_t elem
     staged.insert(staged.end(), chunks[i].begin(), chunks[i].end());
   }
   const std::size_t frame_bytes = elements * element_size;
-  cuda::DeviceBuffer d_stored(std::max<std::size_t>(staged.size(), 1));
-  cuda::DeviceBuffer d_offsets(offsets.size() * sizeof(std::uint64_t));
-  cuda::DeviceBuffer d_sizes(sizes.size() * sizeof(std::uint32_t));
-  cuda::DeviceBuffer d_decoded(chunks.size() * frame_bytes);
-  cuda::DeviceBuffer d_status(chunks.size() * sizeof(std::uint32_t));
-  cuda::copy_to_device(d_stored.data(), staged.data(), staged.size());
-  cuda::copy_to_device(d_offsets.data(), offsets.data(), d_offsets.size());
-  cuda::copy_to_device(d_sizes.data(), sizes.data(), d_sizes.size());
-  cuda::fill_device(d_decoded.data(), 0xA5, d_decoded.size());  // poison: every byte must be written
-  cuda::fill_device(d_status.data(), 0xFF, d_status.size());
+  kernels::DeviceBuffer d_stored(std::max<std::size_t>(staged.size(), 1));
+  kernels::DeviceBuffer d_offsets(offsets.size() * sizeof(std::uint64_t));
+  kernels::DeviceBuffer d_sizes(sizes.size() * sizeof(std::uint32_t));
+  kernels::DeviceBuffer d_decoded(chunks.size() * frame_bytes);
+  kernels::DeviceBuffer d_status(chunks.size() * sizeof(std::uint32_t));
+  kernels::copy_to_device(d_stored.data(), staged.data(), staged.size());
+  kernels::copy_to_device(d_offsets.data(), offsets.data(), d_offsets.size());
+  kernels::copy_to_device(d_sizes.data(), sizes.data(), d_sizes.size());
+  kernels::fill_device(d_decoded.data(), 0xA5, d_decoded.size());  // poison: every byte must be written
+  kernels::fill_device(d_status.data(), 0xFF, d_status.size());
 
-  cuda::BitshuffleLz4Batch batch;
+  kernels::BitshuffleLz4Batch batch;
   batch.d_stored = d_stored.as<std::uint8_t>();
   batch.stored_bytes = staged.size();
   batch.d_chunk_offsets = d_offsets.as<std::uint64_t>();
@@ -68,15 +68,15 @@ GpuDecodeResult decode_on_gpu(const std::vector<Bytes>& chunks, std::size_t elem
   batch.block_elements = block_elements;
   batch.d_decoded = d_decoded.as<std::uint8_t>();
   batch.d_status = d_status.as<std::uint32_t>();
-  cuda::DeviceBuffer d_scratch(std::max<std::size_t>(cuda::bitshuffle_lz4_scratch_bytes(batch), 1));
-  cuda::decode_bitshuffle_lz4(batch, d_scratch.data(), d_scratch.size(), nullptr, tuning);
-  cuda::synchronize_device();
+  kernels::DeviceBuffer d_scratch(std::max<std::size_t>(kernels::bitshuffle_lz4_scratch_bytes(batch), 1));
+  kernels::decode_bitshuffle_lz4(batch, d_scratch.data(), d_scratch.size(), nullptr, tuning);
+  kernels::synchronize_device();
 
   GpuDecodeResult result;
   Bytes all(d_decoded.size());
-  cuda::copy_to_host(all.data(), d_decoded.data(), all.size());
+  kernels::copy_to_host(all.data(), d_decoded.data(), all.size());
   std::vector<std::uint32_t> status(chunks.size());
-  cuda::copy_to_host(status.data(), d_status.data(), d_status.size());
+  kernels::copy_to_host(status.data(), d_status.data(), d_status.size());
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     result.frames.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(i * frame_bytes),
                                all.begin() + static_cast<std::ptrdiff_t>((i + 1) * frame_bytes));
@@ -118,7 +118,7 @@ TEST(BitshuffleLz4Gpu, DecodesGeneratedChunksBitForBit) {
                      ", pattern " + patterns[i]);
         Bytes cpu;
         ASSERT_TRUE(decode_on_cpu(chunks[i], element_size, elements, cpu));
-        EXPECT_EQ(gpu.status[i], ChunkStatus::ok) << cuda::chunk_status_name(gpu.status[i]);
+        EXPECT_EQ(gpu.status[i], ChunkStatus::ok) << kernels::chunk_status_name(gpu.status[i]);
         EXPECT_EQ(gpu.frames[i], cpu);
         EXPECT_EQ(gpu.frames[i], sources[i]);
       }
@@ -153,7 +153,7 @@ TEST(BitshuffleLz4Gpu, ChunksStagedOutOfOrderDecodeTheSame) {
 TEST(BitshuffleLz4Gpu, SequenceBySequenceReplayDecodesTheSame) {
   QUANTEM_REQUIRE_CUDA_DEVICE();
   std::mt19937_64 rng(31);
-  cuda::BitshuffleLz4Tuning sequence_by_sequence;
+  kernels::BitshuffleLz4Tuning sequence_by_sequence;
   sequence_by_sequence.batched_literals = false;
   for (std::size_t element_size : {1u, 2u, 4u}) {
     std::vector<Bytes> sources, chunks;
@@ -212,7 +212,7 @@ TEST(BitshuffleLz4Gpu, DecodesRealDetectorFilesLikeTheCpuReference) {
     for (std::size_t i = 0; i < chunks.size(); ++i) {
       Bytes cpu;
       ASSERT_TRUE(decode_on_cpu(chunks[i], dataset.element_size, dataset.frame_elements, cpu)) << "chunk " << i;
-      EXPECT_EQ(gpu.status[i], ChunkStatus::ok) << "chunk " << i << ": " << cuda::chunk_status_name(gpu.status[i]);
+      EXPECT_EQ(gpu.status[i], ChunkStatus::ok) << "chunk " << i << ": " << kernels::chunk_status_name(gpu.status[i]);
       EXPECT_TRUE(gpu.frames[i] == cpu) << "chunk " << i << " differs from the CPU reference";
     }
   }
@@ -290,7 +290,7 @@ TEST(BitshuffleLz4Gpu, CorruptChunksFailAloneAndAgreeWithTheCpuReference) {
         ++zero_offset_cases;
         continue;
       }
-      EXPECT_EQ(gpu_ok, cpu_ok) << "GPU status " << cuda::chunk_status_name(gpu.status[i]);
+      EXPECT_EQ(gpu_ok, cpu_ok) << "GPU status " << kernels::chunk_status_name(gpu.status[i]);
       if (gpu_ok && cpu_ok) {
         EXPECT_TRUE(gpu.frames[i] == cpu);
       }
@@ -309,15 +309,15 @@ TEST(BitshuffleLz4Gpu, ChunksOutsideTheStagingBufferFailWithoutReading) {
   std::mt19937_64 rng(5);
   const Bytes source = gpu_test::random_frame(rng, 4096, 2, "sparse");
   const Bytes chunk = codec::encode_bitshuffle_lz4(source.data(), 4096, 2);
-  cuda::DeviceBuffer d_stored(chunk.size());
-  cuda::copy_to_device(d_stored.data(), chunk.data(), chunk.size());
+  kernels::DeviceBuffer d_stored(chunk.size());
+  kernels::copy_to_device(d_stored.data(), chunk.data(), chunk.size());
   const std::vector<std::uint64_t> offsets = {0, 1, 0};
   const std::vector<std::uint32_t> sizes = {static_cast<std::uint32_t>(chunk.size()),
                                             static_cast<std::uint32_t>(chunk.size()), 0xfffffff0u};
-  cuda::DeviceBuffer d_offsets(offsets.size() * 8), d_sizes(sizes.size() * 4), d_decoded(3 * 4096 * 2), d_status(12);
-  cuda::copy_to_device(d_offsets.data(), offsets.data(), d_offsets.size());
-  cuda::copy_to_device(d_sizes.data(), sizes.data(), d_sizes.size());
-  cuda::BitshuffleLz4Batch batch;
+  kernels::DeviceBuffer d_offsets(offsets.size() * 8), d_sizes(sizes.size() * 4), d_decoded(3 * 4096 * 2), d_status(12);
+  kernels::copy_to_device(d_offsets.data(), offsets.data(), d_offsets.size());
+  kernels::copy_to_device(d_sizes.data(), sizes.data(), d_sizes.size());
+  kernels::BitshuffleLz4Batch batch;
   batch.d_stored = d_stored.as<std::uint8_t>();
   batch.stored_bytes = chunk.size();
   batch.d_chunk_offsets = d_offsets.as<std::uint64_t>();
@@ -327,16 +327,16 @@ TEST(BitshuffleLz4Gpu, ChunksOutsideTheStagingBufferFailWithoutReading) {
   batch.elements_per_chunk = 4096;
   batch.d_decoded = d_decoded.as<std::uint8_t>();
   batch.d_status = d_status.as<std::uint32_t>();
-  cuda::DeviceBuffer d_scratch(cuda::bitshuffle_lz4_scratch_bytes(batch));
-  cuda::decode_bitshuffle_lz4(batch, d_scratch.data(), d_scratch.size(), nullptr);
-  cuda::synchronize_device();
+  kernels::DeviceBuffer d_scratch(kernels::bitshuffle_lz4_scratch_bytes(batch));
+  kernels::decode_bitshuffle_lz4(batch, d_scratch.data(), d_scratch.size(), nullptr);
+  kernels::synchronize_device();
   std::vector<std::uint32_t> status(3);
-  cuda::copy_to_host(status.data(), d_status.data(), 12);
+  kernels::copy_to_host(status.data(), d_status.data(), 12);
   EXPECT_EQ(static_cast<ChunkStatus>(status[0]), ChunkStatus::ok);
   EXPECT_EQ(static_cast<ChunkStatus>(status[1]), ChunkStatus::outside_staging);
   EXPECT_EQ(static_cast<ChunkStatus>(status[2]), ChunkStatus::outside_staging);
   Bytes first(4096 * 2);
-  cuda::copy_to_host(first.data(), d_decoded.data(), first.size());
+  kernels::copy_to_host(first.data(), d_decoded.data(), first.size());
   EXPECT_EQ(first, source);
 }
 
@@ -365,42 +365,42 @@ TEST(BitshuffleLz4Gpu, ManyFramesInOneBatch) {
 
 // A tuning field refuses each of `values` as a bad request before anything
 // runs (no device needed), and takes its default (0).
-void expect_tuning_refuses(int cuda::BitshuffleLz4Tuning::*field, std::initializer_list<int> values) {
+void expect_tuning_refuses(int kernels::BitshuffleLz4Tuning::*field, std::initializer_list<int> values) {
   for (const int value : values) {
-    cuda::BitshuffleLz4Tuning tuning;
+    kernels::BitshuffleLz4Tuning tuning;
     tuning.*field = value;
     try {
-      cuda::check_bitshuffle_lz4_tuning(tuning);
+      kernels::check_bitshuffle_lz4_tuning(tuning);
       ADD_FAILURE() << "accepted " << value;
     } catch (const Error& error) {
       EXPECT_EQ(error.kind(), ErrorKind::bad_request);
     }
   }
-  cuda::BitshuffleLz4Tuning tuning;
+  kernels::BitshuffleLz4Tuning tuning;
   tuning.*field = 0;
-  EXPECT_NO_THROW(cuda::check_bitshuffle_lz4_tuning(tuning));
+  EXPECT_NO_THROW(kernels::check_bitshuffle_lz4_tuning(tuning));
 }
 
 // The blocks per warp: 0 (the default) or 1..32.
 TEST(BitshuffleLz4Gpu, BlocksPerWarpOutsideOneToThirtyTwoAreABadRequest) {
-  expect_tuning_refuses(&cuda::BitshuffleLz4Tuning::blocks_per_warp, {-1, 33});
+  expect_tuning_refuses(&kernels::BitshuffleLz4Tuning::blocks_per_warp, {-1, 33});
 }
 
 // The decode's grid: 0 (the default, 100 %) or 1..100 percent of the CTAs the device holds.
 TEST(BitshuffleLz4Gpu, GridPercentOutsideOneToHundredIsABadRequest) {
-  expect_tuning_refuses(&cuda::BitshuffleLz4Tuning::grid_percent, {-1, 101});
+  expect_tuning_refuses(&kernels::BitshuffleLz4Tuning::grid_percent, {-1, 101});
 }
 
 TEST(BitshuffleLz4Gpu, RejectsInvalidBatchShapes) {
-  cuda::BitshuffleLz4Batch batch;
+  kernels::BitshuffleLz4Batch batch;
   batch.element_size = 3;
   batch.elements_per_chunk = 10;
-  EXPECT_THROW(cuda::bitshuffle_lz4_scratch_bytes(batch), Error);
+  EXPECT_THROW(kernels::bitshuffle_lz4_scratch_bytes(batch), Error);
   batch.element_size = 2;
   batch.block_elements = 8192;  // 16 KiB blocks exceed the shared-memory buffer
-  EXPECT_THROW(cuda::bitshuffle_lz4_scratch_bytes(batch), Error);
+  EXPECT_THROW(kernels::bitshuffle_lz4_scratch_bytes(batch), Error);
   batch.block_elements = 12;    // not a multiple of 8
-  EXPECT_THROW(cuda::bitshuffle_lz4_scratch_bytes(batch), Error);
+  EXPECT_THROW(kernels::bitshuffle_lz4_scratch_bytes(batch), Error);
 }
 
 }  // namespace

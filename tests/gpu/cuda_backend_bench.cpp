@@ -22,8 +22,8 @@
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/backend/stage_clock.hpp"
 #include "quantem/catalog/acquisition.hpp"
-#include "quantem/cuda/bitshuffle_lz4.hpp"
-#include "quantem/cuda/resident_products.hpp"
+#include "quantem/kernels/bitshuffle_lz4.hpp"
+#include "quantem/kernels/resident_products.hpp"
 #include "quantem/plan/plan.hpp"
 
 namespace {

@@ -13,14 +13,14 @@
 #include <vector>
 
 #include "cuda_support.hpp"
-#include "load_plan.hpp"
-#include "quantem/cuda/bitshuffle_lz4.hpp"
-#include "quantem/cuda/device.hpp"
+#include "cuda_load_plan.hpp"
+#include "quantem/kernels/bitshuffle_lz4.hpp"
+#include "quantem/kernels/device.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/synth/synth.hpp"
 #include "test_support.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 namespace {
 
 std::vector<std::uint8_t> pread_bytes(const std::string& path, std::uint64_t offset, std::uint64_t bytes) {
@@ -202,24 +202,24 @@ TEST(CudaLoadPlan, RecentFramesHoldOneSeekSegmentWithinTheirCap) {
 }
 
 }  // namespace
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 namespace {
 
 TEST(BitshuffleLz4Launch, BalancedBlocksPerWarpKeepTheRoundsAndShortenThem) {
   // 4096 frames of 192 x 192 u16 (9 blocks each) on an H200's 3,168 resident
   // warps: 2 rounds at 8 blocks per warp, and still 2 at 6.
-  EXPECT_EQ(cuda::bitshuffle_lz4_balanced_blocks_per_warp(36864, 3168), 6u);
-  EXPECT_EQ(cuda::bitshuffle_lz4_balanced_blocks_per_warp(18432, 3168), 6u);  // a batch's last 2048 frames: 1 round
-  EXPECT_EQ(cuda::bitshuffle_lz4_balanced_blocks_per_warp(25344, 3168), 8u);  // exactly one round of 8
-  EXPECT_EQ(cuda::bitshuffle_lz4_balanced_blocks_per_warp(25345, 3168), 5u);  // one block more: 2 rounds of 5
-  EXPECT_EQ(cuda::bitshuffle_lz4_balanced_blocks_per_warp(100, 3168), 1u);
-  EXPECT_EQ(cuda::bitshuffle_lz4_balanced_blocks_per_warp(0, 3168), 1u);
-  EXPECT_EQ(cuda::bitshuffle_lz4_balanced_blocks_per_warp(1000, 0), 8u);  // no warps known: the most
+  EXPECT_EQ(kernels::bitshuffle_lz4_balanced_blocks_per_warp(36864, 3168), 6u);
+  EXPECT_EQ(kernels::bitshuffle_lz4_balanced_blocks_per_warp(18432, 3168), 6u);  // a batch's last 2048 frames: 1 round
+  EXPECT_EQ(kernels::bitshuffle_lz4_balanced_blocks_per_warp(25344, 3168), 8u);  // exactly one round of 8
+  EXPECT_EQ(kernels::bitshuffle_lz4_balanced_blocks_per_warp(25345, 3168), 5u);  // one block more: 2 rounds of 5
+  EXPECT_EQ(kernels::bitshuffle_lz4_balanced_blocks_per_warp(100, 3168), 1u);
+  EXPECT_EQ(kernels::bitshuffle_lz4_balanced_blocks_per_warp(0, 3168), 1u);
+  EXPECT_EQ(kernels::bitshuffle_lz4_balanced_blocks_per_warp(1000, 0), 8u);  // no warps known: the most
   for (std::uint64_t blocks : {1ull, 7ull, 3169ull, 50000ull, 1234567ull}) {
     for (std::uint64_t warps : {1ull, 96ull, 3168ull}) {
-      const std::uint64_t per_warp = cuda::bitshuffle_lz4_balanced_blocks_per_warp(blocks, warps);
+      const std::uint64_t per_warp = kernels::bitshuffle_lz4_balanced_blocks_per_warp(blocks, warps);
       ASSERT_GE(per_warp, 1u);
       ASSERT_LE(per_warp, 8u);
       const auto rounds = [&](std::uint64_t b) { return ((blocks + b - 1) / b + warps - 1) / warps; };
@@ -231,27 +231,27 @@ TEST(BitshuffleLz4Launch, BalancedBlocksPerWarpKeepTheRoundsAndShortenThem) {
   }
 }
 
-// cuda::HostPages needs no device (start-up faults the staging slots in while
+// kernels::HostPages needs no device (start-up faults the staging slots in while
 // the context is created): zeroed, writable, split across threads, move-only.
 TEST(HostPages, FaultsInZeroedWritableMemoryWithoutADevice) {
   const std::size_t bytes = (std::size_t{5} << 20) + 123;  // not a whole number of huge pages
-  cuda::HostPages pages(bytes, 4);
+  kernels::HostPages pages(bytes, 4);
   ASSERT_NE(pages.data(), nullptr);
   ASSERT_EQ(pages.size(), bytes);
   auto* data = static_cast<std::uint8_t*>(pages.data());
   EXPECT_EQ(std::count(data, data + bytes, std::uint8_t{0}), static_cast<std::ptrdiff_t>(bytes));
   for (std::size_t i = 0; i < bytes; i += 4093) data[i] = static_cast<std::uint8_t>(i % 251 + 1);
-  cuda::HostPages moved(std::move(pages));
+  kernels::HostPages moved(std::move(pages));
   EXPECT_EQ(pages.data(), nullptr);
   EXPECT_EQ(pages.size(), 0u);
   ASSERT_EQ(moved.data(), data);
   for (std::size_t i = 0; i < bytes; i += 4093) ASSERT_EQ(data[i], static_cast<std::uint8_t>(i % 251 + 1));
-  cuda::HostPages assigned;
+  kernels::HostPages assigned;
   assigned = std::move(moved);
   EXPECT_EQ(assigned.data(), data);
-  EXPECT_EQ(cuda::HostPages(0, 8).data(), nullptr);
-  EXPECT_NE(cuda::HostPages(100, 64).data(), nullptr);  // more threads than pages
+  EXPECT_EQ(kernels::HostPages(0, 8).data(), nullptr);
+  EXPECT_NE(kernels::HostPages(100, 64).data(), nullptr);  // more threads than pages
 }
 
 }  // namespace
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

@@ -22,11 +22,12 @@
 
 #include "gpu_test_support.hpp"
 #include "quantem/backend/backend.hpp"
+#include "quantem/backend/cpu_backend.hpp"
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/codec/chunk_codec.hpp"
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/resident_products.hpp"
+#include "quantem/kernels/resident_products.hpp"
 #include "quantem/plan/plan.hpp"
 #include "quantem/synth/synth.hpp"
 #include "test_support.hpp"

@@ -26,6 +26,7 @@
 
 #include "gpu_test_support.hpp"
 #include "quantem/backend/backend.hpp"
+#include "quantem/backend/cpu_backend.hpp"
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/core/error.hpp"

@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "quantem/cuda/device.hpp"
+#include "quantem/kernels/device.hpp"
 
 // Skips the current test when the machine has no usable CUDA device (CI).
 #define QUANTEM_REQUIRE_CUDA_DEVICE()                                                            \
   do {                                                                                           \
-    if (::quantem::cuda::device_count() == 0)                                                    \
+    if (::quantem::kernels::device_count() == 0)                                                    \
       GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount failed or returned 0): GPU test skipped"; \
   } while (0)
 

@@ -40,9 +40,9 @@ Bytes sample_block(std::mt19937_64& rng, std::size_t bytes, int kind) {
 // Returns whether ours accepted; fills `out`.
 bool ours(const Bytes& compressed, std::size_t output_bytes, Bytes& out) {
   out.assign(output_bytes, 0);
-  cuda::kernels::HostLz4Io io{compressed.data(), out.data()};
-  return cuda::kernels::lz4_decode_block(io, static_cast<std::uint32_t>(compressed.size()),
-                                   static_cast<std::uint32_t>(output_bytes)) == cuda::kernels::Lz4Result::ok;
+  kernels::device::HostLz4Io io{compressed.data(), out.data()};
+  return kernels::device::lz4_decode_block(io, static_cast<std::uint32_t>(compressed.size()),
+                                   static_cast<std::uint32_t>(output_bytes)) == kernels::device::Lz4Result::ok;
 }
 
 bool theirs(const Bytes& compressed, std::size_t output_bytes, Bytes& out) {

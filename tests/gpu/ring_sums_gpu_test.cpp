@@ -14,10 +14,10 @@
 #include "gpu_test_support.hpp"
 #include "quantem/backend/ring_partition.hpp"
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/device.hpp"
-#include "quantem/cuda/resident_products.hpp"
+#include "quantem/kernels/device.hpp"
+#include "quantem/kernels/resident_products.hpp"
 
-namespace quantem::cuda {
+namespace quantem::kernels {
 namespace {
 
 constexpr std::uint64_t first_frame_offset() { return 123; }
@@ -211,4 +211,4 @@ TEST(RingSumsGpu, FrameMomentsMatchTheHostForEveryDtypeAndShape) {
 }
 
 }  // namespace
-}  // namespace quantem::cuda
+}  // namespace quantem::kernels

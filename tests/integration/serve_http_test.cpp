@@ -5,6 +5,8 @@
 // rule; duplicate Host; half-closed clients; framing of every response.
 // Deadlines are short options (--header-timeout, --shutdown-grace) so the
 // suite stays fast; the only timing assertions are the daemon's stated bounds.
+// docs/decisions/0008-http-server-on-boost-beast.md tells how the previous
+// HTTP server failed each of these.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -135,7 +137,7 @@ TEST_F(ServeHttp, SixtyFourSlowOrIdleConnectionsLeaveOtherClientsAnsweredWithinA
 }
 
 TEST_F(ServeHttp, ARequestWhoseHeadersDoNotArriveWithinTheDeadlineIsClosedHoweverSteadilyItDrips) {
-  // Row 1: the deadline covers the whole request line and headers, not each read.
+  // The header deadline covers the whole request line and headers, not each read.
   auto daemon = Daemon::start(data.path(), {"--header-timeout", "1"});
   ASSERT_NE(daemon, nullptr);
   const auto start = Clock::now();
@@ -154,7 +156,9 @@ TEST_F(ServeHttp, ARequestWhoseHeadersDoNotArriveWithinTheDeadlineIsClosedHoweve
 }
 
 TEST_F(ServeHttp, FortyKeepAliveConnectionsCostNoWorker) {
-  // Row 3: with cpp-httplib the 17th and 33rd connection waited 5 s.
+  // An idle keep-alive connection holds no worker: every connection gets an
+  // answer at once, however few the workers (with cpp-httplib the 17th and
+  // 33rd connection waited 5 s).
   auto daemon = Daemon::start(data.path(), {"--http-threads", "2"});
   ASSERT_NE(daemon, nullptr);
   std::vector<int> connections;
@@ -184,7 +188,8 @@ TEST_F(ServeHttp, FortyKeepAliveConnectionsCostNoWorker) {
 }
 
 TEST_F(ServeHttp, SigtermWithSlowClientsExitsCleanlyWithinTheGrace) {
-  // Row 4: cpp-httplib exited only when the slow clients stopped (21-39 s).
+  // SIGTERM stops the daemon within --shutdown-grace, whatever slow clients
+  // still send (cpp-httplib exited only when they stopped, after 21-39 s).
   auto daemon = Daemon::start(data.path(), {"--shutdown-grace", "1", "--header-timeout", "60"});
   ASSERT_NE(daemon, nullptr);
   Drippers drippers(daemon->port(), 4, std::chrono::milliseconds(200));
@@ -206,8 +211,9 @@ TEST_F(ServeHttp, SigtermWithSlowClientsExitsCleanlyWithinTheGrace) {
 }
 
 TEST_F(ServeHttp, HugeHeaderBlocksAreRefusedWith431AndMemoryStaysNearItsBaseline) {
-  // Row 5: 1,000,000 header fields (13.9 MB) from 4 clients at once were
-  // accepted and took RSS from 21.7 MB to 2.0 GB.
+  // Header blocks over the limit are refused with 431 and memory stays near
+  // its baseline (1,000,000 header fields, 13.9 MB, from 4 clients at once
+  // were once accepted and took RSS from 21.7 MB to 2.0 GB).
   auto daemon = Daemon::start(data.path());
   ASSERT_NE(daemon, nullptr);
   ASSERT_EQ(daemon->get(kImage)->status, 200);  // a resident and an image: the steady state
@@ -246,7 +252,8 @@ TEST_F(ServeHttp, HugeHeaderBlocksAreRefusedWith431AndMemoryStaysNearItsBaseline
 }
 
 TEST_F(ServeHttp, RangeIsIgnoredOnEveryRouteAndTheWholeRepresentationIsSent) {
-  // Rows 6 and 7: one rule for every route (docs/protocol.md).
+  // Range is ignored with one rule for every route: 200 and the whole
+  // representation, never 206 or 416 (docs/protocol.md).
   auto daemon = Daemon::start(data.path());
   ASSERT_NE(daemon, nullptr);
   for (const std::string& target : {std::string(kImage), std::string(kImage) + "&format=npy",
@@ -270,7 +277,7 @@ TEST_F(ServeHttp, RangeIsIgnoredOnEveryRouteAndTheWholeRepresentationIsSent) {
 }
 
 TEST_F(ServeHttp, TwoHostHeadersAre400AsRfc9112Requires) {
-  // Row 8.
+  // A request with two Host headers is refused with 400 (RFC 9112).
   auto daemon = Daemon::start(data.path());
   ASSERT_NE(daemon, nullptr);
   const auto twice = qt::exchange_tcp(daemon->port(), "GET /api/browse/capabilities HTTP/1.1\r\nHost: 127.0.0.1\r\n"
@@ -288,7 +295,8 @@ TEST_F(ServeHttp, TwoHostHeadersAre400AsRfc9112Requires) {
 }
 
 TEST_F(ServeHttp, AClientThatHalfClosesAfterSendingStillGetsItsResponse) {
-  // Row 10: cpp-httplib ran the POST /load and sent nothing.
+  // A client that half-closes after sending its request still gets the
+  // response (cpp-httplib ran the POST /load and sent nothing).
   auto daemon = Daemon::start(data.path());
   ASSERT_NE(daemon, nullptr);
   const auto load = qt::exchange_tcp(daemon->port(), qt::request_text("POST", "/api/browse/load?session=sess&file=a_master.h5"),

@@ -1,7 +1,7 @@
 #pragma once
 // CPU reference of the lossless ANS resident codec (format: ans_format.hpp,
 // design: docs/kernels.md). Host memory only; the CUDA kernels
-// (include/quantem/cuda/ans.hpp) produce and read byte-identical groups.
+// (include/quantem/kernels/ans.hpp) produce and read byte-identical groups.
 #include <cstddef>
 #include <cstdint>
 #include <vector>

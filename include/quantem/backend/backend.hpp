@@ -1,7 +1,8 @@
 #pragma once
-// One interface, two implementations: `cpu` (explicit, exact, first-class) and
-// `cuda`. A backend owns devices (real GPUs or CPU virtual devices), says how
-// many bytes a load needs before anything is allocated (plan -> admit -> run),
+// One interface, two implementations: `cpu` (explicit, exact, first-class;
+// quantem/backend/cpu_backend.hpp) and `cuda` (quantem/backend/cuda_backend.hpp).
+// A backend owns devices (real GPUs or CPU virtual devices), says how many
+// bytes a load needs before anything is allocated (plan -> admit -> run),
 // and loads one acquisition into one Resident on one device.
 //
 // A Resident answers exact integer primitives for any PlanGeometry of its
@@ -450,13 +451,5 @@ std::shared_ptr<Resident> run_load(const catalog::Acquisition& acquisition, Load
                                    std::uint64_t max_detector_axis, const std::string& backend_name,
                                    const std::string& host_memory_context,
                                    const std::function<std::shared_ptr<Resident>()>& body);
-
-struct CpuBackendOptions {
-  int virtual_devices = 1;
-  std::uint64_t budget_bytes_per_device = 0;  // 0: budget_fraction of physical RAM / virtual_devices
-  double budget_fraction = 0.8;               // in (0, 1]
-  unsigned threads = 0;                       // 0: hardware concurrency
-};
-std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options);
 
 }  // namespace quantem::backend

@@ -96,7 +96,7 @@ std::shared_ptr<Resident> make_cuda_resident(const catalog::Acquisition& acquisi
 // scratch, dense batches, ring tables, ANS pieces, the group table), on every
 // thread, and makes the `fail_at`-th one (1-based) fail once as cudaMalloc does
 // on a full device: cudaErrorMemoryAllocation, thrown as
-// cuda::OutOfDeviceMemory, which load() maps to Error(payload_too_large) like a
+// kernels::OutOfDeviceMemory, which load() maps to Error(payload_too_large) like a
 // real one. fail_at = 0 only counts. Product scratch is not counted. Set and
 // clear only while no load runs; unset, an allocation pays one relaxed atomic
 // load. Without CUDA both calls do nothing.

@@ -20,7 +20,7 @@ struct CudaLoadTuning {
   static constexpr std::uint32_t kNoSeekPoints = 0xffffffffu;
   // The seek points written by the encoder's measuring pass from its own
   // states (no decode pass); false: the encoded groups are decoded once more
-  // to record them (cuda::ans_record_seek_points), which also checks that
+  // to record them (kernels::ans_record_seek_points), which also checks that
   // every stream decodes cleanly.
   bool seek_points_from_encoder = true;
   // Every group's decode tables built once at load and kept beside the
@@ -29,7 +29,7 @@ struct CudaLoadTuning {
   bool decode_tables_at_load = true;
   // 16-bit words per frame of each ANS stream that the encoder's measuring
   // pass keeps for its write pass to copy (a stream that needs more is
-  // encoded twice; cuda::AnsEncodeBatch::kept_words_per_frame): default 2 (8
+  // encoded twice; kernels::AnsEncodeBatch::kept_words_per_frame): default 2 (8
   // bits per value); kNoKeptWords: none (every stream encoded twice).
   std::uint32_t kept_words_per_frame = 0;
   static constexpr std::uint32_t kNoKeptWords = 0xffffffffu;
@@ -43,14 +43,14 @@ struct CudaLoadTuning {
   // most one segment's frames; kNoRecentFrames: none.
   std::uint64_t recent_frames_max_bytes = 0;
   static constexpr std::uint64_t kNoRecentFrames = ~std::uint64_t{0};
-  // The bitshuffle/LZ4 decode's launch shape (cuda::BitshuffleLz4Tuning):
+  // The bitshuffle/LZ4 decode's launch shape (kernels::BitshuffleLz4Tuning):
   // blocks per warp 1..32 (0: balanced per launch), grid 1..100 percent of
   // the CTAs the device holds (0: 100), the literals of 32 sequences copied
   // at once (false: sequence by sequence). Benchmarks vary them.
   int bslz4_blocks_per_warp = 0;
   int bslz4_grid_percent = 0;
   bool bslz4_batched_literals = true;
-  // CTA width of the resident's frame decoders (cuda::ans_accumulate_frames):
+  // CTA width of the resident's frame decoders (kernels::ans_accumulate_frames):
   // 0 chooses per call, 512 or 1024 force a width (tests, benchmarks).
   int accumulate_frames_cta_threads = 0;
 };

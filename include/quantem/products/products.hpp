@@ -57,7 +57,8 @@ struct UsedGeometry {
 };
 
 enum class RealspaceMode { BF, ABF, ADF, HAADF, DF, CoMx, CoMy, CoMmag, DPC, iCoM };
-std::optional<RealspaceMode> realspace_mode_from_name(const std::string& name);  // exact, case-sensitive
+// The one table of virtual-image mode names (the wire's too): exact, case-sensitive.
+std::optional<RealspaceMode> realspace_mode_from_name(const std::string& name);
 
 struct RealspaceRequest {
   RealspaceMode mode = RealspaceMode::BF;

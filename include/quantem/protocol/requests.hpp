@@ -98,8 +98,8 @@ SessionsQuery parse_sessions_query(const QueryParams& params);  // refresh, then
 // used in "unknown virtual-image mode: 'bf'".
 std::string python_str_repr(const std::string& text);
 
-// Names as they appear on the wire.
-std::optional<products::RealspaceMode> realspace_mode_from_wire(const std::string& name);
+// Modes whose images are float32 on the wire (the others are uint32). A
+// mode's wire name is its name in products::realspace_mode_from_name.
 bool realspace_mode_is_float(products::RealspaceMode mode);
 
 }  // namespace quantem::protocol

@@ -13,9 +13,10 @@
 #include <vector>
 
 #include "cpu/cpu_resident.hpp"
-#include "cpu/load_plan.hpp"
-#include "cpu/thread_pool.hpp"
+#include "cpu/cpu_load_plan.hpp"
+#include "quantem/backend/thread_pool.hpp"
 #include "quantem/backend/backend.hpp"
+#include "quantem/backend/cpu_backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/backend/shard_reader.hpp"
 #include "quantem/core/error.hpp"
@@ -44,7 +45,7 @@ std::optional<std::uint64_t> available_memory_bytes() {
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const CpuBackendOptions& options)
-      : pool_(std::make_shared<cpu::ThreadPool>(options.threads)) {
+      : pool_(std::make_shared<ThreadPool>(options.threads)) {
     if (options.virtual_devices < 1) throw bad_request("the CPU backend needs at least one virtual device");
     const std::uint64_t physical = physical_memory_bytes();
     if (!(options.budget_fraction > 0.0 && options.budget_fraction <= 1.0)) {
@@ -199,7 +200,7 @@ class CpuBackend final : public Backend {
         });
   }
 
-  std::shared_ptr<cpu::ThreadPool> pool_;
+  std::shared_ptr<ThreadPool> pool_;
   std::vector<DeviceInfo> devices_;
 };
 

@@ -12,7 +12,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "quantem/backend/cpu_resident.hpp"
+#include "quantem/backend/cpu_backend.hpp"
 #include "quantem/core/error.hpp"
 
 namespace quantem::backend::cpu {
@@ -767,7 +767,7 @@ std::shared_ptr<Resident> make_cpu_resident(const catalog::Acquisition& acquisit
   check_dense_counts(acquisition, count_bytes, cpu::kMaxDetectorAxis);
   const DType source_dtype = *acquisition.dtype;
   const std::size_t frame_bytes = acquisition.frame_pixels() * dtype_size(source_dtype);
-  auto pool = std::make_shared<cpu::ThreadPool>(options.threads);
+  auto pool = std::make_shared<ThreadPool>(options.threads);
   const auto* bytes = static_cast<const std::uint8_t*>(counts);
   const std::uint64_t frames = acquisition.frame_count();
   DType code_dtype = cpu::ResidentBuilder::initial_code_dtype(source_dtype);

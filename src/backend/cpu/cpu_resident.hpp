@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "cpu/host_buffer.hpp"
-#include "cpu/thread_pool.hpp"
+#include "quantem/backend/thread_pool.hpp"
 #include "quantem/backend/backend.hpp"
 
 namespace quantem::backend::cpu {

@@ -14,27 +14,26 @@
 #include "cuda_resident.hpp"
 #include "cuda_support.hpp"
 #include "load_pipeline.hpp"
-#include "load_plan.hpp"
-#include "read_pool.hpp"
+#include "cuda_load_plan.hpp"
 #include "resident_encoder.hpp"
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/core/clock.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/plan/plan.hpp"
-#include "quantem/cuda/cuda_error.hpp"
-#include "quantem/cuda/device.hpp"
+#include "quantem/kernels/cuda_error.hpp"
+#include "quantem/kernels/device.hpp"
 
 namespace quantem::backend {
 namespace {
 
-using namespace cuda_detail;
+using namespace cuda;
 
 // Idle release: hands the memory this process caches on the device but no
 // longer uses back to the driver: the free blocks of the device's default
 // memory pool, which the products' stream-ordered scratch allocates from.
 void return_cached_device_memory(int device_index) {
-  cuda::set_device(device_index);
+  kernels::set_device(device_index);
   cudaMemPool_t pool = nullptr;
   QUANTEM_CUDA_TRY(cudaDeviceGetDefaultMemPool(&pool, device_index));
   QUANTEM_CUDA_TRY(cudaDeviceSynchronize());  // frees enqueued by finished requests have run
@@ -74,7 +73,7 @@ void warm_up_kernels(int device_index) {
 class CudaBackendImpl final : public CudaBackend {
  public:
   explicit CudaBackendImpl(const CudaBackendOptions& options) : options_(options) {
-    const int count = cuda::device_count();
+    const int count = kernels::device_count();
     if (count == 0) {
       throw unavailable(
           "CUDA unavailable: no CUDA device is visible to this process (cudaGetDeviceCount found none); start with "
@@ -112,7 +111,7 @@ class CudaBackendImpl final : public CudaBackend {
     }
     unsigned threads = options.read_threads;
     if (threads == 0) threads = std::min(32u, std::max(1u, std::thread::hardware_concurrency()));
-    pool_ = std::make_unique<ReadPool>(threads);
+    pool_ = std::make_unique<ThreadPool>(threads);
   }
 
   std::string name() const override { return "cuda"; }
@@ -120,7 +119,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   std::optional<std::uint64_t> free_bytes(int device_index) const override {
     check_device(device_index);
-    cuda::set_device(device_index);
+    kernels::set_device(device_index);
     return memory_info().free_bytes;
   }
 
@@ -140,7 +139,7 @@ class CudaBackendImpl final : public CudaBackend {
                     "stage the load of " + acquisition.name, [&]() -> std::shared_ptr<Resident> {
                       try {
                         return load_from_files(acquisition, device_index, progress, reservation);
-                      } catch (const cuda::OutOfDeviceMemory& error) {
+                      } catch (const kernels::OutOfDeviceMemory& error) {
                         throw payload_too_large("not enough device memory on GPU " + std::to_string(device_index) +
                                                 " to load " + acquisition.name + ": " + error.what());
                       }
@@ -155,7 +154,7 @@ class CudaBackendImpl final : public CudaBackend {
       auto start = clock::now();
       double context_seconds = 0.0;
       pinned_pool_.fill(default_device_slot_bytes(options_.tuning), [&] {
-        cuda::create_context(device.index);
+        kernels::create_context(device.index);
         context_seconds = seconds_since(start);
       });
       const double pinned_seconds = seconds_since(start) - context_seconds;
@@ -193,7 +192,7 @@ class CudaBackendImpl final : public CudaBackend {
   // Binds the device on this thread and runs one LoadPipeline.
   std::shared_ptr<Resident> load_from_files(const catalog::Acquisition& acquisition, int device_index,
                                             LoadProgress& progress, LoadReservation& reservation) {
-    cuda::set_device(device_index);  // this thread's CUDA work goes to the load's device
+    kernels::set_device(device_index);  // this thread's CUDA work goes to the load's device
     const auto index_start = std::chrono::steady_clock::now();
     std::shared_ptr<const catalog::FrameIndex> index = frame_index(acquisition);
     const double index_seconds =
@@ -219,7 +218,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   CudaBackendOptions options_;
   std::vector<DeviceInfo> devices_;
-  std::unique_ptr<ReadPool> pool_;
+  std::unique_ptr<ThreadPool> pool_;
   PinnedSlotPool pinned_pool_;
   mutable std::mutex report_mutex_;
   CudaLoadReport report_;
@@ -231,7 +230,7 @@ std::unique_ptr<CudaBackend> make_cuda_backend(const CudaBackendOptions& options
   return std::make_unique<CudaBackendImpl>(options);
 }
 
-int cuda_device_count() noexcept { return cuda::device_count(); }
+int cuda_device_count() noexcept { return kernels::device_count(); }
 
 CudaSystemReport cuda_system_report(const CudaBackendOptions& options) {
   CudaSystemReport report;
@@ -276,10 +275,10 @@ std::shared_ptr<Resident> make_cuda_resident(const catalog::Acquisition& acquisi
                                              std::size_t count_bytes, const CudaResidentOptions& options) {
   check_dense_counts(acquisition, count_bytes, /*max_detector_axis=*/0);
   const std::uint64_t frame_bytes = acquisition.frame_pixels() * dtype_size(*acquisition.dtype);
-  if (cuda::device_count() == 0) {
+  if (kernels::device_count() == 0) {
     throw unavailable("CUDA unavailable: no CUDA device is visible to this process");
   }
-  cuda::set_device(options.device_index);
+  kernels::set_device(options.device_index);
   try {
     const CudaLoadPlan plan = plan_cuda_load(acquisition, options.tuning);
     Stream stream;
@@ -297,7 +296,7 @@ std::shared_ptr<Resident> make_cuda_resident(const catalog::Acquisition& acquisi
       encoder.encode_batch(0, first, count);
     }
     return encoder.finish(options.device_index, "");
-  } catch (const cuda::OutOfDeviceMemory& error) {
+  } catch (const kernels::OutOfDeviceMemory& error) {
     throw payload_too_large("not enough device memory on GPU " + std::to_string(options.device_index) + " to hold " +
                             acquisition.name + ": " + error.what());
   }

@@ -7,11 +7,11 @@
 #include "quantem/ans/ans_format.hpp"
 #include "quantem/backend/stage_clock.hpp"
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/resident_products.hpp"
-#include "quantem/cuda/scratch_layout.hpp"
+#include "quantem/kernels/resident_products.hpp"
+#include "quantem/kernels/scratch_layout.hpp"
 #include "quantem/plan/plan.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 namespace {
 
 // Largest slot buffer of a binned region max (whole native frames in uint64).
@@ -20,21 +20,21 @@ constexpr std::uint64_t kSlotBufferBytes = std::uint64_t{64} << 20;
 // Jobs for ascending frames: each touched segment of a group (the frames
 // from one seek point to the next; the whole group without seek points),
 // decoded from its start up to its last needed frame.
-std::vector<cuda::FrameJob> jobs_for(const std::vector<std::uint64_t>& sorted_frames, std::uint32_t frames_per_group,
+std::vector<kernels::FrameJob> jobs_for(const std::vector<std::uint64_t>& sorted_frames, std::uint32_t frames_per_group,
                                      std::uint32_t frames_per_seek_point) {
   // Divisions only when a frame leaves the current job's segment (a region's
   // frames number tens of thousands on every request).
-  std::vector<cuda::FrameJob> jobs;
+  std::vector<kernels::FrameJob> jobs;
   std::uint64_t segment_first = 1;  // the current job's frames [segment_first, segment_end): none yet
   std::uint64_t segment_end = 0;
   std::uint64_t group_first = 0;
-  const std::uint32_t last_begin = cuda::ans_seek_job_begin(frames_per_group - 1, frames_per_group, frames_per_seek_point);
+  const std::uint32_t last_begin = kernels::ans_seek_job_begin(frames_per_group - 1, frames_per_group, frames_per_seek_point);
   for (const std::uint64_t frame : sorted_frames) {
     if (frame < segment_first || frame >= segment_end) {
       const auto group = static_cast<std::uint32_t>(frame / frames_per_group);
       group_first = std::uint64_t{group} * frames_per_group;
       const auto in_group = static_cast<std::uint32_t>(frame - group_first);
-      const std::uint32_t begin = cuda::ans_seek_job_begin(in_group, frames_per_group, frames_per_seek_point);
+      const std::uint32_t begin = kernels::ans_seek_job_begin(in_group, frames_per_group, frames_per_seek_point);
       const std::uint32_t next = begin == last_begin ? frames_per_group : begin + frames_per_seek_point;
       segment_first = group_first + begin;
       segment_end = group_first + next;
@@ -68,7 +68,7 @@ CudaResident::CudaResident(catalog::Acquisition source, DType resident_dtype, st
       encoding_(std::move(encoding)),
       device_index_(device_index),
       frames_per_group_(frames_per_group),
-      group_count_(cuda::ans_group_count(source_.frame_count(), frames_per_group)),
+      group_count_(kernels::ans_group_count(source_.frame_count(), frames_per_group)),
       pieces_(std::move(pieces)),
       group_offsets_(std::move(group_offsets)),
       base_(base),
@@ -95,10 +95,10 @@ CudaResident::RegionSpan CudaResident::region_span(const plan::PlanGeometry& g) 
   return span;
 }
 
-cuda::AnsResidentView CudaResident::view() const { return view_of_groups(0, group_count_); }
+kernels::AnsResidentView CudaResident::view() const { return view_of_groups(0, group_count_); }
 
-cuda::AnsResidentView CudaResident::view_of_groups(std::uint64_t first_group, std::uint64_t end_group) const {
-  cuda::AnsResidentView view;
+kernels::AnsResidentView CudaResident::view_of_groups(std::uint64_t first_group, std::uint64_t end_group) const {
+  kernels::AnsResidentView view;
   view.d_blobs = base_;
   view.d_group_offsets = group_offsets_.as<const std::uint64_t>() + first_group;
   view.group_count = static_cast<std::size_t>(end_group - first_group);
@@ -107,19 +107,19 @@ cuda::AnsResidentView CudaResident::view_of_groups(std::uint64_t first_group, st
   view.detector_rows = static_cast<std::uint32_t>(source_.detector_rows);
   view.detector_cols = static_cast<std::uint32_t>(source_.detector_cols);
   if (decode_tables_.size() != 0) {
-    view.d_decode_tables = decode_tables_.as<const std::uint32_t>() + first_group * cuda::ans_decode_table_words();
+    view.d_decode_tables = decode_tables_.as<const std::uint32_t>() + first_group * kernels::ans_decode_table_words();
   }
   if (seek_.frames_per_point != 0 && seek_.d_points.size() != 0) {
     const quantem::ans::AnsGroupLayout layout = quantem::ans::ans_group_layout(view.detector_rows, view.detector_cols);
     view.frames_per_seek_point = seek_.frames_per_point;
     view.d_seek_points = seek_.d_points.as<const std::uint32_t>() +
-                         cuda::ans_seek_table_words(first_group, frames_per_group_, seek_.frames_per_point,
+                         kernels::ans_seek_table_words(first_group, frames_per_group_, seek_.frames_per_point,
                                                     layout.stream_count);
   }
   return view;
 }
 
-void CudaResident::bind_device() const { cuda::set_device(device_index_); }
+void CudaResident::bind_device() const { kernels::set_device(device_index_); }
 
 std::size_t CudaResident::host_staging_bytes(std::size_t bytes) {
   std::size_t grown = std::size_t{1} << 20;
@@ -133,15 +133,15 @@ std::size_t CudaResident::first_product_staging_bytes(const catalog::Acquisition
   return host_staging_bytes(source.frame_count() * 8 + source.frame_pixels() * 8 + 4096);
 }
 
-void CudaResident::adopt_host_staging(cuda::PinnedBuffer staging) {
+void CudaResident::adopt_host_staging(kernels::PinnedBuffer staging) {
   std::lock_guard<std::mutex> lock(staging_mutex_);
   if (staging.size() > staging_.size()) staging_ = std::move(staging);
 }
 
 CudaResident::HostStaging::HostStaging(CudaResident& resident, std::size_t bytes) : lock_(resident.staging_mutex_) {
   if (resident.staging_.size() < bytes) {
-    resident.staging_ = cuda::PinnedBuffer();  // the old one first: never both at once
-    resident.staging_ = cuda::PinnedBuffer(host_staging_bytes(bytes));
+    resident.staging_ = kernels::PinnedBuffer();  // the old one first: never both at once
+    resident.staging_ = kernels::PinnedBuffer(host_staging_bytes(bytes));
   }
   base_ = resident.staging_.data();
 }
@@ -170,14 +170,14 @@ std::vector<std::uint64_t> CudaResident::accumulate_native(const std::vector<std
   if (frames.empty()) return sums;
   const std::uint64_t total_frames = source_.frame_count();
   const std::uint64_t bitmap_words = (total_frames + 31) / 32;
-  const std::vector<cuda::FrameJob> jobs = jobs_for(frames, frames_per_group_, seek_.frames_per_point);
+  const std::vector<kernels::FrameJob> jobs = jobs_for(frames, frames_per_group_, seek_.frames_per_point);
   stage_lap("jobs");
 
   bind_device();
   const cudaStream_t stream = cudaStreamPerThread;
-  cuda::ScratchLayout layout;
+  kernels::ScratchLayout layout;
   const std::size_t bitmap_at = layout.add(bitmap_words * 4);
-  const std::size_t jobs_at = layout.add(jobs.size() * sizeof(cuda::FrameJob));
+  const std::size_t jobs_at = layout.add(jobs.size() * sizeof(kernels::FrameJob));
   // Sums, maxima, the narrowed sums, the overflow and error flags: zeroed
   // together; what comes back starts at the narrowed sums when they are asked for.
   const std::size_t sums_at = layout.add(pixels * 8);
@@ -186,44 +186,44 @@ std::vector<std::uint64_t> CudaResident::accumulate_native(const std::vector<std
   const std::size_t overflow_at = layout.add(4);
   const std::size_t error_at = layout.add(4);
   ScratchBuffer scratch(layout.total(), stream);
-  auto* d_bitmap = cuda::scratch_part<std::uint32_t>(scratch.data(), bitmap_at);
-  auto* d_jobs = cuda::scratch_part<cuda::FrameJob>(scratch.data(), jobs_at);
-  auto* d_sums = cuda::scratch_part<std::uint64_t>(scratch.data(), sums_at);
-  auto* d_maxima = cuda::scratch_part<std::uint32_t>(scratch.data(), maxima_at);
-  auto* d_narrow = cuda::scratch_part<std::uint32_t>(scratch.data(), narrow_at);
-  auto* d_overflow = cuda::scratch_part<std::uint32_t>(scratch.data(), overflow_at);
-  auto* d_error = cuda::scratch_part<std::uint32_t>(scratch.data(), error_at);
+  auto* d_bitmap = kernels::scratch_part<std::uint32_t>(scratch.data(), bitmap_at);
+  auto* d_jobs = kernels::scratch_part<kernels::FrameJob>(scratch.data(), jobs_at);
+  auto* d_sums = kernels::scratch_part<std::uint64_t>(scratch.data(), sums_at);
+  auto* d_maxima = kernels::scratch_part<std::uint32_t>(scratch.data(), maxima_at);
+  auto* d_narrow = kernels::scratch_part<std::uint32_t>(scratch.data(), narrow_at);
+  auto* d_overflow = kernels::scratch_part<std::uint32_t>(scratch.data(), overflow_at);
+  auto* d_error = kernels::scratch_part<std::uint32_t>(scratch.data(), error_at);
   // The frame bitmap and the jobs go up through the resident's pinned staging
   // (asynchronous copies), placed after where the result comes back.
   const std::size_t zeroed_bytes = layout.total() - sums_at;
   const std::size_t result_from = narrow != nullptr ? narrow_at : sums_at;
   const std::size_t result_bytes = layout.total() - result_from;
-  cuda::ScratchLayout host_layout;
+  kernels::ScratchLayout host_layout;
   const std::size_t host_result_at = host_layout.add(result_bytes);
   const std::size_t host_bitmap_at = host_layout.add(bitmap_words * 4);
-  const std::size_t host_jobs_at = host_layout.add(jobs.size() * sizeof(cuda::FrameJob));
+  const std::size_t host_jobs_at = host_layout.add(jobs.size() * sizeof(kernels::FrameJob));
   const HostStaging host(*this, host_layout.total());
   auto* bitmap = host.part<std::uint32_t>(host_bitmap_at);
   std::fill(bitmap, bitmap + bitmap_words, 0u);
   for (const std::uint64_t frame : frames) bitmap[frame / 32] |= 1u << (frame % 32);
-  std::copy(jobs.begin(), jobs.end(), host.part<cuda::FrameJob>(host_jobs_at));
+  std::copy(jobs.begin(), jobs.end(), host.part<kernels::FrameJob>(host_jobs_at));
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_bitmap, bitmap, bitmap_words * 4, cudaMemcpyHostToDevice, stream));
-  QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_jobs, host.part<void>(host_jobs_at), jobs.size() * sizeof(cuda::FrameJob),
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_jobs, host.part<void>(host_jobs_at), jobs.size() * sizeof(kernels::FrameJob),
                                    cudaMemcpyHostToDevice, stream));
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_sums, 0, zeroed_bytes, stream));
-  const cuda::AnsResidentView all = view();
-  for (std::size_t first = 0; first < jobs.size(); first += cuda::kMaxFrameJobs) {
-    const std::size_t count = std::min(cuda::kMaxFrameJobs, jobs.size() - first);
-    cuda::ans_accumulate_frames(all, d_jobs + first, count, d_bitmap, d_sums, maxima != nullptr ? d_maxima : nullptr,
+  const kernels::AnsResidentView all = view();
+  for (std::size_t first = 0; first < jobs.size(); first += kernels::kMaxFrameJobs) {
+    const std::size_t count = std::min(kernels::kMaxFrameJobs, jobs.size() - first);
+    kernels::ans_accumulate_frames(all, d_jobs + first, count, d_bitmap, d_sums, maxima != nullptr ? d_maxima : nullptr,
                                 d_error, stream, accumulate_frames_cta_threads_);
   }
   if (narrow != nullptr) {
     // The pixel sums as one row of "frames": narrow_plan_sums over a one-row region narrows each into d_narrow.
-    cuda::PlanRegionView row;
+    kernels::PlanRegionView row;
     row.row_stop = 1;
     row.col_stop = row.source_cols = row.plan_cols = pixels;
     row.plan_rows = 1;
-    cuda::narrow_plan_sums(d_sums, 0, row, d_narrow, d_overflow, stream);
+    kernels::narrow_plan_sums(d_sums, 0, row, d_narrow, d_overflow, stream);
   }
   // What comes back lies together in the scratch: one copy.
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(host.part<void>(host_result_at), scratch.as<std::uint8_t>() + result_from,
@@ -289,7 +289,7 @@ CudaResident::MaskedSums CudaResident::masked_sums(const plan::PlanGeometry& g,
   const std::uint64_t first_frame = span_of_region.first_frame;
   const std::uint64_t last_frame = span_of_region.last_frame;
   const std::uint64_t first_group = span_of_region.first_group;
-  const cuda::AnsResidentView groups = view_of_groups(first_group, span_of_region.end_group);
+  const kernels::AnsResidentView groups = view_of_groups(first_group, span_of_region.end_group);
   const std::uint64_t base_frame = first_group * frames_per_group_;
 
   bind_device();
@@ -297,10 +297,10 @@ CudaResident::MaskedSums CudaResident::masked_sums(const plan::PlanGeometry& g,
   // The mask's entries go into this request's stream-ordered scratch: no
   // cudaMalloc/cudaFree (which would synchronise the device) per request.
   const std::vector<std::uint32_t> entries =
-      cuda::ans_mask_entries(decoded_mask, static_cast<std::uint32_t>(rows), static_cast<std::uint32_t>(cols));
+      kernels::ans_mask_entries(decoded_mask, static_cast<std::uint32_t>(rows), static_cast<std::uint32_t>(cols));
   const std::vector<std::uint32_t>& whole_rings = split.whole_rings;
   stage_lap("mask");  // source mask, ring split, stream entries
-  cuda::ScratchLayout layout;
+  kernels::ScratchLayout layout;
   const std::size_t sums_at = layout.add(groups.total_frames * 8);
   const std::size_t entries_at = layout.add(entries.size() * 4);
   const std::size_t rings_at = layout.add(whole_rings.size() * 4);
@@ -308,17 +308,17 @@ CudaResident::MaskedSums CudaResident::masked_sums(const plan::PlanGeometry& g,
   const std::size_t narrow_at = layout.add(narrow ? g.positions() * 4 : 0);
   ScratchBuffer scratch(layout.total(), stream);
   stage_lap("scratch");
-  auto* d_sums = cuda::scratch_part<std::uint64_t>(scratch.data(), sums_at);
-  auto* d_entries = cuda::scratch_part<std::uint32_t>(scratch.data(), entries_at);
-  auto* d_rings = cuda::scratch_part<std::uint32_t>(scratch.data(), rings_at);
-  auto* d_error = cuda::scratch_part<std::uint32_t>(scratch.data(), error_at);
-  auto* d_narrow = cuda::scratch_part<std::uint32_t>(scratch.data(), narrow_at);
+  auto* d_sums = kernels::scratch_part<std::uint64_t>(scratch.data(), sums_at);
+  auto* d_entries = kernels::scratch_part<std::uint32_t>(scratch.data(), entries_at);
+  auto* d_rings = kernels::scratch_part<std::uint32_t>(scratch.data(), rings_at);
+  auto* d_error = kernels::scratch_part<std::uint32_t>(scratch.data(), error_at);
+  auto* d_narrow = kernels::scratch_part<std::uint32_t>(scratch.data(), narrow_at);
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_error, 0, 8, stream));
   // The uploads (mask entries, whole rings) and the result share the
   // resident's pinned staging, so every copy is asynchronous (a copy from
   // pageable memory is staged by the driver before the call returns).
   const std::uint64_t span_frames = last_frame - first_frame + 1;
-  cuda::ScratchLayout host_layout;
+  kernels::ScratchLayout host_layout;
   const std::size_t host_result_at = host_layout.add(narrow ? layout.total() - error_at : span_frames * 8);
   const std::size_t host_error_at = host_layout.add(narrow ? 0 : 4);  // the wide path's decode error flag
   const std::size_t host_entries_at = host_layout.add(entries.size() * 4);
@@ -335,15 +335,15 @@ CudaResident::MaskedSums CudaResident::masked_sums(const plan::PlanGeometry& g,
     QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_rings, host.part<void>(host_rings_at), whole_rings.size() * 4,
                                      cudaMemcpyHostToDevice, stream));
   }
-  cuda::ans_masked_sum(groups, d_entries, static_cast<std::uint32_t>(entries.size()), d_sums, d_error, stream);
-  cuda::add_ring_sums(rings_.d_ring_sums.data(), rings_.sum_bytes, source_.frame_count(), d_rings,
+  kernels::ans_masked_sum(groups, d_entries, static_cast<std::uint32_t>(entries.size()), d_sums, d_error, stream);
+  kernels::add_ring_sums(rings_.d_ring_sums.data(), rings_.sum_bytes, source_.frame_count(), d_rings,
                       static_cast<std::uint32_t>(whole_rings.size()), base_frame, groups.total_frames, d_sums, stream);
 
   MaskedSums result;
   if (narrow) {
     // Gathered into plan positions and narrowed where the sums are: 4 bytes
     // per position come back.
-    cuda::PlanRegionView region;
+    kernels::PlanRegionView region;
     region.row_start = g.region.row_start;
     region.row_stop = g.region.row_stop;
     region.col_start = g.region.col_start;
@@ -352,7 +352,7 @@ CudaResident::MaskedSums CudaResident::masked_sums(const plan::PlanGeometry& g,
     region.scan_bin = g.scan_bin;
     region.plan_rows = g.scan_rows;
     region.plan_cols = g.scan_cols;
-    cuda::narrow_plan_sums(d_sums, base_frame, region, d_narrow, d_error + 1, stream);
+    kernels::narrow_plan_sums(d_sums, base_frame, region, d_narrow, d_error + 1, stream);
     QUANTEM_CUDA_TRY(cudaMemcpyAsync(host.part<void>(host_result_at), d_error, layout.total() - error_at,
                                      cudaMemcpyDeviceToHost, stream));
     stage_lap("enqueue");  // scratch, uploads, kernels, the copy back
@@ -397,11 +397,11 @@ CenterOfMassSums CudaResident::compute_center_of_mass_sums(const plan::PlanGeome
 
   const RegionSpan span_of_region = region_span(g);
   const std::uint64_t first_group = span_of_region.first_group;
-  const cuda::AnsResidentView groups = view_of_groups(first_group, span_of_region.end_group);
+  const kernels::AnsResidentView groups = view_of_groups(first_group, span_of_region.end_group);
 
   bind_device();
   const cudaStream_t stream = cudaStreamPerThread;
-  cuda::ScratchLayout layout;
+  kernels::ScratchLayout layout;
   const std::size_t row_weights_at = layout.add(rows * 4);
   const std::size_t col_weights_at = layout.add(cols * 4);
   const std::size_t total_at = layout.add(groups.total_frames * 8);
@@ -409,16 +409,16 @@ CenterOfMassSums CudaResident::compute_center_of_mass_sums(const plan::PlanGeome
   const std::size_t col_at = layout.add(groups.total_frames * 8);
   const std::size_t error_at = layout.add(4);
   ScratchBuffer scratch(layout.total(), stream);
-  auto* d_row_weights = cuda::scratch_part<std::uint32_t>(scratch.data(), row_weights_at);
-  auto* d_col_weights = cuda::scratch_part<std::uint32_t>(scratch.data(), col_weights_at);
-  auto* d_total = cuda::scratch_part<std::uint64_t>(scratch.data(), total_at);
-  auto* d_row = cuda::scratch_part<std::uint64_t>(scratch.data(), row_at);
-  auto* d_col = cuda::scratch_part<std::uint64_t>(scratch.data(), col_at);
-  auto* d_error = cuda::scratch_part<std::uint32_t>(scratch.data(), error_at);
+  auto* d_row_weights = kernels::scratch_part<std::uint32_t>(scratch.data(), row_weights_at);
+  auto* d_col_weights = kernels::scratch_part<std::uint32_t>(scratch.data(), col_weights_at);
+  auto* d_total = kernels::scratch_part<std::uint64_t>(scratch.data(), total_at);
+  auto* d_row = kernels::scratch_part<std::uint64_t>(scratch.data(), row_at);
+  auto* d_col = kernels::scratch_part<std::uint64_t>(scratch.data(), col_at);
+  auto* d_error = kernels::scratch_part<std::uint32_t>(scratch.data(), error_at);
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_row_weights, row_weights.data(), rows * 4, cudaMemcpyHostToDevice, stream));
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_col_weights, col_weights.data(), cols * 4, cudaMemcpyHostToDevice, stream));
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_error, 0, 4, stream));
-  cuda::ans_frame_moments(groups, d_row_weights, d_col_weights, max_weight, d_total, d_row, d_col, d_error, stream);
+  kernels::ans_frame_moments(groups, d_row_weights, d_col_weights, max_weight, d_total, d_row, d_col, d_error, stream);
   // The three sums and the error flag lie together in the scratch: one copy back.
   const HostStaging host(*this, layout.total() - total_at);
   QUANTEM_CUDA_TRY(
@@ -483,7 +483,7 @@ bool CudaResident::recent_frame(std::uint64_t frame, std::uint32_t* out) {
   const bool held = frame >= recent_first_ && frame < recent_end_;
   bind_device();
   const cudaStream_t stream = cudaStreamPerThread;
-  cuda::ScratchLayout host_layout;
+  kernels::ScratchLayout host_layout;
   const std::size_t host_frame_at = host_layout.add(frame_bytes);
   const std::size_t host_error_at = host_layout.add(4);
   const HostStaging host(*this, host_layout.total());
@@ -499,9 +499,9 @@ bool CudaResident::recent_frame(std::uint64_t frame, std::uint32_t* out) {
     const auto group_frames =
         static_cast<std::uint32_t>(std::min<std::uint64_t>(frames_per_group_, source_.frame_count() - group_first));
     const auto in_group = static_cast<std::uint32_t>(frame - group_first);
-    const std::uint32_t begin = cuda::ans_seek_job_begin(in_group, frames_per_group_, seek_.frames_per_point);
+    const std::uint32_t begin = kernels::ans_seek_job_begin(in_group, frames_per_group_, seek_.frames_per_point);
     const std::uint32_t segment_end =
-        cuda::ans_seek_points_per_group(frames_per_group_, seek_.frames_per_point) == 0
+        kernels::ans_seek_points_per_group(frames_per_group_, seek_.frames_per_point) == 0
             ? group_frames
             : std::min(begin + seek_.frames_per_point, group_frames);
     const auto capacity = static_cast<std::uint32_t>(recent_.capacity);
@@ -510,7 +510,7 @@ bool CudaResident::recent_frame(std::uint64_t frame, std::uint32_t* out) {
     error.emplace(4, stream);
     auto* d_error = error->as<std::uint32_t>();
     QUANTEM_CUDA_TRY(cudaMemsetAsync(d_error, 0, 4, stream));
-    cuda::ans_decode_frames(view(), cuda::FrameJob{group, job_end, begin}, keep_from, recent_.d_frames.data(),
+    kernels::ans_decode_frames(view(), kernels::FrameJob{group, job_end, begin}, keep_from, recent_.d_frames.data(),
                             static_cast<std::uint32_t>(element), d_error, stream);
     QUANTEM_CUDA_TRY(
         cudaMemcpyAsync(host.part<void>(host_error_at), d_error, 4, cudaMemcpyDeviceToHost, stream));
@@ -572,24 +572,24 @@ std::vector<std::uint64_t> CudaResident::binned_position_max(const plan::PlanGeo
 
   bind_device();
   const cudaStream_t stream = cudaStreamPerThread;
-  cuda::ScratchLayout layout;
+  kernels::ScratchLayout layout;
   const std::size_t result_at = layout.add(binned_pixels * 8);
   const std::size_t slots_at = layout.add(slots_per_pass * pixels * 8);
   const std::size_t frame_slots_at = layout.add(total_frames * 4);
   // At most one job per segment of every group (jobs_for).
   const std::uint64_t max_jobs =
-      group_count_ * (cuda::ans_seek_points_per_group(frames_per_group_, seek_.frames_per_point) + 1);
-  const std::size_t jobs_at = layout.add(max_jobs * sizeof(cuda::FrameJob));
+      group_count_ * (kernels::ans_seek_points_per_group(frames_per_group_, seek_.frames_per_point) + 1);
+  const std::size_t jobs_at = layout.add(max_jobs * sizeof(kernels::FrameJob));
   const std::size_t error_at = layout.add(4);
   ScratchBuffer scratch(layout.total(), stream);
-  auto* d_result = cuda::scratch_part<std::uint64_t>(scratch.data(), result_at);
-  auto* d_slots = cuda::scratch_part<std::uint64_t>(scratch.data(), slots_at);
-  auto* d_frame_slots = cuda::scratch_part<std::int32_t>(scratch.data(), frame_slots_at);
-  auto* d_jobs = cuda::scratch_part<cuda::FrameJob>(scratch.data(), jobs_at);
-  auto* d_error = cuda::scratch_part<std::uint32_t>(scratch.data(), error_at);
+  auto* d_result = kernels::scratch_part<std::uint64_t>(scratch.data(), result_at);
+  auto* d_slots = kernels::scratch_part<std::uint64_t>(scratch.data(), slots_at);
+  auto* d_frame_slots = kernels::scratch_part<std::int32_t>(scratch.data(), frame_slots_at);
+  auto* d_jobs = kernels::scratch_part<kernels::FrameJob>(scratch.data(), jobs_at);
+  auto* d_error = kernels::scratch_part<std::uint32_t>(scratch.data(), error_at);
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_result, 0, binned_pixels * 8, stream));
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_error, 0, 4, stream));
-  const cuda::AnsResidentView all = view();
+  const kernels::AnsResidentView all = view();
   std::vector<std::int32_t> frame_slots;
   for (std::size_t first = 0; first < positions.size(); first += slots_per_pass) {
     const std::size_t count = std::min<std::size_t>(slots_per_pass, positions.size() - first);
@@ -602,18 +602,18 @@ std::vector<std::uint64_t> CudaResident::binned_position_max(const plan::PlanGeo
       }
     }
     std::sort(frames.begin(), frames.end());
-    const std::vector<cuda::FrameJob> jobs = jobs_for(frames, frames_per_group_, seek_.frames_per_point);
+    const std::vector<kernels::FrameJob> jobs = jobs_for(frames, frames_per_group_, seek_.frames_per_point);
     QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_frame_slots, frame_slots.data(), total_frames * 4, cudaMemcpyHostToDevice, stream));
-    QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_jobs, jobs.data(), jobs.size() * sizeof(cuda::FrameJob), cudaMemcpyHostToDevice,
+    QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_jobs, jobs.data(), jobs.size() * sizeof(kernels::FrameJob), cudaMemcpyHostToDevice,
                                      stream));
     QUANTEM_CUDA_TRY(cudaMemsetAsync(d_slots, 0, count * pixels * 8, stream));
-    cuda::ans_accumulate_slots(all, d_jobs, jobs.size(), d_frame_slots, d_slots, d_error, stream);
-    cuda::binned_slot_max(d_slots, static_cast<std::uint32_t>(count), static_cast<std::uint32_t>(source_.detector_rows),
+    kernels::ans_accumulate_slots(all, d_jobs, jobs.size(), d_frame_slots, d_slots, d_error, stream);
+    kernels::binned_slot_max(d_slots, static_cast<std::uint32_t>(count), static_cast<std::uint32_t>(source_.detector_rows),
                           static_cast<std::uint32_t>(source_.detector_cols), static_cast<std::uint32_t>(g.detector_bin),
                           d_result, stream);
     QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream));  // the host arrays are rebuilt for the next pass
   }
-  cuda::ScratchLayout host_layout;
+  kernels::ScratchLayout host_layout;
   const std::size_t host_result_at = host_layout.add(binned_pixels * 8);
   const std::size_t host_error_at = host_layout.add(4);
   const HostStaging host(*this, host_layout.total());
@@ -668,4 +668,4 @@ std::optional<std::vector<std::uint32_t>> CudaResident::compute_region_reduce_u3
   return native_sum_u32(frames);
 }
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

@@ -26,12 +26,12 @@
 #include "cuda_support.hpp"
 #include "quantem/backend/backend.hpp"
 #include "quantem/backend/ring_partition.hpp"
-#include "quantem/cuda/ans.hpp"
-#include "quantem/cuda/device.hpp"
-#include "quantem/cuda/resident_products.hpp"
-#include "quantem/cuda/scratch_layout.hpp"
+#include "quantem/kernels/ans.hpp"
+#include "quantem/kernels/device.hpp"
+#include "quantem/kernels/resident_products.hpp"
+#include "quantem/kernels/scratch_layout.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 
 // The resident's exact per-frame ring sums (ring_partition.hpp), filled
 // during the load: d_ring_sums[ring * frames + frame], sum_bytes each.
@@ -41,7 +41,7 @@ struct CudaRingTable {
   TrackedBuffer d_ring_sums;
 };
 
-// The resident's stream seek points (cuda::ans_record_seek_points), filled
+// The resident's stream seek points (kernels::ans_record_seek_points), filled
 // during the load: decodes start at the nearest point before the first frame
 // they need, and a masked sum decodes each group as several shorter chains.
 struct CudaSeekTable {
@@ -87,7 +87,7 @@ class CudaResident final : public Resident {
   // (ResidentEncoder), so the first request after a load allocates nothing.
   static std::size_t first_product_staging_bytes(const catalog::Acquisition& source);
   // Takes pinned host staging prepared off the request path (kept when larger than the current one).
-  void adopt_host_staging(cuda::PinnedBuffer staging);
+  void adopt_host_staging(kernels::PinnedBuffer staging);
 
  protected:
   std::vector<std::uint64_t> compute_pattern_sum(const plan::PlanGeometry& geometry) override;
@@ -115,11 +115,11 @@ class CudaResident final : public Resident {
   const char* export_encoder() const override { return "device"; }
 
  private:
-  // The decode runs (cuda::FrameRun) that write the source frames of plan
+  // The decode runs (kernels::FrameRun) that write the source frames of plan
   // rows [first_plan_row, end_plan_row) into a window of whole rows: the
   // region's columns of each source row those plan rows bin, row-major, each
   // run inside one seek segment of one group.
-  std::vector<cuda::FrameRun> export_window_runs(const plan::PlanGeometry& geometry, std::uint64_t first_plan_row,
+  std::vector<kernels::FrameRun> export_window_runs(const plan::PlanGeometry& geometry, std::uint64_t first_plan_row,
                                                  std::uint64_t end_plan_row) const;
   // The frames from a region's first to its last (row-major source order) and the groups holding them.
   struct RegionSpan {
@@ -129,9 +129,9 @@ class CudaResident final : public Resident {
     std::uint64_t end_group = 0;   // exclusive
   };
   RegionSpan region_span(const plan::PlanGeometry& geometry) const;
-  cuda::AnsResidentView view() const;
+  kernels::AnsResidentView view() const;
   // The groups [first_group, end_group) as a view of their own (frame 0 = first_group's first frame).
-  cuda::AnsResidentView view_of_groups(std::uint64_t first_group, std::uint64_t end_group) const;
+  kernels::AnsResidentView view_of_groups(std::uint64_t first_group, std::uint64_t end_group) const;
   void bind_device() const;
   // Σ per native pixel over the given frames (sorted, distinct global indices); maxima too when wanted.
   std::vector<std::uint64_t> native_sum(const std::vector<std::uint64_t>& frames,
@@ -185,7 +185,7 @@ class CudaResident final : public Resident {
   // detector bin 1 is read from it; other bins decode.
   TrackedBuffer frame_moments_;
   CudaSeekTable seek_;
-  // Every group's decode tables (cuda::ans_build_decode_tables, at load;
+  // Every group's decode tables (kernels::ans_build_decode_tables, at load;
   // empty when the tuning turned them off): decoders copy, not build, them.
   TrackedBuffer decode_tables_;
   CudaRecentFrames recent_;
@@ -206,7 +206,7 @@ class CudaResident final : public Resident {
     HostStaging(CudaResident& resident, std::size_t bytes);  // locks, then grows when needed
     template <class T>
     T* part(std::size_t offset) const {
-      return cuda::scratch_part<T>(base_, offset);
+      return kernels::scratch_part<T>(base_, offset);
     }
 
    private:
@@ -214,7 +214,7 @@ class CudaResident final : public Resident {
     void* base_ = nullptr;
   };
   std::mutex staging_mutex_;
-  cuda::PinnedBuffer staging_;
+  kernels::PinnedBuffer staging_;
 
   std::mutex full_pattern_mutex_;
   // Σ over every frame (uncropped plans): summed from the dense batches during
@@ -222,4 +222,4 @@ class CudaResident final : public Resident {
   std::optional<std::vector<std::uint64_t>> full_pattern_;
 };
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

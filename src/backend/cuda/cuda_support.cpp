@@ -5,7 +5,7 @@
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/core/error.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 namespace {
 
 // The allocation fault of set_device_allocation_failure_for_testing. `armed`
@@ -34,12 +34,12 @@ bool allocation_fails_for_testing() {
   return true;
 }
 
-cuda::DeviceBuffer allocate_device_buffer(std::size_t bytes) {
+kernels::DeviceBuffer allocate_device_buffer(std::size_t bytes) {
   if (bytes > 0 && allocation_fails_for_testing()) {
-    cuda::detail::throw_cuda_error(cudaErrorMemoryAllocation, "cudaMalloc (failure injected for testing)", __FILE__,
+    kernels::detail::throw_cuda_error(cudaErrorMemoryAllocation, "cudaMalloc (failure injected for testing)", __FILE__,
                                    __LINE__);
   }
-  return cuda::DeviceBuffer(bytes);
+  return kernels::DeviceBuffer(bytes);
 }
 
 }  // namespace
@@ -79,7 +79,7 @@ TrackedBuffer& TrackedBuffer::operator=(TrackedBuffer&& other) noexcept {
 void TrackedBuffer::release() noexcept {
   const std::size_t bytes = buffer_.size();
   if (buffer_.data() == nullptr && bytes == 0) return;
-  buffer_ = cuda::DeviceBuffer();  // cudaFree (checked, never throws)
+  buffer_ = kernels::DeviceBuffer();  // cudaFree (checked, never throws)
   process_bytes_in_use() -= bytes;
   if (ledger_) ledger_->remove(bytes);
   ledger_.reset();
@@ -95,13 +95,13 @@ Stream::Stream(Priority priority) {
     QUANTEM_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     QUANTEM_CUDA_TRY(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest));
   }
-  stream_ = cuda::Handle<cuda::StreamTraits>(stream);
+  stream_ = kernels::Handle<kernels::StreamTraits>(stream);
 }
 
 Event::Event(bool timing) {
   cudaEvent_t event = nullptr;
   QUANTEM_CUDA_TRY(cudaEventCreateWithFlags(&event, timing ? cudaEventDefault : cudaEventDisableTiming));
-  event_ = cuda::Handle<cuda::EventTraits>(event);
+  event_ = kernels::Handle<kernels::EventTraits>(event);
 }
 
 void EventTimer::reserve(std::size_t spans) {
@@ -138,10 +138,10 @@ StreamDrain::~StreamDrain() {
 ScratchBuffer::ScratchBuffer(std::size_t bytes, cudaStream_t stream) {
   void* data = nullptr;
   QUANTEM_CUDA_TRY(cudaMallocAsync(&data, bytes == 0 ? 16 : bytes, stream));
-  memory_ = cuda::Handle<cuda::StreamMemoryTraits>({data, stream});
+  memory_ = kernels::Handle<kernels::StreamMemoryTraits>({data, stream});
 }
 
-cuda::DeviceMemoryInfo memory_info() {
+kernels::DeviceMemoryInfo memory_info() {
   std::size_t free_bytes = 0;
   std::size_t total_bytes = 0;
   QUANTEM_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -168,12 +168,12 @@ void throw_if_malformed(std::uint32_t error_flag, const std::string& name, const
   }
 }
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda
 
 namespace quantem::backend {
 
 void set_device_allocation_failure_for_testing(std::uint64_t fail_at) {
-  cuda_detail::AllocationFault& fault = cuda_detail::allocation_fault();
+  cuda::AllocationFault& fault = cuda::allocation_fault();
   std::lock_guard<std::mutex> lock(fault.mutex);
   fault.counted = 0;
   fault.fail_at = fail_at;
@@ -182,7 +182,7 @@ void set_device_allocation_failure_for_testing(std::uint64_t fail_at) {
 }
 
 DeviceAllocationFaultReport clear_device_allocation_failure_for_testing() {
-  cuda_detail::AllocationFault& fault = cuda_detail::allocation_fault();
+  cuda::AllocationFault& fault = cuda::allocation_fault();
   std::lock_guard<std::mutex> lock(fault.mutex);
   fault.armed.store(false, std::memory_order_relaxed);
   DeviceAllocationFaultReport report;

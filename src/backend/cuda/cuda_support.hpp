@@ -2,7 +2,7 @@
 // Internal RAII pieces of the CUDA backend: tracked device allocations (so a
 // failed or cancelled load is proven to free everything), streams, events,
 // stream-ordered scratch for product calls. Every CUDA call is checked
-// (quantem/cuda/cuda_check.hpp); destructors never throw.
+// (quantem/kernels/cuda_check.hpp); destructors never throw.
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -14,11 +14,11 @@
 #include <utility>
 #include <vector>
 
-#include "quantem/cuda/cuda_check.hpp"
-#include "quantem/cuda/device.hpp"
-#include "quantem/cuda/handle.hpp"
+#include "quantem/kernels/cuda_check.hpp"
+#include "quantem/kernels/device.hpp"
+#include "quantem/kernels/handle.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 
 // Allocation granularity assumed by the load estimate: cudaMalloc hands out
 // whole 2 MiB pages for large allocations and may take one for a small one.
@@ -47,7 +47,7 @@ class Ledger {
 class TrackedBuffer {
  public:
   TrackedBuffer() = default;
-  TrackedBuffer(std::size_t bytes, std::shared_ptr<Ledger> ledger);  // throws cuda::OutOfDeviceMemory
+  TrackedBuffer(std::size_t bytes, std::shared_ptr<Ledger> ledger);  // throws kernels::OutOfDeviceMemory
   ~TrackedBuffer() { release(); }
   TrackedBuffer(TrackedBuffer&& other) noexcept
       : buffer_(std::move(other.buffer_)), ledger_(std::move(other.ledger_)) {}
@@ -64,7 +64,7 @@ class TrackedBuffer {
   void release() noexcept;
 
  private:
-  cuda::DeviceBuffer buffer_;
+  kernels::DeviceBuffer buffer_;
   std::shared_ptr<Ledger> ledger_;
 };
 
@@ -77,7 +77,7 @@ class Stream {
   cudaStream_t get() const noexcept { return stream_.get(); }
 
  private:
-  cuda::Handle<cuda::StreamTraits> stream_;
+  kernels::Handle<kernels::StreamTraits> stream_;
 };
 
 class Event {
@@ -86,7 +86,7 @@ class Event {
   cudaEvent_t get() const noexcept { return event_.get(); }
 
  private:
-  cuda::Handle<cuda::EventTraits> event_;
+  kernels::Handle<kernels::EventTraits> event_;
 };
 
 // Sums the device time between start/stop pairs (read after the work finished).
@@ -120,7 +120,7 @@ class StreamDrain {
 // Stream-ordered scratch of a product call (cudaMallocAsync / cudaFreeAsync).
 class ScratchBuffer {
  public:
-  ScratchBuffer(std::size_t bytes, cudaStream_t stream);  // throws cuda::OutOfDeviceMemory
+  ScratchBuffer(std::size_t bytes, cudaStream_t stream);  // throws kernels::OutOfDeviceMemory
   template <class T>
   T* as() const noexcept {
     return static_cast<T*>(data());
@@ -128,7 +128,7 @@ class ScratchBuffer {
   void* data() const noexcept { return memory_.get().data; }
 
  private:
-  cuda::Handle<cuda::StreamMemoryTraits> memory_;
+  kernels::Handle<kernels::StreamMemoryTraits> memory_;
 };
 
 // Throws Error(internal) naming the resident `name` and the kernel `what`
@@ -136,7 +136,7 @@ class ScratchBuffer {
 void throw_if_malformed(std::uint32_t error_flag, const std::string& name, const char* what);
 
 // Free and total bytes of the current device.
-cuda::DeviceMemoryInfo memory_info();
+kernels::DeviceMemoryInfo memory_info();
 
 // The least free device memory seen at checkpoints (cudaMemGetInfo), for the
 // measured peak of a load. checkpoint() may be called from any thread that has
@@ -153,4 +153,4 @@ class FreeMemoryLowWater {
   std::atomic<std::uint64_t> least_free_;
 };
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

@@ -6,7 +6,7 @@
 #include "quantem/core/clock.hpp"
 #include "quantem/core/error.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -100,7 +100,7 @@ double EncodeWorker::finish() {
 
 void EncodeWorker::run() noexcept {
   try {
-    cuda::set_device(device_index_);  // before any CUDA call of this thread
+    kernels::set_device(device_index_);  // before any CUDA call of this thread
     for (;;) {
       FilledBatch batch;
       {
@@ -140,4 +140,4 @@ void EncodeWorker::encode(const FilledBatch& batch) {
   QUANTEM_CUDA_TRY(cudaEventRecord(slot_free_[static_cast<std::size_t>(batch.slot)].get(), stream_));
 }
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

@@ -51,7 +51,7 @@
 #include "cuda_support.hpp"
 #include "resident_encoder.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 
 // A dense slot the loader has filled with one batch.
 struct FilledBatch {
@@ -109,7 +109,7 @@ class EncodeWorker {
   FreeMemoryLowWater& low_water_;
 
   // The worker's (the loader reads the timer and the count after finish()).
-  cuda::PinnedBuffer host_statuses_;
+  kernels::PinnedBuffer host_statuses_;
   std::vector<Event> slot_free_;  // recorded by the worker; the loader's stream waits on them (acquire_slot)
   EventTimer encode_timer_;
   std::uint64_t rewritten_frames_ = 0;
@@ -126,4 +126,4 @@ class EncodeWorker {
   std::thread thread_;  // last: starts once every member above exists
 };
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

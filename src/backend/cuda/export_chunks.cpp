@@ -1,9 +1,9 @@
 // The CUDA resident's export encoder (Resident::encode_export_chunks,
 // decision 0023): a batch of whole plan rows is decoded from the ANS groups
-// into a window of source frames (cuda::ans_decode_frame_runs), binned into
-// the plan's frames when the plan bins (cuda::bin_plan_frames; unbinned plans
+// into a window of source frames (kernels::ans_decode_frame_runs), binned into
+// the plan's frames when the plan bins (kernels::bin_plan_frames; unbinned plans
 // decode straight into the plan's frames at the export dtype), bitshuffle/LZ4
-// encoded (cuda::encode_bitshuffle_lz4), and only the encoded chunks cross to
+// encoded (kernels::encode_bitshuffle_lz4), and only the encoded chunks cross to
 // the host.
 #include <algorithm>
 #include <cstdint>
@@ -12,10 +12,10 @@
 
 #include "cuda_resident.hpp"
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/bitshuffle_lz4.hpp"
-#include "quantem/cuda/scratch_layout.hpp"
+#include "quantem/kernels/bitshuffle_lz4.hpp"
+#include "quantem/kernels/scratch_layout.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 namespace {
 
 // Device memory one export batch may take (window, plan frames, encoder
@@ -26,9 +26,9 @@ constexpr unsigned kExportWorkers = 2;
 
 bool binned(const plan::PlanGeometry& geometry) { return geometry.scan_bin > 1 || geometry.detector_bin > 1; }
 
-cuda::BitshuffleLz4EncodeBatch encode_batch(const plan::PlanGeometry& geometry, std::size_t element_size,
+kernels::BitshuffleLz4EncodeBatch encode_batch(const plan::PlanGeometry& geometry, std::size_t element_size,
                                             const void* d_frames, std::uint64_t count) {
-  cuda::BitshuffleLz4EncodeBatch batch;
+  kernels::BitshuffleLz4EncodeBatch batch;
   batch.d_frames = d_frames;
   batch.chunk_count = count;
   batch.element_size = element_size;
@@ -44,7 +44,7 @@ std::uint64_t window_frames_per_plan_row(const plan::PlanGeometry& geometry) {
 
 }  // namespace
 
-std::vector<cuda::FrameRun> CudaResident::export_window_runs(const plan::PlanGeometry& geometry,
+std::vector<kernels::FrameRun> CudaResident::export_window_runs(const plan::PlanGeometry& geometry,
                                                              std::uint64_t first_plan_row,
                                                              std::uint64_t end_plan_row) const {
   const std::uint64_t source_cols = geometry.source_scan_cols;
@@ -53,9 +53,9 @@ std::vector<cuda::FrameRun> CudaResident::export_window_runs(const plan::PlanGeo
   const std::uint64_t row_end =
       std::min(geometry.region.row_start + end_plan_row * geometry.scan_bin, geometry.region.row_stop);
   const std::uint32_t seek_frames = seek_.frames_per_point;
-  const std::uint32_t seek_points = cuda::ans_seek_points_per_group(frames_per_group_, seek_frames);
+  const std::uint32_t seek_points = kernels::ans_seek_points_per_group(frames_per_group_, seek_frames);
   const std::uint64_t total_frames = source_.frame_count();
-  std::vector<cuda::FrameRun> runs;
+  std::vector<kernels::FrameRun> runs;
   // Frames [first, end) of the resident to output frames from out_frame on,
   // cut at groups and seek segments.
   const auto add = [&](std::uint64_t first, std::uint64_t end, std::uint64_t out_frame) {
@@ -65,11 +65,11 @@ std::vector<cuda::FrameRun> CudaResident::export_window_runs(const plan::PlanGeo
       const auto group_frames =
           static_cast<std::uint32_t>(std::min<std::uint64_t>(frames_per_group_, total_frames - group_first));
       const auto in_group = static_cast<std::uint32_t>(first - group_first);
-      const std::uint32_t begin = cuda::ans_seek_job_begin(in_group, frames_per_group_, seek_frames);
+      const std::uint32_t begin = kernels::ans_seek_job_begin(in_group, frames_per_group_, seek_frames);
       const std::uint32_t segment_end =
           seek_points != 0 && begin / seek_frames < seek_points ? begin + seek_frames : group_frames;
       const auto job_end = static_cast<std::uint32_t>(std::min<std::uint64_t>(segment_end, end - group_first));
-      runs.push_back(cuda::FrameRun{cuda::FrameJob{static_cast<std::uint32_t>(group), job_end, begin}, in_group,
+      runs.push_back(kernels::FrameRun{kernels::FrameJob{static_cast<std::uint32_t>(group), job_end, begin}, in_group,
                                     out_frame});
       out_frame += job_end - in_group;
       first = group_first + job_end;
@@ -94,8 +94,8 @@ Resident::ExportBatchShape CudaResident::export_batch_shape(const plan::PlanGeom
       binned(geometry) ? window_frames_per_plan_row(geometry) * source_.frame_pixels() * dtype_size(resident_dtype_)
                        : 0;
   const std::uint64_t row_bytes =
-      geometry.scan_cols * (plan_bytes + cuda::bitshuffle_lz4_encode_scratch_bytes(one) +
-                            cuda::bitshuffle_lz4_chunk_bound(one)) +
+      geometry.scan_cols * (plan_bytes + kernels::bitshuffle_lz4_encode_scratch_bytes(one) +
+                            kernels::bitshuffle_lz4_chunk_bound(one)) +
       window_bytes;
   const std::uint64_t rows = std::clamp<std::uint64_t>(kExportBatchDeviceBytes / std::max<std::uint64_t>(row_bytes, 1),
                                                        1, std::max<std::uint64_t>(geometry.scan_rows, 1));
@@ -118,38 +118,38 @@ bool CudaResident::compute_export_chunks(const plan::PlanGeometry& geometry, std
       (geometry.region.row_start + first_row * geometry.scan_bin);
   const bool bins = binned(geometry);
   const std::size_t window_element = bins ? dtype_size(resident_dtype_) : element_size;
-  const std::vector<cuda::FrameRun> runs = export_window_runs(geometry, first_row, end_row);
+  const std::vector<kernels::FrameRun> runs = export_window_runs(geometry, first_row, end_row);
 
   bind_device();
   const cudaStream_t stream = cudaStreamPerThread;
   const std::size_t plan_frame_bytes = geometry.detector_pixels() * element_size;
-  cuda::ScratchLayout layout;
+  kernels::ScratchLayout layout;
   const std::size_t flags_at = layout.add(8);  // decode error, bin overflow
-  const std::size_t runs_at = layout.add(runs.size() * sizeof(cuda::FrameRun));
+  const std::size_t runs_at = layout.add(runs.size() * sizeof(kernels::FrameRun));
   const std::size_t window_at = layout.add(bins ? window_rows * width * source_.frame_pixels() * window_element : 0);
   const std::size_t plan_at = layout.add(rows_positions * plan_frame_bytes);
   const auto batch = encode_batch(geometry, element_size, nullptr, count);
-  const std::size_t encode_bytes = cuda::bitshuffle_lz4_encode_scratch_bytes(batch);
+  const std::size_t encode_bytes = kernels::bitshuffle_lz4_encode_scratch_bytes(batch);
   const std::size_t encode_at = layout.add(encode_bytes);
-  const std::size_t chunks_at = layout.add(count * cuda::bitshuffle_lz4_chunk_bound(batch));
+  const std::size_t chunks_at = layout.add(count * kernels::bitshuffle_lz4_chunk_bound(batch));
   const std::size_t offsets_at = layout.add((count + 1) * sizeof(std::uint64_t));
   ScratchBuffer scratch(layout.total(), stream);
-  const auto part = [&](std::size_t at) { return cuda::scratch_part<std::uint8_t>(scratch.data(), at); };
+  const auto part = [&](std::size_t at) { return kernels::scratch_part<std::uint8_t>(scratch.data(), at); };
   auto* d_flags = reinterpret_cast<std::uint32_t*>(part(flags_at));
-  auto* d_runs = reinterpret_cast<cuda::FrameRun*>(part(runs_at));
+  auto* d_runs = reinterpret_cast<kernels::FrameRun*>(part(runs_at));
   std::uint8_t* d_plan = part(plan_at);
 
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_flags, 0, 8, stream));
-  QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_runs, runs.data(), runs.size() * sizeof(cuda::FrameRun), cudaMemcpyHostToDevice,
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_runs, runs.data(), runs.size() * sizeof(kernels::FrameRun), cudaMemcpyHostToDevice,
                                    stream));
   std::uint8_t* d_window = bins ? part(window_at) : d_plan;
-  const cuda::AnsResidentView all = view();
-  for (std::size_t first = 0; first < runs.size(); first += cuda::kMaxFrameJobs) {
-    cuda::ans_decode_frame_runs(all, d_runs + first, std::min(cuda::kMaxFrameJobs, runs.size() - first), d_window,
+  const kernels::AnsResidentView all = view();
+  for (std::size_t first = 0; first < runs.size(); first += kernels::kMaxFrameJobs) {
+    kernels::ans_decode_frame_runs(all, d_runs + first, std::min(kernels::kMaxFrameJobs, runs.size() - first), d_window,
                                 static_cast<std::uint32_t>(window_element), d_flags, stream);
   }
   if (bins) {
-    cuda::PlanFramesShape shape;
+    kernels::PlanFramesShape shape;
     shape.window_rows = window_rows;
     shape.window_cols = width;
     shape.window_element_bytes = static_cast<std::uint32_t>(window_element);
@@ -159,11 +159,11 @@ bool CudaResident::compute_export_chunks(const plan::PlanGeometry& geometry, std
     shape.detector_bin = static_cast<std::uint32_t>(geometry.detector_bin);
     shape.plan_rows = end_row - first_row;
     shape.plan_cols = geometry.scan_cols;
-    cuda::bin_plan_frames(d_window, shape, reinterpret_cast<std::uint32_t*>(d_plan), d_flags + 1, stream);
+    kernels::bin_plan_frames(d_window, shape, reinterpret_cast<std::uint32_t*>(d_plan), d_flags + 1, stream);
   }
   const auto frames = encode_batch(geometry, element_size, d_plan + skipped * plan_frame_bytes, count);
   auto* d_offsets = reinterpret_cast<std::uint64_t*>(part(offsets_at));
-  cuda::encode_bitshuffle_lz4(frames, part(encode_at), encode_bytes, part(chunks_at), d_offsets, stream);
+  kernels::encode_bitshuffle_lz4(frames, part(encode_at), encode_bytes, part(chunks_at), d_offsets, stream);
 
   std::uint32_t flags[2] = {0, 0};
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(flags, d_flags, 8, cudaMemcpyDeviceToHost, stream));
@@ -179,4 +179,4 @@ bool CudaResident::compute_export_chunks(const plan::PlanGeometry& geometry, std
   return true;
 }
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

@@ -7,11 +7,11 @@
 
 #include "quantem/core/clock.hpp"
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/bitshuffle_lz4.hpp"
-#include "quantem/cuda/cuda_error.hpp"
-#include "quantem/cuda/device.hpp"
+#include "quantem/kernels/bitshuffle_lz4.hpp"
+#include "quantem/kernels/cuda_error.hpp"
+#include "quantem/kernels/device.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -37,13 +37,13 @@ std::uint64_t check_and_repair_batch(const BatchCheckSources& sources, const Fil
                                      const std::uint32_t* statuses, std::uint8_t* d_dense, cudaStream_t stream) {
   std::vector<std::uint64_t> repairs;
   for (std::uint64_t i = 0; i < batch.frame_count; ++i) {
-    if (statuses[i] == static_cast<std::uint32_t>(cuda::ChunkStatus::ok)) continue;
-    if (statuses[i] == static_cast<std::uint32_t>(cuda::ChunkStatus::unsupported_block_size)) {
+    if (statuses[i] == static_cast<std::uint32_t>(kernels::ChunkStatus::ok)) continue;
+    if (statuses[i] == static_cast<std::uint32_t>(kernels::ChunkStatus::unsupported_block_size)) {
       repairs.push_back(batch.first_frame + i);
       continue;
     }
     throw CorruptChunk(describe_undecodable_frame(sources.acquisition, sources.index, batch.first_frame + i) +
-                       ": bitshuffle/LZ4 " + cuda::chunk_status_name(static_cast<cuda::ChunkStatus>(statuses[i])));
+                       ": bitshuffle/LZ4 " + kernels::chunk_status_name(static_cast<kernels::ChunkStatus>(statuses[i])));
   }
   if (sources.cancel_requested) throw LoadCancelled{};
   if (repairs.empty()) return 0;
@@ -107,11 +107,11 @@ void PinnedSlotPool::fill(std::uint64_t slot_bytes, const std::function<void()>&
   PinnedSlots slots;
   std::exception_ptr error;
   try {
-    std::vector<cuda::HostPages> pages(kHostSlots);
+    std::vector<kernels::HostPages> pages(kHostSlots);
     std::exception_ptr fault_error;
     std::thread faulting([&] {
       try {
-        for (auto& slot_pages : pages) slot_pages = cuda::HostPages(slot_bytes, kFaultThreads);
+        for (auto& slot_pages : pages) slot_pages = kernels::HostPages(slot_bytes, kFaultThreads);
       } catch (...) {
         fault_error = std::current_exception();
       }
@@ -184,7 +184,7 @@ struct LoadPipeline::Buffers {
 
 LoadPipeline::LoadPipeline(const catalog::Acquisition& acquisition, std::shared_ptr<const catalog::FrameIndex> index,
                            int device_index, LoadProgress& progress, LoadReservation& reservation,
-                           const CudaLoadPlan& plan, ReadPool& read_pool, PinnedSlotPool& pinned_pool)
+                           const CudaLoadPlan& plan, ThreadPool& read_pool, PinnedSlotPool& pinned_pool)
     : acquisition_(acquisition),
       device_index_(device_index),
       progress_(progress),
@@ -271,13 +271,14 @@ void LoadPipeline::read_sub_batch(const SubBatch& sub, int host_slot) {
     if (raw.size() < plan_.staging_bytes) raw.resize(plan_.staging_bytes);
     read_target = raw.data();
   }
-  read_pool_.run(sub.read_count, [&](std::size_t k, unsigned) {
+  // Grain 1: each chunk of the loop is one item [k, k + 1), so the threads take reads and decodes one at a time.
+  read_pool_.parallel_for(sub.read_count, 1, [&](std::size_t k, std::size_t, unsigned) {
     const PreadSpan& read = schedule_.reads[sub.first_read + k];
     read_exactly(files_.fd(read.shard), read_target + read.slot_offset, read.bytes, read.file_offset,
                  index_.shard_paths[read.shard], read.first_frame);
   });
   if (!sub.gpu_decoded) {
-    read_pool_.run(sub.frame_count, [&](std::size_t k, unsigned) {
+    read_pool_.parallel_for(sub.frame_count, 1, [&](std::size_t k, std::size_t, unsigned) {
       const std::uint64_t frame = sub.first_frame + k;
       decode_stored_frame(acquisition_, index_, frame, read_target + schedule_.chunk_slot_offsets[frame],
                           slot + k * plan_.frame_bytes, plan_.frame_bytes);
@@ -321,7 +322,7 @@ void LoadPipeline::upload_and_decode(const SubBatch& sub, int host_slot, bool op
   if (opens_batch) begin_batch(sub.batch);  // after the copy is enqueued: it does not touch the dense slot
   QUANTEM_CUDA_TRY(cudaStreamWaitEvent(compute, b.device_slot_copied[device_slot].get(), 0));
   const std::uint64_t first_in_batch = sub.first_frame - sub.batch * batch_span_;
-  cuda::BitshuffleLz4Batch decode;
+  kernels::BitshuffleLz4Batch decode;
   decode.d_stored = d_slot;
   decode.stored_bytes = sub.slot_bytes;
   decode.d_chunk_offsets = reinterpret_cast<const std::uint64_t*>(d_slot + plan_.table_offset);
@@ -332,7 +333,7 @@ void LoadPipeline::upload_and_decode(const SubBatch& sub, int host_slot, bool op
   decode.d_decoded = dense_target(sub);
   decode.d_status = b.encoder.batch_statuses(dense_slot_of(sub.batch)) + first_in_batch;
   b.decode_timer.start(compute);
-  cuda::decode_bitshuffle_lz4(decode, b.bslz4_scratch.data(), b.bslz4_scratch.size(), compute, plan_.bslz4_tuning);
+  kernels::decode_bitshuffle_lz4(decode, b.bslz4_scratch.data(), b.bslz4_scratch.size(), compute, plan_.bslz4_tuning);
   b.decode_timer.stop(compute);
   QUANTEM_CUDA_TRY(cudaEventRecord(b.device_slot_decoded[device_slot].get(), compute));
 }
@@ -410,4 +411,4 @@ std::shared_ptr<Resident> LoadPipeline::finish() {
   return resident;
 }
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

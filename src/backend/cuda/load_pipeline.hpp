@@ -30,20 +30,20 @@
 
 #include "cuda_support.hpp"
 #include "encode_worker.hpp"
-#include "load_plan.hpp"
-#include "read_pool.hpp"
+#include "cuda_load_plan.hpp"
+#include "quantem/backend/thread_pool.hpp"
 #include "resident_encoder.hpp"
 #include "quantem/backend/backend.hpp"
 #include "quantem/backend/cuda_load.hpp"
 #include "quantem/backend/shard_reader.hpp"
 #include "quantem/catalog/acquisition.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 
 // Pinned host staging slots, kept between loads (pinning memory is slow).
 struct PinnedSlots {
   std::uint64_t slot_bytes = 0;
-  std::vector<cuda::PinnedBuffer> slots;
+  std::vector<kernels::PinnedBuffer> slots;
 };
 
 // Keeps up to two sets of pinned slots for the next loads. Thread-safe.
@@ -56,7 +56,7 @@ class PinnedSlotPool {
   // often arrives while the devices are being prepared: pinning 192 MiB twice
   // at once costs the first load more than waiting for the one in progress).
   // `meanwhile` (creating the device's context) runs on the calling thread
-  // while another faults the slots' pages in (cuda::HostPages); the calling
+  // while another faults the slots' pages in (kernels::HostPages); the calling
   // thread then registers them, so it needs a device bound by then.
   void fill(std::uint64_t slot_bytes, const std::function<void()>& meanwhile = {});
 
@@ -78,13 +78,13 @@ class LoadPipeline {
   // before resident allocations beyond plan.provisional_resident_bytes.
   LoadPipeline(const catalog::Acquisition& acquisition, std::shared_ptr<const catalog::FrameIndex> index,
                int device_index, LoadProgress& progress, LoadReservation& reservation, const CudaLoadPlan& plan,
-               ReadPool& read_pool, PinnedSlotPool& pinned_pool);
+               ThreadPool& read_pool, PinnedSlotPool& pinned_pool);
   ~LoadPipeline();
   LoadPipeline(const LoadPipeline&) = delete;
   LoadPipeline& operator=(const LoadPipeline&) = delete;
 
   // Runs every stage; throws LoadCancelled, CorruptChunk, IoError,
-  // cuda::OutOfDeviceMemory, ... (the caller maps them).
+  // kernels::OutOfDeviceMemory, ... (the caller maps them).
   std::shared_ptr<Resident> run();
 
   // Timings and byte counts of the finished load.
@@ -107,7 +107,7 @@ class LoadPipeline {
   LoadProgress& progress_;
   LoadReservation& reservation_;
   const CudaLoadPlan& plan_;
-  ReadPool& read_pool_;
+  ThreadPool& read_pool_;
   PinnedSlotPool& pinned_pool_;
   const std::chrono::steady_clock::time_point load_start_;
   const std::shared_ptr<const catalog::FrameIndex> kept_index_;
@@ -126,4 +126,4 @@ class LoadPipeline {
   std::unique_ptr<Buffers> buffers_;
 };
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

@@ -6,10 +6,10 @@
 
 #include "quantem/ans/ans_format.hpp"
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/ans.hpp"
-#include "quantem/cuda/resident_products.hpp"
+#include "quantem/kernels/ans.hpp"
+#include "quantem/kernels/resident_products.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 namespace {
 
 std::uint64_t align16(std::uint64_t value) { return (value + 15) / 16 * 16; }
@@ -64,8 +64,8 @@ ResidentEncoder::ResidentEncoder(const catalog::Acquisition& source, const CudaL
   d_pattern_ = TrackedBuffer(plan.frame_pixels * 8, ledger_);  // within the plan's ring_setup_bytes
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_pattern_.data(), 0, plan.frame_pixels * 8, stream_));
   scratch_ = TrackedBuffer(plan.encode_scratch_bytes, ledger_);
-  host_offsets_ = cuda::PinnedBuffer(std::size_t{plan.groups_per_batch} * 8);
-  host_sizes_ = cuda::PinnedBuffer(std::size_t{plan.groups_per_batch} * 8);
+  host_offsets_ = kernels::PinnedBuffer(std::size_t{plan.groups_per_batch} * 8);
+  host_sizes_ = kernels::PinnedBuffer(std::size_t{plan.groups_per_batch} * 8);
   QUANTEM_CUDA_TRY(cudaMemsetAsync(misc_.data(), 0, plan.batch_misc_bytes, stream_));  // the max value starts at 0
   QUANTEM_CUDA_TRY(cudaStreamSynchronize(stream_));  // the host mask list goes out of scope
   prepare_host_staging();
@@ -81,7 +81,7 @@ void ResidentEncoder::prepare_host_staging() {
     staging_thread_ = std::thread([this, device, bytes] {
       try {
         QUANTEM_CUDA_TRY(cudaSetDevice(device));
-        host_staging_ = cuda::PinnedBuffer(bytes);
+        host_staging_ = kernels::PinnedBuffer(bytes);
       } catch (...) {
         // Left empty: the first product grows the staging itself, as before.
       }
@@ -102,21 +102,21 @@ void ResidentEncoder::encode_batch(int slot, std::uint64_t first_frame, std::uin
   }
   void* d_frames = slots_.at(static_cast<std::size_t>(slot)).frames.data();
   const bool track_max = plan_.source_dtype == DType::uint32;
-  cuda::prepare_frames(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
+  kernels::prepare_frames(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
                        masked_.as<std::uint32_t>(), masked_count_, track_max ? misc_.as<std::uint32_t>() : nullptr,
                        stream_);
   const std::uint64_t first_group = first_frame / plan_.frames_per_group;
   std::uint32_t* seek_points = batch_seek_points(first_group);
-  const cuda::AnsEncodeBatch batch = encode_batch_shape(d_frames, frame_count, seek_points);
+  const kernels::AnsEncodeBatch batch = encode_batch_shape(d_frames, frame_count, seek_points);
   const std::vector<std::uint64_t> sizes = measure_batch(batch, first_frame);
   auto* d_batch_offsets = reinterpret_cast<std::uint64_t*>(misc_.as<std::uint8_t>() + 16);
   const std::uint64_t* offsets = host_offsets_.as<std::uint64_t>();
   TrackedBuffer piece = place_piece(sizes, first_frame + frame_count);
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_batch_offsets, offsets, sizes.size() * 8, cudaMemcpyHostToDevice, stream_));
-  cuda::ans_encode_write(batch, scratch_.data(), scratch_.size(), piece.as<std::uint8_t>(), d_batch_offsets, stream_);
+  kernels::ans_encode_write(batch, scratch_.data(), scratch_.size(), piece.as<std::uint8_t>(), d_batch_offsets, stream_);
   // The batch's groups as the decoders see them, for what is derived from
   // them on this worker's stream (overlapped with the loader's next batch).
-  cuda::AnsResidentView written;
+  kernels::AnsResidentView written;
   written.d_blobs = piece.as<std::uint8_t>();
   written.d_group_offsets = d_batch_offsets;
   written.group_count = sizes.size();
@@ -135,14 +135,14 @@ std::uint32_t* ResidentEncoder::batch_seek_points(std::uint64_t first_group) con
   if (plan_.frames_per_seek_point == 0) return nullptr;
   const quantem::ans::AnsGroupLayout layout = quantem::ans::ans_group_layout(
       static_cast<std::uint32_t>(source_.detector_rows), static_cast<std::uint32_t>(source_.detector_cols));
-  return d_seek_points_.as<std::uint32_t>() + cuda::ans_seek_table_words(first_group, plan_.frames_per_group,
+  return d_seek_points_.as<std::uint32_t>() + kernels::ans_seek_table_words(first_group, plan_.frames_per_group,
                                                                          plan_.frames_per_seek_point,
                                                                          layout.stream_count);
 }
 
-cuda::AnsEncodeBatch ResidentEncoder::encode_batch_shape(void* d_frames, std::uint64_t frame_count,
+kernels::AnsEncodeBatch ResidentEncoder::encode_batch_shape(void* d_frames, std::uint64_t frame_count,
                                                          std::uint32_t* seek_points) const {
-  cuda::AnsEncodeBatch batch;
+  kernels::AnsEncodeBatch batch;
   batch.d_frames = d_frames;
   batch.dtype = plan_.source_dtype;
   batch.total_frames = frame_count;
@@ -158,19 +158,19 @@ cuda::AnsEncodeBatch ResidentEncoder::encode_batch_shape(void* d_frames, std::ui
   return batch;
 }
 
-std::vector<std::uint64_t> ResidentEncoder::measure_batch(const cuda::AnsEncodeBatch& batch, std::uint64_t first_frame) {
+std::vector<std::uint64_t> ResidentEncoder::measure_batch(const kernels::AnsEncodeBatch& batch, std::uint64_t first_frame) {
   // The measuring pass, then (from the second batch on, the partition being
   // set up) the ring pass, which needs nothing measured: the stream runs it
   // while this thread waits for the sizes and sizes the batch's piece.
-  const std::size_t group_count = cuda::ans_group_count(batch.total_frames, plan_.frames_per_group);
-  cuda::ans_encode_measure_async(batch, scratch_.data(), scratch_.size(), host_sizes_.as<std::uint64_t>(), stream_);
+  const std::size_t group_count = kernels::ans_group_count(batch.total_frames, plan_.frames_per_group);
+  kernels::ans_encode_measure_async(batch, scratch_.data(), scratch_.size(), host_sizes_.as<std::uint64_t>(), stream_);
   QUANTEM_CUDA_TRY(cudaEventRecord(measured_.get(), stream_));
   const bool rings_ready = rings_.has_value();
   if (rings_ready) enqueue_ring_pass(batch.d_frames, first_frame, batch.total_frames);
   // Also orders the previous batch's copy from host_offsets_ before the host rewrites it (place_piece).
   QUANTEM_CUDA_TRY(cudaEventSynchronize(measured_.get()));
   std::vector<std::uint64_t> sizes(host_sizes_.as<std::uint64_t>(), host_sizes_.as<std::uint64_t>() + group_count);
-  cuda::ans_encode_check_sizes(sizes);
+  kernels::ans_encode_check_sizes(sizes);
   if (!rings_ready) {
     set_up_rings();  // from the first batch's pattern, which d_pattern_ holds now
     enqueue_ring_pass(batch.d_frames, first_frame, batch.total_frames);
@@ -196,29 +196,29 @@ TrackedBuffer ResidentEncoder::place_piece(const std::vector<std::uint64_t>& siz
   return TrackedBuffer(piece_bytes, ledger_);
 }
 
-void ResidentEncoder::enqueue_derived_tables(const cuda::AnsResidentView& written, std::uint64_t first_group,
+void ResidentEncoder::enqueue_derived_tables(const kernels::AnsResidentView& written, std::uint64_t first_group,
                                              std::uint32_t* seek_points) {
-  cuda::AnsResidentView view = written;
+  kernels::AnsResidentView view = written;
   if (plan_.decode_table_bytes != 0) {
     // Every group's decode tables, once (the decode recorder below, when used, reads them too).
-    std::uint32_t* tables = d_decode_tables_.as<std::uint32_t>() + first_group * cuda::ans_decode_table_words();
-    cuda::ans_build_decode_tables(view, tables, misc_.as<std::uint32_t>() + 1, stream_);
+    std::uint32_t* tables = d_decode_tables_.as<std::uint32_t>() + first_group * kernels::ans_decode_table_words();
+    kernels::ans_build_decode_tables(view, tables, misc_.as<std::uint32_t>() + 1, stream_);
     view.d_decode_tables = tables;
   }
   if (seek_points != nullptr && !plan_.seek_points_from_encoder) {
     // The batch's streams decoded once more for their seek points.
-    cuda::ans_record_seek_points(view, plan_.frames_per_seek_point, seek_points, misc_.as<std::uint32_t>() + 1,
+    kernels::ans_record_seek_points(view, plan_.frames_per_seek_point, seek_points, misc_.as<std::uint32_t>() + 1,
                                  stream_);  // the seek error flag: misc_ bytes 4..7
   }
 }
 
 void ResidentEncoder::enqueue_ring_pass(const void* d_frames, std::uint64_t first_frame, std::uint64_t frame_count) {
   // One pass over the frames for their ring sums and their moments.
-  cuda::dense_ring_sums(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
+  kernels::dense_ring_sums(d_frames, plan_.source_dtype, frame_count, static_cast<std::uint32_t>(plan_.frame_pixels),
                         d_pixels_by_ring_.as<std::uint32_t>(), d_ring_of_sorted_.as<std::uint16_t>(),
                         d_ring_of_pixel_.as<std::uint16_t>(), rings_->ring_count(), d_ring_sums_.data(),
                         ring_sum_bytes_, plan_.frames, first_frame, stream_,
-                        cuda::FrameMomentsTarget{d_frame_moments_.as<std::uint64_t>(),
+                        kernels::FrameMomentsTarget{d_frame_moments_.as<std::uint64_t>(),
                                                  static_cast<std::uint32_t>(source_.detector_cols), plan_.frames});
 }
 
@@ -305,4 +305,4 @@ std::shared_ptr<CudaResident> ResidentEncoder::finish(int device_index, const st
   return resident;
 }
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

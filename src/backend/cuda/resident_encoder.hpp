@@ -22,11 +22,11 @@
 
 #include "cuda_resident.hpp"
 #include "cuda_support.hpp"
-#include "load_plan.hpp"
+#include "cuda_load_plan.hpp"
 #include "quantem/backend/ring_partition.hpp"
 #include "quantem/catalog/acquisition.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 
 // The part of a load's reservation that covers the resident itself: admission
 // reserved `provisional_bytes` of it; each allocation of the resident (a
@@ -50,7 +50,7 @@ class ResidentReservation {
 class ResidentEncoder {
  public:
   // Allocates `dense_slots` dense batches, each with its status array, the
-  // encoder scratch and the masked-pixel list (throws cuda::OutOfDeviceMemory),
+  // encoder scratch and the masked-pixel list (throws kernels::OutOfDeviceMemory),
   // and enqueues their initialisation on `stream`, the stream every encode runs
   // on. The device must be bound.
   ResidentEncoder(const catalog::Acquisition& source, const CudaLoadPlan& plan, int dense_slots, cudaStream_t stream,
@@ -78,7 +78,7 @@ class ResidentEncoder {
   // known; the write itself stays asynchronous on the stream, so the slot is
   // free once work enqueued on stream() after this call has run.
   // Throws Error(payload_too_large) when the encoded acquisition would exceed
-  // plan.resident_bound_bytes, cuda::OutOfDeviceMemory when allocation fails,
+  // plan.resident_bound_bytes, kernels::OutOfDeviceMemory when allocation fails,
   // and what the reservation's grow() throws (payload_too_large, unavailable).
   // Not thread-safe: one thread at a time (during a load, the encode worker).
   void encode_batch(int slot, std::uint64_t first_frame, std::uint64_t frame_count);
@@ -100,13 +100,13 @@ class ResidentEncoder {
   // The steps of encode_batch, in order. Where the batch's seek points go
   // (nullptr: no seek points); the encoder's view of the batch.
   std::uint32_t* batch_seek_points(std::uint64_t first_group) const;
-  cuda::AnsEncodeBatch encode_batch_shape(void* d_frames, std::uint64_t frame_count, std::uint32_t* seek_points) const;
+  kernels::AnsEncodeBatch encode_batch_shape(void* d_frames, std::uint64_t frame_count, std::uint32_t* seek_points) const;
   // The measuring pass and the ring pass; blocks until the groups' encoded sizes are known.
-  std::vector<std::uint64_t> measure_batch(const cuda::AnsEncodeBatch& batch, std::uint64_t first_frame);
+  std::vector<std::uint64_t> measure_batch(const kernels::AnsEncodeBatch& batch, std::uint64_t first_frame);
   // The groups' offsets in host_offsets_, the bound checked, the piece allocated.
   TrackedBuffer place_piece(const std::vector<std::uint64_t>& sizes, std::uint64_t end_frame);
   // What the load derives from the written groups: decode tables, seek points by decoding.
-  void enqueue_derived_tables(const cuda::AnsResidentView& written, std::uint64_t first_group,
+  void enqueue_derived_tables(const kernels::AnsResidentView& written, std::uint64_t first_group,
                               std::uint32_t* seek_points);
 
   struct DenseSlot {
@@ -129,8 +129,8 @@ class ResidentEncoder {
   std::vector<DenseSlot> slots_;
   TrackedBuffer misc_;     // max value | the batch's group offsets
   TrackedBuffer scratch_;  // ANS encoder scratch
-  cuda::PinnedBuffer host_offsets_;  // the batch's group offsets, staged for the copy
-  cuda::PinnedBuffer host_sizes_;    // the batch's blob sizes, as the measuring pass copies them back
+  kernels::PinnedBuffer host_offsets_;  // the batch's group offsets, staged for the copy
+  kernels::PinnedBuffer host_sizes_;    // the batch's blob sizes, as the measuring pass copies them back
   Event measured_;                   // recorded after each batch's measuring pass
   std::vector<TrackedBuffer> pieces_;
   std::vector<const std::uint8_t*> group_addresses_;
@@ -149,7 +149,7 @@ class ResidentEncoder {
   TrackedBuffer d_ring_sums_;       // [ring][frame], kept by the resident
   TrackedBuffer d_frame_moments_;   // [Σ I | Σ row·I | Σ col·I][frame], kept by the resident
   std::thread staging_thread_;
-  cuda::PinnedBuffer host_staging_;  // written by staging_thread_ until joined
+  kernels::PinnedBuffer host_staging_;  // written by staging_thread_ until joined
 };
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "quantem/backend/backend.hpp"
+#include "quantem/backend/cpu_backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "test_support.hpp"
 

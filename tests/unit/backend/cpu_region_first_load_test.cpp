@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "quantem/backend/backend.hpp"
-#include "quantem/backend/cpu_resident.hpp"
+#include "quantem/backend/cpu_backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/plan/plan.hpp"

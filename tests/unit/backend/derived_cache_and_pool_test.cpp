@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "cpu/thread_pool.hpp"
+#include "quantem/backend/thread_pool.hpp"
 #include "quantem/backend/derived_cache.hpp"
 
 namespace quantem::backend {
@@ -68,7 +68,7 @@ TEST(DerivedCache, ConcurrentCallersShareOneComputation) {
 }
 
 TEST(ThreadPool, CoversEveryItemOnceWithParticipantsBelowTheSize) {
-  cpu::ThreadPool pool(3);
+  ThreadPool pool(3);
   EXPECT_EQ(pool.size(), 3u);
   std::vector<std::atomic<int>> hits(1000);
   std::atomic<bool> participant_in_range{true};
@@ -81,7 +81,7 @@ TEST(ThreadPool, CoversEveryItemOnceWithParticipantsBelowTheSize) {
 }
 
 TEST(ThreadPool, RethrowsTheFirstExceptionAndStaysUsable) {
-  cpu::ThreadPool pool(2);
+  ThreadPool pool(2);
   EXPECT_THROW(pool.parallel_for(100, 1,
                                  [](std::size_t begin, std::size_t, unsigned) {
                                    if (begin == 42) throw std::runtime_error("item 42");
@@ -93,7 +93,7 @@ TEST(ThreadPool, RethrowsTheFirstExceptionAndStaysUsable) {
 }
 
 TEST(ThreadPool, NestedAndConcurrentLoopsDoNotDeadlock) {
-  cpu::ThreadPool pool(2);
+  ThreadPool pool(2);
   std::atomic<int> inner{0};
   std::vector<std::thread> callers;
   for (int c = 0; c < 3; ++c) {

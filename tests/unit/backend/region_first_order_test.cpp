@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "cpu/cpu_resident.hpp"
-#include "cpu/load_plan.hpp"
+#include "cpu/cpu_load_plan.hpp"
 #include "quantem/backend/backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
 

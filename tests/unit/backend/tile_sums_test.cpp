@@ -17,7 +17,7 @@
 
 #include "dense_fixture.hpp"
 #include "quantem/backend/backend.hpp"
-#include "quantem/backend/cpu_resident.hpp"
+#include "quantem/backend/cpu_backend.hpp"
 #include "quantem/backend/tile_sums.hpp"
 #include "quantem/plan/plan.hpp"
 

@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "quantem/backend/backend.hpp"
+#include "quantem/backend/cpu_backend.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/codec/chunk_codec.hpp"
 #include "quantem/core/error.hpp"

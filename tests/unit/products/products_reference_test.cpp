@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dense_fixture.hpp"
-#include "quantem/backend/cpu_resident.hpp"
+#include "quantem/backend/cpu_backend.hpp"
 #include "quantem/products/products.hpp"
 #include "test_support.hpp"
 

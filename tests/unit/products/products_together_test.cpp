@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "dense_fixture.hpp"
-#include "quantem/backend/cpu_resident.hpp"
+#include "quantem/backend/cpu_backend.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/products/products.hpp"
 

@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "quantem/backend/backend.hpp"
+#include "quantem/backend/cpu_backend.hpp"
 #include "quantem/server/browse_service.hpp"
 #include "server_fixtures.hpp"
 #include "test_support.hpp"

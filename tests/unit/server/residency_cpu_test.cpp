@@ -9,7 +9,7 @@
 #include <chrono>
 
 #include "quantem/backend/backend.hpp"
-#include "quantem/backend/cpu_resident.hpp"
+#include "quantem/backend/cpu_backend.hpp"
 #include "quantem/backend/tile_sums.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/plan/plan.hpp"

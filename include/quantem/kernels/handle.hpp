@@ -4,7 +4,7 @@
 // allocation, mapped host pages), is move-only, and releases it once through
 // Traits::release, which never throws (a failure is reported, like
 // QUANTEM_CUDA_TRY_NOTHROW). Every owning class of the CUDA side is built from
-// it (DeviceBuffer, HostPages, PinnedBuffer in quantem/cuda/device.hpp; the
+// it (DeviceBuffer, HostPages, PinnedBuffer in quantem/kernels/device.hpp; the
 // CUDA backend's streams, events and scratch), as the catalog's HDF5 handles
 // are built from its Handle<Close>.
 //
@@ -16,7 +16,7 @@
 struct CUstream_st;  // cudaStream_t is CUstream_st*
 struct CUevent_st;   // cudaEvent_t is CUevent_st*
 
-namespace quantem::cuda {
+namespace quantem::kernels {
 
 // A CUDA stream handle (cudaStream_t). nullptr is the legacy default stream.
 using StreamHandle = CUstream_st*;
@@ -107,4 +107,4 @@ struct RegisteredPagesTraits : handle_traits::Memory<Allocation> {
   static void release(const Allocation& memory) noexcept;
 };
 
-}  // namespace quantem::cuda
+}  // namespace quantem::kernels

@@ -1,4 +1,4 @@
-#include "cpu/load_plan.hpp"
+#include "cpu/cpu_load_plan.hpp"
 
 #include <algorithm>
 #include <string>

@@ -6,12 +6,12 @@
 //  - OutOfDeviceMemory: a device allocation failed for lack of memory
 //    (ErrorKind::payload_too_large, the kind admission reports for "does not fit").
 //
-// The check macros that throw these live in quantem/cuda/cuda_check.hpp.
+// The check macros that throw these live in quantem/kernels/cuda_check.hpp.
 #include <string>
 
 #include "quantem/core/error.hpp"
 
-namespace quantem::cuda {
+namespace quantem::kernels {
 
 class CudaError : public Error {
  public:
@@ -27,4 +27,4 @@ class OutOfDeviceMemory : public CudaError {
       : CudaError(ErrorKind::payload_too_large, message) {}
 };
 
-}  // namespace quantem::cuda
+}  // namespace quantem::kernels

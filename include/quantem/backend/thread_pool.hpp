@@ -1,7 +1,10 @@
 #pragma once
-// A small fixed pool for data-parallel loops. The calling thread always takes
-// part in its own loop, so parallel_for never deadlocks when the workers are
-// busy with other callers' loops (several requests share one pool).
+// A small fixed pool for data-parallel loops, the one thread pool of both
+// backends: the CPU resident's primitives and the CPU load run on it, the CUDA
+// load's preads and host decodes too. The calling thread always takes part in
+// its own loop, so parallel_for never deadlocks when the workers are busy with
+// other callers' loops (several requests, or loads on several devices, share
+// one pool).
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -11,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-namespace quantem::backend::cpu {
+namespace quantem::backend {
 
 class ThreadPool {
  public:
@@ -45,4 +48,4 @@ class ThreadPool {
   bool stopping_ = false;
 };
 
-}  // namespace quantem::backend::cpu
+}  // namespace quantem::backend

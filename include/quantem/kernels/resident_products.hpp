@@ -1,6 +1,6 @@
 #pragma once
 // Product kernels computed straight from an ANS resident (AnsResidentView,
-// include/quantem/cuda/ans.hpp), and the load-time preparation of dense
+// include/quantem/kernels/ans.hpp), and the load-time preparation of dense
 // frames. CUDA-free header; implemented in kernels/products/resident_products.cu.
 //
 // A stream (one 2x2 quad across a group's frames) is sequential: a product
@@ -13,10 +13,10 @@
 #include <cstdint>
 
 #include "quantem/core/dtype.hpp"
-#include "quantem/cuda/ans.hpp"
-#include "quantem/cuda/device.hpp"
+#include "quantem/kernels/ans.hpp"
+#include "quantem/kernels/device.hpp"
 
-namespace quantem::cuda {
+namespace quantem::kernels {
 
 // Zeroes the masked pixels (d_masked_pixels: masked_count detector pixel
 // indices) of every frame of a dense batch (frame_count frames of frame_pixels
@@ -193,4 +193,4 @@ void add_ring_sums(const void* d_ring_sums, std::uint32_t sum_bytes, std::uint64
                    const std::uint32_t* d_rings, std::uint32_t ring_list_count, std::uint64_t first_frame,
                    std::uint64_t frame_count, std::uint64_t* d_sums, StreamHandle stream);
 
-}  // namespace quantem::cuda
+}  // namespace quantem::kernels

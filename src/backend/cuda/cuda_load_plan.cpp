@@ -1,4 +1,4 @@
-#include "load_plan.hpp"
+#include "cuda_load_plan.hpp"
 
 #include <algorithm>
 #include <string>
@@ -6,12 +6,12 @@
 #include "quantem/ans/ans_format.hpp"
 #include "quantem/backend/ring_partition.hpp"
 #include "quantem/core/error.hpp"
-#include "quantem/cuda/ans.hpp"
-#include "quantem/cuda/bitshuffle_lz4.hpp"
-#include "quantem/cuda/resident_products.hpp"
+#include "quantem/kernels/ans.hpp"
+#include "quantem/kernels/bitshuffle_lz4.hpp"
+#include "quantem/kernels/resident_products.hpp"
 #include "cuda_support.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 namespace {
 
 // 2048 frames per group. 1024 makes the load a little faster (the encoder
@@ -65,7 +65,7 @@ void plan_frames(const catalog::Acquisition& acquisition, CudaLoadPlan& plan) {
 // ANS groups, and the batches of groups decoded before each encode.
 void plan_groups(const catalog::Acquisition& acquisition, const CudaLoadTuning& tuning, CudaLoadPlan& plan) {
   std::uint64_t frames_per_group = tuning.frames_per_group != 0 ? tuning.frames_per_group : kDefaultFramesPerGroup;
-  frames_per_group = std::min<std::uint64_t>(frames_per_group, cuda::kMomentsMaxFramesPerGroup);
+  frames_per_group = std::min<std::uint64_t>(frames_per_group, kernels::kMomentsMaxFramesPerGroup);
   frames_per_group = std::min<std::uint64_t>(frames_per_group, ((std::uint64_t{1} << 32) - 1) / plan.frame_pixels);
   frames_per_group = std::max<std::uint64_t>(frames_per_group, 1);
   plan.frames_per_group = static_cast<std::uint32_t>(frames_per_group);
@@ -100,12 +100,12 @@ void plan_staging(const catalog::Acquisition& acquisition, const CudaLoadTuning&
   plan.device_slot_bytes = plan.staging_bytes + align16(std::uint64_t{plan.sub_batch_frames} * 8) +
                            std::uint64_t{plan.sub_batch_frames} * 4;
   if (plan.gpu_decoder) {
-    cuda::BitshuffleLz4Batch shape;
+    kernels::BitshuffleLz4Batch shape;
     shape.element_size = element;
     shape.elements_per_chunk = plan.frame_pixels;
     shape.chunk_count = plan.sub_batch_frames;
     shape.stored_bytes = plan.staging_bytes;  // a slot's bytes: the decoder's sequence tables scale with them
-    plan.bslz4_scratch_bytes = cuda::bitshuffle_lz4_scratch_bytes(shape);
+    plan.bslz4_scratch_bytes = kernels::bitshuffle_lz4_scratch_bytes(shape);
   }
 }
 
@@ -114,7 +114,7 @@ void plan_encoder(const catalog::Acquisition& acquisition, const CudaLoadTuning&
   plan.dense_batch_bytes = plan.batch_frames * plan.frame_bytes;
   plan.batch_statuses_bytes = align16(plan.batch_frames * 4);
   plan.batch_misc_bytes = 16 + std::uint64_t{plan.groups_per_batch} * 8;
-  cuda::AnsEncodeBatch encode;
+  kernels::AnsEncodeBatch encode;
   encode.d_frames = reinterpret_cast<const void*>(std::uintptr_t{256});  // sizing only, never read
   encode.dtype = plan.source_dtype;
   encode.total_frames = plan.batch_frames;
@@ -129,10 +129,10 @@ void plan_encoder(const catalog::Acquisition& acquisition, const CudaLoadTuning&
   plan.bslz4_tuning.blocks_per_warp = tuning.bslz4_blocks_per_warp;
   plan.bslz4_tuning.grid_percent = tuning.bslz4_grid_percent;
   plan.bslz4_tuning.batched_literals = tuning.bslz4_batched_literals;
-  cuda::check_bitshuffle_lz4_tuning(plan.bslz4_tuning);
+  kernels::check_bitshuffle_lz4_tuning(plan.bslz4_tuning);
   plan.accumulate_frames_cta_threads = tuning.accumulate_frames_cta_threads;
-  cuda::check_ans_accumulate_frames_cta_threads(plan.accumulate_frames_cta_threads);
-  plan.encode_scratch_bytes = cuda::ans_encode_scratch_bytes(encode);
+  kernels::check_ans_accumulate_frames_cta_threads(plan.accumulate_frames_cta_threads);
+  plan.encode_scratch_bytes = kernels::ans_encode_scratch_bytes(encode);
   plan.group_offsets_bytes = plan.groups * 8;
 }
 
@@ -164,11 +164,11 @@ void plan_resident_bounds(const catalog::Acquisition& acquisition, const CudaLoa
       tuning.frames_per_seek_point == CudaLoadTuning::kNoSeekPoints ? 0
       : tuning.frames_per_seek_point != 0                          ? tuning.frames_per_seek_point
                                                                    : kDefaultFramesPerSeekPoint;
-  plan.frames_per_seek_point = cuda::ans_seek_points_per_group(plan.frames_per_group, seek_frames) != 0 ? seek_frames : 0;
+  plan.frames_per_seek_point = kernels::ans_seek_points_per_group(plan.frames_per_group, seek_frames) != 0 ? seek_frames : 0;
   plan.seek_points_from_encoder = tuning.seek_points_from_encoder;
   plan.seek_table_bytes =
-      cuda::ans_seek_table_words(plan.groups, plan.frames_per_group, plan.frames_per_seek_point, layout.stream_count) * 4;
-  plan.decode_table_bytes = tuning.decode_tables_at_load ? plan.groups * std::uint64_t{cuda::ans_decode_table_words()} * 4 : 0;
+      kernels::ans_seek_table_words(plan.groups, plan.frames_per_group, plan.frames_per_seek_point, layout.stream_count) * 4;
+  plan.decode_table_bytes = tuning.decode_tables_at_load ? plan.groups * std::uint64_t{kernels::ans_decode_table_words()} * 4 : 0;
   // One seek segment (a group when there are no seek points), at most the byte cap.
   const std::uint64_t segment_frames =
       std::min<std::uint64_t>(plan.frames, plan.frames_per_seek_point != 0 ? plan.frames_per_seek_point : plan.frames_per_group);
@@ -309,4 +309,4 @@ ReadSchedule plan_reads(const catalog::Acquisition& acquisition, const catalog::
   return schedule;
 }
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

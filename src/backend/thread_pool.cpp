@@ -1,10 +1,10 @@
-#include "cpu/thread_pool.hpp"
+#include "quantem/backend/thread_pool.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <exception>
 
-namespace quantem::backend::cpu {
+namespace quantem::backend {
 
 struct ThreadPool::Loop {
   std::size_t count = 0;
@@ -102,4 +102,4 @@ void ThreadPool::parallel_for(std::size_t count, std::size_t grain, const Body& 
   if (loop->error) std::rethrow_exception(loop->error);
 }
 
-}  // namespace quantem::backend::cpu
+}  // namespace quantem::backend

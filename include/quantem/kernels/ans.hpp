@@ -11,9 +11,9 @@
 
 #include "quantem/ans/ans_format.hpp"
 #include "quantem/core/dtype.hpp"
-#include "quantem/cuda/device.hpp"
+#include "quantem/kernels/device.hpp"
 
-namespace quantem::cuda {
+namespace quantem::kernels {
 
 // Largest group the kernels accept (the masked sum keeps one uint64 per frame
 // of a group in shared memory).
@@ -176,4 +176,4 @@ inline void ans_masked_sum(const AnsResidentView& resident, const AnsMaskedStrea
   ans_masked_sum(resident, mask.d_entries(), mask.active_streams(), d_sums, d_error, stream);
 }
 
-}  // namespace quantem::cuda
+}  // namespace quantem::kernels

@@ -2,15 +2,15 @@
 // Host-side device utilities (CUDA-free header; implemented in kernels/).
 //
 // Pointers named d_* are device pointers. Every function checks its CUDA calls
-// and throws quantem::cuda::CudaError (OutOfDeviceMemory for failed
+// and throws quantem::kernels::CudaError (OutOfDeviceMemory for failed
 // allocations); device_count() alone never throws.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "quantem/cuda/handle.hpp"
+#include "quantem/kernels/handle.hpp"
 
-namespace quantem::cuda {
+namespace quantem::kernels {
 
 // Number of usable CUDA devices; 0 when there is no driver, no device, or the
 // runtime reports any error. Never throws.
@@ -111,4 +111,4 @@ class PinnedBuffer {
   Handle<PinnedMemoryTraits> allocated_;      // or cudaMallocHost's
 };
 
-}  // namespace quantem::cuda
+}  // namespace quantem::kernels

@@ -1,4 +1,8 @@
 #pragma once
+// The CPU backend: CPU virtual devices over host memory, each acquisition held
+// as one CPU resident (make_cpu_backend), and that resident built directly
+// from dense counts (make_cpu_resident).
+//
 // The CPU backend's resident: one acquisition held losslessly in host memory
 // as dense codes in frame groups: 32 consecutive frames (row-major scan order)
 // form a group stored pixel-major, [group][detector pixel][frame in group], so
@@ -22,6 +26,14 @@
 #include "quantem/core/error.hpp"
 
 namespace quantem::backend {
+
+struct CpuBackendOptions {
+  int virtual_devices = 1;
+  std::uint64_t budget_bytes_per_device = 0;  // 0: budget_fraction of physical RAM / virtual_devices
+  double budget_fraction = 0.8;               // in (0, 1]
+  unsigned threads = 0;                       // 0: hardware concurrency
+};
+std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options);
 
 struct CpuResidentOptions {
   int device_index = 0;  // the virtual CPU device reported by device_index()

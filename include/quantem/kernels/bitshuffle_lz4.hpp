@@ -15,9 +15,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "quantem/cuda/device.hpp"
+#include "quantem/kernels/device.hpp"
 
-namespace quantem::cuda {
+namespace quantem::kernels {
 
 // Per-chunk result, one uint32 per chunk in the status array. The first error
 // found wins; ok means the frame was decoded exactly.
@@ -99,9 +99,9 @@ std::uint32_t bitshuffle_lz4_balanced_blocks_per_warp(std::uint64_t total_blocks
 void decode_bitshuffle_lz4(const BitshuffleLz4Batch& batch, void* d_scratch, std::size_t scratch_bytes,
                            StreamHandle stream, const BitshuffleLz4Tuning& tuning = {});
 
-}  // namespace quantem::cuda
+}  // namespace quantem::kernels
 
-namespace quantem::cuda {
+namespace quantem::kernels {
 
 // --- Encode ------------------------------------------------------------------
 //
@@ -144,4 +144,4 @@ std::size_t bitshuffle_lz4_encode_scratch_bytes(const BitshuffleLz4EncodeBatch& 
 void encode_bitshuffle_lz4(const BitshuffleLz4EncodeBatch& batch, void* d_scratch, std::size_t scratch_bytes,
                            std::uint8_t* d_out, std::uint64_t* d_chunk_offsets, StreamHandle stream);
 
-}  // namespace quantem::cuda
+}  // namespace quantem::kernels

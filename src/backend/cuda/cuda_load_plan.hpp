@@ -9,9 +9,9 @@
 #include "quantem/backend/cuda_load.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/core/dtype.hpp"
-#include "quantem/cuda/bitshuffle_lz4.hpp"
+#include "quantem/kernels/bitshuffle_lz4.hpp"
 
-namespace quantem::backend::cuda_detail {
+namespace quantem::backend::cuda {
 
 // Largest coalesced read (a larger chunk gets a read of its own) and the
 // largest hole between two chunks read through. 1 MiB reads spread a
@@ -68,10 +68,10 @@ struct CudaLoadPlan {
   bool seek_points_from_encoder = true;      // CudaLoadTuning::seek_points_from_encoder
   std::uint32_t kept_words_per_frame = 0;    // CudaLoadTuning::kept_words_per_frame, resolved
   bool prioritise_encoder = false;           // CudaLoadTuning::prioritise_encoder
-  cuda::BitshuffleLz4Tuning bslz4_tuning;    // CudaLoadTuning::bslz4_*, checked
+  kernels::BitshuffleLz4Tuning bslz4_tuning;    // CudaLoadTuning::bslz4_*, checked
   int accumulate_frames_cta_threads = 0;     // CudaLoadTuning::accumulate_frames_cta_threads, checked
-  std::uint64_t seek_table_bytes = 0;        // the streams' seek points (cuda::ans_seek_table_words), kept by the resident
-  std::uint64_t decode_table_bytes = 0;      // every group's decode tables (cuda::ans_build_decode_tables), kept by the resident
+  std::uint64_t seek_table_bytes = 0;        // the streams' seek points (kernels::ans_seek_table_words), kept by the resident
+  std::uint64_t decode_table_bytes = 0;      // every group's decode tables (kernels::ans_build_decode_tables), kept by the resident
   std::uint64_t recent_frames = 0;           // frames the resident keeps decoded (CudaLoadTuning::recent_frames_max_bytes)
   std::uint64_t recent_frames_bytes = 0;     // their bytes at the source dtype (the held dtype is never wider)
   // What admission reserves for the resident before the load starts: half the
@@ -143,4 +143,4 @@ bool gpu_decodes(const catalog::Acquisition& acquisition, const catalog::FrameLo
 ReadSchedule plan_reads(const catalog::Acquisition& acquisition, const catalog::FrameIndex& index,
                         const CudaLoadPlan& plan);
 
-}  // namespace quantem::backend::cuda_detail
+}  // namespace quantem::backend::cuda

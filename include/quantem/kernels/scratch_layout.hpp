@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace quantem::cuda {
+namespace quantem::kernels {
 
 class ScratchLayout {
  public:
@@ -34,4 +34,4 @@ T* scratch_part(void* base, std::size_t offset) {
   return reinterpret_cast<T*>(static_cast<std::uint8_t*>(base) + offset);
 }
 
-}  // namespace quantem::cuda
+}  // namespace quantem::kernels
