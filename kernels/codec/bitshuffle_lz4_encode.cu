@@ -191,6 +191,7 @@ template <int kElementBytes>
 void launch_encode_blocks(const BitshuffleLz4EncodeBatch& batch, const EncodeLayout& layout, std::uint8_t* slots,
                           std::uint32_t* block_sizes, cudaStream_t stream) {
   using Element = typename device::ElementType<kElementBytes>::type;
+  if (layout.total_blocks == 0) return;  // frames of fewer than 8 elements: header and raw tail only
   const std::uint64_t needed = (layout.total_blocks + tuning::kBslz4EncodeWarpsPerCta - 1) /
                                tuning::kBslz4EncodeWarpsPerCta;
   const std::uint64_t most = std::uint64_t{tuning::kBslz4EncodeCtasPerSm} * current_sm_count();

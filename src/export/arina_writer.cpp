@@ -1,5 +1,5 @@
 #include "quantem/export/arina_writer.hpp"
-#include "quantem/export/parallel_raw_writes.hpp"
+#include "quantem/export/deferred_raw_writes.hpp"
 
 #include <array>
 #include <cstdio>
@@ -102,7 +102,7 @@ constexpr const char* kBitshuffleFilterName = "bitshuffle; see https://github.co
 
 // ---------------------------------------------------------------------------
 
-Hid create_file(const std::string& path, const ParallelRawWrites* raw_writes) {
+Hid create_file(const std::string& path, const DeferredRawWrites* raw_writes) {
   // Low bound 1.8: superblock v2 and a version-3 layout message, i.e. the v1
   // B-tree chunk index of real Arina files (1.10 bounds would pick an
   // extensible array for the unlimited frame axis).
@@ -256,7 +256,7 @@ BitshuffleFilterRegistration::~BitshuffleFilterRegistration() {
 
 ShardFile::ShardFile(const std::string& path, std::uint64_t first_image_number, std::uint64_t frames,
                      std::uint64_t detector_rows, std::uint64_t detector_cols, DType dtype,
-                     ParallelRawWrites* raw_writes)
+                     DeferredRawWrites* raw_writes)
     : path_(path), raw_writes_(raw_writes) {
   file_ = create_file(path, raw_writes);
   Hid entry = create_group(file_.get(), "entry", "NXentry");

@@ -20,7 +20,7 @@
 #include "quantem/codec/chunk_codec.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/export/arina_writer.hpp"
-#include "quantem/export/parallel_raw_writes.hpp"
+#include "quantem/export/deferred_raw_writes.hpp"
 
 namespace quantem::exporter {
 
@@ -48,7 +48,6 @@ constexpr unsigned kMaxThreads = 256;
 // Free bytes kept while writing, beyond what the next batch needs.
 constexpr std::uint64_t kFreeSpaceReserve = 16ull << 20;
 constexpr std::uint64_t kMasterBytesAllowance = 1ull << 20;
-constexpr unsigned kMaxRawWriteThreads = 8;
 // Test hook: milliseconds each worker sleeps before each batch (cancel, kill
 // and changing-source tests need an export that is still running).
 constexpr const char* kBatchDelayTestVariable = "QUANTEM_EXPORT_BATCH_DELAY_MS_FOR_TESTING";
@@ -315,13 +314,13 @@ class BatchPipeline {
 };
 
 // Writes the data files from the pipeline's batches, one chunk per frame.
-// The chunks' bytes go to the files on a pool of threads (arina::
-// ParallelRawWrites) while libhdf5 indexes the next ones; a batch's buffer is
-// kept until its writes are done and then handed back for reuse.
+// The chunks' bytes go to the files on a writer thread (arina::
+// DeferredRawWrites) while libhdf5 indexes the next batch's; a batch's buffer
+// is kept until its writes are done and then handed back for reuse.
 class DataFileWriter {
  public:
   DataFileWriter(const ExportLayout& layout, const std::string& folder, ExportProgress& progress)
-      : layout_(layout), folder_(folder), progress_(progress), raw_writes_(raw_write_threads()) {}
+      : layout_(layout), folder_(folder), progress_(progress) {}
 
   // Writes the batch's chunks; on return batch.chunks holds a buffer whose
   // writes are done (the previous batch's), free to reuse.
@@ -341,13 +340,15 @@ class DataFileWriter {
         progress_.bytes_written += size;
         ++progress_.frames_done;
       }
-      // This batch's writes run on; the previous batch's are waited for, and its buffer goes back.
+      // This batch's writes go to the writer thread; the previous batch's are
+      // waited for, and its buffer goes back.
+      const std::uint64_t ticket = raw_writes_.flush();
       raw_writes_.wait_for(previous_ticket_);
+      previous_ticket_ = ticket;
     } catch (...) {
       drain();  // the caller frees this batch's buffer: no write may still read it
       throw;
     }
-    previous_ticket_ = raw_writes_.ticket();
     std::swap(in_flight_, batch.chunks);
     seconds_ += seconds_since(start);
   }
@@ -396,19 +397,12 @@ class DataFileWriter {
     }
   }
 
-  // Threads that write chunk bytes: enough to keep the page cache's copies
-  // ahead of libhdf5's bookkeeping on one thread, at most one per core.
-  static unsigned raw_write_threads() {
-    const unsigned cores = std::thread::hardware_concurrency();
-    return std::max(1u, std::min(kMaxRawWriteThreads, cores));
-  }
-
   const ExportLayout& layout_;
   const std::string folder_;
   ExportProgress& progress_;
   // Declared before the files: destroyed after them, so no write still reads a freed buffer.
   backend::Resident::EncodedChunks in_flight_;
-  arina::ParallelRawWrites raw_writes_;
+  arina::DeferredRawWrites raw_writes_;
   std::uint64_t previous_ticket_ = 0;
   std::unique_ptr<arina::ShardFile> shard_;
   std::uint64_t file_index_ = 0;

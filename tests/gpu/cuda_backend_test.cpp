@@ -691,7 +691,7 @@ TEST(CudaBackend, ExportChunksRefuseABinnedValueAboveUint32AndBadArguments) {
   const auto gpu = cuda_backend();
   const auto resident = load(*gpu, acquisition);
   // Four frames with a 4,000,000,000 pixel each, binned into one value.
-  const plan::PlanGeometry g = plan::resolve_plan({std::nullopt, 2, 64}, acquisition.scan_rows,
+  const plan::PlanGeometry g = plan::resolve_plan({std::nullopt, 2, 6}, acquisition.scan_rows,
                                                   acquisition.scan_cols, acquisition.detector_rows,
                                                   acquisition.detector_cols);
   Resident::EncodedChunks chunks;

@@ -72,16 +72,16 @@ constexpr unsigned kBitshuffleFilterId = 32008;
 // One `<prefix>_data_NNNNNN.h5`: /entry/data/data (frames, rows, cols), chunk
 // (1, rows, cols), filter 32008 with cd_values {0, 3, element_size, 0, 2},
 // fill value all-ones, v1 B-tree chunk index, image_nr_low/high attributes.
-class ParallelRawWrites;
+class DeferredRawWrites;
 
 class ShardFile {
  public:
   // `raw_writes` (may be null): the chunks' bytes are written by that pool
-  // (parallel_raw_writes.hpp); the caller keeps each chunk's buffer alive
+  // (deferred_raw_writes.hpp); the caller keeps each chunk's buffer alive
   // until its ticket is waited for, and close() waits for every write.
   ShardFile(const std::string& path, std::uint64_t first_image_number, std::uint64_t frames,
             std::uint64_t detector_rows, std::uint64_t detector_cols, DType dtype,
-            ParallelRawWrites* raw_writes = nullptr);
+            DeferredRawWrites* raw_writes = nullptr);
   // Writes frame `local_index` (0-based within the shard) as one stored chunk.
   void write_chunk(std::uint64_t local_index, const std::uint8_t* stored, std::size_t stored_bytes);
   // Flushes and closes; throws on failure (a failed raw write first). The
@@ -90,7 +90,7 @@ class ShardFile {
 
  private:
   std::string path_;
-  ParallelRawWrites* raw_writes_ = nullptr;
+  DeferredRawWrites* raw_writes_ = nullptr;
   Hid file_;
   Hid dataset_;
 };
@@ -113,7 +113,7 @@ void write_master(const std::string& path, const MasterContents& contents);
 
 // A file with the v1 B-tree chunk index of real Arina files and no times;
 // its chunks written by `raw_writes` when given.
-Hid create_file(const std::string& path, const ParallelRawWrites* raw_writes = nullptr);
+Hid create_file(const std::string& path, const DeferredRawWrites* raw_writes = nullptr);
 Hid create_group(hid_t parent, const char* name, const char* nx_class);
 void write_string_attribute(hid_t object, const char* name, const std::string& value);
 // An attribute of `count` elements; count 0 means a scalar dataspace.

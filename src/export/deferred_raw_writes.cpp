@@ -1,13 +1,15 @@
-#include "quantem/export/parallel_raw_writes.hpp"
+#include "quantem/export/deferred_raw_writes.hpp"
 
 #include <H5FDpublic.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstddef>
 #include <cstdlib>
+#include <climits>
 #include <cstring>
 #include <new>
 
@@ -23,13 +25,13 @@ struct DriverFile {
   char* path;  // strdup'ed: the struct stays standard-layout
   haddr_t eoa;
   haddr_t eof;
-  ParallelRawWrites* writes;
+  DeferredRawWrites* writes;
 };
 static_assert(offsetof(DriverFile, pub) == 0, "libhdf5 hands the driver its H5FD_t: the file's first member");
 
 // What a file access list carries to open(): the pool.
 struct DriverInfo {
-  ParallelRawWrites* writes;
+  DeferredRawWrites* writes;
 };
 
 DriverFile* as_file(H5FD_t* file) { return reinterpret_cast<DriverFile*>(file); }
@@ -114,7 +116,7 @@ herr_t driver_read(H5FD_t* handle, H5FD_mem_t, hid_t, haddr_t address, size_t si
 herr_t driver_write(H5FD_t* handle, H5FD_mem_t type, hid_t, haddr_t address, size_t size, const void* buffer) {
   DriverFile* file = as_file(handle);
   if (type == H5FD_MEM_DRAW) {
-    file->writes->submit(file->fd, file->path, address, buffer, size);
+    file->writes->record(file->fd, file->path, address, buffer, size);
   } else {
     const auto* in = static_cast<const unsigned char*>(buffer);
     for (std::size_t left = size, at = address; left > 0;) {
@@ -144,7 +146,7 @@ herr_t driver_truncate(H5FD_t* handle, hid_t, hbool_t) {
 
 H5FD_class_t make_driver_class() {
   H5FD_class_t c{};
-  c.name = "quantem_parallel_raw_writes";
+  c.name = "quantem_deferred_raw_writes";
   c.maxaddr = static_cast<haddr_t>(INT64_MAX);
   c.fc_degree = H5F_CLOSE_WEAK;
   c.fapl_size = sizeof(DriverInfo);
@@ -166,44 +168,54 @@ H5FD_class_t make_driver_class() {
 hid_t driver_id() {
   static const H5FD_class_t driver_class = make_driver_class();
   static const hid_t id = H5FDregister(&driver_class);
-  if (id < 0) throw HdfError("H5FDregister: the parallel raw-write driver");
+  if (id < 0) throw HdfError("H5FDregister: the deferred raw-write driver");
   return id;
 }
 
 }  // namespace
 
-ParallelRawWrites::ParallelRawWrites(unsigned threads) {
-  if (threads == 0) threads = 1;
-  for (unsigned t = 0; t < threads; ++t) threads_.emplace_back([this] { work(); });
-}
+DeferredRawWrites::DeferredRawWrites() : writer_([this] { work(); }) {}
 
-ParallelRawWrites::~ParallelRawWrites() {
+DeferredRawWrites::~DeferredRawWrites() {
+  flush();
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    work_done_.wait(lock, [&] { return completed_ == submitted_; });
+    work_done_.wait(lock, [&] { return completed_ == tickets_; });
     stopping_ = true;
   }
   work_ready_.notify_all();
-  for (auto& thread : threads_) thread.join();
+  writer_.join();
 }
 
-hid_t ParallelRawWrites::make_file_access() const {
+hid_t DeferredRawWrites::make_file_access() const {
   const hid_t access = H5Pcreate(H5P_FILE_ACCESS);
   if (access < 0) throw HdfError("H5Pcreate(file access)");
-  const DriverInfo info{const_cast<ParallelRawWrites*>(this)};
+  const DriverInfo info{const_cast<DeferredRawWrites*>(this)};
   if (H5Pset_driver(access, driver_id(), &info) < 0) {
     H5Pclose(access);
-    throw HdfError("H5Pset_driver: the parallel raw-write driver");
+    throw HdfError("H5Pset_driver: the deferred raw-write driver");
   }
   return access;
 }
 
-std::uint64_t ParallelRawWrites::ticket() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return submitted_;
+std::uint64_t DeferredRawWrites::flush() {
+  std::uint64_t ticket = 0;
+  bool handed = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!recorded_.empty()) {
+      jobs_.push_back(std::move(recorded_));
+      recorded_.clear();
+      ++tickets_;
+      handed = true;
+    }
+    ticket = tickets_;
+  }
+  if (handed) work_ready_.notify_one();
+  return ticket;
 }
 
-void ParallelRawWrites::wait_for(std::uint64_t ticket) {
+void DeferredRawWrites::wait_for(std::uint64_t ticket) {
   std::unique_lock<std::mutex> lock(mutex_);
   work_done_.wait(lock, [&] { return completed_ >= ticket; });
   if (error_number_ == 0) return;
@@ -214,27 +226,22 @@ void ParallelRawWrites::wait_for(std::uint64_t ticket) {
   throw IoError(text);
 }
 
-void ParallelRawWrites::submit(int fd, const char* path, std::uint64_t offset, const void* bytes,
-                               std::size_t size) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(Write{fd, path, offset, bytes, size});
-    ++submitted_;
-  }
-  work_ready_.notify_one();
+void DeferredRawWrites::record(int fd, const char* path, std::uint64_t offset, const void* bytes, std::size_t size) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  recorded_.push_back(Write{fd, path, offset, bytes, size});
 }
 
-void ParallelRawWrites::work() {
+void DeferredRawWrites::work() {
   for (;;) {
-    Write write{};
+    std::vector<Write> job;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      write = queue_.front();
-      queue_.pop_front();
+      work_ready_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
     }
-    write_one(write);
+    make_writes(job);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ++completed_;
@@ -243,25 +250,47 @@ void ParallelRawWrites::work() {
   }
 }
 
-void ParallelRawWrites::write_one(const Write& write) {
-  const auto* in = static_cast<const unsigned char*>(write.bytes);
-  std::size_t left = write.size;
-  std::uint64_t at = write.offset;
-  while (left > 0) {
-    const ssize_t put = ::pwrite(write.fd, in, left, static_cast<off_t>(at));
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) {
-      const int error = put < 0 ? errno : ENOSPC;
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (error_number_ == 0) {
-        error_number_ = error;
-        error_path_ = write.path;
-      }
-      return;
+void DeferredRawWrites::fail(int error_number, const char* path) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (error_number_ == 0) {
+    error_number_ = error_number;
+    error_path_ = path;
+  }
+}
+
+// Runs of writes that continue each other in one file go out as one pwritev
+// of up to IOV_MAX pieces (chunks are placed one after another at the end of
+// the file); a short write continues from where it stopped.
+void DeferredRawWrites::make_writes(const std::vector<Write>& writes) {
+  std::vector<iovec> pieces;
+  for (std::size_t first = 0; first < writes.size();) {
+    std::size_t end = first + 1;
+    while (end < writes.size() && end - first < IOV_MAX && writes[end].fd == writes[first].fd &&
+           writes[end].offset == writes[end - 1].offset + writes[end - 1].size) {
+      ++end;
     }
-    in += put;
-    at += static_cast<std::uint64_t>(put);
-    left -= static_cast<std::size_t>(put);
+    pieces.clear();
+    for (std::size_t i = first; i < end; ++i) pieces.push_back(iovec{const_cast<void*>(writes[i].bytes), writes[i].size});
+    std::uint64_t at = writes[first].offset;
+    std::size_t piece = 0;
+    while (piece < pieces.size()) {
+      const ssize_t put = ::pwritev(writes[first].fd, pieces.data() + piece, static_cast<int>(pieces.size() - piece),
+                                    static_cast<off_t>(at));
+      if (put < 0 && errno == EINTR) continue;
+      if (put <= 0) {
+        fail(put < 0 ? errno : ENOSPC, writes[first].path);
+        return;
+      }
+      at += static_cast<std::uint64_t>(put);
+      for (std::size_t left = static_cast<std::size_t>(put); left > 0;) {  // skip what was written
+        const std::size_t step = std::min(left, pieces[piece].iov_len);
+        pieces[piece].iov_base = static_cast<unsigned char*>(pieces[piece].iov_base) + step;
+        pieces[piece].iov_len -= step;
+        left -= step;
+        if (pieces[piece].iov_len == 0) ++piece;
+      }
+    }
+    first = end;
   }
 }
 
