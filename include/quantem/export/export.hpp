@@ -15,8 +15,9 @@
 // `.<name>.incomplete-export` of the output folder (the catalog skips hidden
 // folders) that holds a lock for as long as its writer lives, and the folder
 // is renamed to `<name>/` (never replacing anything) only when every file is
-// complete. A folder left by a writer that died is removed by the next export
-// into the same output folder.
+// complete. A folder left by a writer that died (it holds the export's marker,
+// its lock is free) is removed by the next export into the same output folder;
+// nothing without that marker is ever removed.
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -126,7 +127,8 @@ ExportReport export_plan(backend::Resident& resident, const catalog::Acquisition
                          const std::function<std::unique_lock<std::mutex>()>& lock_compute = {});
 
 // Removes the incomplete folders of exports whose writer is gone from
-// `output_folder` (their lock is free). Returns how many were removed. Never throws.
+// `output_folder`: real folders (never a symlink or a regular file) holding an
+// export's marker whose lock is free. Nothing else is ever removed. Returns how many were removed. Never throws.
 std::size_t remove_abandoned_exports(const std::string& output_folder) noexcept;
 
 // The suffix of an incomplete export's folder (".<name>" + this).
