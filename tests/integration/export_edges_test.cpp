@@ -129,4 +129,118 @@ TEST_F(ExportEdges, AFolderAnExportMarkedAndLeftIsRemovedByTheNextExport) {
   EXPECT_EQ(entries(out), std::vector<std::string>{"scan_full"});
 }
 
+// --- I/O errors while writing: a typed failure, nothing left, the process lives ---
+
+namespace io_errors {
+
+// An ext4 file system in a file, loop-mounted with errors=remount-ro, whose
+// errors are triggered through /sys/fs/ext4/<loop>/trigger_fs_error. Empty
+// skip_reason when mounted.
+class LoopMount {
+ public:
+  explicit LoopMount(const std::string& folder) : image_(folder + "/fs.img"), mount_point_(folder + "/mnt") {
+    fs::create_directory(mount_point_);
+    if (::geteuid() != 0) {
+      skip_reason_ = "mounting a loop file system needs root";
+      return;
+    }
+    const auto made = quantem::test::run_command("truncate -s 64M " + image_ + " && mkfs.ext4 -q -F " + image_ +
+                                                 " 2>&1 && mount -o loop,errors=remount-ro " + image_ + " " +
+                                                 mount_point_ + " 2>&1");
+    if (made.status != 0) {
+      skip_reason_ = "cannot loop-mount an ext4 file system here: " + made.output;
+      return;
+    }
+    mounted_ = true;
+    const auto loop = quantem::test::run_command("losetup -j " + image_ + " | cut -d: -f1 | head -1 | xargs basename");
+    trigger_ = "/sys/fs/ext4/" + loop.output.substr(0, loop.output.find('\n')) + "/trigger_fs_error";
+    if (!fs::exists(trigger_)) skip_reason_ = "this kernel has no " + trigger_;
+  }
+  ~LoopMount() {
+    if (mounted_) quantem::test::run_command("umount -l " + mount_point_ + " 2>&1");
+  }
+  const std::string& skip_reason() const { return skip_reason_; }
+  const std::string& path() const { return mount_point_; }
+  // The next write fails and the file system turns read-only (EROFS).
+  void fail_writes() const { write_text(trigger_, "1"); }
+
+ private:
+  std::string image_, mount_point_, trigger_, skip_reason_;
+  bool mounted_ = false;
+};
+
+bool holds_partial_data(const std::string& folder) {
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(folder, error)) {
+    if (entry.path().filename().string()[0] != '.' || !entry.is_directory()) continue;
+    for (const auto& inner : fs::directory_iterator(entry.path(), error)) {
+      if (inner.path().filename().string().find("_data_") != std::string::npos) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace io_errors
+
+TEST_F(ExportEdges, TheDiskFillingUpMidExportFailsTheCliClearlyAndLeavesNothing) {
+  // A file size limit makes a write fail (EFBIG) as a full disk or quota does
+  // while statvfs still reports room: in a data file (the limit below the
+  // first data file's size), then in the master (data files of one frame
+  // fit, the master does not).
+  for (const auto& [limit_blocks, frames_per_file] : {std::pair{8, "0"}, std::pair{12, "1"}}) {
+    const auto result = quantem::test::run_command(
+        "ulimit -f " + std::to_string(limit_blocks) + "; " + quantem::test::quantem_binary() + " export " + master +
+        " " + out + " --backend cpu --threads 1 --no-progress --frames-per-file " + frames_per_file + " 2>&1");
+    EXPECT_EQ(result.status, 1) << result.output;
+    EXPECT_NE(result.output.find("is full: File too large"), std::string::npos) << result.output;
+    EXPECT_TRUE(entries(out).empty());
+  }
+  // With room again the same export runs.
+  const auto result = run_quantem({"export", master, out, "--backend", "cpu"});
+  ASSERT_EQ(result.exit_code, 0) << result.stderr_text;
+  EXPECT_EQ(entries(out), std::vector<std::string>{"scan_full"});
+}
+
+TEST(ExportIoErrors, AFileSystemTurningReadOnlyMidExportFailsTheJobAndTheDaemonKeepsServing) {
+  TempDir data;
+  fs::create_directory(data.file("sess"));
+  write_source(data.file("sess"), "scan", "--scan 9x8 --det 10x12 --dtype uint16");
+  io_errors::LoopMount mount(data.path());
+  if (!mount.skip_reason().empty()) GTEST_SKIP() << mount.skip_reason();
+  const std::string exports = mount.path() + "/exports";
+  fs::create_directory(exports);
+  auto daemon = Daemon::start(data.path(), {"--export-dir", exports, "--cpu-threads", "1"},
+                              {{"QUANTEM_EXPORT_BATCH_DELAY_MS_FOR_TESTING", "300"}});
+  ASSERT_NE(daemon, nullptr);
+  // Resident before the export, so its loss would show.
+  ASSERT_EQ(daemon->get("/api/browse/realspace?session=sess&file=scan_master.h5&mode=BF")->status, 200);
+  auto started = daemon->request("POST", "/api/browse/export?session=sess&file=scan_master.h5&frames_per_file=8");
+  ASSERT_TRUE(started);
+  ASSERT_EQ(started->status, 202) << started->body;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!io_errors::holds_partial_data(exports) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(io_errors::holds_partial_data(exports));
+  mount.fail_writes();
+
+  const json job = wait_for_job(*daemon, json::parse(started->body)["id"]);
+  EXPECT_EQ(job["state"], "failed") << job.dump();
+  EXPECT_EQ(job["error"]["status"], 500) << job.dump();
+  EXPECT_NE(job["error"]["detail"].get<std::string>().find("Read-only file system"), std::string::npos)
+      << job.dump();
+  // Nothing that looks finished (the read-only folder keeps the hidden
+  // incomplete one, removed by the next export once writable).
+  for (const auto& name : entries(exports)) EXPECT_EQ(name[0], '.') << name;
+  // The daemon lives, its resident with it, and it stops cleanly.
+  auto health = daemon->get("/api/health/live");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto resident = daemon->get("/api/browse/residency?session=sess&file=scan_master.h5");
+  ASSERT_TRUE(resident);
+  EXPECT_EQ(json::parse(resident->body)["state"], "resident") << resident->body;
+  EXPECT_EQ(daemon->get("/api/browse/realspace?session=sess&file=scan_master.h5&mode=BF")->status, 200);
+  EXPECT_EQ(daemon->stop(), 0);
+}
+
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -40,6 +41,40 @@ class Hid {
   Closer closer_ = nullptr;
 };
 
+namespace detail {
+struct WriteFailure;
+}
+
+// A file made by create_file: its identifier and the record of the system
+// calls that failed on it. Its file driver never reports an I/O error to HDF5
+// (a failed H5Fclose leaves libhdf5 1.10 unsafe for the whole process); the
+// error surfaces here instead, as a typed error.
+class File {
+ public:
+  File();
+  File(File&& other) noexcept;
+  File& operator=(File&& other) noexcept;
+  ~File();
+  hid_t get() const noexcept { return id_.get(); }
+  // Throws if a system call on the file failed: payload_too_large when the
+  // disk, the quota or the file size limit is full (ENOSPC, EDQUOT, EFBIG),
+  // IoError otherwise (EIO, EROFS, ...), naming the file and the error.
+  void check_writes() const;
+  // Closes (flushes) the file, then check_writes; HdfError if HDF5 fails.
+  void close(const std::string& what);
+
+ private:
+  friend File create_file(const std::string& path);
+  std::unique_ptr<detail::WriteFailure> failure_;  // before id_: outlives the close
+  std::string path_;
+  Hid id_;
+};
+
+// Whether an H5Fclose of this process ever failed. libhdf5 1.10 then keeps a
+// freed file registered, and any call that walks the open files crashes:
+// filters are no longer unregistered and no writer starts (unavailable).
+bool hdf5_file_close_failed() noexcept;
+
 // Turns HDF5's automatic error printing off for its lifetime.
 class HdfErrorSilencer {
  public:
@@ -59,6 +94,7 @@ class HdfErrorSilencer {
 // without the official plugin's set_local rewriting them; every chunk is then
 // written pre-compressed with H5Dwrite_chunk. It replaces the official plugin
 // in this process while alive: do not read 32008 data through HDF5 meanwhile.
+// Throws unavailable once hdf5_file_close_failed(); never unregisters then.
 class BitshuffleFilterRegistration {
  public:
   BitshuffleFilterRegistration();
@@ -83,7 +119,7 @@ class ShardFile {
 
  private:
   std::string path_;
-  Hid file_;
+  File file_;
   Hid dataset_;
 };
 
@@ -103,8 +139,9 @@ void write_master(const std::string& path, const MasterContents& contents);
 
 // --- Helpers for masters (fixed-length ASCII strings like DECTRIS writes) ----
 
-// A file with the v1 B-tree chunk index of real Arina files and no times.
-Hid create_file(const std::string& path);
+// A file with the v1 B-tree chunk index of real Arina files and no times,
+// written through the recording driver (File).
+File create_file(const std::string& path);
 Hid create_group(hid_t parent, const char* name, const char* nx_class);
 void write_string_attribute(hid_t object, const char* name, const std::string& value);
 // An attribute of `count` elements; count 0 means a scalar dataspace.
