@@ -117,3 +117,34 @@ TEST(ServeLoadEdges, AShardWhoseReadHangsHoldsOneLoadNotItsDevice) {
 
 }  // namespace
 
+namespace {
+
+// A catalog cache file too large to read (sparse: no disk used) is ignored and
+// replaced; readiness follows the catalog, never the cache.
+TEST(ServeCatalogCacheEdges, AnOversizeOrUnallocatableCacheIsIgnoredAndReplaced) {
+  TempDir data;
+  fs::create_directory(data.file("sess"));
+  write_source(data.file("sess"), "good");
+  for (const std::uint64_t bytes : {1ull << 40, 300ull << 20}) {  // 1 TiB: bad_alloc; 300 MiB: over the cap
+    SCOPED_TRACE(bytes);
+    const std::string cache = data.file("cache.bin");
+    const int fd = ::open(cache.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(bytes)), 0);
+    ::close(fd);
+    auto daemon = Daemon::start(data.path(), {"--catalog-cache", cache});  // waits for /api/health/ready
+    ASSERT_NE(daemon, nullptr);
+    auto image = daemon->get("/api/browse/realspace?session=sess&file=good_master.h5&mode=BF");
+    ASSERT_TRUE(image);
+    EXPECT_EQ(image->status, 200) << image->body;
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (fs::file_size(cache) == bytes && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_LT(fs::file_size(cache), 1u << 20);  // replaced by the build's own
+    EXPECT_EQ(daemon->stop(), 0);
+    EXPECT_NE(daemon->stderr_text().find("more than the cap"), std::string::npos) << daemon->stderr_text();
+  }
+}
+
+}  // namespace
