@@ -243,4 +243,33 @@ TEST(ExportIoErrors, AFileSystemTurningReadOnlyMidExportFailsTheJobAndTheDaemonK
   EXPECT_EQ(daemon->stop(), 0);
 }
 
+// --- names, folders, numbers: refused at the request, before any work -----------
+
+TEST(ExportNames, ANameLongerThanTheFolderTakesIsRefusedBeforeAnyWork) {
+  TempDir data;
+  fs::create_directory(data.file("sess"));
+  fs::create_directory(data.file("exports"));
+  // A stem of 230 characters: its own files fit; with a crop and a bin the
+  // export's hidden folder name would not (255 on ext4, tmpfs, xfs).
+  const std::string stem(230, 's');
+  write_source(data.file("sess"), stem, "--scan 9x8 --det 10x12 --dtype uint16");
+  auto daemon = Daemon::start(data.path(), {"--export-dir", data.file("exports")});
+  ASSERT_NE(daemon, nullptr);
+  auto refused = daemon->request("POST", "/api/browse/export?session=sess&file=" + stem +
+                                             "_master.h5&row_start=0&row_stop=4&column_start=0&column_stop=4&scan_bin=2");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400) << refused->body;
+  EXPECT_NE(refused->body.find("limit of 255 characters"), std::string::npos) << refused->body;
+  // The whole acquisition's name fits (235 characters, 254 with the hidden folder's).
+  auto fits = daemon->request("POST", "/api/browse/export?session=sess&file=" + stem + "_master.h5");
+  ASSERT_TRUE(fits);
+  ASSERT_EQ(fits->status, 202) << fits->body;
+  EXPECT_EQ(wait_for_job(*daemon, json::parse(fits->body)["id"])["state"], "done");
+  EXPECT_EQ(daemon->stop(), 0);
+  const auto cli = run_quantem({"export", data.file("sess/" + stem + "_master.h5"), data.file("exports"), "--backend",
+                                "cpu", "--scan-bin", "2"});
+  EXPECT_EQ(cli.exit_code, 1);
+  EXPECT_NE(cli.stderr_text.find("limit of 255 characters"), std::string::npos) << cli.stderr_text;
+}
+
 }  // namespace

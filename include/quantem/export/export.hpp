@@ -100,8 +100,9 @@ struct ExportLayout {
 std::string export_name(const std::string& source_stem, const plan::PlanGeometry& geometry);
 
 // Resolves the request against the source. Throws quantem::Error:
-// bad_request for a bad plan or option, unprocessable for a source without a
-// usable shape or dtype.
+// bad_request for a bad plan or option, or a name whose files' longest name
+// (.<name>.incomplete-export) exceeds the output folder's NAME_MAX;
+// unprocessable for a source without a usable shape or dtype.
 ExportLayout plan_export(const catalog::Acquisition& source, const ExportRequest& request);
 
 // Exports `layout` (from plan_export for this source and request) from
