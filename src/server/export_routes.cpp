@@ -133,6 +133,11 @@ HttpResponse ExportJobs::start(const protocol::QueryParams& params) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) throw unavailable("the daemon is shutting down");
+    if (queue_.size() >= config_.max_queued_jobs) {
+      throw unavailable("the export queue is full (" + std::to_string(queue_.size()) +
+                        " exports wait; at most " + std::to_string(config_.max_queued_jobs) +
+                        "): retry once one has finished");
+    }
     for (const auto& [id, other] : jobs_) {
       if ((other->state == JobState::queued || other->state == JobState::running) &&
           other->layout.name == job->layout.name) {
@@ -297,10 +302,17 @@ void ExportJobs::run(Job& job) {
 }
 
 void ExportJobs::forget_old_jobs_locked() {
+  const auto finished_job = [](const Job& job) { return job.state != JobState::queued && job.state != JobState::running; };
+  const auto now = Clock::now();
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    const Job& job = *it->second;
+    const bool expired = finished_job(job) && now - job.created > config_.kept_finished_job_age;
+    it = expired ? jobs_.erase(it) : std::next(it);
+  }
   std::size_t finished = 0;
-  for (const auto& [id, job] : jobs_) finished += job->state != JobState::queued && job->state != JobState::running;
+  for (const auto& [id, job] : jobs_) finished += finished_job(*job);
   for (auto it = jobs_.begin(); it != jobs_.end() && finished > config_.kept_finished_jobs;) {
-    const bool done = it->second->state != JobState::queued && it->second->state != JobState::running;
+    const bool done = finished_job(*it->second);
     if (done) {
       it = jobs_.erase(it);
       --finished;

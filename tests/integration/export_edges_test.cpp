@@ -272,4 +272,43 @@ TEST(ExportNames, ANameLongerThanTheFolderTakesIsRefusedBeforeAnyWork) {
   EXPECT_NE(cli.stderr_text.find("limit of 255 characters"), std::string::npos) << cli.stderr_text;
 }
 
+class ExportRequestEdges : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs::create_directory(data.file("sess"));
+    write_source(data.file("sess"), "scan", "--scan 9x8 --det 10x12 --dtype uint16");
+    fs::create_directory(exports);
+  }
+  TempDir data;
+  const std::string exports = data.file("exports");
+  const std::string post = "/api/browse/export?session=sess&file=scan_master.h5";
+};
+
+TEST_F(ExportRequestEdges, TheQueueIsBounded) {
+  // One export runs slowly; the queue behind it holds 64; the next POST is 503.
+  auto daemon = Daemon::start(data.path(), {"--export-dir", exports, "--cpu-threads", "1"},
+                              {{"QUANTEM_EXPORT_BATCH_DELAY_MS_FOR_TESTING", "2000"}});
+  ASSERT_NE(daemon, nullptr);
+  int accepted = 0;
+  int refused_status = 0;
+  std::string refused_body, retry_after;
+  for (int row = 1; row <= 70 && refused_status == 0; ++row) {
+    auto response = daemon->request("POST", post + "&row_start=0&row_stop=" + std::to_string(1 + row % 9) +
+                                                "&column_start=0&column_stop=" + std::to_string(1 + row / 9));
+    ASSERT_TRUE(response);
+    if (response->status == 202) {
+      ++accepted;
+    } else {
+      refused_status = response->status;
+      refused_body = response->body;
+      retry_after = response->get_header_value("retry-after");
+    }
+  }
+  EXPECT_EQ(accepted, 65);  // the running one and 64 waiting
+  EXPECT_EQ(refused_status, 503) << refused_body;
+  EXPECT_EQ(retry_after, "1");
+  EXPECT_NE(refused_body.find("the export queue is full"), std::string::npos) << refused_body;
+  EXPECT_EQ(daemon->stop(), 0);
+}
+
 }  // namespace
