@@ -412,7 +412,7 @@ ExportLayout plan_export(const catalog::Acquisition& source, const ExportRequest
   layout.name = export_name(source.stem, g);
   check_name_length(layout.name, request.output_folder);
   layout.frames_per_file = request.frames_per_file == 0 ? kDefaultFramesPerFile : request.frames_per_file;
-  layout.data_files = (g.positions() + layout.frames_per_file - 1) / layout.frames_per_file;
+  layout.data_files = g.positions() / layout.frames_per_file + (g.positions() % layout.frames_per_file != 0);
   if (layout.data_files > kMaxDataFiles) {
     throw bad_request("export: more than " + std::to_string(kMaxDataFiles) + " data files; raise --frames-per-file");
   }

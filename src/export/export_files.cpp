@@ -7,6 +7,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -104,7 +105,8 @@ IncompleteFolder::IncompleteFolder(const std::string& output_folder, const std::
   final_path_ = (folder / name).string();
   path_ = (folder / ("." + name + kIncompleteSuffix)).string();
   lock_path_ = path_ + "/" + kLockName;
-  if (::access(final_path_.c_str(), F_OK) == 0) {
+  struct stat existing {};
+  if (::lstat(final_path_.c_str(), &existing) == 0) {  // a dangling symlink too
     throw conflict("the export " + final_path_ + " already exists; an export never overwrites anything");
   }
   if (::mkdir(path_.c_str(), 0755) != 0) {
@@ -153,6 +155,9 @@ std::uint64_t free_bytes(const std::string& folder) {
   }
   struct statvfs info {};
   if (::statvfs(folder.c_str(), &info) != 0) {
+    if (errno == ENOENT) {
+      throw conflict("the export's folder " + folder + " was removed while writing; nothing of the export was kept");
+    }
     throw IoError("cannot read the free space of " + folder + ": " + errno_text(errno));
   }
   return static_cast<std::uint64_t>(info.f_bavail) * info.f_frsize;
@@ -180,6 +185,27 @@ bool is_abandoned(const std::string& incomplete_folder) noexcept {
 }
 
 }  // namespace detail
+
+void check_export_folder(const std::string& folder) {
+  struct stat info {};
+  if (::stat(folder.c_str(), &info) != 0) {
+    throw conflict("the export folder " + folder + " cannot be used: " + std::strerror(errno) +
+                   " (the daemon's --export-dir; an operator must restore it)");
+  }
+  if (!S_ISDIR(info.st_mode)) throw conflict("the export folder " + folder + " is not a folder");
+  if (::access(folder.c_str(), W_OK | X_OK) != 0) {
+    throw conflict("the export folder " + folder + " is not writable: " + std::strerror(errno));
+  }
+  // access() passes on a file system that turned read-only after an error
+  // (ext4's errors=remount-ro): a file of our own, created and removed, tells.
+  static std::atomic<unsigned> probes{0};
+  const std::string probe = folder + "/.quantem-export-write-check-" + std::to_string(::getpid()) + "-" +
+                            std::to_string(probes++);
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) throw conflict("the export folder " + folder + " is not writable: " + std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
 
 std::size_t remove_abandoned_exports(const std::string& output_folder) noexcept {
   namespace fs = std::filesystem;

@@ -125,9 +125,11 @@ HttpResponse ExportJobs::start(const protocol::QueryParams& params) {
   job->request.threads = config_.threads;
   job->request.implementation_revision = config_.implementation_revision;
   job->request.source_identity = protocol::signature_digest(job->acquisition.signature);
+  exporter::check_export_folder(config_.export_dir);
   job->layout = exporter::plan_export(job->acquisition, job->request);
   const std::string final_folder = config_.export_dir + "/" + job->layout.name;
-  if (std::filesystem::exists(final_folder)) {
+  std::error_code status_error;
+  if (std::filesystem::symlink_status(final_folder, status_error).type() != std::filesystem::file_type::not_found) {
     throw conflict("the export " + final_folder + " already exists; an export never overwrites anything");
   }
   {

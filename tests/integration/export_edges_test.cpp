@@ -240,6 +240,11 @@ TEST(ExportIoErrors, AFileSystemTurningReadOnlyMidExportFailsTheJobAndTheDaemonK
   ASSERT_TRUE(resident);
   EXPECT_EQ(json::parse(resident->body)["state"], "resident") << resident->body;
   EXPECT_EQ(daemon->get("/api/browse/realspace?session=sess&file=scan_master.h5&mode=BF")->status, 200);
+  // The folder is read-only now: the next POST says so at once.
+  auto refused = daemon->request("POST", "/api/browse/export?session=sess&file=scan_master.h5&scan_bin=2");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 409) << refused->body;
+  EXPECT_NE(refused->body.find("is not writable: Read-only file system"), std::string::npos) << refused->body;
   EXPECT_EQ(daemon->stop(), 0);
 }
 
@@ -284,6 +289,53 @@ class ExportRequestEdges : public ::testing::Test {
   const std::string post = "/api/browse/export?session=sess&file=scan_master.h5";
 };
 
+TEST_F(ExportRequestEdges, TheExportFolderIsCheckedAtStartAndAtEachPost) {
+  // At start: an empty --export-dir is a usage error (exit 2), never exports
+  // turned off in silence; a missing, non-folder or read-only one a refused
+  // configuration (exit 78).
+  const auto empty = run_quantem({"serve", data.path(), "--backend", "cpu", "--port", "65000", "--export-dir", ""});
+  EXPECT_EQ(empty.exit_code, 2) << empty.stderr_text;
+  EXPECT_NE(empty.stderr_text.find("empty --export-dir"), std::string::npos) << empty.stderr_text;
+  write_text(data.file("plain"), "x");
+  for (const std::string& folder : {data.file("missing"), data.file("plain")}) {
+    const auto refused = run_quantem({"serve", data.path(), "--backend", "cpu", "--port", "65000", "--export-dir", folder});
+    EXPECT_EQ(refused.exit_code, 78) << folder << ": " << refused.stderr_text;
+    EXPECT_NE(refused.stderr_text.find("is not an existing folder"), std::string::npos) << refused.stderr_text;
+  }
+  if (::geteuid() != 0) {  // root writes anywhere
+    fs::create_directory(data.file("locked"));
+    fs::permissions(data.file("locked"), fs::perms::owner_read | fs::perms::owner_exec);
+    const auto locked = run_quantem({"serve", data.path(), "--backend", "cpu", "--port", "65000", "--export-dir",
+                                     data.file("locked")});
+    EXPECT_EQ(locked.exit_code, 78) << locked.stderr_text;
+    EXPECT_NE(locked.stderr_text.find("not writable"), std::string::npos) << locked.stderr_text;
+  }
+
+  // At POST: the folder gone, or replaced by a file, answers 409 at once.
+  auto daemon = Daemon::start(data.path(), {"--export-dir", exports});
+  ASSERT_NE(daemon, nullptr);
+  fs::remove(exports);
+  auto gone = daemon->request("POST", post);
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(gone->status, 409) << gone->body;
+  EXPECT_NE(gone->body.find("cannot be used"), std::string::npos) << gone->body;
+  write_text(exports, "not a folder");
+  auto file = daemon->request("POST", post);
+  ASSERT_TRUE(file);
+  EXPECT_EQ(file->status, 409) << file->body;
+  EXPECT_NE(file->body.find("is not a folder"), std::string::npos) << file->body;
+  fs::remove(exports);
+  fs::create_directory(exports);
+
+  // A dangling symlink with the export's name: refused at the POST, not after the work.
+  fs::create_symlink(data.file("nowhere"), exports + "/scan_full");
+  auto taken = daemon->request("POST", post);
+  ASSERT_TRUE(taken);
+  EXPECT_EQ(taken->status, 409) << taken->body;
+  EXPECT_NE(taken->body.find("already exists"), std::string::npos) << taken->body;
+  EXPECT_EQ(daemon->stop(), 0);
+}
+
 TEST_F(ExportRequestEdges, TheQueueIsBounded) {
   // One export runs slowly; the queue behind it holds 64; the next POST is 503.
   auto daemon = Daemon::start(data.path(), {"--export-dir", exports, "--cpu-threads", "1"},
@@ -309,6 +361,25 @@ TEST_F(ExportRequestEdges, TheQueueIsBounded) {
   EXPECT_EQ(retry_after, "1");
   EXPECT_NE(refused_body.find("the export queue is full"), std::string::npos) << refused_body;
   EXPECT_EQ(daemon->stop(), 0);
+}
+
+TEST_F(ExportRequestEdges, CliNumbersAndSourcesAreCheckedBeforeUse) {
+  const std::string master = data.file("sess/scan_master.h5");
+  const auto negative = run_quantem({"export", master, exports, "--backend", "cpu", "--frames-per-file", "-1"});
+  EXPECT_EQ(negative.exit_code, 2) << negative.stderr_text;
+  EXPECT_NE(negative.stderr_text.find("--frames-per-file"), std::string::npos) << negative.stderr_text;
+  const auto threads = run_quantem({"export", master, exports, "--backend", "cpu", "--threads", "100000"});
+  EXPECT_EQ(threads.exit_code, 2) << threads.stderr_text;
+  EXPECT_NE(threads.stderr_text.find("--threads"), std::string::npos) << threads.stderr_text;
+  const auto shard = run_quantem({"export", data.file("sess/scan_data_000001.h5"), exports, "--backend", "cpu"});
+  EXPECT_EQ(shard.exit_code, 1) << shard.stdout_text;
+  EXPECT_NE(shard.stderr_text.find("is not the master of an acquisition"), std::string::npos) << shard.stderr_text;
+  // A frames-per-file larger than the frames: one data file, and said so.
+  const auto one = run_quantem({"export", master, exports, "--backend", "cpu", "--frames-per-file",
+                                "18446744073709551615"});
+  ASSERT_EQ(one.exit_code, 0) << one.stderr_text;
+  EXPECT_EQ(json::parse(one.stdout_text)["data_files"], 1);
+  EXPECT_TRUE(fs::exists(exports + "/scan_full/scan_full_data_000001.h5"));
 }
 
 }  // namespace

@@ -127,6 +127,10 @@ ExportReport export_plan(backend::Resident& resident, const catalog::Acquisition
                          const ExportRequest& request, ExportProgress& progress,
                          const std::function<std::unique_lock<std::mutex>()>& lock_compute = {});
 
+// Throws conflict, naming why, unless `folder` exists, is a folder and is
+// writable (the export routes check it at each POST).
+void check_export_folder(const std::string& folder);
+
 // Removes the incomplete folders of exports whose writer is gone from
 // `output_folder`: real folders (never a symlink or a regular file) holding an
 // export's marker whose lock is free. Nothing else is ever removed. Returns how many were removed. Never throws.
