@@ -272,7 +272,19 @@ bool read_whole_file(const std::string& path, std::string& bytes, std::string& p
     ::close(fd);
     return false;
   }
-  bytes.resize(static_cast<std::size_t>(status.st_size));
+  if (static_cast<std::uint64_t>(status.st_size) > kMaxCatalogCacheBytes) {
+    problem = "it holds " + std::to_string(status.st_size) + " bytes, more than the cap of " +
+              std::to_string(kMaxCatalogCacheBytes);
+    ::close(fd);
+    return false;
+  }
+  try {
+    bytes.resize(static_cast<std::size_t>(status.st_size));
+  } catch (const std::bad_alloc&) {
+    problem = "no memory for its " + std::to_string(status.st_size) + " bytes";
+    ::close(fd);
+    return false;
+  }
   std::size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
@@ -360,9 +372,9 @@ std::map<std::string, Acquisition> decode_catalog_cache(const std::string& bytes
 
 CatalogCacheContents read_catalog_cache(const std::string& path, const std::string& data_folder) {
   CatalogCacheContents contents;
-  std::string bytes;
-  if (!read_whole_file(path, bytes, contents.problem)) return contents;
   try {
+    std::string bytes;
+    if (!read_whole_file(path, bytes, contents.problem)) return contents;
     contents.entries = decode_catalog_cache(bytes, data_folder);
   } catch (const std::exception& e) {
     contents.problem = e.what();
@@ -387,6 +399,10 @@ void write_catalog_cache(const std::string& path, const std::string& data_folder
     }
   }
   const std::string bytes = encode_catalog_cache(data_folder, acquisitions);
+  if (bytes.size() > kMaxCatalogCacheBytes) {
+    throw Error(ErrorKind::io, "the catalog cache would hold " + std::to_string(bytes.size()) +
+                                   " bytes, more than the cap of " + std::to_string(kMaxCatalogCacheBytes));
+  }
   const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) throw Error(ErrorKind::io, "cannot create " + temporary + ": " + std::strerror(errno));

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -155,12 +156,14 @@ CLI::App* add_export_command(CLI::App& app, ExportCommandOptions& options) {
       ->capture_default_str();
   command->add_option("--det-bin", options.det_bin, "Detector bin (sums bin x bin pixels; uint32 out)")
       ->capture_default_str();
-  command->add_option("--frames-per-file", options.frames_per_file, "Frames per data file (0: 100000)");
+  command->add_option("--frames-per-file", options.frames_per_file, "Frames per data file (0: 100000)")
+      ->check(CLI::NonNegativeNumber);
   command->add_option("--backend", options.backend, "cuda|cpu (cpu is explicit; never a fallback)")
       ->check(CLI::IsMember({"cuda", "cpu"}))
       ->capture_default_str();
-  command->add_option("--gpu", options.gpu, "CUDA device (cuda backend)")->capture_default_str();
-  command->add_option("--threads", options.threads, "Read and encode threads (0: all cores)");
+  command->add_option("--gpu", options.gpu, "CUDA device (cuda backend)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  command->add_option("--threads", options.threads, "Read and encode threads (0: all cores, at most 256)")
+      ->check(CLI::Range(0, 256));
   command->add_flag("!--no-progress", options.progress, "No progress bar");
   return command;
 }
@@ -187,6 +190,14 @@ int run_export_command(const ExportCommandOptions& given) {
   } reset_storage_source;
   const catalog::Acquisition source = inspector.inspect(options.master);
   if (!source.status.loadable) throw conflict(source.name + " is not loadable: " + source.status.reason);
+  // A data file of an acquisition holds its frames inline and no detector
+  // record (ntrigger): exporting it alone would invent a scan shape.
+  const bool links_data = std::any_of(source.shards.begin(), source.shards.end(),
+                                      [](const catalog::Shard& shard) { return shard.external; });
+  if (!links_data && !source.ntrigger) {
+    throw unprocessable(options.master + " is not the master of an acquisition (no linked data files, no "
+                        "detectorSpecific/ntrigger; a data file cannot be exported alone): give its *_master.h5");
+  }
   request.source_identity = protocol::signature_digest(source.signature);
   const exporter::ExportLayout layout = exporter::plan_export(source, request);
 

@@ -1,6 +1,7 @@
 // quantem-gpu: the executable is only CLI wiring; every behaviour lives in a
 // component library. Each subcommand is one add_* function that declares its
 // options and returns how to run it; main takes the same few steps for all.
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -234,6 +235,9 @@ int run_parsed_command(const std::vector<Command>& commands) {
 
 int main(int argc, char** argv) {
   quantem::logging::ignore_broken_pipes();
+  // A file size limit (ulimit -f) makes a write fail with EFBIG, reported by
+  // the command that wrote, instead of killing the process.
+  std::signal(SIGXFSZ, SIG_IGN);
   quantem::logging::configure();
   CLI::App app{"quantem-gpu: exact 4D-STEM virtual detectors from GPU-resident acquisitions"};
   app.require_subcommand(1);

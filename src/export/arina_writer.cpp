@@ -2,9 +2,13 @@
 #include "quantem/export/deferred_raw_writes.hpp"
 
 #include <array>
+#include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
+#include "recording_file_driver.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/core/version.hpp"
 
@@ -102,19 +106,23 @@ constexpr const char* kBitshuffleFilterName = "bitshuffle; see https://github.co
 
 // ---------------------------------------------------------------------------
 
-Hid create_file(const std::string& path, const DeferredRawWrites* raw_writes) {
+File create_file(const std::string& path, DeferredRawWrites* raw_writes) {
+  File file;
+  file.failure_ = std::make_unique<detail::WriteFailure>();
+  file.path_ = path;
   // Low bound 1.8: superblock v2 and a version-3 layout message, i.e. the v1
   // B-tree chunk index of real Arina files (1.10 bounds would pick an
   // extensible array for the unlimited frame axis).
-  Hid access = raw_writes != nullptr ? Hid(raw_writes->make_file_access(), H5Pclose)
-                                     : make_property_list(H5P_FILE_ACCESS);
+  Hid access(detail::make_recording_access_list(file.failure_.get(), raw_writes), H5Pclose);
   check_status(H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_V18), "H5Pset_libver_bounds");
   // The root group takes its object-creation properties from the file-creation
   // list: without this its header carries the creation second, and two runs
   // that straddle a second boundary differ in every file.
   Hid creation = make_creation_list(H5P_FILE_CREATE);
-  return Hid(check_id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, creation.get(), access.get()), "cannot create " + path),
-             H5Fclose);
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, creation.get(), access.get());
+  if (id < 0) fail("cannot create " + path);
+  file.id_ = Hid(id, H5Fclose);
+  return file;
 }
 
 void write_string_attribute(hid_t object, const char* name, const std::string& value) {
@@ -215,15 +223,55 @@ Hid& Hid::operator=(Hid&& other) noexcept {
   return *this;
 }
 
+namespace {
+std::atomic<bool> file_close_failed{false};
+
+herr_t close_id(hid_t id, Hid::Closer closer) {
+  const herr_t status = closer(id);
+  if (status < 0 && closer == &H5Fclose) file_close_failed = true;
+  return status;
+}
+}  // namespace
+
+bool hdf5_file_close_failed() noexcept { return file_close_failed.load(); }
+
 void Hid::reset() noexcept {
-  if (id_ >= 0 && closer_) closer_(id_);
+  if (id_ >= 0 && closer_ && close_id(id_, closer_) < 0) H5Eclear2(H5E_DEFAULT);
   id_ = -1;
 }
 
 void Hid::close(const std::string& what) {
   if (id_ < 0) return;
   const hid_t id = std::exchange(id_, -1);
-  if (closer_(id) < 0) fail(what);
+  if (close_id(id, closer_) < 0) fail(what);
+}
+
+File::File() = default;
+File::File(File&& other) noexcept = default;
+File& File::operator=(File&& other) noexcept {
+  if (this != &other) {
+    id_.reset();  // closes while its record is still ours
+    failure_ = std::move(other.failure_);
+    path_ = std::move(other.path_);
+    id_ = std::move(other.id_);
+  }
+  return *this;
+}
+File::~File() { id_.reset(); }
+
+void File::check_writes() const {
+  if (!failure_ || failure_->error == 0) return;
+  const int error = failure_->error;
+  const std::string text = std::string(std::strerror(error)) + " (" + failure_->operation + ")";
+  if (error == ENOSPC || error == EDQUOT || error == EFBIG) {
+    throw payload_too_large("the disk holding " + path_ + " is full: " + text);
+  }
+  throw IoError("cannot write " + path_ + ": " + text);
+}
+
+void File::close(const std::string& what) {
+  id_.close(what);
+  check_writes();
 }
 
 HdfErrorSilencer::HdfErrorSilencer() {
@@ -234,6 +282,10 @@ HdfErrorSilencer::HdfErrorSilencer() {
 HdfErrorSilencer::~HdfErrorSilencer() { H5Eset_auto2(H5E_DEFAULT, previous_function_, previous_data_); }
 
 BitshuffleFilterRegistration::BitshuffleFilterRegistration() {
+  if (hdf5_file_close_failed()) {
+    throw unavailable("an HDF5 file of this process failed to close, which leaves libhdf5 unsafe to write with: "
+                      "restart the process to write HDF5 files again");
+  }
   static const H5Z_class2_t filter_class = {
       H5Z_CLASS_T_VERS,
       static_cast<H5Z_filter_t>(kBitshuffleFilterId),
@@ -248,7 +300,10 @@ BitshuffleFilterRegistration::BitshuffleFilterRegistration() {
 }
 
 BitshuffleFilterRegistration::~BitshuffleFilterRegistration() {
-  // Lets a later read in this process load the official plugin again.
+  // Lets a later read in this process load the official plugin again. Never
+  // after a failed file close: H5Zunregister walks the open files, and
+  // libhdf5 1.10 keeps such a file registered with its memory freed.
+  if (hdf5_file_close_failed()) return;
   if (H5Zunregister(static_cast<H5Z_filter_t>(kBitshuffleFilterId)) < 0) H5Eclear2(H5E_DEFAULT);
 }
 
@@ -294,7 +349,9 @@ ShardFile::ShardFile(const std::string& path, std::uint64_t first_image_number, 
 
 void ShardFile::write_chunk(std::uint64_t local_index, const std::uint8_t* stored, std::size_t stored_bytes) {
   const std::array<hsize_t, 3> offset = {local_index, 0, 0};
-  if (H5Dwrite_chunk(dataset_.get(), H5P_DEFAULT, 0, offset.data(), stored_bytes, stored) < 0) {
+  const herr_t status = H5Dwrite_chunk(dataset_.get(), H5P_DEFAULT, 0, offset.data(), stored_bytes, stored);
+  file_.check_writes();
+  if (status < 0) {
     fail("H5Dwrite_chunk frame " + std::to_string(local_index) + " of " + path_);
   }
 }
@@ -308,7 +365,7 @@ void ShardFile::close() {
 // ---------------------------------------------------------------------------
 
 void write_master(const std::string& path, const MasterContents& contents) {
-  Hid file = create_file(path);
+  File file = create_file(path);
   write_string_attribute(file.get(), "default", "entry");
   Hid entry = create_group(file.get(), "entry", "NXentry");
   write_string_attribute(entry.get(), "default", "data");
@@ -366,7 +423,7 @@ void write_master(const std::string& path, const MasterContents& contents) {
 }
 
 void write_stem_metadata(const std::string& path, std::uint64_t scan_rows, std::uint64_t scan_cols) {
-  Hid file = create_file(path);
+  File file = create_file(path);
   Hid metadata = create_group(file.get(), "STEM Metadata", nullptr);
   const auto num_pixels_x = static_cast<std::int64_t>(scan_cols);
   const auto num_pixels_y = static_cast<std::int64_t>(scan_rows);

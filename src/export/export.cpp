@@ -427,6 +427,21 @@ void check_room(const ExportLayout& layout, const std::string& folder) {
   }
 }
 
+// The longest file name an export writes is its hidden incomplete folder's.
+void check_name_length(const std::string& name, const std::string& output_folder) {
+  const long limit = ::pathconf(output_folder.c_str(), _PC_NAME_MAX);
+  const std::size_t name_max = limit > 0 ? static_cast<std::size_t>(limit) : 255;
+  const std::size_t longest = 1 + name.size() + std::char_traits<char>::length(kIncompleteSuffix);
+  if (longest > name_max) {
+    throw bad_request("export: the export name " + name + " has " + std::to_string(name.size()) +
+                      " characters; its files' longest name (." + name + kIncompleteSuffix + ", " +
+                      std::to_string(longest) + " characters) exceeds the export folder's limit of " +
+                      std::to_string(name_max) + " characters per name: at most " +
+                      std::to_string(name_max - (longest - name.size())) +
+                      " characters fit (the source's stem and the plan make the name)");
+  }
+}
+
 }  // namespace
 
 std::string export_name(const std::string& source_stem, const plan::PlanGeometry& g) {
@@ -465,8 +480,9 @@ ExportLayout plan_export(const catalog::Acquisition& source, const ExportRequest
   const bool binned = g.scan_bin > 1 || g.detector_bin > 1;
   layout.dtype = binned ? DType::uint32 : *source.dtype;
   layout.name = export_name(source.stem, g);
+  check_name_length(layout.name, request.output_folder);
   layout.frames_per_file = request.frames_per_file == 0 ? kDefaultFramesPerFile : request.frames_per_file;
-  layout.data_files = (g.positions() + layout.frames_per_file - 1) / layout.frames_per_file;
+  layout.data_files = g.positions() / layout.frames_per_file + (g.positions() % layout.frames_per_file != 0);
   if (layout.data_files > kMaxDataFiles) {
     throw bad_request("export: more than " + std::to_string(kMaxDataFiles) + " data files; raise --frames-per-file");
   }

@@ -7,10 +7,10 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <system_error>
 
@@ -30,7 +30,9 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kLockName = ".export-lock";
-constexpr std::time_t kLocklessGraceSeconds = 60;
+// The marker's first line: only a folder whose lock file starts with it was
+// made by an export, and only such a folder is ever removed.
+constexpr const char* kMarkerLine = "quantem-gpu incomplete export\n";
 
 std::string errno_text(int error) { return std::strerror(error); }
 
@@ -52,7 +54,50 @@ void remove_tree(const std::string& path) noexcept {
   if (error) spdlog::warn("export: cannot remove {}: {}", path, error.message());
 }
 
+// Who wrote the folder: the marker line, then this process's pid and host.
+std::string marker_text() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  return std::string(kMarkerLine) + "pid " + std::to_string(::getpid()) + "\nhost " + host + "\n";
+}
+
+bool write_all(int fd, const std::string& text) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t written = ::write(fd, text.data() + done, text.size() - done);
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) return false;
+    done += static_cast<std::size_t>(written);
+  }
+  return true;
+}
+
+// The marker of `folder` opened read-only, or -1 when `folder` is not a real
+// folder (a symlink, a regular file) or holds no marker written by an export.
+int open_marker(const std::string& folder) noexcept {
+  struct stat folder_info {};
+  if (::lstat(folder.c_str(), &folder_info) != 0 || !S_ISDIR(folder_info.st_mode)) return -1;
+  const int fd = ::open((folder + "/" + kLockName).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return -1;
+  struct stat info {};
+  const std::string expected = kMarkerLine;
+  std::string head(expected.size(), '\0');
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) ||
+      ::pread(fd, head.data(), head.size(), 0) != static_cast<ssize_t>(head.size()) || head != expected) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 }  // namespace
+
+bool is_marked_export(const std::string& incomplete_folder) noexcept {
+  const int fd = open_marker(incomplete_folder);
+  if (fd < 0) return false;
+  ::close(fd);
+  return true;
+}
 
 IncompleteFolder::IncompleteFolder(const std::string& output_folder, const std::string& name) {
   check_output_folder(output_folder);
@@ -60,22 +105,28 @@ IncompleteFolder::IncompleteFolder(const std::string& output_folder, const std::
   final_path_ = (folder / name).string();
   path_ = (folder / ("." + name + kIncompleteSuffix)).string();
   lock_path_ = path_ + "/" + kLockName;
-  if (::access(final_path_.c_str(), F_OK) == 0) {
+  struct stat existing {};
+  if (::lstat(final_path_.c_str(), &existing) == 0) {  // a dangling symlink too
     throw conflict("the export " + final_path_ + " already exists; an export never overwrites anything");
   }
   if (::mkdir(path_.c_str(), 0755) != 0) {
     if (errno != EEXIST) throw IoError("cannot create " + path_ + ": " + errno_text(errno));
+    if (!is_marked_export(path_)) {
+      throw conflict(path_ + " exists and was not made by an export; an export never removes what it did not "
+                     "write: move it away to export " + name);
+    }
     if (!is_abandoned(path_)) throw conflict("an export of " + name + " into " + folder.string() + " is running");
     remove_tree(path_);
     if (::mkdir(path_.c_str(), 0755) != 0) throw IoError("cannot create " + path_ + ": " + errno_text(errno));
   }
-  lock_fd_ = ::open(lock_path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+  // The marker first: it says who made the folder, and its lock that the writer lives.
+  lock_fd_ = ::open(lock_path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0 || !write_all(lock_fd_, marker_text())) {
     const int error = errno;
     if (lock_fd_ >= 0) ::close(lock_fd_);
     lock_fd_ = -1;
     remove_tree(path_);
-    throw IoError("cannot lock " + lock_path_ + ": " + errno_text(error));
+    throw IoError("cannot write the export's lock " + lock_path_ + ": " + errno_text(error));
   }
 }
 
@@ -104,6 +155,9 @@ std::uint64_t free_bytes(const std::string& folder) {
   }
   struct statvfs info {};
   if (::statvfs(folder.c_str(), &info) != 0) {
+    if (errno == ENOENT) {
+      throw conflict("the export's folder " + folder + " was removed while writing; nothing of the export was kept");
+    }
     throw IoError("cannot read the free space of " + folder + ": " + errno_text(errno));
   }
   return static_cast<std::uint64_t>(info.f_bavail) * info.f_frsize;
@@ -123,21 +177,35 @@ std::uint64_t folder_file_bytes(const std::string& folder) noexcept {
 }
 
 bool is_abandoned(const std::string& incomplete_folder) noexcept {
-  const std::string lock_path = incomplete_folder + "/" + kLockName;
-  const int fd = ::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    // No lock file: a writer between mkdir and its lock (a moment), or one
-    // that died there. Only an old folder is taken for abandoned.
-    struct stat info {};
-    if (::stat(incomplete_folder.c_str(), &info) != 0) return false;
-    return std::time(nullptr) - info.st_mtime > kLocklessGraceSeconds;
-  }
+  const int fd = open_marker(incomplete_folder);
+  if (fd < 0) return false;  // not made by an export, or a writer between mkdir and its marker
   const bool free = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
   ::close(fd);
   return free;
 }
 
 }  // namespace detail
+
+void check_export_folder(const std::string& folder) {
+  struct stat info {};
+  if (::stat(folder.c_str(), &info) != 0) {
+    throw conflict("the export folder " + folder + " cannot be used: " + std::strerror(errno) +
+                   " (the daemon's --export-dir; an operator must restore it)");
+  }
+  if (!S_ISDIR(info.st_mode)) throw conflict("the export folder " + folder + " is not a folder");
+  if (::access(folder.c_str(), W_OK | X_OK) != 0) {
+    throw conflict("the export folder " + folder + " is not writable: " + std::strerror(errno));
+  }
+  // access() passes on a file system that turned read-only after an error
+  // (ext4's errors=remount-ro): a file of our own, created and removed, tells.
+  static std::atomic<unsigned> probes{0};
+  const std::string probe = folder + "/.quantem-export-write-check-" + std::to_string(::getpid()) + "-" +
+                            std::to_string(probes++);
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) throw conflict("the export folder " + folder + " is not writable: " + std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
 
 std::size_t remove_abandoned_exports(const std::string& output_folder) noexcept {
   namespace fs = std::filesystem;
@@ -150,8 +218,10 @@ std::size_t remove_abandoned_exports(const std::string& output_folder) noexcept 
         name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
       continue;
     }
+    // Never through a symlink, never a regular file, never a folder without an export's marker.
     std::error_code type_error;
-    if (!entry.is_directory(type_error) || !detail::is_abandoned(entry.path().string())) continue;
+    if (!entry.is_directory(type_error) || entry.is_symlink(type_error)) continue;
+    if (!detail::is_abandoned(entry.path().string())) continue;
     std::error_code remove_error;
     fs::remove_all(entry.path(), remove_error);
     if (remove_error) {

@@ -6,14 +6,18 @@
 
 namespace quantem::exporter::detail {
 
-// `.<name>.incomplete-export` in the output folder, created empty with a lock
-// file inside that this object holds (flock) until it is destroyed. The lock
-// tells remove_abandoned_exports that the writer is alive; a process that dies
-// drops it. Unless commit() succeeded, the destructor removes the folder.
+// `.<name>.incomplete-export` in the output folder, created with a marker
+// file inside, written first (".export-lock": a fixed first line, then the
+// writer's pid and host), that this object holds locked (flock) until it is
+// destroyed. The marker tells remove_abandoned_exports the folder is an
+// export's; the lock that the writer is alive (a process that dies drops it).
+// A folder, file or symlink of that name without the marker is never removed.
+// Unless commit() succeeded, the destructor removes the folder.
 class IncompleteFolder {
  public:
   // Throws not_found (no output folder), io (not a folder, not writable),
-  // conflict (the final folder exists, or a live writer holds this name).
+  // conflict (the final folder exists, a live writer holds this name, or
+  // something not made by an export does).
   IncompleteFolder(const std::string& output_folder, const std::string& name);
   ~IncompleteFolder();
   IncompleteFolder(const IncompleteFolder&) = delete;
@@ -40,7 +44,12 @@ std::uint64_t free_bytes(const std::string& folder);
 // Sum of the sizes of the regular files directly in `folder` (0 on errors).
 std::uint64_t folder_file_bytes(const std::string& folder) noexcept;
 
-// Whether the folder's lock can be taken: nobody is writing it.
+// Whether `incomplete_folder` is a real folder (not a symlink) holding an
+// export's marker.
+bool is_marked_export(const std::string& incomplete_folder) noexcept;
+
+// Whether the folder is an export's (is_marked_export) and its lock can be
+// taken: nobody is writing it.
 bool is_abandoned(const std::string& incomplete_folder) noexcept;
 
 }  // namespace quantem::exporter::detail

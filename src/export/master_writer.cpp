@@ -92,7 +92,7 @@ void write_detector(hid_t entry, const MasterFacts& facts) {
 
 void write_export_master(const std::string& path, const MasterFacts& facts) {
   const plan::PlanGeometry& g = facts.layout.geometry;
-  arina::Hid file = arina::create_file(path);
+  arina::File file = arina::create_file(path);
   arina::write_string_attribute(file.get(), "default", "entry");
   // The plan's scan shape, read first by every reader of this layout.
   const std::array<std::int64_t, 2> scan_shape = {static_cast<std::int64_t>(g.scan_rows),

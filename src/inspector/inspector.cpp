@@ -391,30 +391,52 @@ bool Inspector::read_line(std::size_t index, std::chrono::milliseconds limit, st
   }
 }
 
+namespace {
+// An idle worker never writes: a readable, hung-up or failed socket means it died.
+bool idle_worker_gone(int socket) {
+  pollfd entry{socket, POLLIN | POLLRDHUP, 0};
+  return ::poll(&entry, 1, 0) != 0;
+}
+}  // namespace
+
+void Inspector::ensure_worker(std::size_t index) {
+  if (slots_[index].pid > 0) return;
+  std::string problem;
+  bool started = false;
+  for (int attempt = 0; attempt < kStartAttempts && !started; ++attempt) {
+    throw_if_stopping();
+    started = start_worker(index, problem);
+  }
+  if (!started) {
+    throw_if_stopping();
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++failures_;
+    throw Error(ErrorKind::unavailable, "the master inspector cannot start: " + problem);
+  }
+}
+
 Inspector::Outcome Inspector::exchange(std::size_t index, const std::string& request,
                                        std::chrono::milliseconds deadline, std::string& reply, std::string& why) {
-  if (slots_[index].pid <= 0) {
-    std::string problem;
-    bool started = false;
-    for (int attempt = 0; attempt < kStartAttempts && !started; ++attempt) {
-      throw_if_stopping();
-      started = start_worker(index, problem);
+  // A worker that died while idle (killed, out of memory) is replaced before
+  // the request: its death says nothing about the request's file. So is one
+  // that dies before taking the request (the send fails).
+  bool sent = false;
+  for (int attempt = 0; attempt < 2 && !sent; ++attempt) {
+    if (slots_[index].pid > 0 && idle_worker_gone(slots_[index].socket)) {
+      stop_worker(index, "it had died while idle; replaced before the next request");
     }
-    if (!started) {
-      throw_if_stopping();
-      std::lock_guard<std::mutex> lock(mutex_);
-      ++failures_;
-      throw Error(ErrorKind::unavailable, "the master inspector cannot start: " + problem);
+    ensure_worker(index);
+    sent = send_all(slots_[index].socket, request + "\n");
+    if (!sent) {
+      why = std::string("sending the request failed: ") + std::strerror(errno);
+      stop_worker(index, why + "; replaced before the request");
     }
   }
   bool timed_out = false;
-  if (!send_all(slots_[index].socket, request + "\n")) {
-    why = std::string("sending the request failed: ") + std::strerror(errno);
-  } else if (read_line(index, deadline, reply, why, timed_out)) {
-    return Outcome::answered;
-  }
+  if (sent && read_line(index, deadline, reply, why, timed_out)) return Outcome::answered;
   std::lock_guard<std::mutex> lock(mutex_);
   ++failures_;
+  if (!sent) return Outcome::not_sent;
   return timed_out ? Outcome::missed_deadline : Outcome::died;
 }
 
@@ -465,12 +487,13 @@ catalog::Acquisition Inspector::condemn(const std::string& master_path, const ca
 }
 
 std::optional<catalog::Acquisition> Inspector::inspect_once(const std::string& path, std::string& why,
-                                                            bool& timed_out) {
+                                                            bool& timed_out, bool& sent) {
   const std::size_t slot = lease_slot();
   auto lease = make_lease([this, slot] { release_slot(slot); });
   std::string reply;
   const Outcome outcome = exchange(slot, inspect_request(path), options_.deadline, reply, why);
   timed_out = outcome == Outcome::missed_deadline;
+  sent = outcome != Outcome::not_sent;
   if (outcome == Outcome::answered) {
     try {
       return parse_reply(reply, path);
@@ -501,8 +524,12 @@ catalog::Acquisition Inspector::inspect(const std::string& master_path) {
   for (unsigned strikes = 1;; ++strikes) {
     std::string why;
     bool timed_out = false;
-    if (auto acquisition = inspect_once(path, why, timed_out)) return std::move(*acquisition);
+    bool sent = true;
+    if (auto acquisition = inspect_once(path, why, timed_out, sent)) return std::move(*acquisition);
     throw_if_stopping();  // a worker stopped for the shutdown says nothing about the file
+    if (!sent) {  // no worker took the request: nothing against the master
+      throw Error(ErrorKind::unavailable, "the master inspector cannot take requests: " + why);
+    }
     if (timed_out || strikes >= options_.strikes_to_condemn) return condemn(path, master_entry, why);
     spdlog::warn("inspector: {} while inspecting {} (strike {} of {}); trying it again on a fresh worker", why, path,
                  strikes, options_.strikes_to_condemn);

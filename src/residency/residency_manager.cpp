@@ -54,6 +54,10 @@ struct ResidencyManager::Sync {
   std::mutex mutex;
   std::condition_variable changed;  // any state change: load finished, pin released, eviction, shutdown
   std::shared_ptr<ResidencyClock> clock;
+  // Load runners alive, and whether the manager is gone (a runner that comes
+  // back from a stuck read after shutdown touches nothing but this).
+  std::size_t runners = 0;
+  bool manager_gone = false;
 };
 
 struct ResidencyManager::Entry {
@@ -75,6 +79,9 @@ struct ResidencyManager::Entry {
   std::uint64_t pins = 0;     // leases alive + requests waiting for this load
   bool detached = false;      // no longer in entries_ (evicted, cancelled, stale)
   bool load_started = false;  // the loader has taken it off its queue
+  // When a started load was cancelled: past kCancelledLoadGrace its
+  // reservation no longer counts (a load stuck in a read never frees it).
+  std::optional<std::chrono::steady_clock::time_point> cancelled_at;
   std::optional<std::string> preserved;  // the active acquisition the current attempt keeps
   std::deque<Attempt> fallbacks;         // where an out-of-memory load goes next
   std::shared_ptr<std::mutex> compute_mutex = std::make_shared<std::mutex>();
@@ -83,7 +90,8 @@ struct ResidencyManager::Entry {
 
 struct ResidencyManager::DeviceLoader {
   std::deque<EntryPtr> queue;
-  std::thread thread;
+  std::thread thread;   // takes loads off the queue and starts a runner for each
+  std::size_t running = 0;  // runners of this device that have not ended
 };
 
 namespace {
@@ -154,7 +162,13 @@ void ResidencyManager::shutdown() {
     if (loader->thread.joinable()) loader->thread.join();
   }
   if (idle_thread_.joinable()) idle_thread_.join();
-  std::lock_guard<std::mutex> lock(sync_->mutex);
+  std::unique_lock<std::mutex> lock(sync_->mutex);
+  // Cancelled runners end within a batch; one stuck in a read is left behind
+  // (it touches only the shared Sync when it comes back).
+  if (!sync_->changed.wait_for(lock, options_.busy_wait_limit, [&] { return sync_->runners == 0; })) {
+    spdlog::warn("{} loads are stuck in a read; shutting down without them", sync_->runners);
+  }
+  sync_->manager_gone = true;
   for (auto& loader : loaders_) loader->queue.clear();
   for (auto& [path, entry] : entries_) {
     entry->detached = true;
@@ -197,9 +211,16 @@ void ResidencyManager::touch_locked(Entry& entry) {
 namespace {
 
 // Bytes an entry holds on its device right now.
+// A cancelled load that has not ended this long after its cancel is taken for
+// stuck (a read that never returns): its reservation stops counting.
+constexpr auto kCancelledLoadGrace = std::chrono::seconds(2);
+
 template <typename EntryT>
 std::uint64_t held_bytes(const EntryT& entry) {
-  if (entry.state == ResidencyState::loading) return entry.reserved_bytes;
+  if (entry.state == ResidencyState::loading) {
+    const bool stuck = entry.cancelled_at && std::chrono::steady_clock::now() - *entry.cancelled_at > kCancelledLoadGrace;
+    return stuck ? 0 : entry.reserved_bytes;
+  }
   if (entry.state == ResidencyState::resident && entry.resident) {
     return entry.resident->resident_bytes() + entry.tile_sum_bytes;
   }
@@ -315,7 +336,10 @@ void ResidencyManager::remove_locked(const EntryPtr& entry) {
         entry->failure = unavailable("the load of " + entry->acquisition.name + " was cancelled");
         entry->progress->stage = backend::LoadStage::cancelled;
       } else {
-        draining_.push_back(entry);  // the reservation holds until the backend has freed the attempt
+        // The reservation holds until the backend has freed the attempt, or
+        // for kCancelledLoadGrace when the load is stuck in a read.
+        entry->cancelled_at = std::chrono::steady_clock::now();
+        draining_.push_back(entry);
       }
       break;
     case ResidencyState::resident:
@@ -768,40 +792,62 @@ void ResidencyManager::loader_loop(std::size_t device_position) {
   DeviceLoader& loader = *loaders_[device_position];
   std::unique_lock<std::mutex> lock(sync_->mutex);
   while (true) {
-    sync_->changed.wait(lock, [&] { return stopping_ || !loader.queue.empty(); });
+    sync_->changed.wait(lock, [&] {
+      return stopping_ || (!loader.queue.empty() && loader.running < options_.parallel_loads_per_device);
+    });
     if (stopping_) return;
     EntryPtr job = loader.queue.front();
     loader.queue.pop_front();
     job->load_started = true;
-    const int attempt_device = devices_[job->device_position].index;
     job->progress->bytes_done = 0;
     job->progress->stage = backend::LoadStage::queued;
     job->reserved_bytes = job->admitted_bytes;
     job->refused_growth_bytes.reset();
+    ++loader.running;
+    ++sync_->runners;
+    // Each load on a runner of its own: one whose read hangs (a FIFO, a dead
+    // network file system) holds its runner, not the device (decision 0021).
+    std::thread([this, job, device_position, sync = sync_] { run_job(job, device_position, sync); }).detach();
+  }
+}
+
+void ResidencyManager::run_job(const EntryPtr& job, std::size_t device_position, const std::shared_ptr<Sync>& sync) {
+  const int attempt_device = devices_[job->device_position].index;
+  pthread_setname_np(pthread_self(), loader_thread_name(attempt_device).c_str());
+  std::shared_ptr<backend::Resident> resident;
+  std::optional<Error> failure;
+  {
     Reservation reservation(*this, job, attempt_device);
-
+    failure = run_load(job, attempt_device, reservation, resident);
+  }
+  std::unique_lock<std::mutex> lock(sync->mutex);
+  if (sync->manager_gone) {  // back from a read that outlived the manager
+    --sync->runners;
     lock.unlock();
-    std::shared_ptr<backend::Resident> resident;
-    std::optional<Error> failure = run_load(job, attempt_device, reservation, resident);
-    lock.lock();
-
-    if (!failure && (job->detached || stopping_)) {
-      resident.reset();  // cancelled meanwhile: nothing of it stays
-      failure = unavailable("the load of " + job->acquisition.name + " was cancelled");
-    }
-    if (!failure) {
-      keep_resident_locked(job, std::move(resident), attempt_device);
-      continue;
-    }
+    resident.reset();
+    return;
+  }
+  --loaders_[device_position]->running;
+  if (!failure && (job->detached || stopping_)) {
+    resident.reset();  // cancelled meanwhile: nothing of it stays
+    failure = unavailable("the load of " + job->acquisition.name + " was cancelled");
+  }
+  if (!failure) {
+    keep_resident_locked(job, std::move(resident), attempt_device);
+  } else if (failure->kind() == ErrorKind::payload_too_large && !job->detached && !stopping_ && !job->resident &&
+             retry_out_of_memory_locked(job, *failure, attempt_device)) {
+    // queued again
+  } else {
     if (failure->kind() == ErrorKind::payload_too_large && !job->detached && !stopping_) {
       // A load that published its resident early is not retried (requests may
       // hold it), and fails with the same text as one that fit nowhere.
-      if (!job->resident && retry_out_of_memory_locked(job, *failure, attempt_device)) continue;
       ++counters_.admission_rejections;
       failure = payload_too_large(kLoadDidNotFitMessage);  // the text alone, as the reference sends it
     }
     fail_load_locked(job, *failure, attempt_device);
   }
+  --sync->runners;
+  sync->changed.notify_all();
 }
 
 std::optional<Error> ResidencyManager::run_load(const EntryPtr& job, int attempt_device, Reservation& reservation,

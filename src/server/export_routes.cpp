@@ -125,14 +125,21 @@ HttpResponse ExportJobs::start(const protocol::QueryParams& params) {
   job->request.threads = config_.threads;
   job->request.implementation_revision = config_.implementation_revision;
   job->request.source_identity = protocol::signature_digest(job->acquisition.signature);
+  exporter::check_export_folder(config_.export_dir);
   job->layout = exporter::plan_export(job->acquisition, job->request);
   const std::string final_folder = config_.export_dir + "/" + job->layout.name;
-  if (std::filesystem::exists(final_folder)) {
+  std::error_code status_error;
+  if (std::filesystem::symlink_status(final_folder, status_error).type() != std::filesystem::file_type::not_found) {
     throw conflict("the export " + final_folder + " already exists; an export never overwrites anything");
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) throw unavailable("the daemon is shutting down");
+    if (queue_.size() >= config_.max_queued_jobs) {
+      throw unavailable("the export queue is full (" + std::to_string(queue_.size()) +
+                        " exports wait; at most " + std::to_string(config_.max_queued_jobs) +
+                        "): retry once one has finished");
+    }
     for (const auto& [id, other] : jobs_) {
       if ((other->state == JobState::queued || other->state == JobState::running) &&
           other->layout.name == job->layout.name) {
@@ -297,10 +304,17 @@ void ExportJobs::run(Job& job) {
 }
 
 void ExportJobs::forget_old_jobs_locked() {
+  const auto finished_job = [](const Job& job) { return job.state != JobState::queued && job.state != JobState::running; };
+  const auto now = Clock::now();
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    const Job& job = *it->second;
+    const bool expired = finished_job(job) && now - job.created > config_.kept_finished_job_age;
+    it = expired ? jobs_.erase(it) : std::next(it);
+  }
   std::size_t finished = 0;
-  for (const auto& [id, job] : jobs_) finished += job->state != JobState::queued && job->state != JobState::running;
+  for (const auto& [id, job] : jobs_) finished += finished_job(*job);
   for (auto it = jobs_.begin(); it != jobs_.end() && finished > config_.kept_finished_jobs;) {
-    const bool done = it->second->state != JobState::queued && it->second->state != JobState::running;
+    const bool done = finished_job(*it->second);
     if (done) {
       it = jobs_.erase(it);
       --finished;

@@ -63,7 +63,7 @@ json host_info_document(const HostInfoOptions& options) {
   json daemons = json::array();
   for (auto runtime : live_runtime_files(directory)) {
     json daemon;
-    for (const char* key : {"pid", "url", "curl_args", "unix_socket", "version", "backend", "data_folder", "started_at"}) {
+    for (const char* key : {"pid", "url", "url_form", "curl_args", "unix_socket", "version", "backend", "data_folder", "started_at"}) {
       if (runtime.contains(key)) daemon[key] = runtime[key];
     }
     daemon["token_mode"] = runtime.contains("token") && runtime["token"].is_string();

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -92,7 +93,14 @@ void add_serve_options(CLI::App& serve, ServeOptions& options) {
   serve.add_option("--header-timeout", options.header_timeout_seconds,
                    "Seconds a client has to send a whole request line and headers; also the keep-alive idle timeout (default 5)");
   serve.add_option("--export-dir", options.export_dir,
-                   "Folder the export route writes into (exports of plans as Arina-style acquisitions); off without it");
+                   "Folder the export route writes into (exports of plans as Arina-style acquisitions); off without it")
+      ->check(CLI::Validator(
+          [](std::string& value) {
+            return value.empty() ? std::string("an empty --export-dir names no folder (leave the option out to turn "
+                                               "exports off)")
+                                 : std::string();
+          },
+          "FOLDER"));
   serve.add_option("--inspect-timeout", options.inspect_timeout_seconds,
                    "Seconds the master inspector may take for one master before it is stopped and the master "
                    "reported not loadable (default 10)");
@@ -515,6 +523,21 @@ std::string status_line(const DaemonWiring& daemon) {
 // daemon listens (and, in token mode, the token); the files of daemons that
 // died without removing theirs are removed first. Removed by remove() in the
 // shutdown.
+// Every byte but [A-Za-z0-9._~-] as %XX: a socket path as one URL host.
+std::string percent_encode_path(const std::string& path) {
+  std::string encoded;
+  for (const unsigned char c : path) {
+    if (std::isalnum(c) || c == '.' || c == '_' || c == '~' || c == '-') {
+      encoded += static_cast<char>(c);
+    } else {
+      char escape[4];
+      std::snprintf(escape, sizeof escape, "%%%02X", c);
+      encoded += escape;
+    }
+  }
+  return encoded;
+}
+
 class RuntimeFile {
  public:
   // Returns an error text when the file is required (token mode) and could
@@ -522,8 +545,10 @@ class RuntimeFile {
   std::string write(const std::string& directory, const ServeSettings& settings, const DaemonWiring& daemon, int port) {
     const std::string host_for_url =
         settings.host.find(':') != std::string::npos ? "[" + settings.host + "]" : settings.host;
+    // A socket's url is http+unix:// with the socket path percent-encoded
+    // (what requests-unixsocket and similar clients take); curl takes curl_args.
     url_ = settings.unix_socket.empty() ? "http://" + host_for_url + ":" + std::to_string(port)
-                                        : "unix:" + settings.unix_socket;
+                                        : "http+unix://" + percent_encode_path(settings.unix_socket);
     // What curl needs before a route ("$(...)/api/health/ready"): a browser
     // or curl cannot use the unix: URL by itself.
     nlohmann::ordered_json curl_args = nlohmann::ordered_json::array();
@@ -536,6 +561,7 @@ class RuntimeFile {
     path_ = directory + "/server-" + std::to_string(getpid()) + ".json";
     nlohmann::ordered_json runtime;
     runtime["url"] = url_;
+    runtime["url_form"] = settings.unix_socket.empty() ? "http" : "http+unix";
     runtime["curl_args"] = curl_args;
     runtime["host"] = settings.host;
     runtime["port"] = settings.unix_socket.empty() ? nlohmann::ordered_json(port) : nlohmann::ordered_json(nullptr);

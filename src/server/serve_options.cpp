@@ -1,5 +1,10 @@
 #include "quantem/server/serve_options.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -289,6 +294,10 @@ void validate_inspector_and_paths(const ServeOptions& options, ServeSettings& se
   if (!options.export_dir.empty()) {
     if (!std::filesystem::is_directory(options.export_dir)) {
       throw ServeUsageError("--export-dir " + options.export_dir + " is not an existing folder");
+    }
+    if (::access(options.export_dir.c_str(), W_OK | X_OK) != 0) {
+      throw ServeUsageError("--export-dir " + options.export_dir + " is not writable by this user: " +
+                            std::strerror(errno));
     }
     settings.export_dir = std::filesystem::absolute(options.export_dir).lexically_normal().string();
   }

@@ -8,9 +8,14 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -160,6 +165,51 @@ TEST_F(ServeInspector, LoadsReadShardStorageThroughTheWorker) {
             std::string::npos)
       << failed->body;
   expect_serves(*daemon, "b");
+  EXPECT_EQ(daemon->stop(), 0);
+}
+
+}  // namespace
+
+namespace {
+
+// The inspector workers of a daemon: its children running `inspect-worker`.
+std::vector<pid_t> inspect_workers(pid_t daemon) {
+  std::vector<pid_t> found;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), {});
+    const auto close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    int parent = 0;
+    if (std::sscanf(text.c_str() + close + 1, " %c %d", &state, &parent) != 2 || parent != daemon) continue;
+    std::ifstream command_line(entry.path() / "cmdline");
+    const std::string arguments((std::istreambuf_iterator<char>(command_line)), {});
+    if (arguments.find("inspect-worker") != std::string::npos) found.push_back(std::stoi(name));
+  }
+  return found;
+}
+
+// Workers killed while idle are replaced; the next master inspected is not
+// condemned for their deaths.
+TEST_F(ServeInspector, WorkersKilledWhileIdleAreReplacedWithoutAStrike) {
+  auto daemon = Daemon::start(data_folder(), {"--inspect-workers", "2"});
+  ASSERT_NE(daemon, nullptr);
+  const std::vector<pid_t> workers = inspect_workers(daemon->pid());
+  ASSERT_FALSE(workers.empty());
+  for (const pid_t worker : workers) ::kill(worker, SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto synth = run_quantem({"synth", session_dir(), "--prefix", "c", "--scan", "4x5", "--detector", "8x8",
+                                  "--threads", "1"});
+  ASSERT_EQ(synth.exit_code, 0) << synth.stderr_text;
+  auto refreshed = daemon->get("/api/browse/sessions?refresh=true");
+  ASSERT_TRUE(refreshed);
+  auto found = statuses(*daemon);
+  ASSERT_TRUE(found.count("c_master.h5"));
+  EXPECT_EQ(found["c_master.h5"]["loadable"], true) << found["c_master.h5"].dump();
+  expect_serves(*daemon, "c");
   EXPECT_EQ(daemon->stop(), 0);
 }
 

@@ -13,6 +13,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <cstdio>
+
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -460,8 +463,10 @@ TEST_F(ServeOperator, TheLogLevelReachesTheAccessLog) {
   EXPECT_NE(refused_variable.stderr_text.find("$QUANTEM_GPU_LOG_LEVEL must be one of"), std::string::npos);
 }
 
-// The runtime file and `info --json` of a socket daemon give what curl needs
-// (`url` stays "unix:PATH"), and curl reaches the daemon with it.
+// The runtime file and `info --json` of a socket daemon give its address in
+// forms clients take: `url` as http+unix:// with the socket path
+// percent-encoded (`url_form` says so), and what curl needs; curl reaches the
+// daemon with it.
 TEST_F(ServeOperator, ASocketDaemonsCurlArgumentsWork) {
   quantem::test::TempDir sockets;
   const std::string socket_path = sockets.file("quantem.sock");
@@ -470,7 +475,15 @@ TEST_F(ServeOperator, ASocketDaemonsCurlArgumentsWork) {
   const auto info = run_quantem({"info", "--json"}, runtime_env());
   const json listed = json::parse(info.stdout_text)["daemons"];
   ASSERT_EQ(listed.size(), 1u) << info.stdout_text;
-  EXPECT_EQ(listed[0]["url"], "unix:" + socket_path);
+  std::string encoded;
+  for (const unsigned char c : socket_path) {
+    char escape[4];
+    std::snprintf(escape, sizeof escape, "%%%02X", c);
+    encoded += std::isalnum(c) || c == '.' || c == '_' || c == '~' || c == '-' ? std::string(1, c) : escape;
+  }
+  EXPECT_EQ(listed[0]["url"], "http+unix://" + encoded);
+  EXPECT_EQ(listed[0]["url_form"], "http+unix");
+  EXPECT_EQ(encoded.find('/'), std::string::npos);
   EXPECT_EQ(listed[0]["curl_args"], json::array({"--unix-socket", socket_path, "http://localhost"}));
   std::string command = "curl -fsS";
   for (const auto& argument : listed[0]["curl_args"]) command += " '" + argument.get<std::string>() + "'";

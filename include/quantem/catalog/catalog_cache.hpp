@@ -35,6 +35,11 @@ inline constexpr std::uint32_t kCatalogCacheVersion = 1;
 // $XDG_CACHE_HOME nor $HOME names a folder).
 std::string default_catalog_cache_path(const std::string& data_folder);
 
+// A cache file larger than this is neither read (it is ignored, and
+// replaced after the build) nor written: reading it whole would cost its size
+// in memory before any check.
+constexpr std::uint64_t kMaxCatalogCacheBytes = 256ull << 20;
+
 struct CatalogCacheContents {
   std::map<std::string, Acquisition> entries;  // by master path
   std::string problem;                         // why the file was ignored; empty when read or absent

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -40,6 +41,41 @@ class Hid {
   Closer closer_ = nullptr;
 };
 
+namespace detail {
+struct WriteFailure;
+}
+class DeferredRawWrites;  // deferred_raw_writes.hpp
+
+// A file made by create_file: its identifier and the record of the system
+// calls that failed on it. Its file driver never reports an I/O error to HDF5
+// (a failed H5Fclose leaves libhdf5 1.10 unsafe for the whole process); the
+// error surfaces here instead, as a typed error.
+class File {
+ public:
+  File();
+  File(File&& other) noexcept;
+  File& operator=(File&& other) noexcept;
+  ~File();
+  hid_t get() const noexcept { return id_.get(); }
+  // Throws if a system call on the file failed: payload_too_large when the
+  // disk, the quota or the file size limit is full (ENOSPC, EDQUOT, EFBIG),
+  // IoError otherwise (EIO, EROFS, ...), naming the file and the error.
+  void check_writes() const;
+  // Closes (flushes) the file, then check_writes; HdfError if HDF5 fails.
+  void close(const std::string& what);
+
+ private:
+  friend File create_file(const std::string& path, DeferredRawWrites* raw_writes);
+  std::unique_ptr<detail::WriteFailure> failure_;  // before id_: outlives the close
+  std::string path_;
+  Hid id_;
+};
+
+// Whether an H5Fclose of this process ever failed. libhdf5 1.10 then keeps a
+// freed file registered, and any call that walks the open files crashes:
+// filters are no longer unregistered and no writer starts (unavailable).
+bool hdf5_file_close_failed() noexcept;
+
 // Turns HDF5's automatic error printing off for its lifetime.
 class HdfErrorSilencer {
  public:
@@ -59,6 +95,7 @@ class HdfErrorSilencer {
 // without the official plugin's set_local rewriting them; every chunk is then
 // written pre-compressed with H5Dwrite_chunk. It replaces the official plugin
 // in this process while alive: do not read 32008 data through HDF5 meanwhile.
+// Throws unavailable once hdf5_file_close_failed(); never unregisters then.
 class BitshuffleFilterRegistration {
  public:
   BitshuffleFilterRegistration();
@@ -72,8 +109,6 @@ constexpr unsigned kBitshuffleFilterId = 32008;
 // One `<prefix>_data_NNNNNN.h5`: /entry/data/data (frames, rows, cols), chunk
 // (1, rows, cols), filter 32008 with cd_values {0, 3, element_size, 0, 2},
 // fill value all-ones, v1 B-tree chunk index, image_nr_low/high attributes.
-class DeferredRawWrites;
-
 class ShardFile {
  public:
   // `raw_writes` (may be null): the chunks' bytes are written by that pool
@@ -91,7 +126,7 @@ class ShardFile {
  private:
   std::string path_;
   DeferredRawWrites* raw_writes_ = nullptr;
-  Hid file_;
+  File file_;
   Hid dataset_;
 };
 
@@ -111,9 +146,10 @@ void write_master(const std::string& path, const MasterContents& contents);
 
 // --- Helpers for masters (fixed-length ASCII strings like DECTRIS writes) ----
 
-// A file with the v1 B-tree chunk index of real Arina files and no times;
-// its chunks written by `raw_writes` when given.
-Hid create_file(const std::string& path, const DeferredRawWrites* raw_writes = nullptr);
+// A file with the v1 B-tree chunk index of real Arina files and no times,
+// written through the recording driver (File); its chunks' bytes by
+// `raw_writes` when given.
+File create_file(const std::string& path, DeferredRawWrites* raw_writes = nullptr);
 Hid create_group(hid_t parent, const char* name, const char* nx_class);
 void write_string_attribute(hid_t object, const char* name, const std::string& value);
 // An attribute of `count` elements; count 0 means a scalar dataspace.

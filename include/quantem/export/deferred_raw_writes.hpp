@@ -1,21 +1,18 @@
 #pragma once
-// Part of quantem_arina_writer: an HDF5 file driver that records the raw-data
-// writes of H5Dwrite_chunk (the chunks' bytes) instead of making them, so
-// that libhdf5's per-chunk index and space bookkeeping on the calling thread
-// is all that thread does; flush() hands the recorded writes to a writer
-// thread, which makes them in file order, runs of adjacent chunks in one
-// pwritev (decision 0023). Metadata is read and written synchronously, as by
-// HDF5's sec2 driver; the files are ordinary HDF5 files (the driver stores
-// nothing in them).
+// Part of quantem_arina_writer: the raw-data writes of H5Dwrite_chunk (the
+// chunks' bytes), recorded by the writer's file driver (ShardFile with
+// DeferredRawWrites) instead of made, so that libhdf5's per-chunk index and
+// space bookkeeping is all the calling thread does; flush() hands the
+// recorded writes to a writer thread, which makes them in file order, runs of
+// adjacent chunks in one pwritev (decision 0023). The files are ordinary HDF5
+// files.
 //
 // The caller keeps every chunk buffer it passed to H5Dwrite_chunk alive until
 // the writes that read it are done: flush() returns their ticket, wait_for()
 // waits for it. A failed write (EIO, ENOSPC, ...) is kept, and the next wait
-// throws it: Error(payload_too_large) when the disk or a quota is full, else
-// IoError; libhdf5 never sees it, so no HDF5 close ever fails on it. One
-// thread makes the HDF5 calls (HDF5 is serialised anyway).
-#include <hdf5.h>
-
+// throws it: Error(payload_too_large) when the disk, a quota or the file size
+// limit is full, else IoError; libhdf5 never sees it, so no HDF5 close ever
+// fails on it. One thread makes the HDF5 calls (HDF5 is serialised anyway).
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -34,10 +31,6 @@ class DeferredRawWrites {
   ~DeferredRawWrites();
   DeferredRawWrites(const DeferredRawWrites&) = delete;
   DeferredRawWrites& operator=(const DeferredRawWrites&) = delete;
-
-  // A file access list for H5Fcreate whose driver records the raw writes
-  // here (libver bounds still to be set by the caller).
-  hid_t make_file_access() const;
 
   // Hands the writes recorded so far to the writer thread; returns the ticket
   // that wait_for() takes for them.

@@ -15,8 +15,9 @@
 // `.<name>.incomplete-export` of the output folder (the catalog skips hidden
 // folders) that holds a lock for as long as its writer lives, and the folder
 // is renamed to `<name>/` (never replacing anything) only when every file is
-// complete. A folder left by a writer that died is removed by the next export
-// into the same output folder.
+// complete. A folder left by a writer that died (it holds the export's marker,
+// its lock is free) is removed by the next export into the same output folder;
+// nothing without that marker is ever removed.
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -99,8 +100,9 @@ struct ExportLayout {
 std::string export_name(const std::string& source_stem, const plan::PlanGeometry& geometry);
 
 // Resolves the request against the source. Throws quantem::Error:
-// bad_request for a bad plan or option, unprocessable for a source without a
-// usable shape or dtype.
+// bad_request for a bad plan or option, or a name whose files' longest name
+// (.<name>.incomplete-export) exceeds the output folder's NAME_MAX;
+// unprocessable for a source without a usable shape or dtype.
 ExportLayout plan_export(const catalog::Acquisition& source, const ExportRequest& request);
 
 // Exports `layout` (from plan_export for this source and request) from
@@ -125,8 +127,13 @@ ExportReport export_plan(backend::Resident& resident, const catalog::Acquisition
                          const ExportRequest& request, ExportProgress& progress,
                          const std::function<std::unique_lock<std::mutex>()>& lock_compute = {});
 
+// Throws conflict, naming why, unless `folder` exists, is a folder and is
+// writable (the export routes check it at each POST).
+void check_export_folder(const std::string& folder);
+
 // Removes the incomplete folders of exports whose writer is gone from
-// `output_folder` (their lock is free). Returns how many were removed. Never throws.
+// `output_folder`: real folders (never a symlink or a regular file) holding an
+// export's marker whose lock is free. Nothing else is ever removed. Returns how many were removed. Never throws.
 std::size_t remove_abandoned_exports(const std::string& output_folder) noexcept;
 
 // The suffix of an incomplete export's folder (".<name>" + this).

@@ -132,11 +132,14 @@ class Inspector {
     std::chrono::steady_clock::time_point last_start{};
   };
   class Spawner;
-  enum class Outcome { answered, died, missed_deadline };
+  // not_sent: no worker took the request (it died before; never a strike).
+  enum class Outcome { answered, died, missed_deadline, not_sent };
 
   std::size_t lease_slot();             // blocks until a slot is free; throws unavailable after shutdown()
   void release_slot(std::size_t slot);
   bool start_worker(std::size_t slot, std::string& problem);
+  // Starts the slot's worker when it has none; throws unavailable when it cannot.
+  void ensure_worker(std::size_t slot);
   // Starts the slot's worker when none runs (throws unavailable when it
   // cannot), sends one request and reads the reply.
   Outcome exchange(std::size_t slot, const std::string& request, std::chrono::milliseconds deadline,
@@ -146,7 +149,8 @@ class Inspector {
   bool read_line(std::size_t slot, std::chrono::milliseconds limit, std::string& line, std::string& why,
                  bool& timed_out);
   // One attempt on a leased slot: the acquisition, or nullopt with why (and whether it timed out).
-  std::optional<catalog::Acquisition> inspect_once(const std::string& path, std::string& why, bool& timed_out);
+  std::optional<catalog::Acquisition> inspect_once(const std::string& path, std::string& why, bool& timed_out,
+                                                   bool& sent);
   catalog::Acquisition condemn(const std::string& master_path, const catalog::SignatureEntry& master,
                                const std::string& why);
   void throw_if_stopping() const;

@@ -155,6 +155,10 @@ struct ResidencyOptions {
   std::shared_ptr<ResidencyClock> clock;  // null: the steady clock
   // Build each published resident's tile sums in the background (--no-tile-sums: off).
   bool tile_sums = true;
+  // Loads that run at once on one device, each on a runner thread of its own
+  // (a load stuck in a read holds one; decision 0021). Admission still bounds
+  // what they reserve together.
+  std::size_t parallel_loads_per_device = 4;
 };
 
 // The reference's 413 texts (clients match on them).
@@ -315,6 +319,8 @@ class ResidencyManager {
   static void release_pin(Sync& sync, const EntryPtr& entry);
   void enqueue_locked(const EntryPtr& entry, bool front);
   void loader_loop(std::size_t device_position);
+  // One load on its runner thread: run_load, then the outcome under the lock.
+  void run_job(const EntryPtr& job, std::size_t device_position, const std::shared_ptr<Sync>& sync);
   // The steps of one load on the loader thread: the backend's load (unlocked;
   // the failure, if any, as a typed error), then with the lock held the
   // resident kept, or an out-of-memory load retried (true: queued again,

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <chrono>
 #include <optional>
 #include <string>
 #include <thread>
@@ -38,6 +39,10 @@ struct ExportJobsConfig {
   std::string implementation_revision;  // recorded in every export
   unsigned threads = 0;                 // read+encode workers per export; 0: all cores
   std::size_t kept_finished_jobs = 64;  // finished jobs remembered for GET (oldest forgotten first)
+  // Finished jobs older than this (since their POST) are forgotten too.
+  std::chrono::seconds kept_finished_job_age{std::chrono::hours(24)};
+  // Jobs waiting behind the running one; a POST past it answers 503 with retry-after.
+  std::size_t max_queued_jobs = 64;
   // The backend's devices are host memory (the CPU backend): the export's
   // working memory is admitted on its resident's device too.
   bool working_memory_on_device = false;

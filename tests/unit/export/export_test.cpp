@@ -334,8 +334,8 @@ TEST(ExportWriteFailure, AChunkWriteThatFailsFailsTheExportAndLeavesNothing) {
   ::setrlimit(RLIMIT_FSIZE, &previous);
   ::signal(SIGXFSZ, previous_handler);
   ASSERT_TRUE(failure.has_value()) << "the export succeeded past the file size limit";
-  EXPECT_EQ(failure->kind(), ErrorKind::io) << failure->what();
-  EXPECT_NE(std::string(failure->what()).find("too large"), std::string::npos) << failure->what();
+  EXPECT_EQ(failure->kind(), ErrorKind::payload_too_large) << failure->what();
+  EXPECT_NE(std::string(failure->what()).find("File too large"), std::string::npos) << failure->what();
   EXPECT_EQ(progress.stage.load(), ExportStage::failed);
   EXPECT_TRUE(folder_entries(out).empty()) << folder_entries(out).front();
 }
@@ -416,11 +416,13 @@ TEST_F(ExportFaults, ASourceChangedDuringTheExportFailsAndLeavesNothing) {
 TEST_F(ExportFaults, AnAbandonedIncompleteFolderIsRemovedAndALiveOneIsLeftAlone) {
   const std::string name = plan_export(source_, request_).name;
   const std::string incomplete = out_ + "/." + name + kIncompleteSuffix;
-  // A live writer: the lock is held.
+  // A live writer: its marker written, the lock held.
   fs::create_directory(incomplete);
   const int fd = ::open((incomplete + "/.export-lock").c_str(), O_WRONLY | O_CREAT, 0644);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  const std::string marker = "quantem-gpu incomplete export\npid 1\nhost elsewhere\n";
+  ASSERT_EQ(::write(fd, marker.data(), marker.size()), static_cast<ssize_t>(marker.size()));
   std::string message;
   EXPECT_EQ(run(&message), ErrorKind::conflict);
   EXPECT_NE(message.find("is running"), std::string::npos) << message;

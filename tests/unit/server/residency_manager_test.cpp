@@ -513,7 +513,9 @@ TEST(ResidencyManager, LoadsRunOnTheLoaderThreadOfTheirDevice) {
   }
 }
 
-TEST(ResidencyManager, LoadsOnDifferentDevicesOverlapAndLoadsOnOneDeviceDoNot) {
+TEST(ResidencyManager, LoadsOverlapOnOneDeviceAndAcrossDevices) {
+  // Each load runs on a runner of its own (decision 0021): a load that does
+  // not end (a read that hangs) never holds the next one on its device.
   FakeBackend backend({100, 100});
   ResidencyManager manager(backend, options());
   const auto a = fake_acquisition("a"), b = fake_acquisition("b"), c = fake_acquisition("c");
@@ -522,7 +524,30 @@ TEST(ResidencyManager, LoadsOnDifferentDevicesOverlapAndLoadsOnOneDeviceDoNot) {
   manager.request_load(a);  // device 0
   manager.request_load(b);  // device 1
   EXPECT_TRUE(backend.wait_running(2));
-  manager.request_load(c);  // device 0 again (fewest entries tie, then lowest index): queued behind a
+  manager.request_load(c);  // device 0 again (fewest entries tie, then lowest index): runs beside a
+  EXPECT_EQ(*manager.status(c).device_index, 0);
+  EXPECT_TRUE(wait_for_state(manager, c, ResidencyState::resident));
+  EXPECT_EQ(manager.status(a).state, ResidencyState::loading);
+  backend.release(b.master_path);
+  backend.release(a.master_path);
+  for (const auto* acquisition : {&a, &b, &c}) {
+    EXPECT_TRUE(wait_for_state(manager, *acquisition, ResidencyState::resident)) << acquisition->name;
+  }
+  EXPECT_EQ(backend.max_running(), 3);
+}
+
+TEST(ResidencyManager, ParallelLoadsPerDeviceBoundsTheLoadsRunningOnOneDevice) {
+  FakeBackend backend({100, 100});
+  ResidencyOptions one_at_a_time = options();
+  one_at_a_time.parallel_loads_per_device = 1;
+  ResidencyManager manager(backend, one_at_a_time);
+  const auto a = fake_acquisition("a"), b = fake_acquisition("b"), c = fake_acquisition("c");
+  backend.hold(a.master_path);
+  backend.hold(b.master_path);
+  manager.request_load(a);  // device 0
+  manager.request_load(b);  // device 1
+  EXPECT_TRUE(backend.wait_running(2));
+  manager.request_load(c);  // device 0 again: queued behind a
   EXPECT_EQ(*manager.status(c).device_index, 0);
   EXPECT_EQ(manager.status(c).stage, "queued");
   backend.release(b.master_path);
