@@ -64,6 +64,8 @@ const state = {
   drawMs: { realspace: null, diffraction: null },
   scaleBars: { realspace: null, diffraction: null },  // where each bar was drawn (tests read it)
   display: {},  // display settings per product and for the diffraction panel (displaySettings)
+  view: { realspace: { zoom: 1, tx: 0, ty: 0 }, diffraction: { zoom: 1, tx: 0, ty: 0 } },  // zoom and pan
+  pan: null,
 };
 
 const api = new Api(state.token, logRequest);
@@ -946,6 +948,11 @@ function layoutStack(which, width, height) {
   const scale = available / Math.max(width, height);
   const cssWidth = Math.max(1, Math.round(width * scale));
   const cssHeight = Math.max(1, Math.round(height * scale));
+  if (stack.style.width !== `${cssWidth}px` || stack.style.height !== `${cssHeight}px`) {
+    state.view[which] = { zoom: 1, tx: 0, ty: 0 };  // another image shape or box: fit again
+    $(`${which}-canvas`).style.transform = "";
+    stack.dataset.zoom = "1";
+  }
   stack.style.width = `${cssWidth}px`;
   stack.style.height = `${cssHeight}px`;
   const overlay = $(`${which}-overlay`);
@@ -1007,11 +1014,80 @@ function drawHistogram(canvas, values, low, high, colormap) {
 // spans [0,1)); pixel centres are at integer + 0.5.
 function pointerToImage(event, which, width, height) {
   const rect = $(`${which}-overlay`).getBoundingClientRect();
+  const view = state.view[which];
   return {
-    x: ((event.clientX - rect.left) / rect.width) * width,
-    y: ((event.clientY - rect.top) / rect.height) * height,
-    pixelsPerUnit: rect.width / width,
+    x: ((event.clientX - rect.left - view.tx) / (rect.width * view.zoom)) * width,
+    y: ((event.clientY - rect.top - view.ty) / (rect.height * view.zoom)) * height,
+    pixelsPerUnit: (rect.width * view.zoom) / width,
   };
+}
+
+// ---- zoom and pan ----------------------------------------------------------------------------
+
+// Each panel's view: the image canvas scaled by `zoom` (1: the whole image
+// fits) and moved by (tx, ty) CSS pixels, nearest-neighbour (image-rendering:
+// pixelated): one image pixel is a block of identical screen pixels. The wheel
+// zooms about the pointer; Shift + drag or the middle button pans; a double
+// click or the 0 key fits the image again.
+const maxZoom = 64;
+
+function applyView(which) {
+  const view = state.view[which];
+  const stack = $(`${which}-stack`);
+  const width = stack.clientWidth;
+  const height = stack.clientHeight;
+  view.tx = Math.min(0, Math.max(width - width * view.zoom, view.tx));
+  view.ty = Math.min(0, Math.max(height - height * view.zoom, view.ty));
+  $(`${which}-canvas`).style.transform = view.zoom === 1 ? "" : `translate(${view.tx}px, ${view.ty}px) scale(${view.zoom})`;
+  stack.dataset.zoom = String(view.zoom);
+  if (which === "realspace") drawRealspaceOverlay();
+  else drawDiffractionOverlay();
+}
+
+function resetView(which) {
+  state.view[which] = { zoom: 1, tx: 0, ty: 0 };
+  applyView(which);
+}
+
+function wheelZoom(which, event) {
+  if (!(which === "realspace" ? state.realspace : state.diffraction)) return;
+  event.preventDefault();
+  const view = state.view[which];
+  const rect = $(`${which}-overlay`).getBoundingClientRect();
+  const zoom = Math.min(maxZoom, Math.max(1, view.zoom * Math.exp(-event.deltaY * 0.0015)));
+  const mx = event.clientX - rect.left;
+  const my = event.clientY - rect.top;
+  // The point under the pointer stays under it.
+  view.tx = mx - ((mx - view.tx) / view.zoom) * zoom;
+  view.ty = my - ((my - view.ty) / view.zoom) * zoom;
+  view.zoom = zoom;
+  applyView(which);
+}
+
+// Shift + left button or the middle button: a pan; returns whether it took the event.
+function startPan(which, event) {
+  if (!(event.button === 1 || (event.button === 0 && event.shiftKey))) return false;
+  const view = state.view[which];
+  state.pan = { which, x: event.clientX, y: event.clientY, tx: view.tx, ty: view.ty };
+  $(`${which}-overlay`).setPointerCapture(event.pointerId);
+  event.preventDefault();
+  return true;
+}
+
+function movePan(which, event) {
+  const pan = state.pan;
+  if (!pan || pan.which !== which) return false;
+  const view = state.view[which];
+  view.tx = pan.tx + event.clientX - pan.x;
+  view.ty = pan.ty + event.clientY - pan.y;
+  applyView(which);
+  return true;
+}
+
+function endPan(which) {
+  if (!state.pan || state.pan.which !== which) return false;
+  state.pan = null;
+  return true;
 }
 
 function scanPosition(point, image) {
@@ -1027,9 +1103,11 @@ function drawRealspaceOverlay() {
   context.clearRect(0, 0, overlay.width, overlay.height);
   if (!state.realspace) return;
   const { width, height } = state.realspace.image;
-  const sx = overlay.width / width;
-  const sy = overlay.height / height;
   const ratio = window.devicePixelRatio || 1;
+  const view = state.view.realspace;
+  const sx = (overlay.width / width) * view.zoom;
+  const sy = (overlay.height / height) * view.zoom;
+  context.setTransform(1, 0, 0, 1, view.tx * ratio, view.ty * ratio);  // markers move with the zoomed image
   context.lineWidth = 1.5 * ratio;
   // Each marker is drawn twice: a dark casing under the coloured line, so it
   // shows on bright and on dark areas alike.
@@ -1068,6 +1146,7 @@ function drawRealspaceOverlay() {
   if (state.hover) drawSource(state.hover, "#ffffff", true);
   if (state.line) drawSource(state.line, "#5ccf7f", false);
   if (state.regionPreview) drawSource(state.regionPreview, "#f2b33d", true);
+  context.setTransform(1, 0, 0, 1, 0, 0);
   drawUnitsBar("realspace", context, overlay, width);
 }
 
@@ -1082,15 +1161,17 @@ function drawUnitsBar(which, context, overlay, width) {
   state.scaleBars[which] = null;
   const units = unitsOf(which);
   if (!units) return;
-  const bar = scaleBar(units, width);
-  const length = (bar.pixels * overlay.width) / width;
+  const zoom = state.view[which].zoom;
+  const bar = scaleBar(units, width / zoom);  // a quarter of what is in view
+  const length = ((bar.pixels * overlay.width) / width) * zoom;
   const placed = drawScaleBar(context, length, bar.label, window.devicePixelRatio || 1);
-  state.scaleBars[which] = { ...bar, ...placed, unitSize: units.size, imageWidth: width, overlayWidth: overlay.width };
+  state.scaleBars[which] = { ...bar, ...placed, unitSize: units.size, imageWidth: width, overlayWidth: overlay.width,
+                             zoom };
 }
 
 // Realspace pointer: hover (latest-only diffraction), click, region drags.
 function realspacePointerDown(event) {
-  if (!state.realspace || event.button !== 0) return;
+  if (!state.realspace || startPan("realspace", event) || event.button !== 0) return;
   const image = state.realspace.image;
   const point = pointerToImage(event, "realspace", image.width, image.height);
   const tool = $("tool-select").value;
@@ -1123,7 +1204,7 @@ function regionFromDrag(drag, image) {
 }
 
 function realspacePointerMove(event) {
-  if (!state.realspace) return;
+  if (!state.realspace || movePan("realspace", event)) return;
   const image = state.realspace.image;
   const point = pointerToImage(event, "realspace", image.width, image.height);
   const position = scanPosition(point, image);
@@ -1151,6 +1232,7 @@ function realspacePointerMove(event) {
 }
 
 function realspacePointerUp(event) {
+  if (endPan("realspace")) return;
   const drag = state.drag;
   state.drag = null;
   if (!drag || !state.realspace) return;
@@ -1324,12 +1406,13 @@ function drawDiffractionOverlay() {
     drawUnitsBar("diffraction", context, overlay, width);
     return;
   }
-  const sx = overlay.width / width;
-  const sy = overlay.height / height;
   const ratio = window.devicePixelRatio || 1;
+  const view = state.view.diffraction;
+  const sx = (overlay.width / width) * view.zoom;
+  const sy = (overlay.height / height) * view.zoom;
   const mask = state.mask;
-  const cx = (mask.col + 0.5) * sx;
-  const cy = (mask.row + 0.5) * sy;
+  const cx = (mask.col + 0.5) * sx + view.tx * ratio;
+  const cy = (mask.row + 0.5) * sy + view.ty * ratio;
   const active = maskEditable();
   context.setLineDash(active ? [] : [5 * ratio, 4 * ratio]);
   context.lineWidth = 2 * ratio;
@@ -1373,7 +1456,7 @@ function updateMaskReadout() {
 // anywhere else inside moves the centre. The real-space image follows while
 // dragging (latest-only requests).
 function diffractionPointerDown(event) {
-  if (!state.diffraction || !maskEditable() || event.button !== 0) return;
+  if (!state.diffraction || startPan("diffraction", event) || !maskEditable() || event.button !== 0) return;
   const { width, height } = state.diffraction.image;
   const point = pointerToImage(event, "diffraction", width, height);
   const row = point.y - 0.5;
@@ -1391,7 +1474,7 @@ function diffractionPointerDown(event) {
 }
 
 function diffractionPointerMove(event) {
-  if (!state.diffraction) return;
+  if (!state.diffraction || movePan("diffraction", event)) return;
   const { width, height } = state.diffraction.image;
   const point = pointerToImage(event, "diffraction", width, height);
   showDiffractionHover(point);
@@ -1453,7 +1536,7 @@ function showDiffractionHover(point) {
 }
 
 function diffractionPointerUp() {
-  if (!state.maskDrag) return;
+  if (endPan("diffraction") || !state.maskDrag) return;
   state.maskDrag = null;
   requestRealspace();
 }
@@ -1724,6 +1807,12 @@ function wire() {
   realspaceOverlay.addEventListener("pointermove", realspacePointerMove);
   realspaceOverlay.addEventListener("pointerup", realspacePointerUp);
   realspaceOverlay.addEventListener("pointerleave", realspacePointerLeave);
+  for (const which of ["realspace", "diffraction"]) {
+    const overlay = $(`${which}-overlay`);
+    overlay.addEventListener("wheel", (event) => wheelZoom(which, event), { passive: false });
+    overlay.addEventListener("dblclick", () => resetView(which));
+    overlay.addEventListener("auxclick", (event) => event.preventDefault());
+  }
   const diffractionOverlay = $("diffraction-overlay");
   diffractionOverlay.addEventListener("pointerdown", diffractionPointerDown);
   diffractionOverlay.addEventListener("pointermove", diffractionPointerMove);
@@ -1813,6 +1902,9 @@ function keyPressed(event) {
     select.value = modes[(next + modes.length) % modes.length];
     modeChanged();
     event.preventDefault();
+  } else if (event.key === "0") {
+    resetView("realspace");
+    resetView("diffraction");
   } else if (event.key === "j" || event.key === "k") {
     stepAcquisition(event.key === "j" ? 1 : -1);
     event.preventDefault();

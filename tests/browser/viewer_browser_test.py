@@ -95,7 +95,8 @@ class Daemon:
             return response.status, dict(response.headers), response.read()
 
     def output(self):
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         with open(self.log_path, "rb") as log:
             return log.read().decode("utf-8", "replace")
 

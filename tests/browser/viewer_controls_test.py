@@ -27,6 +27,48 @@ K_MRAD = 0.75
 CALIBRATION = ("--scan-sampling-A", str(SAMPLING_A), "--k-pixel-size-mrad", str(K_MRAD))
 
 
+def decode_png(data):
+    """A screenshot's PNG (8-bit RGB or RGBA, not interlaced) -> (width, height, rows of RGB tuples)."""
+    import struct
+    import zlib
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    position, chunks, header = 8, [], None
+    while position < len(data):
+        length, kind = struct.unpack(">I4s", data[position:position + 8])
+        body = data[position + 8:position + 8 + length]
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            chunks.append(body)
+        position += 12 + length
+    width, height, depth, color, _, _, interlace = header
+    assert depth == 8 and color in (2, 6) and interlace == 0, header
+    channels = 4 if color == 6 else 3
+    raw = zlib.decompress(b"".join(chunks))
+    stride = width * channels
+    rows, previous = [], bytearray(stride)
+    for y in range(height):
+        kind = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for x in range(stride):
+            left = line[x - channels] if x >= channels else 0
+            up = previous[x]
+            corner = previous[x - channels] if x >= channels else 0
+            if kind == 1:
+                line[x] = (line[x] + left) & 255
+            elif kind == 2:
+                line[x] = (line[x] + up) & 255
+            elif kind == 3:
+                line[x] = (line[x] + (left + up) // 2) & 255
+            elif kind == 4:
+                estimate = left + up - corner
+                pa, pb, pc = abs(estimate - left), abs(estimate - up), abs(estimate - corner)
+                line[x] = (line[x] + (left if pa <= pb and pa <= pc else up if pb <= pc else corner)) & 255
+        rows.append([tuple(line[i:i + 3]) for i in range(0, stride, channels)])
+        previous = line
+    return width, height, rows
+
+
 def label_value(label):
     """'2 nm' -> 20.0 (Å), '5 Å' -> 5.0, '10 mrad' -> 10.0."""
     number, unit = label.split(" ")
@@ -60,7 +102,7 @@ class ViewerControls(base.BrowserCase):
         bar = self.wait_for(f"window.quantemViewer.state.scaleBars.{which}", f"the {which} scale bar")
         run = self.bar_run(which)
         # The label's length in image pixels, at the displayed pixels per image pixel.
-        expected = label_value(run["label"]) / unit_size * run["overlayWidth"] / run["imageWidth"]
+        expected = label_value(run["label"]) / unit_size * run["overlayWidth"] / run["imageWidth"] * bar["zoom"]
         self.assertGreater(run["measured"], 10, run)
         self.assertLessEqual(abs(run["measured"] - expected), 1.5, (run, expected, bar))
         return run
@@ -315,6 +357,64 @@ class ViewerControls(base.BrowserCase):
         for got, want in zip(radial["y"], expected):
             self.assertAlmostEqual(got, want, delta=1e-9 * max(1.0, abs(want)))
         self.screenshot("controls-08-radial-profile")
+
+
+    def test_9_zoom_is_pixel_exact_and_clicks_follow_it(self):
+        stack = self.driver.execute_script(
+            "const r = document.getElementById('realspace-overlay').getBoundingClientRect();"
+            "return [r.left, r.top, r.width, r.height];")
+        centre = (stack[0] + stack[2] / 2, stack[1] + stack[3] / 2)
+        for _ in range(3):  # three wheel steps about the image's centre
+            self.driver.execute_cdp_cmd("Input.dispatchMouseEvent", {"type": "mouseWheel", "x": centre[0], "y": centre[1],
+                                                                     "deltaX": 0, "deltaY": -400})
+        view = self.wait_for("(() => { const v = window.quantemViewer.state.view.realspace;"
+                             " return v.zoom > 4 ? v : null; })()", "the zoomed view")
+        # The point under the pointer stayed there: the image centre is still at the stack's centre.
+        self.assertAlmostEqual((stack[2] / 2 - view["tx"]) / view["zoom"], stack[2] / 2, delta=1.0)  # whole CSS pixels
+        # The scale bar now spans a quarter of what is in view, at the zoomed scale.
+        self.check_bar("realspace", SAMPLING_A)
+        # Pixel exact: every screen pixel inside an image pixel's block has that pixel's colour.
+        per_pixel = stack[2] / base.SCAN[1] * view["zoom"]
+        width, height, rows = decode_png(self.driver.get_screenshot_as_png())
+        colours = self.driver.execute_script("""
+            const c = document.getElementById('realspace-canvas');
+            return Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data);""")
+        checked = 0
+        for row, col in [(19, 23), (20, 24), (18, 25), (21, 22)]:
+            x0 = stack[0] + view["tx"] + col * per_pixel
+            y0 = stack[1] + view["ty"] + row * per_pixel
+            expected = tuple(colours[4 * (row * base.SCAN[1] + col):4 * (row * base.SCAN[1] + col) + 3])
+            for y in range(int(y0) + 2, int(y0 + per_pixel) - 1):
+                for x in range(int(x0) + 2, int(x0 + per_pixel) - 1):
+                    self.assertEqual(rows[y][x], expected, (row, col, x, y))
+                    checked += 1
+        self.assertGreater(checked, 400)
+        self.screenshot("controls-09-zoomed")
+        # A click lands on the image pixel under it.
+        self.driver.execute_script("document.getElementById('follow-pointer').checked = false;")
+        x = stack[0] + view["tx"] + 22.5 * per_pixel
+        y = stack[1] + view["ty"] + 18.5 * per_pixel
+        self.mouse("mouseMoved", x, y)
+        self.mouse("mousePressed", x, y, buttons=1)
+        self.mouse("mouseReleased", x, y)
+        self.wait_for("window.quantemViewer.state.pinned.row === 18 && window.quantemViewer.state.pinned.col === 22",
+                      "the clicked pixel at this zoom")
+        # Shift + drag pans by the drag.
+        self.driver.execute_cdp_cmd("Input.dispatchMouseEvent", {"type": "mousePressed", "x": x, "y": y, "button": "left",
+                                                                 "buttons": 1, "clickCount": 1, "modifiers": 8})
+        self.driver.execute_cdp_cmd("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x + 40, "y": y + 25,
+                                                                 "button": "left", "buttons": 1, "modifiers": 8})
+        self.driver.execute_cdp_cmd("Input.dispatchMouseEvent", {"type": "mouseReleased", "x": x + 40, "y": y + 25,
+                                                                 "button": "left", "buttons": 0, "clickCount": 1,
+                                                                 "modifiers": 8})
+        panned = self.driver.execute_script("return window.quantemViewer.state.view.realspace;")
+        self.assertAlmostEqual(panned["tx"], view["tx"] + 40, delta=0.01)
+        self.assertAlmostEqual(panned["ty"], view["ty"] + 25, delta=0.01)
+        self.assertEqual(self.driver.execute_script("return window.quantemViewer.state.pinned.row;"), 18)
+        # Double click: the whole image again.
+        self.driver.execute_script("document.getElementById('realspace-overlay')"
+                                   ".dispatchEvent(new MouseEvent('dblclick', {bubbles: true}));")
+        self.assertEqual(self.driver.execute_script("return window.quantemViewer.state.view.realspace.zoom;"), 1)
 
 
 class ViewerReconnects(base.BrowserCase):
