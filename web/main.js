@@ -1687,6 +1687,78 @@ function savePng(which) {
   $(`${which}-canvas`).toBlob((blob) => download(blob, `${baseName(kind)}.png`), "image/png");
 }
 
+// A figure: the image enlarged by a whole factor (nearest neighbour, so each
+// pixel stays one colour), its scale bar when calibrated, a title, and the
+// colour bar with its limits below; as PNG. The bare pixels (PNG) and the
+// exact values (.npy) stay beside it.
+function figureCanvas(which) {
+  const target = which === "realspace" ? state.realspace : state.diffraction;
+  const source = $(`${which}-canvas`);
+  const { width, height } = target.image;
+  const factor = Math.max(1, Math.min(16, Math.ceil(512 / Math.max(width, height))));
+  const title = `${state.current.file} · ${which === "realspace" ? realspaceKind() : describeSource(target.source, target.image)}` +
+    ` · scan bin ${state.plan.scan_bin}, detector bin ${state.plan.det_bin}${state.plan.crop ? ", cropped" : ""}`;
+  const margin = 8;
+  const titleHeight = 22;
+  const barHeight = 16;
+  const labelsHeight = 16;
+  const figureWidth = Math.max(width * factor, 320) + 2 * margin;
+  const canvas = document.createElement("canvas");
+  canvas.width = figureWidth;
+  canvas.height = titleHeight + height * factor + margin + barHeight + labelsHeight + margin;
+  const context = canvas.getContext("2d");
+  context.fillStyle = "#ffffff";
+  context.fillRect(0, 0, canvas.width, canvas.height);
+  context.fillStyle = "#000000";
+  context.font = "13px system-ui, sans-serif";
+  context.textBaseline = "middle";
+  context.fillText(title, margin, titleHeight / 2, figureWidth - 2 * margin);
+  const imageLeft = margin;
+  const imageTop = titleHeight;
+  context.imageSmoothingEnabled = false;
+  context.drawImage(source, imageLeft, imageTop, width * factor, height * factor);
+  const figure = { factor, imageLeft, imageTop, width: canvas.width, height: canvas.height, bar: null };
+  const units = unitsOf(which);
+  if (units) {
+    const bar = scaleBar(units, width);
+    context.save();
+    context.translate(imageLeft, imageTop + height * factor - context.canvas.height);
+    // drawScaleBar places the bar at the bottom left of the canvas it is given: shift it onto the image.
+    const placed = drawScaleBar(context, bar.pixels * factor, bar.label, 1);
+    context.restore();
+    figure.bar = { label: bar.label, x0: placed.x0 + imageLeft, x1: placed.x1 + imageLeft,
+                   y: placed.y + imageTop + height * factor - canvas.height, thickness: placed.thickness };
+  }
+  const settings = displaySettings(which === "realspace" ? realspaceKind() : "diffraction");
+  const table = which === "realspace" ? tableFor(settings.colormap, settings.scale, settings.gamma) : lookupTable(settings.colormap);
+  const barTop = imageTop + height * factor + margin;
+  const barWidth = figureWidth - 2 * margin;
+  for (let x = 0; x < barWidth; x++) {
+    const level = Math.min(255, Math.floor((x / Math.max(1, barWidth - 1)) * 255)) * 4;
+    context.fillStyle = `rgb(${table[level]},${table[level + 1]},${table[level + 2]})`;
+    context.fillRect(margin + x, barTop, 1, barHeight);
+  }
+  const [low, high] = target.limits;
+  context.fillStyle = "#000000";
+  context.font = "11px system-ui, sans-serif";
+  context.textBaseline = "top";
+  const scaleText = settings.scale === "log" ? "log10(1 + v) " : settings.scale === "gamma" ? `gamma ${settings.gamma}, ` : "";
+  context.fillText(`${scaleText}${formatValue(low)}`, margin, barTop + barHeight + 2);
+  const highText = formatValue(high);
+  context.fillText(highText, margin + barWidth - context.measureText(highText).width, barTop + barHeight + 2);
+  figure.colorbar = { x0: margin, x1: margin + barWidth, y: barTop, height: barHeight };
+  return { canvas, figure };
+}
+
+function saveFigure(which) {
+  const target = which === "realspace" ? state.realspace : state.diffraction;
+  if (!target) return;
+  const kind = which === "realspace" ? realspaceKind() : diffractionKind();
+  const { canvas, figure } = figureCanvas(which);
+  state.lastFigure = figure;
+  canvas.toBlob((blob) => download(blob, `${baseName(kind)}_figure.png`), "image/png");
+}
+
 // The .npy comes from the daemon (format=npy): the exact values, byte-identical to numpy.save.
 async function saveNpy(which) {
   const target = which === "realspace" ? state.realspace : state.diffraction;
@@ -1778,6 +1850,8 @@ function wire() {
   histogramPointer("realspace");
   histogramPointer("diffraction");
   $("save-png").addEventListener("click", () => savePng("realspace"));
+  $("save-figure").addEventListener("click", () => saveFigure("realspace"));
+  $("save-diffraction-figure").addEventListener("click", () => saveFigure("diffraction"));
   $("save-npy").addEventListener("click", () => saveNpy("realspace"));
   $("save-diffraction-png").addEventListener("click", () => savePng("diffraction"));
   $("save-diffraction-npy").addEventListener("click", () => saveNpy("diffraction"));

@@ -417,6 +417,52 @@ class ViewerControls(base.BrowserCase):
         self.assertEqual(self.driver.execute_script("return window.quantemViewer.state.view.realspace.zoom;"), 1)
 
 
+    def test_10_figure_export_with_scale_bar_and_colour_bar(self):
+        downloads = os.path.join(self.work, "figures")
+        os.makedirs(downloads, exist_ok=True)
+        self.driver.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": downloads})
+        self.driver.execute_script("document.getElementById('save-figure').click();")
+        path = os.path.join(downloads, "demo_BF_s1d1_figure.png")
+        deadline = time.time() + 20
+        while not os.path.exists(path) and time.time() < deadline:
+            time.sleep(0.1)
+        with open(path, "rb") as figure_file:
+            width, height, rows = decode_png(figure_file.read())
+        figure = self.driver.execute_script("return window.quantemViewer.state.lastFigure;")
+        factor = figure["factor"]
+        self.assertEqual(factor, 11)  # 48 x 40 enlarged to at least 512 on its longer side
+        self.assertEqual((width, height), (figure["width"], figure["height"]))
+        # The image: each source pixel a block of its own colour.
+        colours = self.driver.execute_script("""
+            const c = document.getElementById('realspace-canvas');
+            return Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data);""")
+        for row, col in [(0, 47), (3, 30), (10, 40), (20, 20)]:
+            expected = tuple(colours[4 * (row * base.SCAN[1] + col):4 * (row * base.SCAN[1] + col) + 3])
+            for dy in range(1, factor - 1):
+                for dx in range(1, factor - 1):
+                    self.assertEqual(rows[figure["imageTop"] + row * factor + dy][figure["imageLeft"] + col * factor + dx],
+                                     expected, (row, col))
+        # The scale bar: its white run is its label's length at the figure's scale.
+        bar = figure["bar"]
+        y = bar["y"] + bar["thickness"] // 2
+        x = bar["x0"]
+        while rows[y][x] == (255, 255, 255):
+            x += 1
+        expected_length = label_value(bar["label"]) / SAMPLING_A * factor
+        self.assertLessEqual(abs((x - bar["x0"]) - expected_length), 1, (bar, x))
+        # The colour bar: gray from black to white, never darker to the right.
+        strip = rows[figure["colorbar"]["y"] + figure["colorbar"]["height"] // 2][
+            figure["colorbar"]["x0"]:figure["colorbar"]["x1"]]
+        levels = [pixel[0] for pixel in strip]
+        self.assertLess(levels[0], 5)
+        self.assertGreater(levels[-1], 250)
+        self.assertEqual(levels, sorted(levels))
+        shutil_copy = os.path.join(base.ARGS.artifacts, "controls-10-figure.png")
+        os.makedirs(base.ARGS.artifacts, exist_ok=True)
+        with open(path, "rb") as source, open(shutil_copy, "wb") as target:
+            target.write(source.read())
+
+
 class ViewerReconnects(base.BrowserCase):
     """The daemon stops and comes back on the same port."""
 
