@@ -393,6 +393,7 @@ function updateResidencyBadge(session, file) {
   const item = catalogView.element(session, file);
   if (item) paintResidencyBadge(item.querySelector(".residency-badge"), doc);
   if (state.current && state.current.session === session && state.current.file === file) {
+    if ($("metadata-panel").open) showMetadata();
     const { text, kind } = residencyText(doc);
     const element = $("residency-state");
     element.textContent = text || "on disk";
@@ -520,6 +521,7 @@ async function openAcquisition(session, file, entry) {
   clearCanvas("realspace");
   clearCanvas("diffraction");
   updateResidencyBadge(session, file);
+  showMetadata();
   if (entry && !entry.loadable) {
     const reason = (entry.load_status && entry.load_status.reason) || "not ready";
     setStatus($("realspace-status"), `Not ready: ${reason}`);
@@ -665,6 +667,7 @@ function acceptRealspace(result) {
   const doc = state.residency.get(residencyKey(state.current.session, state.current.file));
   if (!doc || doc.state !== "resident") followResidency();
   const firstForPlan = !state.realspace;
+  if (firstForPlan) setTimeout(showMetadata, 0);
   state.realspace = { image, route: result.route, params: result.params, serverTiming: result.serverTiming };
   drawRealspace();
   drawDiffractionOverlay();
@@ -1857,6 +1860,7 @@ function wire() {
   $("save-diffraction-npy").addEventListener("click", () => saveNpy("diffraction"));
   $("show-mean").addEventListener("click", () => pinDiffraction({ kind: "mean" }));
   $("show-radial").addEventListener("click", showRadialProfile);
+  $("metadata-panel").addEventListener("toggle", showMetadata);
   $("save-profile-csv").addEventListener("click", saveProfileCsv);
   $("profile-close").addEventListener("click", () => {
     state.profile = null;
@@ -1899,6 +1903,59 @@ function wire() {
     drawRealspaceOverlay();
     drawDiffractionOverlay();
   });
+}
+
+// ---- metadata ---------------------------------------------------------------------------
+
+// What the page knows of the open acquisition: its catalog entry, its
+// residency and the provenance of the last real-space image.
+function showMetadata() {
+  if (!state.current) return;
+  const { session, file, entry } = state.current;
+  const rows = [];
+  const add = (name, value) => {
+    if (value === undefined || value === null || value === "") return;
+    rows.push([name, typeof value === "object" ? JSON.stringify(value) : String(value)]);
+  };
+  add("path", `${session}/${file}`);
+  if (entry) {
+    const [sr, sc, dr, dc] = entry.shape || [];
+    add("scan", `${sr} × ${sc} positions`);
+    add("detector", `${dr} × ${dc} pixels, ${entry.dtype || "?"}`);
+    add("size", `${entry.size} (${entry.size_bytes} bytes)`);
+    add("scan_sampling_A", entry.scan_sampling_A > 0 ? `${entry.scan_sampling_A} Å (${formatLength(entry.scan_sampling_A)})`
+      : "not in the master");
+    add("k_pixel_size_mrad", entry.k_pixel_size_mrad > 0 ? `${entry.k_pixel_size_mrad} mrad` : "not in the master");
+    add("readiness", entry.load_status ? [entry.load_status.reason, entry.load_status.action].filter(Boolean).join(" — ") : "");
+  }
+  const doc = state.residency.get(residencyKey(session, file));
+  if (doc) {
+    add("residency", doc.state + (doc.device !== null && doc.device !== undefined ? ` on device ${doc.device}` : ""));
+    add("resident bytes", doc.resident_bytes);
+    add("encoding", doc.encoding);
+    add("tile sums", doc.tile_sums && doc.tile_sums.state);
+  }
+  const provenance = state.realspace && state.realspace.image.provenance;
+  if (provenance) {
+    add("source signature", provenance.signature);
+    add("masked pixels", provenance.masked_pixel_count);
+    const fit = provenance.geometry && provenance.geometry.bright_field;
+    if (fit) {
+      add("bright-field fit", `centre row ${fit.center_row.toFixed(2)}, column ${fit.center_col.toFixed(2)}, ` +
+        `radius ${fit.radius.toFixed(2)} px (detector bin ${provenance.detector_bin})`);
+    }
+    add("backend", `${provenance.backend}, device ${provenance.device_index}`);
+    add("implementation", provenance.implementation_revision);
+  }
+  const list = $("metadata-list");
+  list.replaceChildren();
+  for (const [name, value] of rows) {
+    const term = document.createElement("dt");
+    term.textContent = name;
+    const description = document.createElement("dd");
+    description.textContent = value;
+    list.append(term, description);
+  }
 }
 
 // ---- profiles ---------------------------------------------------------------------------

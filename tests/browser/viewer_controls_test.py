@@ -463,6 +463,27 @@ class ViewerControls(base.BrowserCase):
             target.write(source.read())
 
 
+    def test_11_metadata_panel(self):
+        self.driver.execute_script("document.getElementById('metadata-panel').open = true;")
+        self.wait_for("document.getElementById('residency-state').textContent.startsWith('resident')", "resident")
+        rows = self.wait_for("""(() => {
+            const terms = [...document.querySelectorAll('#metadata-list dt')].map(t => t.textContent);
+            const values = [...document.querySelectorAll('#metadata-list dd')].map(d => d.textContent);
+            const rows = Object.fromEntries(terms.map((t, i) => [t, values[i]]));
+            return rows['bright-field fit'] && rows['encoding'] ? rows : null;
+        })()""", "the metadata")
+        self.assertEqual(rows["path"], f"{base.SESSION}/{base.MASTER}")
+        self.assertEqual(rows["scan"], f"{base.SCAN[0]} × {base.SCAN[1]} positions")
+        self.assertEqual(rows["scan_sampling_A"], "2.5 Å (2.5 Å)")
+        self.assertEqual(rows["k_pixel_size_mrad"], "0.75 mrad")
+        self.assertEqual(rows["masked pixels"], "3")  # synth's bad pixels
+        _, headers, _ = self.daemon.get(f"/api/browse/realspace?session={base.SESSION}&file={base.MASTER}&mode=BF")
+        provenance = json.loads({k.lower(): v for k, v in headers.items()}["x-quantem-provenance"])
+        fit = provenance["geometry"]["bright_field"]
+        self.assertIn(f"centre row {fit['center_row']:.2f}, column {fit['center_col']:.2f}", rows["bright-field fit"])
+        self.screenshot("controls-11-metadata")
+
+
 class ViewerReconnects(base.BrowserCase):
     """The daemon stops and comes back on the same port."""
 
