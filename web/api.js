@@ -158,7 +158,9 @@ export class Api {
         throw new ApiError(response.status, detail, path);
       }
       if (kind === "json") {
-        body = await response.json();
+        const buffer = await response.arrayBuffer();
+        bytes = buffer.byteLength;  // the body's bytes (after any content-encoding)
+        body = JSON.parse(new TextDecoder().decode(buffer));
       } else if (kind === "bundle") {
         const buffer = await response.arrayBuffer();
         bytes = buffer.byteLength;

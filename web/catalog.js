@@ -126,6 +126,7 @@ export class CatalogView {
   }
 
   draw(start, stop) {
+    const started = performance.now();
     const elements = [];
     this.rendered.clear();
     for (let i = start; i < stop; i++) {
@@ -138,6 +139,7 @@ export class CatalogView {
       elements.push(element);
     }
     this.spacer.replaceChildren(...elements);
+    this.drawMs = performance.now() - started;
     this.renders++;
     this.container.dataset.renders = String(this.renders);
     if (this.onDraw) this.onDraw();

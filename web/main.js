@@ -299,6 +299,7 @@ function note(text, id) {
 
 // A worker summary: {changed, complete, files, shown, rows, version, offsets}.
 function acceptCatalog(summary) {
+  const started = performance.now();
   state.catalog.complete = summary.complete;
   state.catalog.files = summary.files;
   state.catalog.shown = summary.shown;
@@ -316,6 +317,7 @@ function acceptCatalog(summary) {
   if (!summary.offsets || (summary.changed === false && summary.version === catalogView.version)) return;
   catalogView.setRows(summary);
   state.catalog.builds++;
+  state.catalog.acceptMs = performance.now() - started;  // the page's own work for a new row set (benchmark)
 }
 
 function renderCatalogRow(row) {
@@ -1836,22 +1838,7 @@ function wire() {
     readPlanIntoForm();
     setPlan(planFromForm());
   });
-  for (const id of ["realspace-low", "realspace-high", "realspace-colormap", "realspace-scale", "realspace-gamma"]) {
-    $(id).addEventListener("input", formToSettings);
-  }
-  $("realspace-auto").addEventListener("click", () => {
-    displaySettings(realspaceDisplayKey()).manual = null;
-    drawRealspace();
-  });
-  for (const id of ["diffraction-log", "diffraction-high", "diffraction-colormap"]) {
-    $(id).addEventListener("input", diffractionFormToSettings);
-  }
-  $("diffraction-auto").addEventListener("click", () => {
-    displaySettings("diffraction").manual = null;
-    drawDiffraction();
-  });
-  histogramPointer("realspace");
-  histogramPointer("diffraction");
+  wireDisplayControls();
   $("save-png").addEventListener("click", () => savePng("realspace"));
   $("save-figure").addEventListener("click", () => saveFigure("realspace"));
   $("save-diffraction-figure").addEventListener("click", () => saveFigure("diffraction"));
@@ -1880,6 +1867,38 @@ function wire() {
       reportError(error);
     }
   });
+  wirePointers();
+  document.addEventListener("keydown", keyPressed);
+  window.addEventListener("resize", () => {
+    if (state.realspace) layoutStack("realspace", state.realspace.image.width, state.realspace.image.height);
+    if (state.diffraction) layoutStack("diffraction", state.diffraction.image.width, state.diffraction.image.height);
+    drawRealspaceOverlay();
+    drawDiffractionOverlay();
+  });
+}
+
+// Contrast controls and the histograms of both panels.
+function wireDisplayControls() {
+  for (const id of ["realspace-low", "realspace-high", "realspace-colormap", "realspace-scale", "realspace-gamma"]) {
+    $(id).addEventListener("input", formToSettings);
+  }
+  $("realspace-auto").addEventListener("click", () => {
+    displaySettings(realspaceDisplayKey()).manual = null;
+    drawRealspace();
+  });
+  for (const id of ["diffraction-log", "diffraction-high", "diffraction-colormap"]) {
+    $(id).addEventListener("input", diffractionFormToSettings);
+  }
+  $("diffraction-auto").addEventListener("click", () => {
+    displaySettings("diffraction").manual = null;
+    drawDiffraction();
+  });
+  histogramPointer("realspace");
+  histogramPointer("diffraction");
+}
+
+// Pointer input on both images: tools, mask, zoom and pan.
+function wirePointers() {
   const realspaceOverlay = $("realspace-overlay");
   realspaceOverlay.addEventListener("pointerdown", realspacePointerDown);
   realspaceOverlay.addEventListener("pointermove", realspacePointerMove);
@@ -1896,13 +1915,6 @@ function wire() {
   diffractionOverlay.addEventListener("pointermove", diffractionPointerMove);
   diffractionOverlay.addEventListener("pointerup", diffractionPointerUp);
   diffractionOverlay.addEventListener("pointercancel", diffractionPointerUp);
-  document.addEventListener("keydown", keyPressed);
-  window.addEventListener("resize", () => {
-    if (state.realspace) layoutStack("realspace", state.realspace.image.width, state.realspace.image.height);
-    if (state.diffraction) layoutStack("diffraction", state.diffraction.image.width, state.diffraction.image.height);
-    drawRealspaceOverlay();
-    drawDiffractionOverlay();
-  });
 }
 
 // ---- metadata ---------------------------------------------------------------------------

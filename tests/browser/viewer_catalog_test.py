@@ -144,6 +144,11 @@ class CatalogOfThousands(base.BrowserCase):
             ".filter(r => r.path === '/api/browse/acquisitions').map(r => [r.status, r.bytes]);", first)
         self.assertGreaterEqual(len(polls), 3, polls)
         self.assertEqual(polls[-2:], [[304, 0], [304, 0]], polls)
+        # (The page's first poll had the whole document: 3,001 masters, over 500 KB.)
+        first_polls = self.driver.execute_script(
+            "return window.quantemViewer.state.requests.filter(r => r.path === '/api/browse/acquisitions'"
+            " && r.status === 200).map(r => r.bytes);")
+        self.assertGreater(max(first_polls), 500_000, first_polls)
         # ... and the page took them as answers (nothing to parse), not as failures.
         self.assertEqual(self.driver.execute_script("return window.quantemViewer.state.catalog.lastPollStatus;"), 304)
         self.driver.execute_async_script("""
@@ -181,6 +186,9 @@ class CatalogOfThousands(base.BrowserCase):
                       " && document.querySelectorAll('#acquisition-list .acquisition').length === 1", "the uint32 match")
         self.filter_to("shape:4x4 acq042")
         self.wait_for("document.getElementById('filter-count')?.textContent.startsWith('30 of')", "30 masters acq042")
+        self.filter_to("date:20261202")  # the session folder's date part
+        self.wait_for(f"document.querySelector(`.acquisition[data-file='{DEMO}']`)"
+                      " && document.querySelectorAll('#acquisition-list .acquisition').length === 1", "the dated match")
         self.filter_to("s07 acq00")
         self.wait_for("document.getElementById('filter-count')?.textContent.startsWith('10 of')", "ten in s07")
         self.screenshot("catalog-04-filtered")

@@ -326,6 +326,7 @@ class ViewerControls(base.BrowserCase):
         self.assertEqual(profile["y"], image[5 * base.SCAN[1] + 4: 5 * base.SCAN[1] + 31])
         self.assertEqual(profile["x"], [i * SAMPLING_A / 10 for i in range(27)])
         self.assertGreater(self.canvas_variance("profile-plot"), 0)
+        self.driver.execute_script("document.getElementById('profile-panel').scrollIntoView({block: 'end'});")
         self.screenshot("controls-07-line-profile")
         downloads = os.path.join(self.work, "downloads")
         os.makedirs(downloads, exist_ok=True)
@@ -356,6 +357,7 @@ class ViewerControls(base.BrowserCase):
         self.assertEqual(radial["x"], [b * K_MRAD for b in present])
         for got, want in zip(radial["y"], expected):
             self.assertAlmostEqual(got, want, delta=1e-9 * max(1.0, abs(want)))
+        self.driver.execute_script("document.getElementById('profile-panel').scrollIntoView({block: 'end'});")
         self.screenshot("controls-08-radial-profile")
 
 
