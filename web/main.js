@@ -201,6 +201,7 @@ function connectionLost(error) {
   if (connection.down) return;
   connection.down = true;
   connection.failures = 0;
+  connection.delays = [];  // each probe's wait, in order (the test reads them)
   connection.reason = error && error.message ? error.message : "no answer";
   scheduleProbe();
 }
@@ -208,6 +209,7 @@ function connectionLost(error) {
 function scheduleProbe() {
   const delay = Math.min(maxProbeDelayMs, 500 * 2 ** connection.failures);
   connection.failures++;
+  connection.delays.push(delay);
   showBanner(`The daemon does not answer (${connection.reason}); is it still running? Trying again in ` +
     `${(delay / 1000).toFixed(delay < 1000 ? 1 : 0)} s.`, "connection");
   clearTimeout(connection.timer);
