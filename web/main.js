@@ -194,7 +194,7 @@ const residencyKey = rowKey;
 // The daemon stopped answering: one probe at a time, 0.5 s, 1 s, 2 s, ... up
 // to 10 s apart, background polls paused; the first answer clears the banner
 // and reloads what the page shows.
-const connection = { down: false, failures: 0, timer: null, probing: false };
+const connection = { down: false, failures: 0, timer: null, delays: [] };
 const maxProbeDelayMs = 10000;
 
 function connectionLost(error) {
@@ -221,10 +221,10 @@ async function probeConnection() {
   try {
     await api.request("/api/health/live", {}, { quiet: true });
   } catch (error) {
-    if (error instanceof ApiError && error.status === 0) {
-      scheduleProbe();
-      return;
-    }
+    // Any answer, even an error status, means the daemon is back (logRequest
+    // saw it and called connectionRestored); no answer: wait longer.
+    if (!(error instanceof ApiError) || error.status === 0) scheduleProbe();
+    return;
   }
   // logRequest saw the answer and called connectionRestored.
 }
@@ -758,6 +758,7 @@ function displaySettings(key) {
   return state.display[key];
 }
 
+// The settings of the image drawn (while a new product is on its way, the one still shown).
 function realspaceDisplayKey() {
   return state.realspace ? realspaceKind() : state.mode;
 }
@@ -774,7 +775,7 @@ function settingsToForm() {
 }
 
 function formToSettings(event) {
-  const settings = displaySettings(realspaceDisplayKey());
+  const settings = displaySettings(state.mode);  // the form shows the chosen product's settings
   const changed = event && event.target ? event.target.id : "";
   settings.low = Number($("realspace-low").value);
   settings.high = Number($("realspace-high").value);
