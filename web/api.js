@@ -121,10 +121,14 @@ export class Api {
   }
 
   // kind: "json" | "array" | "bundle" | "blob"; quiet: a background poll (recorded, not
-  // shown in the request table). Throws ApiError for non-2xx answers.
-  async request(path, params, { method = "GET", kind = "json", signal, quiet = false } = {}) {
+  // shown in the request table); headers: extra request headers (If-None-Match);
+  // notModified: a 304 is an answer (body null), not an error. The browser's
+  // cache is not used (no-store): revalidation is explicit, so the page knows
+  // when nothing changed. Throws ApiError for other non-2xx answers.
+  async request(path, params, { method = "GET", kind = "json", signal, quiet = false, headers: extra = {},
+                                notModified = false } = {}) {
     const url = this.url(path, params);
-    const headers = {};
+    const headers = { ...extra };
     if (this.token) headers.Authorization = `Bearer ${this.token}`;
     const started = performance.now();
     let response;
@@ -139,6 +143,9 @@ export class Api {
     let body;
     let bytes = 0;
     try {
+      if (notModified && response.status === 304) {
+        return { body: null, status: 304, headers: response.headers, serverTiming, url };
+      }
       if (!response.ok) {
         const text = await response.text();
         bytes = text.length;
@@ -151,7 +158,9 @@ export class Api {
         throw new ApiError(response.status, detail, path);
       }
       if (kind === "json") {
-        body = await response.json();
+        const buffer = await response.arrayBuffer();
+        bytes = buffer.byteLength;  // the body's bytes (after any content-encoding)
+        body = JSON.parse(new TextDecoder().decode(buffer));
       } else if (kind === "bundle") {
         const buffer = await response.arrayBuffer();
         bytes = buffer.byteLength;

@@ -3,8 +3,11 @@
 // the detector mask, regions, plan controls and each request's server-timing.
 // Plain ES modules, canvas ImageData rendering, no framework.
 import { Api, ApiError, LatestOnly, formatServerTiming } from "./api.js";
+import { CatalogView, CatalogWorker, rowKey } from "./catalog.js";
 import { colormapNames, cssColor, lookupTable } from "./colormaps.js";
 import { displayValues, finiteRange, histogram, percentiles, renderInto } from "./imaging.js";
+import { lineProfile, plotProfile, profileCsv, radialProfile } from "./profiles.js";
+import { diffractionUnits, drawScaleBar, formatAngle, formatLength, realspaceUnits, scaleBar } from "./units.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -39,9 +42,7 @@ function takeToken() {
 const state = {
   token: takeToken(),
   capabilities: null,
-  sessions: [],
-  catalogComplete: true,
-  readyToken: null,
+  catalog: { complete: true, files: 0, shown: 0, builds: 0, lastPollStatus: null },
   residency: new Map(),  // "session\nfile" -> residency document
   current: null,  // {session, file, entry}
   generation: 0,  // bumped when the acquisition or the plan changes: older answers are dropped
@@ -61,9 +62,15 @@ const state = {
   requests: [],  // every request's record, for the log (and tests)
   frames: { realspace: 0, diffraction: 0, products: 0 },
   drawMs: { realspace: null, diffraction: null },
+  scaleBars: { realspace: null, diffraction: null },  // where each bar was drawn (tests read it)
+  display: {},  // display settings per product and for the diffraction panel (displaySettings)
+  view: { realspace: { zoom: 1, tx: 0, ty: 0 }, diffraction: { zoom: 1, tx: 0, ty: 0 } },  // zoom and pan
+  pan: null,
 };
 
 const api = new Api(state.token, logRequest);
+const catalogWorker = new CatalogWorker(logRequest);
+let catalogView = null;  // made in start(), once the page exists
 
 // ---- messages --------------------------------------------------------------------
 
@@ -103,7 +110,10 @@ function explainError(error) {
     }
     $("auth-info").textContent = state.token ? "token: refused" : "token: none";
     $("daemon-info").textContent = "not connected";
-    $("acquisition-list").textContent = "Nothing to show without a valid token.";
+    if (catalogView) {
+      catalogView.setRows({ version: -2, offsets: new Float64Array(1) });
+      catalogView.setNotes([note("Nothing to show without a valid token.")]);
+    }
     return null;
   }
   if (error.status === 403) {
@@ -115,6 +125,8 @@ function explainError(error) {
 
 function reportError(error, where) {
   if (error && error.name === "AbortError") return;
+  // No answer at all: the connection banner says so (and retries); no second banner.
+  if (error instanceof ApiError && error.status === 0 && !where) return;
   const text = explainError(error);
   if (text === null) return;
   if (where) {
@@ -133,7 +145,10 @@ function setStatus(element, text) {
 // ---- the request log ---------------------------------------------------------------
 
 function logRequest(record) {
+  record.at = performance.now();
   state.requests.push(record);
+  if (!record.status) connectionLost({ message: "no answer" });
+  else connectionRestored();
   if (state.requests.length > 500) state.requests.splice(0, state.requests.length - 500);
   if (record.quiet && record.status && record.status < 400) return;  // polls stay out of the table unless they fail
   const body = $("request-log");
@@ -174,107 +189,177 @@ function formatValue(value) {
 
 // ---- the catalog -------------------------------------------------------------------
 
-const residencyKey = (session, file) => `${session}\n${file}`;
+const residencyKey = rowKey;
+
+// The daemon stopped answering: one probe at a time, 0.5 s, 1 s, 2 s, ... up
+// to 10 s apart, background polls paused; the first answer clears the banner
+// and reloads what the page shows.
+const connection = { down: false, failures: 0, timer: null, delays: [] };
+const maxProbeDelayMs = 10000;
+
+function connectionLost(error) {
+  if (connection.down) return;
+  connection.down = true;
+  connection.failures = 0;
+  connection.delays = [];  // each probe's wait, in order (the test reads them)
+  connection.reason = error && error.message ? error.message : "no answer";
+  scheduleProbe();
+}
+
+function scheduleProbe() {
+  const delay = Math.min(maxProbeDelayMs, 500 * 2 ** connection.failures);
+  connection.failures++;
+  connection.delays.push(delay);
+  showBanner(`The daemon does not answer (${connection.reason}); is it still running? Trying again in ` +
+    `${(delay / 1000).toFixed(delay < 1000 ? 1 : 0)} s.`, "connection");
+  clearTimeout(connection.timer);
+  connection.timer = setTimeout(probeConnection, delay);
+}
+
+async function probeConnection() {
+  if (!connection.down) return;
+  try {
+    await api.request("/api/health/live", {}, { quiet: true });
+  } catch (error) {
+    // Any answer, even an error status, means the daemon is back (logRequest
+    // saw it and called connectionRestored); no answer: wait longer.
+    if (!(error instanceof ApiError) || error.status === 0) scheduleProbe();
+    return;
+  }
+  // logRequest saw the answer and called connectionRestored.
+}
+
+function connectionRestored() {
+  if (!connection.down) return;
+  connection.down = false;
+  clearTimeout(connection.timer);
+  clearBanner("connection");
+  loadCapabilities();
+  loadSessions(false);
+  pollResidency();
+}
 
 async function loadCapabilities() {
   try {
     const { body } = await api.request("/api/browse/capabilities");
     state.capabilities = body;
     const devices = (body.devices || []).map((d) => d.name || `device ${d.index}`).join(", ");
-    const revision = body.implementation_revision ? ` · ${String(body.implementation_revision).slice(0, 12)}` : "";
-    $("daemon-info").textContent = `${body.backend || "?"} backend · ${devices}${revision} · ${body.data_folder || ""}`;
+    const revision = body.implementation_revision ? String(body.implementation_revision).slice(0, 12) : "";
+    const folders = (body.data_folders || []).join(", ");
+    $("daemon-info").textContent = [`${body.backend || "?"} backend`, devices, revision, folders]
+      .filter(Boolean).join(" · ");
     $("auth-info").textContent = state.token ? "token: accepted" : "";
-    clearBanner("connection");
-  } catch (error) {
-    if (error instanceof ApiError && error.status === 0) showBanner(explainError(error), "connection");
-    else reportError(error);
-  }
-}
-
-async function loadSessions(refresh) {
-  try {
-    // partial: while the daemon is still cataloguing, the list known so far (complete: false).
-    const { body } = await api.request("/api/browse/sessions", refresh ? { refresh: "true" } : { partial: "true" });
-    state.sessions = body.sessions || [];
-    state.catalogComplete = body.complete !== false;
-    renderCatalog();
-    pollResidency();
-    if (!state.catalogComplete && !state.stopped) setTimeout(() => loadSessions(false), 1000);
-  } catch (error) {
-    const text = explainError(error);
-    if (text !== null) $("acquisition-list").textContent = `The catalog could not be read: ${text}`;
-  }
-}
-
-// The cheap poll: a changed ready_token (a new or finished acquisition) rebuilds the catalog.
-async function pollAcquisitions() {
-  if (state.stopped) return;
-  try {
-    const { body } = await api.request("/api/browse/acquisitions", {}, { quiet: true });
-    if (state.readyToken !== null && body.ready_token !== state.readyToken) await loadSessions(true);
-    state.readyToken = body.ready_token;
   } catch (error) {
     if (!(error instanceof ApiError) || error.status !== 0) reportError(error);
   }
 }
 
-function renderCatalog() {
-  const list = $("acquisition-list");
-  list.textContent = "";
-  if (!state.catalogComplete) {
-    const note = document.createElement("p");
-    note.className = "muted";
-    note.id = "cataloguing-note";
-    note.textContent = "Still cataloguing the data folder: the list grows as acquisitions are inspected.";
-    list.appendChild(note);
-    if (!state.sessions.length) return;
+// An error the worker reported, as the ApiError the page's handlers expect.
+function workerError(error) {
+  if (error instanceof Error) return error;
+  if (error.status === -1) return new Error(`the catalog worker failed: ${error.detail}`);
+  if (error.status === 0) return new ApiError(0, `the daemon did not answer (${error.detail}); is it still running?`, error.path);
+  return new ApiError(error.status, error.detail, error.path);
+}
+
+let sessionsTimer = null;
+async function loadSessions(refresh) {
+  clearTimeout(sessionsTimer);
+  try {
+    // partial: while the daemon is still cataloguing, the list known so far (complete: false).
+    const summary = await catalogWorker.call("loadSessions", refresh ? { refresh: true } : { partial: true });
+    acceptCatalog(summary);
+    if (!state.catalog.complete && !state.stopped) sessionsTimer = setTimeout(() => loadSessions(false), 1000);
+  } catch (caught) {
+    const error = workerError(caught);
+    if (error.status === 0) return;  // the connection banner says it
+    const text = explainError(error);
+    if (text !== null) catalogView.setNotes([note(`The catalog could not be read: ${text}`, "catalog-error")]);
   }
-  if (!state.sessions.length) {
-    const note = document.createElement("p");
-    note.className = "muted";
-    note.textContent = "No acquisitions (*_master.h5) in the data folder yet.";
-    list.appendChild(note);
-    return;
+}
+
+// The cheap poll: a 304 when nothing changed; a changed ready_token rebuilds the catalog.
+async function pollAcquisitions() {
+  if (state.stopped || connection.down) return;
+  try {
+    const summary = await catalogWorker.call("pollAcquisitions");
+    state.catalog.lastPollStatus = summary.status;
+    if (summary.changed) acceptCatalog(summary);
+  } catch (caught) {
+    const error = workerError(caught);
+    if (error.status !== 0) reportError(error);
   }
-  for (const session of state.sessions) {
-    const group = document.createElement("section");
-    group.className = "session";
+}
+
+function note(text, id) {
+  const element = document.createElement("p");
+  element.className = "muted";
+  if (id) element.id = id;
+  element.textContent = text;
+  return element;
+}
+
+// A worker summary: {changed, complete, files, shown, rows, version, offsets}.
+function acceptCatalog(summary) {
+  const started = performance.now();
+  state.catalog.complete = summary.complete;
+  state.catalog.files = summary.files;
+  state.catalog.shown = summary.shown;
+  const notes = [];
+  if (!summary.complete) {
+    notes.push(note("Still cataloguing the data folder: the list grows as acquisitions are inspected.",
+      "cataloguing-note"));
+  }
+  if (summary.complete && !summary.files) notes.push(note("No acquisitions (*_master.h5) in the data folder yet."));
+  else if (summary.files && summary.shown !== summary.files) {
+    notes.push(note(`${summary.shown} of ${summary.files} acquisitions match the filter.`, "filter-count"));
+  }
+  catalogView.setNotes(notes);
+  $("catalog-count").textContent = summary.files ? String(summary.files) : "";
+  if (!summary.offsets || (summary.changed === false && summary.version === catalogView.version)) return;
+  catalogView.setRows(summary);
+  state.catalog.builds++;
+  state.catalog.acceptMs = performance.now() - started;  // the page's own work for a new row set (benchmark)
+}
+
+function renderCatalogRow(row) {
+  if (row.kind === "session") {
     const title = document.createElement("h3");
-    title.textContent = session.path;
-    group.appendChild(title);
-    for (const file of session.files || []) {
-      const item = document.createElement("button");
-      item.type = "button";
-      item.className = "acquisition";
-      item.dataset.session = session.path;
-      item.dataset.file = file.name;
-      if (state.current && state.current.session === session.path && state.current.file === file.name) {
-        item.classList.add("selected");
-      }
-      const name = document.createElement("span");
-      name.className = "name";
-      name.textContent = file.name.replace(/_master\.h5$/, "");
-      const meta = document.createElement("span");
-      meta.className = "meta";
-      const [sr, sc, dr, dc] = file.shape || [0, 0, 0, 0];
-      meta.textContent = `${sr}×${sc} scan · ${dr}×${dc} ${file.dtype || "?"} · ${file.size || ""}`;
-      const badges = document.createElement("span");
-      badges.className = "badges";
-      const ready = document.createElement("span");
-      ready.className = `badge ${file.loadable ? "ok" : "warn"}`;
-      ready.textContent = file.loadable ? "ready" : "not ready";
-      ready.title = (file.load_status && file.load_status.reason) || "";
-      const residency = document.createElement("span");
-      residency.className = "badge residency-badge";
-      badges.append(ready, residency);
-      item.append(name, meta, badges);
-      item.title = ready.title;
-      item.addEventListener("click", () => openAcquisition(session.path, file.name, file));
-      group.appendChild(item);
-      updateResidencyBadge(session.path, file.name);
-    }
-    list.appendChild(group);
+    title.className = "session-row";
+    title.textContent = row.path;
+    title.title = row.path;
+    return title;
   }
+  const { session, file } = row;
+  const item = document.createElement("button");
+  item.type = "button";
+  item.className = "acquisition";
+  item.dataset.session = session;
+  item.dataset.file = file.name;
+  if (state.current && state.current.session === session && state.current.file === file.name) {
+    item.classList.add("selected");
+  }
+  const name = document.createElement("span");
+  name.className = "name";
+  name.textContent = file.name.replace(/_master\.h5$/, "");
+  const meta = document.createElement("span");
+  meta.className = "meta";
+  const [sr, sc, dr, dc] = file.shape || [0, 0, 0, 0];
+  meta.textContent = `${sr}×${sc} scan · ${dr}×${dc} ${file.dtype || "?"} · ${file.size || ""}`;
+  const badges = document.createElement("span");
+  badges.className = "badges";
+  const ready = document.createElement("span");
+  ready.className = `badge ${file.loadable ? "ok" : "warn"}`;
+  ready.textContent = file.loadable ? "ready" : "not ready";
+  ready.title = (file.load_status && file.load_status.reason) || "";
+  const residency = document.createElement("span");
+  residency.className = "badge residency-badge";
+  badges.append(ready, residency);
+  item.append(name, meta, badges);
+  item.title = `${session}/${file.name}${ready.title ? `: ${ready.title}` : ""}`;
+  item.addEventListener("click", () => openAcquisition(session, file.name, file));
+  paintResidencyBadge(residency, state.residency.get(residencyKey(session, file.name)));
+  return item;
 }
 
 function residencyText(doc) {
@@ -298,18 +383,22 @@ function residencyText(doc) {
   }
 }
 
+function paintResidencyBadge(badge, doc) {
+  const { text, kind } = residencyText(doc);
+  badge.textContent = text;
+  badge.className = `badge residency-badge ${kind}`;
+  badge.title = doc && doc.failure_reason ? doc.failure_reason : "";
+  badge.hidden = !text;
+}
+
+// O(1): the rendered row is found by key; rows out of view are painted when they are drawn.
 function updateResidencyBadge(session, file) {
   const doc = state.residency.get(residencyKey(session, file));
-  const { text, kind } = residencyText(doc);
-  for (const item of document.querySelectorAll(".acquisition")) {
-    if (item.dataset.session !== session || item.dataset.file !== file) continue;
-    const badge = item.querySelector(".residency-badge");
-    badge.textContent = text;
-    badge.className = `badge residency-badge ${kind}`;
-    badge.title = doc && doc.failure_reason ? doc.failure_reason : "";
-    badge.hidden = !text;
-  }
+  const item = catalogView.element(session, file);
+  if (item) paintResidencyBadge(item.querySelector(".residency-badge"), doc);
   if (state.current && state.current.session === session && state.current.file === file) {
+    if ($("metadata-panel").open) showMetadata();
+    const { text, kind } = residencyText(doc);
     const element = $("residency-state");
     element.textContent = text || "on disk";
     element.className = `badge ${kind}`;
@@ -322,28 +411,79 @@ function updateResidencyBadge(session, file) {
 
 async function fetchResidency(session, file) {
   const { body } = await api.request("/api/browse/residency", { session, file }, { quiet: true });
-  state.residency.set(residencyKey(session, file), body);
+  const key = residencyKey(session, file);
+  const before = state.residency.get(key);
+  state.residency.set(key, body);
   updateResidencyBadge(session, file);
+  if ((before && before.state) !== body.state) shareResidentKeys();
   return body;
 }
 
-// Residency of every listed acquisition (the first 64), every few seconds.
+// The resident filter is the worker's; it learns what is resident from here.
+function shareResidentKeys() {
+  const keys = [];
+  for (const [key, doc] of state.residency) if (doc.state === "resident" || doc.state === "loading") keys.push(key);
+  catalogWorker.call("setResident", { keys }).then((summary) => summary && acceptCatalog(summary), () => {});
+}
+
+// Residency of the acquisitions in view and of the one open, every few seconds.
 let residencyPollRunning = false;
 async function pollResidency() {
-  if (residencyPollRunning || state.stopped) return;
+  if (residencyPollRunning || state.stopped || connection.down) return;
   residencyPollRunning = true;
   try {
-    let count = 0;
-    for (const session of state.sessions) {
-      for (const file of session.files || []) {
-        if (count++ >= 64) return;
-        await fetchResidency(session.path, file.name);
-      }
+    const keys = new Set(catalogView.visibleKeys());
+    if (state.current) keys.add(residencyKey(state.current.session, state.current.file));
+    for (const key of keys) {
+      const [session, file] = key.split("\n");
+      await fetchResidency(session, file);
     }
   } catch (error) {
-    reportError(error);
+    if (!(error instanceof ApiError) || error.status !== 0) reportError(error);
   } finally {
     residencyPollRunning = false;
+  }
+}
+
+// Rows scrolled into view whose residency the page has not asked yet: asked
+// once the scrolling pauses (at most the rows in view).
+let newRowsTimer = null;
+function residencyOfNewRows() {
+  clearTimeout(newRowsTimer);
+  newRowsTimer = setTimeout(async () => {
+    if (state.stopped || connection.down) return;
+    for (const key of catalogView.visibleKeys()) {
+      if (state.residency.has(key)) continue;
+      const [session, file] = key.split("\n");
+      try {
+        await fetchResidency(session, file);
+      } catch (error) {
+        return;
+      }
+    }
+  }, 150);
+}
+
+// Follows the open acquisition's residency while it loads: a crop drawn from
+// a loading acquisition shows its rows, and the badge ends on "resident".
+let followingResidency = null;
+async function followResidency() {
+  if (!state.current) return;
+  const { session, file } = state.current;
+  const key = residencyKey(session, file);
+  if (followingResidency === key) return;
+  followingResidency = key;
+  try {
+    for (;;) {
+      if (!state.current || residencyKey(state.current.session, state.current.file) !== key) return;
+      const doc = await fetchResidency(session, file);
+      if (doc.state !== "loading") return;
+      await new Promise((resolve) => setTimeout(resolve, 250));
+    }
+  } catch (error) {
+    // the connection banner or the next poll says it
+  } finally {
+    if (followingResidency === key) followingResidency = null;
   }
 }
 
@@ -368,18 +508,24 @@ async function openAcquisition(session, file, entry) {
   state.plan = { scan_bin: 1, det_bin: 1, crop: null };
   readPlanIntoForm();
   resetPlanDependentState();
-  for (const item of document.querySelectorAll(".acquisition")) {
-    item.classList.toggle("selected", item.dataset.session === session && item.dataset.file === file);
-  }
+  clearExportStatus();
+  for (const item of document.querySelectorAll(".acquisition.selected")) item.classList.remove("selected");
+  const item = catalogView.element(session, file);
+  if (item) item.classList.add("selected");
   $("empty-workspace").hidden = true;
   $("acquisition-view").hidden = false;
   $("acquisition-title").textContent = file;
   const [sr, sc, dr, dc] = (entry && entry.shape) || [0, 0, 0, 0];
+  const calibration = entry && entry.scan_sampling_A > 0 ? `scan step ${formatLength(entry.scan_sampling_A)}` : "scan uncalibrated";
+  const kCalibration = entry && entry.k_pixel_size_mrad > 0 ? `detector pixel ${formatAngle(entry.k_pixel_size_mrad)}`
+    : "detector uncalibrated";
   $("acquisition-meta").textContent =
-    `${session} · scan ${sr}×${sc} · detector ${dr}×${dc} ${(entry && entry.dtype) || ""} · ${(entry && entry.size) || ""}`;
+    `${session} · scan ${sr}×${sc} · detector ${dr}×${dc} ${(entry && entry.dtype) || ""} · ${(entry && entry.size) || ""}` +
+    ` · ${calibration} · ${kCalibration}`;
   clearCanvas("realspace");
   clearCanvas("diffraction");
   updateResidencyBadge(session, file);
+  showMetadata();
   if (entry && !entry.loadable) {
     const reason = (entry.load_status && entry.load_status.reason) || "not ready";
     setStatus($("realspace-status"), `Not ready: ${reason}`);
@@ -399,6 +545,9 @@ function resetPlanDependentState() {
   state.pinned = { kind: "mean" };
   state.hover = null;
   state.regionPreview = null;
+  state.line = null;
+  state.profile = null;
+  $("profile-panel").hidden = true;
 }
 
 // Starts the load (POST /load), follows its progress, then asks for the images.
@@ -519,7 +668,10 @@ function acceptRealspace(result) {
   } else if (!state.mask && state.fit) {
     state.mask = defaultMask();
   }
+  const doc = state.residency.get(residencyKey(state.current.session, state.current.file));
+  if (!doc || doc.state !== "resident") followResidency();
   const firstForPlan = !state.realspace;
+  if (firstForPlan) setTimeout(showMetadata, 0);
   state.realspace = { image, route: result.route, params: result.params, serverTiming: result.serverTiming };
   drawRealspace();
   drawDiffractionOverlay();
@@ -591,32 +743,180 @@ function markActiveProduct() {
   }
 }
 
+// ---- contrast by hand: per product, limits dragged on the histogram, gamma or log ----
+
+// Display settings of each product (BF, ADF, ...) and of the diffraction panel:
+// percentile limits, or limits dragged on the histogram (manual, in displayed
+// values), the scale (linear, log10(1 + v), gamma) and the colour map.
+function displaySettings(key) {
+  if (!state.display[key]) {
+    state.display[key] = key === "diffraction"
+      ? { low: 0, high: 99.9, manual: null, scale: "log", gamma: 1, colormap: "inferno" }
+      : { low: 0.5, high: 99.5, manual: null, scale: "linear", gamma: 1,
+          colormap: signedModes.has(key) ? "coolwarm" : "gray" };
+  }
+  return state.display[key];
+}
+
+// The settings of the image drawn (while a new product is on its way, the one still shown).
+function realspaceDisplayKey() {
+  return state.realspace ? realspaceKind() : state.mode;
+}
+
+// The form shows the settings of the product on screen.
+function settingsToForm() {
+  const settings = displaySettings(state.mode);
+  $("realspace-low").value = settings.low;
+  $("realspace-high").value = settings.high;
+  $("realspace-colormap").value = settings.colormap;
+  $("realspace-scale").value = settings.scale;
+  $("realspace-gamma").value = settings.gamma;
+  $("realspace-gamma").disabled = settings.scale !== "gamma";
+}
+
+function formToSettings(event) {
+  const settings = displaySettings(state.mode);  // the form shows the chosen product's settings
+  const changed = event && event.target ? event.target.id : "";
+  settings.low = Number($("realspace-low").value);
+  settings.high = Number($("realspace-high").value);
+  settings.colormap = $("realspace-colormap").value;
+  settings.gamma = Math.max(0.05, Number($("realspace-gamma").value) || 1);
+  if (settings.scale !== $("realspace-scale").value) settings.manual = null;  // limits are in displayed values
+  settings.scale = $("realspace-scale").value;
+  if (changed === "realspace-low" || changed === "realspace-high") settings.manual = null;
+  $("realspace-gamma").disabled = settings.scale !== "gamma";
+  drawRealspace();
+}
+
+function diffractionFormToSettings(event) {
+  const settings = displaySettings("diffraction");
+  const scale = $("diffraction-log").checked ? "log" : "linear";
+  if (scale !== settings.scale || (event && event.target && event.target.id === "diffraction-high")) settings.manual = null;
+  settings.scale = scale;
+  settings.high = Number($("diffraction-high").value);
+  settings.colormap = $("diffraction-colormap").value;
+  drawDiffraction();
+}
+
+// Limits of displayed values: the manual ones, else the percentiles (else the range).
+function displayLimits(values, settings, percents) {
+  if (settings.manual) return settings.manual;
+  let [low, high] = percents ? percentiles(values, percents) : [NaN, NaN];
+  if (!(high > low)) [low, high] = finiteRange(values);
+  return [low, high];
+}
+
+// A colour table with gamma applied: level L shows the colour of 255 (L/255)^gamma.
+const gammaTables = new Map();
+function tableFor(colormap, scale, gamma) {
+  const table = lookupTable(colormap);
+  if (scale !== "gamma" || gamma === 1) return table;
+  const key = `${colormap} ${gamma}`;
+  if (gammaTables.has(key)) return gammaTables.get(key);
+  const out = new Uint8Array(256 * 4);
+  for (let level = 0; level < 256; level++) {
+    const source = Math.round(255 * (level / 255) ** gamma) * 4;
+    out.set(table.subarray(source, source + 4), level * 4);
+  }
+  gammaTables.set(key, out);
+  return out;
+}
+
 function drawRealspace() {
   const started = performance.now();
   const realspace = state.realspace;
   if (!realspace) return;
   const { image } = realspace;
-  const low = Number($("realspace-low").value);
-  const high = Number($("realspace-high").value);
-  const values = image.divisor === 1 ? image.data : displayValues(image.data, image.divisor);
-  let [lowValue, highValue] = percentiles(values, [low, high]);
-  if (!(highValue > lowValue)) [lowValue, highValue] = finiteRange(values);
+  const settings = displaySettings(realspaceKind());
+  const values = image.divisor === 1 && settings.scale !== "log" ? image.data
+    : displayValues(image.data, image.divisor, settings.scale === "log");
+  const [lowValue, highValue] = displayLimits(values, settings, [settings.low, settings.high]);
   realspace.limits = [lowValue, highValue];
   realspace.values = values;
   const canvas = $("realspace-canvas");
-  const colormap = $("realspace-colormap").value;
-  paint(canvas, values, image.width, image.height, lowValue, highValue, lookupTable(colormap));
+  const table = tableFor(settings.colormap, settings.scale, settings.gamma);
+  paint(canvas, values, image.width, image.height, lowValue, highValue, table);
   layoutStack("realspace", image.width, image.height);
   drawRealspaceOverlay();
-  drawHistogram($("realspace-histogram"), values, lowValue, highValue, colormap);
+  drawHistogram($("realspace-histogram"), values, lowValue, highValue, settings.colormap);
+  drawColorBar($("realspace-colorbar"), table, lowValue, highValue, settings);
+  if (state.profile && state.profile.kind === "line" && state.line) showLineProfile();
   state.drawMs.realspace = performance.now() - started;
   state.frames.realspace++;
   canvas.dataset.frame = String(state.frames.realspace);
-  const mode = realspace.route.endsWith("realspace-shape") ? "annulus" : realspace.params.mode;
+  const mode = realspaceKind();
+  const how = `${settings.manual ? "manual" : "percentile"} limits` +
+    `${settings.scale === "log" ? ", log10(1 + v)" : settings.scale === "gamma" ? `, gamma ${settings.gamma}` : ""}`;
   $("realspace-status").textContent = "";
   $("realspace-readout").textContent =
-    `${mode} · ${image.height}×${image.width} ${image.dtype} · limits ${formatValue(lowValue)} – ${formatValue(highValue)}` +
+    `${mode} · ${image.height}×${image.width} ${image.dtype} · ${how} ${formatValue(lowValue)} – ${formatValue(highValue)}` +
     ` · server-timing ${formatServerTiming(realspace.serverTiming)} · drawn in ${state.drawMs.realspace.toFixed(1)} ms`;
+}
+
+// The colour bar: the table from the low limit to the high one, with both values.
+function drawColorBar(canvas, table, low, high, settings) {
+  const ratio = window.devicePixelRatio || 1;
+  const cssWidth = canvas.clientWidth || 480;
+  const cssHeight = canvas.clientHeight || 30;
+  canvas.width = Math.round(cssWidth * ratio);
+  canvas.height = Math.round(cssHeight * ratio);
+  const context = canvas.getContext("2d");
+  context.setTransform(ratio, 0, 0, ratio, 0, 0);
+  context.clearRect(0, 0, cssWidth, cssHeight);
+  const barHeight = 12;
+  for (let x = 0; x < cssWidth; x++) {
+    const level = Math.min(255, Math.floor((x / Math.max(1, cssWidth - 1)) * 255)) * 4;
+    context.fillStyle = `rgb(${table[level]},${table[level + 1]},${table[level + 2]})`;
+    context.fillRect(x, 0, 1, barHeight);
+  }
+  context.fillStyle = "#9aa4b2";
+  context.font = "10px system-ui, sans-serif";
+  context.textBaseline = "top";
+  const scale = settings.scale === "log" ? "log10(1 + v) " : "";
+  const lowText = `${scale}${formatValue(low)}`;
+  const highText = formatValue(high);
+  context.fillText(lowText, 0, barHeight + 2);
+  context.fillText(highText, cssWidth - context.measureText(highText).width, barHeight + 2);
+  canvas.dataset.low = String(low);
+  canvas.dataset.high = String(high);
+}
+
+// Dragging on a histogram moves the nearer limit to the value under the pointer.
+function histogramPointer(which) {
+  const canvas = $(`${which}-histogram`);
+  const valueAt = (event) => {
+    const range = canvas.range;
+    const rect = canvas.getBoundingClientRect();
+    const fraction = Math.max(0, Math.min(1, (event.clientX - rect.left) / rect.width));
+    return range[0] + fraction * (range[1] - range[0]);
+  };
+  const target = () => (which === "realspace" ? state.realspace : state.diffraction);
+  const settingsOf = () => displaySettings(which === "realspace" ? realspaceDisplayKey() : "diffraction");
+  let dragging = null;
+  const apply = (event) => {
+    const value = valueAt(event);
+    const limits = target().limits;
+    const settings = settingsOf();
+    settings.manual = dragging === "low" ? [Math.min(value, limits[1]), limits[1]] : [limits[0], Math.max(value, limits[0])];
+    if (which === "realspace") drawRealspace();
+    else drawDiffraction();
+  };
+  canvas.addEventListener("pointerdown", (event) => {
+    if (!target() || !canvas.range || event.button !== 0) return;
+    const value = valueAt(event);
+    const limits = target().limits;
+    dragging = Math.abs(value - limits[0]) <= Math.abs(value - limits[1]) ? "low" : "high";
+    canvas.setPointerCapture(event.pointerId);
+    apply(event);
+  });
+  canvas.addEventListener("pointermove", (event) => {
+    if (dragging) apply(event);
+  });
+  const stop = () => {
+    dragging = null;
+  };
+  canvas.addEventListener("pointerup", stop);
+  canvas.addEventListener("pointercancel", stop);
 }
 
 const imageDataCache = new WeakMap();
@@ -656,6 +956,11 @@ function layoutStack(which, width, height) {
   const scale = available / Math.max(width, height);
   const cssWidth = Math.max(1, Math.round(width * scale));
   const cssHeight = Math.max(1, Math.round(height * scale));
+  if (stack.style.width !== `${cssWidth}px` || stack.style.height !== `${cssHeight}px`) {
+    state.view[which] = { zoom: 1, tx: 0, ty: 0 };  // another image shape or box: fit again
+    $(`${which}-canvas`).style.transform = "";
+    stack.dataset.zoom = "1";
+  }
   stack.style.width = `${cssWidth}px`;
   stack.style.height = `${cssHeight}px`;
   const overlay = $(`${which}-overlay`);
@@ -678,6 +983,7 @@ function drawHistogram(canvas, values, low, high, colormap) {
   context.setTransform(ratio, 0, 0, ratio, 0, 0);
   context.clearRect(0, 0, cssWidth, cssHeight);
   const [min, max] = finiteRange(values);
+  canvas.range = Number.isFinite(min) ? [min, max] : null;
   if (!Number.isFinite(min)) return;
   const bins = Math.min(160, Math.max(16, Math.floor(cssWidth / 3)));
   const counts = histogram(values, bins, min, max);
@@ -716,11 +1022,80 @@ function drawHistogram(canvas, values, low, high, colormap) {
 // spans [0,1)); pixel centres are at integer + 0.5.
 function pointerToImage(event, which, width, height) {
   const rect = $(`${which}-overlay`).getBoundingClientRect();
+  const view = state.view[which];
   return {
-    x: ((event.clientX - rect.left) / rect.width) * width,
-    y: ((event.clientY - rect.top) / rect.height) * height,
-    pixelsPerUnit: rect.width / width,
+    x: ((event.clientX - rect.left - view.tx) / (rect.width * view.zoom)) * width,
+    y: ((event.clientY - rect.top - view.ty) / (rect.height * view.zoom)) * height,
+    pixelsPerUnit: (rect.width * view.zoom) / width,
   };
+}
+
+// ---- zoom and pan ----------------------------------------------------------------------------
+
+// Each panel's view: the image canvas scaled by `zoom` (1: the whole image
+// fits) and moved by (tx, ty) CSS pixels, nearest-neighbour (image-rendering:
+// pixelated): one image pixel is a block of identical screen pixels. The wheel
+// zooms about the pointer; Shift + drag or the middle button pans; a double
+// click or the 0 key fits the image again.
+const maxZoom = 64;
+
+function applyView(which) {
+  const view = state.view[which];
+  const stack = $(`${which}-stack`);
+  const width = stack.clientWidth;
+  const height = stack.clientHeight;
+  view.tx = Math.min(0, Math.max(width - width * view.zoom, view.tx));
+  view.ty = Math.min(0, Math.max(height - height * view.zoom, view.ty));
+  $(`${which}-canvas`).style.transform = view.zoom === 1 ? "" : `translate(${view.tx}px, ${view.ty}px) scale(${view.zoom})`;
+  stack.dataset.zoom = String(view.zoom);
+  if (which === "realspace") drawRealspaceOverlay();
+  else drawDiffractionOverlay();
+}
+
+function resetView(which) {
+  state.view[which] = { zoom: 1, tx: 0, ty: 0 };
+  applyView(which);
+}
+
+function wheelZoom(which, event) {
+  if (!(which === "realspace" ? state.realspace : state.diffraction)) return;
+  event.preventDefault();
+  const view = state.view[which];
+  const rect = $(`${which}-overlay`).getBoundingClientRect();
+  const zoom = Math.min(maxZoom, Math.max(1, view.zoom * Math.exp(-event.deltaY * 0.0015)));
+  const mx = event.clientX - rect.left;
+  const my = event.clientY - rect.top;
+  // The point under the pointer stays under it.
+  view.tx = mx - ((mx - view.tx) / view.zoom) * zoom;
+  view.ty = my - ((my - view.ty) / view.zoom) * zoom;
+  view.zoom = zoom;
+  applyView(which);
+}
+
+// Shift + left button or the middle button: a pan; returns whether it took the event.
+function startPan(which, event) {
+  if (!(event.button === 1 || (event.button === 0 && event.shiftKey))) return false;
+  const view = state.view[which];
+  state.pan = { which, x: event.clientX, y: event.clientY, tx: view.tx, ty: view.ty };
+  $(`${which}-overlay`).setPointerCapture(event.pointerId);
+  event.preventDefault();
+  return true;
+}
+
+function movePan(which, event) {
+  const pan = state.pan;
+  if (!pan || pan.which !== which) return false;
+  const view = state.view[which];
+  view.tx = pan.tx + event.clientX - pan.x;
+  view.ty = pan.ty + event.clientY - pan.y;
+  applyView(which);
+  return true;
+}
+
+function endPan(which) {
+  if (!state.pan || state.pan.which !== which) return false;
+  state.pan = null;
+  return true;
 }
 
 function scanPosition(point, image) {
@@ -736,14 +1111,26 @@ function drawRealspaceOverlay() {
   context.clearRect(0, 0, overlay.width, overlay.height);
   if (!state.realspace) return;
   const { width, height } = state.realspace.image;
-  const sx = overlay.width / width;
-  const sy = overlay.height / height;
   const ratio = window.devicePixelRatio || 1;
+  const view = state.view.realspace;
+  const sx = (overlay.width / width) * view.zoom;
+  const sy = (overlay.height / height) * view.zoom;
+  context.setTransform(1, 0, 0, 1, view.tx * ratio, view.ty * ratio);  // markers move with the zoomed image
   context.lineWidth = 1.5 * ratio;
+  // Each marker is drawn twice: a dark casing under the coloured line, so it
+  // shows on bright and on dark areas alike.
   const drawSource = (source, color, dashed) => {
     if (!source) return;
+    context.lineWidth = 3.5 * ratio;
+    context.strokeStyle = "rgba(0,0,0,0.85)";
+    context.setLineDash([]);
+    strokeSource(source);
+    context.lineWidth = 1.5 * ratio;
     context.strokeStyle = color;
     context.setLineDash(dashed ? [4 * ratio, 3 * ratio] : []);
+    strokeSource(source);
+  };
+  const strokeSource = (source) => {
     if (source.kind === "position") {
       const size = Math.max(sx, 6 * ratio);
       const cx = (source.col + 0.5) * sx;
@@ -752,6 +1139,11 @@ function drawRealspaceOverlay() {
     } else if (source.kind === "rectangle") {
       context.strokeRect(source.colStart * sx, source.rowStart * sy,
         (source.colStop - source.colStart) * sx, (source.rowStop - source.rowStart) * sy);
+    } else if (source.kind === "line") {
+      context.beginPath();
+      context.moveTo((source.c0 + 0.5) * sx, (source.r0 + 0.5) * sy);
+      context.lineTo((source.c1 + 0.5) * sx, (source.r1 + 0.5) * sy);
+      context.stroke();
     } else if (source.kind === "circle") {
       context.beginPath();
       context.ellipse((source.col + 0.5) * sx, (source.row + 0.5) * sy, source.radius * sx, source.radius * sy, 0, 0, 2 * Math.PI);
@@ -759,13 +1151,35 @@ function drawRealspaceOverlay() {
     }
   };
   drawSource(state.pinned, "#ff5d5d", false);
-  if (state.hover) drawSource(state.hover, "rgba(255,255,255,0.8)", true);
+  if (state.hover) drawSource(state.hover, "#ffffff", true);
+  if (state.line) drawSource(state.line, "#5ccf7f", false);
   if (state.regionPreview) drawSource(state.regionPreview, "#f2b33d", true);
+  context.setTransform(1, 0, 0, 1, 0, 0);
+  drawUnitsBar("realspace", context, overlay, width);
+}
+
+function unitsOf(which) {
+  if (!state.current) return null;
+  const entry = state.current.entry;
+  return which === "realspace" ? realspaceUnits(entry, state.plan) : diffractionUnits(entry, state.plan);
+}
+
+// The scale bar of an image `width` pixels wide, drawn on its overlay.
+function drawUnitsBar(which, context, overlay, width) {
+  state.scaleBars[which] = null;
+  const units = unitsOf(which);
+  if (!units) return;
+  const zoom = state.view[which].zoom;
+  const bar = scaleBar(units, width / zoom);  // a quarter of what is in view
+  const length = ((bar.pixels * overlay.width) / width) * zoom;
+  const placed = drawScaleBar(context, length, bar.label, window.devicePixelRatio || 1);
+  state.scaleBars[which] = { ...bar, ...placed, unitSize: units.size, imageWidth: width, overlayWidth: overlay.width,
+                             zoom };
 }
 
 // Realspace pointer: hover (latest-only diffraction), click, region drags.
 function realspacePointerDown(event) {
-  if (!state.realspace || event.button !== 0) return;
+  if (!state.realspace || startPan("realspace", event) || event.button !== 0) return;
   const image = state.realspace.image;
   const point = pointerToImage(event, "realspace", image.width, image.height);
   const tool = $("tool-select").value;
@@ -779,6 +1193,11 @@ function realspacePointerDown(event) {
 
 function regionFromDrag(drag, image) {
   const { start, current } = drag;
+  if (drag.tool === "line") {
+    // From the centre of the pixel pressed to the centre of the pixel released.
+    return { kind: "line", r0: Math.floor(start.y), c0: Math.floor(start.x), r1: Math.floor(current.y),
+             c1: Math.floor(current.x) };
+  }
   if (drag.tool === "circle") {
     const radius = Math.hypot(current.x - start.x, current.y - start.y);
     return { kind: "circle", row: start.y - 0.5, col: start.x - 0.5, radius: Math.max(0.5, radius) };
@@ -793,7 +1212,7 @@ function regionFromDrag(drag, image) {
 }
 
 function realspacePointerMove(event) {
-  if (!state.realspace) return;
+  if (!state.realspace || movePan("realspace", event)) return;
   const image = state.realspace.image;
   const point = pointerToImage(event, "realspace", image.width, image.height);
   const position = scanPosition(point, image);
@@ -801,7 +1220,9 @@ function realspacePointerMove(event) {
     const index = position.row * image.width + position.col;
     const value = image.data[index] / image.divisor;
     $("realspace-readout").dataset.hover = `${position.row},${position.col}`;
-    $("realspace-readout").textContent = `row ${position.row}, column ${position.col}: ${formatValue(value)}` +
+    const units = unitsOf("realspace");
+    const where = units ? ` (y ${formatLength(position.row * units.size)}, x ${formatLength(position.col * units.size)})` : "";
+    $("realspace-readout").textContent = `row ${position.row}, column ${position.col}${where}: ${formatValue(value)}` +
       ` · server-timing ${formatServerTiming(state.realspace.serverTiming)}`;
   }
   if (state.drag && state.drag.tool !== "point") {
@@ -819,6 +1240,7 @@ function realspacePointerMove(event) {
 }
 
 function realspacePointerUp(event) {
+  if (endPan("realspace")) return;
   const drag = state.drag;
   state.drag = null;
   if (!drag || !state.realspace) return;
@@ -831,6 +1253,12 @@ function realspacePointerUp(event) {
     // A click with a region tool picks one position.
     const position = scanPosition(drag.current, image);
     if (position) pinDiffraction({ kind: "position", ...position });
+    return;
+  }
+  if (drag.tool === "line") {
+    state.line = regionFromDrag(drag, image);
+    showLineProfile();
+    drawRealspaceOverlay();
     return;
   }
   pinDiffraction({ ...regionFromDrag(drag, image), reduce: $("reduce-select").value });
@@ -943,18 +1371,26 @@ function drawDiffraction() {
   const diffraction = state.diffraction;
   if (!diffraction) return;
   const { image, source } = diffraction;
-  const logScale = $("diffraction-log").checked;
-  const values = displayValues(image.data, image.divisor, logScale);
-  const high = Number($("diffraction-high").value);
-  let [low] = finiteRange(values);
-  let [highValue] = percentiles(values, [high]);
-  if (!(highValue > low)) [low, highValue] = finiteRange(values);
+  const settings = displaySettings("diffraction");
+  const values = displayValues(image.data, image.divisor, settings.scale === "log");
+  let low;
+  let highValue;
+  if (settings.manual) {
+    [low, highValue] = settings.manual;
+  } else {
+    [low] = finiteRange(values);
+    [highValue] = percentiles(values, [settings.high]);
+    if (!(highValue > low)) [low, highValue] = finiteRange(values);
+  }
+  diffraction.limits = [low, highValue];
   const canvas = $("diffraction-canvas");
-  const colormap = $("diffraction-colormap").value;
-  paint(canvas, values, image.width, image.height, low, highValue, lookupTable(colormap));
+  const colormap = settings.colormap;
+  const table = lookupTable(colormap);
+  paint(canvas, values, image.width, image.height, low, highValue, table);
   layoutStack("diffraction", image.width, image.height);
   drawDiffractionOverlay();
   drawHistogram($("diffraction-histogram"), values, low, highValue, colormap);
+  drawColorBar($("diffraction-colorbar"), table, low, highValue, settings);
   state.drawMs.diffraction = performance.now() - started;
   state.frames.diffraction++;
   canvas.dataset.frame = String(state.frames.diffraction);
@@ -972,14 +1408,19 @@ function drawDiffractionOverlay() {
   const overlay = $("diffraction-overlay");
   const context = overlay.getContext("2d");
   context.clearRect(0, 0, overlay.width, overlay.height);
-  if (!state.diffraction || !state.mask) return;
+  if (!state.diffraction) return;
   const { width, height } = state.diffraction.image;
-  const sx = overlay.width / width;
-  const sy = overlay.height / height;
+  if (!state.mask) {
+    drawUnitsBar("diffraction", context, overlay, width);
+    return;
+  }
   const ratio = window.devicePixelRatio || 1;
+  const view = state.view.diffraction;
+  const sx = (overlay.width / width) * view.zoom;
+  const sy = (overlay.height / height) * view.zoom;
   const mask = state.mask;
-  const cx = (mask.col + 0.5) * sx;
-  const cy = (mask.row + 0.5) * sy;
+  const cx = (mask.col + 0.5) * sx + view.tx * ratio;
+  const cy = (mask.row + 0.5) * sy + view.ty * ratio;
   const active = maskEditable();
   context.setLineDash(active ? [] : [5 * ratio, 4 * ratio]);
   context.lineWidth = 2 * ratio;
@@ -1001,6 +1442,7 @@ function drawDiffractionOverlay() {
   context.moveTo(cx, cy - arm);
   context.lineTo(cx, cy + arm);
   context.stroke();
+  drawUnitsBar("diffraction", context, overlay, width);
 }
 
 function updateMaskReadout() {
@@ -1022,7 +1464,7 @@ function updateMaskReadout() {
 // anywhere else inside moves the centre. The real-space image follows while
 // dragging (latest-only requests).
 function diffractionPointerDown(event) {
-  if (!state.diffraction || !maskEditable() || event.button !== 0) return;
+  if (!state.diffraction || startPan("diffraction", event) || !maskEditable() || event.button !== 0) return;
   const { width, height } = state.diffraction.image;
   const point = pointerToImage(event, "diffraction", width, height);
   const row = point.y - 0.5;
@@ -1040,9 +1482,10 @@ function diffractionPointerDown(event) {
 }
 
 function diffractionPointerMove(event) {
-  if (!state.diffraction) return;
+  if (!state.diffraction || movePan("diffraction", event)) return;
   const { width, height } = state.diffraction.image;
   const point = pointerToImage(event, "diffraction", width, height);
+  showDiffractionHover(point);
   const drag = state.maskDrag;
   if (!drag) {
     const overlay = $("diffraction-overlay");
@@ -1075,8 +1518,33 @@ function diffractionPointerMove(event) {
   requestRealspace();
 }
 
+// The detector pixel under the pointer, its value, and its angle from the
+// beam centre (the mask's, else the fit's) in mrad when calibrated.
+function showDiffractionHover(point) {
+  const image = state.diffraction.image;
+  const col = Math.floor(point.x);
+  const row = Math.floor(point.y);
+  const readout = $("diffraction-readout");
+  if (row < 0 || col < 0 || row >= image.height || col >= image.width) return;
+  const value = image.data[row * image.width + col] / image.divisor;
+  let text = `detector row ${row}, column ${col}: ${formatValue(value)}`;
+  const centre = state.mask || state.fit;
+  const units = unitsOf("diffraction");
+  if (centre) {
+    const dy = row - centre.row;
+    const dx = col - centre.col;
+    const radius = Math.hypot(dx, dy);
+    text += units
+      ? ` · k ${formatAngle(radius * units.size)} from the centre (kx ${formatAngle(dx * units.size)}, ky ${formatAngle(dy * units.size)})`
+      : ` · ${radius.toFixed(2)} px from the centre (uncalibrated)`;
+    readout.dataset.k = units ? String(radius * units.size) : "";
+  }
+  readout.dataset.hover = `${row},${col}`;
+  readout.textContent = text;
+}
+
 function diffractionPointerUp() {
-  if (!state.maskDrag) return;
+  if (endPan("diffraction") || !state.maskDrag) return;
   state.maskDrag = null;
   requestRealspace();
 }
@@ -1093,9 +1561,8 @@ function readPlanIntoForm() {
   $("crop-col-stop").value = crop ? crop.column_stop : "";
 }
 
-function applyPlan(event) {
-  event.preventDefault();
-  if (!state.current) return;
+// The plan the form shows (the daemon validates; the form only fills the blanks).
+function planFromForm() {
   const integer = (id, fallback) => {
     const text = $(id).value.trim();
     return text === "" ? fallback : Number(text);
@@ -1103,8 +1570,7 @@ function applyPlan(event) {
   const shape = state.current.entry.shape;
   const fields = ["crop-row-start", "crop-row-stop", "crop-col-start", "crop-col-stop"];
   const anyCrop = fields.some((id) => $(id).value.trim() !== "");
-  // The daemon validates (400 with its reason); the form only fills the blanks.
-  state.plan = {
+  return {
     scan_bin: integer("scan-bin", 1),
     det_bin: integer("det-bin", 1),
     crop: anyCrop
@@ -1116,8 +1582,19 @@ function applyPlan(event) {
         }
       : null,
   };
+}
+
+function applyPlan(event) {
+  if (event) event.preventDefault();
+  if (!state.current) return;
+  setPlan(planFromForm());
+}
+
+function setPlan(plan) {
+  state.plan = plan;
   state.generation++;
   resetPlanDependentState();
+  clearExportStatus();
   clearCanvas("diffraction");
   requestRealspace();
 }
@@ -1141,29 +1618,55 @@ function showExport(job) {
     status.title = result.master_path || "";
   } else {
     status.textContent = `export ${job.state}: ${job.error ? `${job.error.status}: ${job.error.detail}` : ""}`;
+    status.title = status.textContent;
     status.classList.add("error-text");
   }
 }
 
+// The export status belongs to one acquisition and plan: another one clears it.
+function clearExportStatus() {
+  state.exportShown = null;
+  const status = $("export-status");
+  status.textContent = "";
+  status.title = "";
+  status.classList.remove("error-text");
+  $("export-progress").hidden = true;
+}
+
+function exportKey() {
+  return state.current ? JSON.stringify([state.current.session, state.current.file, state.plan]) : "";
+}
+
+// Exports what the form shows: a crop or bin typed but not applied is applied
+// first, so the images and the export are of the same plan.
 async function exportPlan() {
   if (!state.current) return;
+  const formPlan = planFromForm();
+  if (JSON.stringify(formPlan) !== JSON.stringify(state.plan)) setPlan(formPlan);
+  const key = exportKey();
+  clearExportStatus();
+  state.exportShown = key;
   const status = $("export-status");
+  const shown = () => state.exportShown === key;
   $("export-button").disabled = true;
   try {
     let { body: job } = await api.request("/api/browse/export", planParams(), { method: "POST" });
     state.exportJob = job;
-    showExport(job);
+    if (shown()) showExport(job);
     while (job.state === "queued" || job.state === "running") {
       await new Promise((resolve) => setTimeout(resolve, 250));
       ({ body: job } = await api.request(`/api/browse/export/${encodeURIComponent(job.id)}`, {}, { quiet: true }));
       state.exportJob = job;
-      showExport(job);
+      if (shown()) showExport(job);
     }
     if (job.state === "done") loadSessions(true);
   } catch (error) {
-    $("export-progress").hidden = true;
-    status.textContent = "";
-    reportError(error, status);
+    if (shown()) {
+      $("export-progress").hidden = true;
+      status.textContent = "";
+      reportError(error, status);
+      status.title = status.textContent;
+    }
   } finally {
     $("export-button").disabled = false;
   }
@@ -1190,6 +1693,78 @@ function savePng(which) {
   if (!target) return;
   const kind = which === "realspace" ? realspaceKind() : diffractionKind();
   $(`${which}-canvas`).toBlob((blob) => download(blob, `${baseName(kind)}.png`), "image/png");
+}
+
+// A figure: the image enlarged by a whole factor (nearest neighbour, so each
+// pixel stays one colour), its scale bar when calibrated, a title, and the
+// colour bar with its limits below; as PNG. The bare pixels (PNG) and the
+// exact values (.npy) stay beside it.
+function figureCanvas(which) {
+  const target = which === "realspace" ? state.realspace : state.diffraction;
+  const source = $(`${which}-canvas`);
+  const { width, height } = target.image;
+  const factor = Math.max(1, Math.min(16, Math.ceil(512 / Math.max(width, height))));
+  const title = `${state.current.file} · ${which === "realspace" ? realspaceKind() : describeSource(target.source, target.image)}` +
+    ` · scan bin ${state.plan.scan_bin}, detector bin ${state.plan.det_bin}${state.plan.crop ? ", cropped" : ""}`;
+  const margin = 8;
+  const titleHeight = 22;
+  const barHeight = 16;
+  const labelsHeight = 16;
+  const figureWidth = Math.max(width * factor, 320) + 2 * margin;
+  const canvas = document.createElement("canvas");
+  canvas.width = figureWidth;
+  canvas.height = titleHeight + height * factor + margin + barHeight + labelsHeight + margin;
+  const context = canvas.getContext("2d");
+  context.fillStyle = "#ffffff";
+  context.fillRect(0, 0, canvas.width, canvas.height);
+  context.fillStyle = "#000000";
+  context.font = "13px system-ui, sans-serif";
+  context.textBaseline = "middle";
+  context.fillText(title, margin, titleHeight / 2, figureWidth - 2 * margin);
+  const imageLeft = margin;
+  const imageTop = titleHeight;
+  context.imageSmoothingEnabled = false;
+  context.drawImage(source, imageLeft, imageTop, width * factor, height * factor);
+  const figure = { factor, imageLeft, imageTop, width: canvas.width, height: canvas.height, bar: null };
+  const units = unitsOf(which);
+  if (units) {
+    const bar = scaleBar(units, width);
+    context.save();
+    context.translate(imageLeft, imageTop + height * factor - context.canvas.height);
+    // drawScaleBar places the bar at the bottom left of the canvas it is given: shift it onto the image.
+    const placed = drawScaleBar(context, bar.pixels * factor, bar.label, 1);
+    context.restore();
+    figure.bar = { label: bar.label, x0: placed.x0 + imageLeft, x1: placed.x1 + imageLeft,
+                   y: placed.y + imageTop + height * factor - canvas.height, thickness: placed.thickness };
+  }
+  const settings = displaySettings(which === "realspace" ? realspaceKind() : "diffraction");
+  const table = which === "realspace" ? tableFor(settings.colormap, settings.scale, settings.gamma) : lookupTable(settings.colormap);
+  const barTop = imageTop + height * factor + margin;
+  const barWidth = figureWidth - 2 * margin;
+  for (let x = 0; x < barWidth; x++) {
+    const level = Math.min(255, Math.floor((x / Math.max(1, barWidth - 1)) * 255)) * 4;
+    context.fillStyle = `rgb(${table[level]},${table[level + 1]},${table[level + 2]})`;
+    context.fillRect(margin + x, barTop, 1, barHeight);
+  }
+  const [low, high] = target.limits;
+  context.fillStyle = "#000000";
+  context.font = "11px system-ui, sans-serif";
+  context.textBaseline = "top";
+  const scaleText = settings.scale === "log" ? "log10(1 + v) " : settings.scale === "gamma" ? `gamma ${settings.gamma}, ` : "";
+  context.fillText(`${scaleText}${formatValue(low)}`, margin, barTop + barHeight + 2);
+  const highText = formatValue(high);
+  context.fillText(highText, margin + barWidth - context.measureText(highText).width, barTop + barHeight + 2);
+  figure.colorbar = { x0: margin, x1: margin + barWidth, y: barTop, height: barHeight };
+  return { canvas, figure };
+}
+
+function saveFigure(which) {
+  const target = which === "realspace" ? state.realspace : state.diffraction;
+  if (!target) return;
+  const kind = which === "realspace" ? realspaceKind() : diffractionKind();
+  const { canvas, figure } = figureCanvas(which);
+  state.lastFigure = figure;
+  canvas.toBlob((blob) => download(blob, `${baseName(kind)}_figure.png`), "image/png");
 }
 
 // The .npy comes from the daemon (format=npy): the exact values, byte-identical to numpy.save.
@@ -1241,8 +1816,7 @@ function modeChanged() {
     state.mask = { row: centre.row, col: centre.col, inner: preset.inner * state.fit.radius,
                    outer: preset.outer * state.fit.radius };
   }
-  if (signedModes.has(mode)) $("realspace-colormap").value = "coolwarm";
-  else if ($("realspace-colormap").value === "coolwarm") $("realspace-colormap").value = "gray";
+  settingsToForm();
   drawDiffractionOverlay();
   updateMaskReadout();
   markActiveProduct();
@@ -1252,24 +1826,38 @@ function modeChanged() {
 function wire() {
   fillColormaps();
   $("refresh-button").addEventListener("click", () => loadSessions(true));
+  const filterChanged = () => {
+    catalogWorker.call("setFilter", { text: $("catalog-search").value, resident: $("catalog-resident").checked })
+      .then(acceptCatalog, () => {});
+  };
+  $("catalog-search").addEventListener("input", filterChanged);
+  $("catalog-resident").addEventListener("change", filterChanged);
   $("mode-select").addEventListener("change", modeChanged);
   $("plan-form").addEventListener("submit", applyPlan);
   $("plan-reset").addEventListener("click", (event) => {
+    event.preventDefault();
+    if (!state.current) return;
     state.plan = { scan_bin: 1, det_bin: 1, crop: null };
     readPlanIntoForm();
-    applyPlan(event);
+    setPlan(planFromForm());
   });
-  for (const id of ["realspace-low", "realspace-high", "realspace-colormap"]) {
-    $(id).addEventListener("input", drawRealspace);
-  }
-  for (const id of ["diffraction-log", "diffraction-high", "diffraction-colormap"]) {
-    $(id).addEventListener("input", drawDiffraction);
-  }
+  wireDisplayControls();
   $("save-png").addEventListener("click", () => savePng("realspace"));
+  $("save-figure").addEventListener("click", () => saveFigure("realspace"));
+  $("save-diffraction-figure").addEventListener("click", () => saveFigure("diffraction"));
   $("save-npy").addEventListener("click", () => saveNpy("realspace"));
   $("save-diffraction-png").addEventListener("click", () => savePng("diffraction"));
   $("save-diffraction-npy").addEventListener("click", () => saveNpy("diffraction"));
   $("show-mean").addEventListener("click", () => pinDiffraction({ kind: "mean" }));
+  $("show-radial").addEventListener("click", showRadialProfile);
+  $("metadata-panel").addEventListener("toggle", showMetadata);
+  $("save-profile-csv").addEventListener("click", saveProfileCsv);
+  $("profile-close").addEventListener("click", () => {
+    state.profile = null;
+    state.line = null;
+    $("profile-panel").hidden = true;
+    drawRealspaceOverlay();
+  });
   $("load-button").addEventListener("click", () => state.current && loadAndShow());
   $("export-button").addEventListener("click", exportPlan);
   $("evict-button").addEventListener("click", async () => {
@@ -1282,22 +1870,199 @@ function wire() {
       reportError(error);
     }
   });
-  const realspaceOverlay = $("realspace-overlay");
-  realspaceOverlay.addEventListener("pointerdown", realspacePointerDown);
-  realspaceOverlay.addEventListener("pointermove", realspacePointerMove);
-  realspaceOverlay.addEventListener("pointerup", realspacePointerUp);
-  realspaceOverlay.addEventListener("pointerleave", realspacePointerLeave);
-  const diffractionOverlay = $("diffraction-overlay");
-  diffractionOverlay.addEventListener("pointerdown", diffractionPointerDown);
-  diffractionOverlay.addEventListener("pointermove", diffractionPointerMove);
-  diffractionOverlay.addEventListener("pointerup", diffractionPointerUp);
-  diffractionOverlay.addEventListener("pointercancel", diffractionPointerUp);
+  wirePointers();
+  document.addEventListener("keydown", keyPressed);
   window.addEventListener("resize", () => {
     if (state.realspace) layoutStack("realspace", state.realspace.image.width, state.realspace.image.height);
     if (state.diffraction) layoutStack("diffraction", state.diffraction.image.width, state.diffraction.image.height);
     drawRealspaceOverlay();
     drawDiffractionOverlay();
   });
+}
+
+// Contrast controls and the histograms of both panels.
+function wireDisplayControls() {
+  for (const id of ["realspace-low", "realspace-high", "realspace-colormap", "realspace-scale", "realspace-gamma"]) {
+    $(id).addEventListener("input", formToSettings);
+  }
+  $("realspace-auto").addEventListener("click", () => {
+    displaySettings(realspaceDisplayKey()).manual = null;
+    drawRealspace();
+  });
+  for (const id of ["diffraction-log", "diffraction-high", "diffraction-colormap"]) {
+    $(id).addEventListener("input", diffractionFormToSettings);
+  }
+  $("diffraction-auto").addEventListener("click", () => {
+    displaySettings("diffraction").manual = null;
+    drawDiffraction();
+  });
+  histogramPointer("realspace");
+  histogramPointer("diffraction");
+}
+
+// Pointer input on both images: tools, mask, zoom and pan.
+function wirePointers() {
+  const realspaceOverlay = $("realspace-overlay");
+  realspaceOverlay.addEventListener("pointerdown", realspacePointerDown);
+  realspaceOverlay.addEventListener("pointermove", realspacePointerMove);
+  realspaceOverlay.addEventListener("pointerup", realspacePointerUp);
+  realspaceOverlay.addEventListener("pointerleave", realspacePointerLeave);
+  for (const which of ["realspace", "diffraction"]) {
+    const overlay = $(`${which}-overlay`);
+    overlay.addEventListener("wheel", (event) => wheelZoom(which, event), { passive: false });
+    overlay.addEventListener("dblclick", () => resetView(which));
+    overlay.addEventListener("auxclick", (event) => event.preventDefault());
+  }
+  const diffractionOverlay = $("diffraction-overlay");
+  diffractionOverlay.addEventListener("pointerdown", diffractionPointerDown);
+  diffractionOverlay.addEventListener("pointermove", diffractionPointerMove);
+  diffractionOverlay.addEventListener("pointerup", diffractionPointerUp);
+  diffractionOverlay.addEventListener("pointercancel", diffractionPointerUp);
+}
+
+// ---- metadata ---------------------------------------------------------------------------
+
+// What the page knows of the open acquisition: its catalog entry, its
+// residency and the provenance of the last real-space image.
+function showMetadata() {
+  if (!state.current) return;
+  const { session, file, entry } = state.current;
+  const rows = [];
+  const add = (name, value) => {
+    if (value === undefined || value === null || value === "") return;
+    rows.push([name, typeof value === "object" ? JSON.stringify(value) : String(value)]);
+  };
+  add("path", `${session}/${file}`);
+  if (entry) {
+    const [sr, sc, dr, dc] = entry.shape || [];
+    add("scan", `${sr} × ${sc} positions`);
+    add("detector", `${dr} × ${dc} pixels, ${entry.dtype || "?"}`);
+    add("size", `${entry.size} (${entry.size_bytes} bytes)`);
+    add("scan_sampling_A", entry.scan_sampling_A > 0 ? `${entry.scan_sampling_A} Å (${formatLength(entry.scan_sampling_A)})`
+      : "not in the master");
+    add("k_pixel_size_mrad", entry.k_pixel_size_mrad > 0 ? `${entry.k_pixel_size_mrad} mrad` : "not in the master");
+    add("readiness", entry.load_status ? [entry.load_status.reason, entry.load_status.action].filter(Boolean).join(" — ") : "");
+  }
+  const doc = state.residency.get(residencyKey(session, file));
+  if (doc) {
+    add("residency", doc.state + (doc.device !== null && doc.device !== undefined ? ` on device ${doc.device}` : ""));
+    add("resident bytes", doc.resident_bytes);
+    add("encoding", doc.encoding);
+    add("tile sums", doc.tile_sums && doc.tile_sums.state);
+  }
+  const provenance = state.realspace && state.realspace.image.provenance;
+  if (provenance) {
+    add("source signature", provenance.signature);
+    add("masked pixels", provenance.masked_pixel_count);
+    const fit = provenance.geometry && provenance.geometry.bright_field;
+    if (fit) {
+      add("bright-field fit", `centre row ${fit.center_row.toFixed(2)}, column ${fit.center_col.toFixed(2)}, ` +
+        `radius ${fit.radius.toFixed(2)} px (detector bin ${provenance.detector_bin})`);
+    }
+    add("backend", `${provenance.backend}, device ${provenance.device_index}`);
+    add("implementation", provenance.implementation_revision);
+  }
+  const list = $("metadata-list");
+  list.replaceChildren();
+  for (const [name, value] of rows) {
+    const term = document.createElement("dt");
+    term.textContent = name;
+    const description = document.createElement("dd");
+    description.textContent = value;
+    list.append(term, description);
+  }
+}
+
+// ---- profiles ---------------------------------------------------------------------------
+
+// The profile of the line drawn on the real-space image, in nm when calibrated.
+function showLineProfile() {
+  const image = state.realspace.image;
+  const profile = lineProfile(image, state.line);
+  const units = unitsOf("realspace");
+  const scale = units ? units.size / 10 : 1;  // nm per pixel
+  const x = profile.x.map((v) => v * scale);
+  const line = state.line;
+  const from = `(${line.r0}, ${line.c0})`;
+  const to = `(${line.r1}, ${line.c1})`;
+  showProfile({ kind: "line", x, y: profile.y, xName: units ? "distance_nm" : "distance_px",
+                xLabel: units ? "nm" : "px", name: `line-profile-${realspaceKind()}`,
+                description: `${realspaceKind()} along the line from row, column ${from} to ${to}: ` +
+                  `${x.length} samples, one a pixel, each the pixel's exact value` });
+}
+
+// The radial average of the diffraction pattern about the mask's centre (else the fit's), in mrad when calibrated.
+function showRadialProfile() {
+  if (!state.diffraction) return;
+  const centre = state.mask || state.fit;
+  if (!centre) return;
+  const profile = radialProfile(state.diffraction.image, centre);
+  const units = unitsOf("diffraction");
+  const x = profile.x.map((v) => v * (units ? units.size : 1));
+  showProfile({ kind: "radial", x, y: profile.y, xName: units ? "k_mrad" : "radius_px", xLabel: units ? "mrad" : "px",
+                name: `radial-${diffractionKind()}`, centre: { row: centre.row, col: centre.col },
+                description: `radial average of the ${describeSource(state.diffraction.source, state.diffraction.image)}` +
+                  ` pattern about row ${centre.row.toFixed(2)}, column ${centre.col.toFixed(2)}; one bin per pixel of radius` });
+}
+
+function showProfile(profile) {
+  state.profile = profile;
+  $("profile-panel").hidden = false;
+  $("profile-description").textContent = profile.description;
+  plotProfile($("profile-plot"), profile.x, profile.y, profile.xLabel, formatValue);
+  state.frames.profile = (state.frames.profile || 0) + 1;
+  $("profile-plot").dataset.frame = String(state.frames.profile);
+}
+
+function saveProfileCsv() {
+  const profile = state.profile;
+  if (!profile) return;
+  const text = profileCsv(profile, profile.xName, "value", profile.description);
+  download(new Blob([text], { type: "text/csv" }), `${baseName(profile.name)}.csv`);
+}
+
+// ---- keyboard ---------------------------------------------------------------------------
+
+// Arrow keys step the pinned probe position (Shift: 10 positions); [ and ]
+// the previous and next product; j and k the next and previous acquisition
+// of the list (as filtered). Keys typed into a field are the field's.
+function keyPressed(event) {
+  const target = event.target;
+  if (event.ctrlKey || event.metaKey || event.altKey) return;
+  if (target && (target.isContentEditable || /^(INPUT|SELECT|TEXTAREA)$/.test(target.tagName))) return;
+  const steps = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
+  if (steps[event.key] && state.realspace) {
+    const image = state.realspace.image;
+    const [dr, dc] = steps[event.key];
+    const size = event.shiftKey ? 10 : 1;
+    const from = state.pinned.kind === "position" ? state.pinned
+      : { row: Math.floor(image.height / 2), col: Math.floor(image.width / 2) };
+    const row = Math.max(0, Math.min(image.height - 1, from.row + dr * size));
+    const col = Math.max(0, Math.min(image.width - 1, from.col + dc * size));
+    pinDiffraction({ kind: "position", row, col });
+    event.preventDefault();
+  } else if ((event.key === "]" || event.key === "[") && state.current) {
+    const select = $("mode-select");
+    const modes = [...select.options].map((option) => option.value);
+    const next = modes.indexOf(select.value) + (event.key === "]" ? 1 : -1);
+    select.value = modes[(next + modes.length) % modes.length];
+    modeChanged();
+    event.preventDefault();
+  } else if (event.key === "0") {
+    resetView("realspace");
+    resetView("diffraction");
+  } else if (event.key === "j" || event.key === "k") {
+    stepAcquisition(event.key === "j" ? 1 : -1);
+    event.preventDefault();
+  }
+}
+
+async function stepAcquisition(step) {
+  const from = state.current || { session: "", file: "" };
+  const found = await catalogWorker.call("neighbour", { session: from.session, file: from.file, step });
+  if (!found || (state.current && found.row.session === from.session && found.row.file.name === from.file)) return;
+  catalogView.reveal(found.index);
+  openAcquisition(found.row.session, found.row.file.name, found.row.file);
 }
 
 // Runs the drawing path once on small images of both element types, so the
@@ -1319,9 +2084,12 @@ function warmUp() {
 }
 
 async function start() {
+  catalogView = new CatalogView($("acquisition-list"), catalogWorker, renderCatalogRow);
+  catalogView.onDraw = residencyOfNewRows;
   wire();
   warmUp();
   if (state.token) $("auth-info").textContent = "token: from the page address";
+  await catalogWorker.call("init", { token: state.token });
   await loadCapabilities();
   if (state.stopped) return;
   await loadSessions(false);
@@ -1330,9 +2098,11 @@ async function start() {
   setInterval(() => {
     if (!document.hidden) pollResidency();
   }, 3000);
+  pollResidency();
 }
 
 // For the browser test and for curious users in the console.
-window.quantemViewer = { state, realspaceChannel, diffractionChannel, percentiles, renderInto, lookupTable };
+window.quantemViewer = { state, realspaceChannel, diffractionChannel, percentiles, renderInto, lookupTable,
+                         pollAcquisitions, loadSessions, connection, get catalogView() { return catalogView; } };
 
 start();

@@ -145,6 +145,10 @@ Command add_synth(CLI::App& app) {
   command->add_option("--seed", options->synth.seed, "Random seed")->capture_default_str();
   command->add_option("--threads", options->synth.threads, "Worker threads (0: all cores)");
   command->add_option("--prefix", options->synth.prefix, "File name prefix")->capture_default_str();
+  command->add_option("--scan-sampling-A", options->synth.scan_sampling_A,
+                      "Scan step in angstrom, written as entry/data's scan_sampling_A (default: none)");
+  command->add_option("--k-pixel-size-mrad", options->synth.k_pixel_size_mrad,
+                      "Detector pixel in mrad, written as entry/data's k_pixel_size_mrad (default: none)");
   return {command, [options] {
             quantem::synth::SynthOptions& synth = options->synth;
             if (!parse_pair(options->scan, synth.scan_rows, synth.scan_cols)) {

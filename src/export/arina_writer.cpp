@@ -374,6 +374,12 @@ void write_master(const std::string& path, const MasterContents& contents) {
   {
     Hid data = create_group(entry.get(), "data", "NXdata");
     write_data_links(data.get(), contents.shard_basenames);
+    if (contents.scan_sampling_A) {
+      write_attribute(data.get(), "scan_sampling_A", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &*contents.scan_sampling_A);
+    }
+    if (contents.k_pixel_size_mrad) {
+      write_attribute(data.get(), "k_pixel_size_mrad", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &*contents.k_pixel_size_mrad);
+    }
   }
 
   const unsigned bits = static_cast<unsigned>(dtype_size(contents.dtype) * 8);

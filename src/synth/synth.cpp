@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <exception>
@@ -52,6 +53,12 @@ void validate(const SynthOptions& options) {
     throw bad_request("synth: more than " + std::to_string(kMaxShards) + " data files; raise --frames-per-shard");
   }
   if (options.threads > kMaxThreads) throw bad_request("synth: at most " + std::to_string(kMaxThreads) + " threads");
+  for (const auto& [name, value] : {std::pair{"scan_sampling_A", options.scan_sampling_A},
+                                    std::pair{"k_pixel_size_mrad", options.k_pixel_size_mrad}}) {
+    if (value && !(std::isfinite(*value) && *value > 0.0)) {
+      throw bad_request(std::string("synth: ") + name + " must be a positive finite number");
+    }
+  }
 }
 
 std::string data_file_name(const std::string& prefix, std::uint64_t shard_number) {
@@ -230,6 +237,8 @@ SynthReport write_acquisition(const SynthOptions& options) {
   master.saturation_count = model.saturation_count();
   master.pixel_mask = model.pixel_mask();
   master.excluded_pixels = static_cast<std::uint32_t>(model.bad_pixels().size());
+  master.scan_sampling_A = options.scan_sampling_A;
+  master.k_pixel_size_mrad = options.k_pixel_size_mrad;
   // Written aside and renamed: the master appears complete or not at all.
   try {
     arina::write_master(partial_master_path.string(), master);

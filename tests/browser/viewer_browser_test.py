@@ -57,7 +57,7 @@ def missing_tools():
 class Daemon:
     """The real binary on an ephemeral port; stderr kept for inspection."""
 
-    def __init__(self, data_dir, work_dir, extra_args=(), env=None, wait_ready=True):
+    def __init__(self, data_dir, work_dir, extra_args=(), env=None, wait_ready=True, port=0):
         self.port_file = os.path.join(work_dir, f"port-{len(os.listdir(work_dir))}")
         self.log_path = self.port_file + ".log"
         self.log = open(self.log_path, "wb")
@@ -67,7 +67,7 @@ class Daemon:
         environment = dict(os.environ, QUANTEM_GPU_RUNTIME_DIR=runtime, XDG_CACHE_HOME=os.path.join(work_dir, "cache"),
                            **(env or {}))
         self.process = subprocess.Popen(
-            [ARGS.binary, "serve", data_dir, "--backend", "cpu", "--port", "0", "--port-file", self.port_file,
+            [ARGS.binary, "serve", data_dir, "--backend", "cpu", "--port", str(port), "--port-file", self.port_file,
              "--device-budget", "1GiB", *extra_args],
             stdout=self.log, stderr=subprocess.STDOUT, env=environment)
         deadline = time.time() + 60
@@ -95,7 +95,8 @@ class Daemon:
             return response.status, dict(response.headers), response.read()
 
     def output(self):
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         with open(self.log_path, "rb") as log:
             return log.read().decode("utf-8", "replace")
 
@@ -130,6 +131,7 @@ class BrowserCase(unittest.TestCase):
     auth_args = ()
     auth_env = None
     export_dir = False  # serve --export-dir DATA/exports
+    synth_args = ()  # more `synth` options for the demo acquisition (a calibration)
 
     @classmethod
     def setUpClass(cls):
@@ -138,7 +140,7 @@ class BrowserCase(unittest.TestCase):
         session_dir = os.path.join(cls.data, SESSION)
         os.makedirs(session_dir)
         subprocess.run([ARGS.binary, "synth", session_dir, "--prefix", "demo", "--scan", f"{SCAN[0]}x{SCAN[1]}",
-                        "--detector", f"{DETECTOR[0]}x{DETECTOR[1]}", "--preset", "realistic"],
+                        "--detector", f"{DETECTOR[0]}x{DETECTOR[1]}", "--preset", "realistic", *cls.synth_args],
                        check=True, stdout=subprocess.DEVNULL)
         extra_args = tuple(cls.auth_args)
         if cls.export_dir:
@@ -604,7 +606,9 @@ class ViewerWithToken(BrowserCase):
         self.assertIn("--auth token", text)
 
 
-def main():
+def run_main(module):
+    """Runs the unittest cases of `module` (this file's, or another browser
+    test's that imports these helpers) with --binary and --artifacts."""
     global ARGS
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", required=True)
@@ -622,9 +626,9 @@ def main():
         print(f"viewer browser test: {ARGS.binary} is not built", file=sys.stderr)
         return 1
     shutil.rmtree(ARGS.artifacts, ignore_errors=True)  # this run's screenshots only
-    program = unittest.main(argv=[sys.argv[0], *rest], exit=False, verbosity=2)
+    program = unittest.main(module=module, argv=[sys.argv[0], *rest], exit=False, verbosity=2)
     return 0 if program.result.wasSuccessful() else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(sys.modules[__name__]))

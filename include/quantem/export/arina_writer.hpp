@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -140,6 +141,8 @@ struct MasterContents {
   std::uint32_t saturation_count = 0;
   std::vector<std::uint32_t> pixel_mask;  // detector_rows * detector_cols
   std::uint32_t excluded_pixels = 0;
+  std::optional<double> scan_sampling_A;    // entry/data attributes, written when set
+  std::optional<double> k_pixel_size_mrad;
 };
 
 void write_master(const std::string& path, const MasterContents& contents);

@@ -26,6 +26,10 @@ struct SynthOptions {
   std::uint64_t seed = 1;
   unsigned threads = 0;                // 0: hardware concurrency
   std::uint64_t bad_pixels = 3;        // pixels flagged in pixel_mask and written as all-ones
+  // Calibrations written as entry/data attributes when set (the catalog's
+  // scan_sampling_A and k_pixel_size_mrad); absent by default.
+  std::optional<double> scan_sampling_A;
+  std::optional<double> k_pixel_size_mrad;
 };
 
 struct SynthReport {
@@ -53,7 +57,7 @@ std::optional<Preset> preset_from_name(const std::string& name);
 // bitshuffle data through HDF5 on other threads meanwhile.
 //
 // Throws quantem::Error: bad_request for invalid options (empty scan or
-// detector, a side above 4096, more than half the pixels bad, a prefix that is
+// detector, a side above 4096, a calibration that is not a positive finite number, more than half the pixels bad, a prefix that is
 // not a plain file name, more than 999999 data files, more than 1024 threads),
 // io (IoError/HdfError) when a folder or file cannot be created or written.
 SynthReport write_acquisition(const SynthOptions& options);

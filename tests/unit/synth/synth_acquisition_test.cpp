@@ -384,7 +384,41 @@ TEST(SynthAcquisition, RejectsInvalidOptionsAsBadRequest) {
   options.scan_cols = 1000;
   options.frames_per_shard = 1;
   expect_bad_request(options, "too many data files");
+  options = tiny_options(folder.path());
+  options.scan_sampling_A = 0.0;
+  expect_bad_request(options, "a zero scan sampling");
+  options = tiny_options(folder.path());
+  options.k_pixel_size_mrad = std::nan("");
+  expect_bad_request(options, "a NaN detector sampling");
   EXPECT_TRUE(std::filesystem::is_empty(folder.path()));
+}
+
+// The entry/data attribute `name` of a master as a double, or NaN when absent.
+double data_attribute(const std::string& master, const char* name) {
+  double value = std::nan("");
+  const hid_t file = H5Fopen(master.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) return value;
+  if (H5Aexists_by_name(file, "entry/data", name, H5P_DEFAULT) > 0) {
+    const hid_t attribute = H5Aopen_by_name(file, "entry/data", name, H5P_DEFAULT, H5P_DEFAULT);
+    if (H5Aread(attribute, H5T_NATIVE_DOUBLE, &value) < 0) value = std::nan("");
+    H5Aclose(attribute);
+  }
+  H5Fclose(file);
+  return value;
+}
+
+TEST(SynthAcquisition, WritesCalibrationsOnlyWhenGiven) {
+  TempDir plain_folder;
+  const SynthReport plain = write_acquisition(tiny_options(plain_folder.path()));
+  EXPECT_TRUE(std::isnan(data_attribute(plain.master_path, "scan_sampling_A")));
+  EXPECT_TRUE(std::isnan(data_attribute(plain.master_path, "k_pixel_size_mrad")));
+  TempDir calibrated_folder;
+  SynthOptions options = tiny_options(calibrated_folder.path());
+  options.scan_sampling_A = 2.5;
+  options.k_pixel_size_mrad = 0.75;
+  const SynthReport calibrated = write_acquisition(options);
+  EXPECT_EQ(data_attribute(calibrated.master_path, "scan_sampling_A"), 2.5);
+  EXPECT_EQ(data_attribute(calibrated.master_path, "k_pixel_size_mrad"), 0.75);
 }
 
 TEST(SynthAcquisition, ReportsIoErrorsForAnUnwritableOutput) {
