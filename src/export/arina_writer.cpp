@@ -106,15 +106,17 @@ constexpr const char* kBitshuffleFilterName = "bitshuffle; see https://github.co
 
 // ---------------------------------------------------------------------------
 
-File create_file(const std::string& path, DeferredRawWrites* raw_writes) {
+File create_file(const std::string& path, DeferredRawWrites* raw_writes, ChunkIndex index) {
   File file;
   file.failure_ = std::make_unique<detail::WriteFailure>();
   file.path_ = path;
-  // Low bound 1.8: superblock v2 and a version-3 layout message, i.e. the v1
+  // Bounds 1.8: superblock v2 and a version-3 layout message, i.e. the v1
   // B-tree chunk index of real Arina files (1.10 bounds would pick an
-  // extensible array for the unlimited frame axis).
+  // extensible array for the unlimited frame axis). Bounds 1.10 with a fixed
+  // frame axis: a version-4 layout message with a fixed-array index.
   Hid access(detail::make_recording_access_list(file.failure_.get(), raw_writes), H5Pclose);
-  check_status(H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_V18), "H5Pset_libver_bounds");
+  const H5F_libver_t bound = index == ChunkIndex::fixed_array ? H5F_LIBVER_V110 : H5F_LIBVER_V18;
+  check_status(H5Pset_libver_bounds(access.get(), bound, bound), "H5Pset_libver_bounds");
   // The root group takes its object-creation properties from the file-creation
   // list: without this its header carries the creation second, and two runs
   // that straddle a second boundary differ in every file.
@@ -311,14 +313,15 @@ BitshuffleFilterRegistration::~BitshuffleFilterRegistration() {
 
 ShardFile::ShardFile(const std::string& path, std::uint64_t first_image_number, std::uint64_t frames,
                      std::uint64_t detector_rows, std::uint64_t detector_cols, DType dtype,
-                     DeferredRawWrites* raw_writes)
+                     DeferredRawWrites* raw_writes, ChunkIndex index)
     : path_(path), raw_writes_(raw_writes) {
-  file_ = create_file(path, raw_writes);
+  file_ = create_file(path, raw_writes, index);
   Hid entry = create_group(file_.get(), "entry", "NXentry");
   Hid data = create_group(entry.get(), "data", "NXdata");
 
   const std::array<hsize_t, 3> dims = {frames, detector_rows, detector_cols};
-  const std::array<hsize_t, 3> max_dims = {H5S_UNLIMITED, detector_rows, detector_cols};
+  const std::array<hsize_t, 3> max_dims = {index == ChunkIndex::fixed_array ? frames : H5S_UNLIMITED, detector_rows,
+                                           detector_cols};
   const std::array<hsize_t, 3> chunk = {1, detector_rows, detector_cols};
   Hid space(check_id(H5Screate_simple(3, dims.data(), max_dims.data()), "H5Screate_simple"), H5Sclose);
 

@@ -381,7 +381,7 @@ class DataFileWriter {
     file_names_.push_back(data_file_name(layout_.name, file_index + 1));
     shard_ = std::make_unique<arina::ShardFile>(folder_ + "/" + file_names_.back(), first + 1, frames,
                                                 layout_.geometry.detector_rows, layout_.geometry.detector_cols,
-                                                layout_.dtype, &raw_writes_);
+                                                layout_.dtype, &raw_writes_, arina::ChunkIndex::fixed_array);
     file_index_ = file_index;
   }
 
