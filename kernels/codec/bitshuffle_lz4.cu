@@ -25,6 +25,7 @@
 #include "quantem/kernels/bitshuffle_lz4.hpp"
 #include "quantem/kernels/cuda_check.hpp"
 #include "bitshuffle.cuh"
+#include "chunk_layout.cuh"
 #include "lz4_block.cuh"
 #include "../common/tuning.cuh"
 
@@ -47,39 +48,12 @@ const char* chunk_status_name(ChunkStatus status) noexcept {
 
 namespace {
 
-constexpr std::uint32_t kHeaderBytes = 12;
-
-struct ChunkLayout {
-  std::uint64_t elements_per_chunk;
-  std::uint32_t element_size;
-  std::uint32_t block_elements;
-  std::uint32_t full_blocks;
-  std::uint32_t partial_block_elements;  // 0 when there is no partial block
-  std::uint32_t blocks_per_chunk;
-  std::uint32_t tail_elements;           // elements_per_chunk mod 8, stored raw
-};
+constexpr std::uint32_t kHeaderBytes = device::kChunkHeaderBytes;
+using device::ChunkLayout;
 
 ChunkLayout make_layout(const BitshuffleLz4Batch& batch) {
-  if (batch.element_size != 1 && batch.element_size != 2 && batch.element_size != 4)
-    throw bad_request("bitshuffle/LZ4 decode: element size must be 1, 2 or 4 bytes");
-  if (batch.elements_per_chunk == 0) throw bad_request("bitshuffle/LZ4 decode: zero elements per chunk");
-  std::size_t block_elements = batch.block_elements;
-  if (block_elements == 0) block_elements = kMaxBitshuffleBlockBytes / batch.element_size;
-  if (block_elements % 8 != 0 || block_elements * batch.element_size > kMaxBitshuffleBlockBytes)
-    throw bad_request("bitshuffle/LZ4 decode: block size must be a multiple of 8 elements and at most " +
-                      std::to_string(kMaxBitshuffleBlockBytes) + " bytes");
-  ChunkLayout layout{};
-  layout.elements_per_chunk = batch.elements_per_chunk;
-  layout.element_size = static_cast<std::uint32_t>(batch.element_size);
-  layout.block_elements = static_cast<std::uint32_t>(block_elements);
-  const std::uint64_t full_blocks = batch.elements_per_chunk / block_elements;
-  const std::uint64_t remainder = batch.elements_per_chunk % block_elements;
-  if (full_blocks + 1 > 0xffffffffu) throw bad_request("bitshuffle/LZ4 decode: chunk too large");
-  layout.full_blocks = static_cast<std::uint32_t>(full_blocks);
-  layout.partial_block_elements = static_cast<std::uint32_t>(remainder - remainder % 8);
-  layout.blocks_per_chunk = layout.full_blocks + (layout.partial_block_elements > 0 ? 1u : 0u);
-  layout.tail_elements = static_cast<std::uint32_t>(remainder % 8);
-  return layout;
+  return device::make_chunk_layout(batch.elements_per_chunk, batch.element_size, batch.block_elements,
+                                   "bitshuffle/LZ4 decode");
 }
 
 __device__ std::uint32_t load_be32(const std::uint8_t* p) {

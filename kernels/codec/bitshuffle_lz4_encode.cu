@@ -20,6 +20,7 @@
 #include "quantem/kernels/bitshuffle_lz4.hpp"
 #include "quantem/kernels/cuda_check.hpp"
 #include "quantem/kernels/scratch_layout.hpp"
+#include "chunk_layout.cuh"
 #include "lz4_runs.cuh"
 #include "../common/tuning.cuh"
 
@@ -29,61 +30,38 @@ namespace {
 namespace runs = device::lz4_runs;
 namespace tuning = device::tuning;
 
-constexpr std::uint32_t kHeaderBytes = 12;
+constexpr std::uint32_t kHeaderBytes = device::kChunkHeaderBytes;
 constexpr std::uint32_t kLengthFieldBytes = 4;
 constexpr std::uint32_t kMaxMarkWords = (kMaxBitshuffleBlockBytes + 31) / 32;
 
-// How every chunk of a batch is cut into blocks (the CPU reference's rule).
+// The chunks of a batch (the decoder's rule, chunk_layout.cuh), how many
+// blocks the batch holds, and each block's slot in the scratch.
 struct EncodeLayout {
-  std::uint64_t elements_per_chunk;
+  device::ChunkLayout chunk;
   std::uint64_t chunk_count;
   std::uint64_t total_blocks;
-  std::uint32_t element_size;
-  std::uint32_t block_elements;
-  std::uint32_t full_blocks;
-  std::uint32_t partial_block_elements;  // 0 when there is no partial block
-  std::uint32_t blocks_per_chunk;
-  std::uint32_t tail_elements;           // elements_per_chunk mod 8, stored raw
-  std::uint32_t slot_bytes;              // one block's length field + LZ4 bound, 16-byte multiple
+  std::uint32_t slot_bytes;  // one block's length field + LZ4 bound, 16-byte multiple
 };
 
 EncodeLayout make_layout(const BitshuffleLz4EncodeBatch& batch) {
-  const std::size_t element_size = batch.element_size;
-  if (element_size != 1 && element_size != 2 && element_size != 4)
-    throw bad_request("bitshuffle/LZ4 encode: element size must be 1, 2 or 4 bytes");
-  if (batch.elements_per_chunk == 0) throw bad_request("bitshuffle/LZ4 encode: a frame of no elements");
-  const std::size_t block_elements =
-      batch.block_elements == 0 ? kMaxBitshuffleBlockBytes / element_size : batch.block_elements;
-  if (block_elements % 8 != 0 || block_elements * element_size > kMaxBitshuffleBlockBytes)
-    throw bad_request("bitshuffle/LZ4 encode: block of " + std::to_string(block_elements) +
-                      " elements (a multiple of 8 of at most " + std::to_string(kMaxBitshuffleBlockBytes) +
-                      " bytes)");
   EncodeLayout layout{};
-  layout.elements_per_chunk = batch.elements_per_chunk;
+  layout.chunk = device::make_chunk_layout(batch.elements_per_chunk, batch.element_size, batch.block_elements,
+                                           "bitshuffle/LZ4 encode");
   layout.chunk_count = batch.chunk_count;
-  layout.element_size = static_cast<std::uint32_t>(element_size);
-  layout.block_elements = static_cast<std::uint32_t>(block_elements);
-  const std::uint64_t full_blocks = batch.elements_per_chunk / block_elements;
-  if (full_blocks > 0x7fffffffu) throw bad_request("bitshuffle/LZ4 encode: frame too large");
-  const std::uint64_t leftover = batch.elements_per_chunk % block_elements;
-  layout.full_blocks = static_cast<std::uint32_t>(full_blocks);
-  layout.partial_block_elements = static_cast<std::uint32_t>(leftover - leftover % 8);
-  layout.blocks_per_chunk = layout.full_blocks + (layout.partial_block_elements != 0 ? 1u : 0u);
-  layout.tail_elements = static_cast<std::uint32_t>(batch.elements_per_chunk % 8);
-  layout.total_blocks = layout.chunk_count * layout.blocks_per_chunk;
-  const std::uint32_t block_bytes = layout.block_elements * layout.element_size;
+  layout.total_blocks = layout.chunk_count * layout.chunk.blocks_per_chunk;
+  const std::uint32_t block_bytes = layout.chunk.block_elements * layout.chunk.element_size;
   layout.slot_bytes = (kLengthFieldBytes + runs::lz4_bound(block_bytes) + 15u) / 16u * 16u;
   return layout;
 }
 
 std::uint64_t chunk_bound(const EncodeLayout& layout) {
-  const std::uint64_t full = std::uint64_t{layout.full_blocks} *
-                             (kLengthFieldBytes + runs::lz4_bound(layout.block_elements * layout.element_size));
+  const std::uint64_t full = std::uint64_t{layout.chunk.full_blocks} *
+                             (kLengthFieldBytes + runs::lz4_bound(layout.chunk.block_elements * layout.chunk.element_size));
   const std::uint64_t partial =
-      layout.partial_block_elements == 0
+      layout.chunk.partial_block_elements == 0
           ? 0
-          : kLengthFieldBytes + runs::lz4_bound(layout.partial_block_elements * layout.element_size);
-  return kHeaderBytes + full + partial + std::uint64_t{layout.tail_elements} * layout.element_size;
+          : kLengthFieldBytes + runs::lz4_bound(layout.chunk.partial_block_elements * layout.chunk.element_size);
+  return kHeaderBytes + full + partial + std::uint64_t{layout.chunk.tail_elements} * layout.chunk.element_size;
 }
 
 struct EncodeScratch {
@@ -126,10 +104,11 @@ __global__ void __launch_bounds__(tuning::kBslz4EncodeWarpsPerCta * 32)
   const std::uint32_t lane = threadIdx.x % 32;
   for (std::uint64_t block = std::uint64_t{blockIdx.x} * kWarps + warp; block < layout.total_blocks;
        block += std::uint64_t{gridDim.x} * kWarps) {
-    const std::uint64_t chunk = block / layout.blocks_per_chunk;
-    const std::uint32_t in_chunk = static_cast<std::uint32_t>(block % layout.blocks_per_chunk);
-    const std::uint32_t count = in_chunk < layout.full_blocks ? layout.block_elements : layout.partial_block_elements;
-    const auto* in = frames + chunk * layout.elements_per_chunk + std::uint64_t{in_chunk} * layout.block_elements;
+    const std::uint64_t chunk = block / layout.chunk.blocks_per_chunk;
+    const std::uint32_t in_chunk = static_cast<std::uint32_t>(block % layout.chunk.blocks_per_chunk);
+    const std::uint32_t count =
+        in_chunk < layout.chunk.full_blocks ? layout.chunk.block_elements : layout.chunk.partial_block_elements;
+    const auto* in = frames + chunk * layout.chunk.elements_per_chunk + std::uint64_t{in_chunk} * layout.chunk.block_elements;
     runs::bitshuffle_block_warp<kElementBytes>(in, count, shuffled[warp], lane);
     __syncwarp();
     const std::uint32_t bytes = count * kElementBytes;
@@ -151,9 +130,9 @@ __global__ void chunk_sizes_kernel(EncodeLayout layout, const std::uint32_t* __r
                                    unsigned long long* chunk_sizes) {
   const std::uint64_t chunk = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (chunk >= layout.chunk_count) return;
-  std::uint64_t bytes = kHeaderBytes + std::uint64_t{layout.tail_elements} * layout.element_size;
-  const std::uint32_t* sizes = block_sizes + chunk * layout.blocks_per_chunk;
-  for (std::uint32_t b = 0; b < layout.blocks_per_chunk; ++b) bytes += sizes[b];
+  std::uint64_t bytes = kHeaderBytes + std::uint64_t{layout.chunk.tail_elements} * layout.chunk.element_size;
+  const std::uint32_t* sizes = block_sizes + chunk * layout.chunk.blocks_per_chunk;
+  for (std::uint32_t b = 0; b < layout.chunk.blocks_per_chunk; ++b) bytes += sizes[b];
   chunk_sizes[chunk] = bytes;
 }
 
@@ -164,24 +143,24 @@ __global__ void __launch_bounds__(tuning::kBslz4GatherWarpsPerCta * 32)
                          const unsigned long long* __restrict__ offsets, std::uint8_t* out) {
   constexpr int kWarps = tuning::kBslz4GatherWarpsPerCta;
   const std::uint32_t lane = threadIdx.x % 32;
-  const std::uint64_t frame_bytes = layout.elements_per_chunk * layout.element_size;
+  const std::uint64_t frame_bytes = layout.chunk.elements_per_chunk * layout.chunk.element_size;
   for (std::uint64_t chunk = std::uint64_t{blockIdx.x} * kWarps + threadIdx.x / 32; chunk < layout.chunk_count;
        chunk += std::uint64_t{gridDim.x} * kWarps) {
     std::uint8_t* at = out + offsets[chunk];
     if (lane < 8) at[lane] = static_cast<std::uint8_t>(frame_bytes >> (8 * (7 - lane)));
     if (lane >= 8 && lane < kHeaderBytes) {
-      const std::uint32_t block_bytes = layout.block_elements * layout.element_size;
+      const std::uint32_t block_bytes = layout.chunk.block_elements * layout.chunk.element_size;
       at[lane] = static_cast<std::uint8_t>(block_bytes >> (8 * (kHeaderBytes - 1 - lane)));
     }
     std::uint64_t position = kHeaderBytes;
-    for (std::uint32_t b = 0; b < layout.blocks_per_chunk; ++b) {
-      const std::uint64_t block = chunk * layout.blocks_per_chunk + b;
+    for (std::uint32_t b = 0; b < layout.chunk.blocks_per_chunk; ++b) {
+      const std::uint64_t block = chunk * layout.chunk.blocks_per_chunk + b;
       const std::uint32_t size = block_sizes[block];
       const std::uint8_t* slot = slots + block * layout.slot_bytes;
       for (std::uint32_t i = lane; i < size; i += 32) at[position + i] = slot[i];
       position += size;
     }
-    const std::uint32_t tail_bytes = layout.tail_elements * layout.element_size;
+    const std::uint32_t tail_bytes = layout.chunk.tail_elements * layout.chunk.element_size;
     const std::uint8_t* tail = frames + (chunk + 1) * frame_bytes - tail_bytes;
     for (std::uint32_t i = lane; i < tail_bytes; i += 32) at[position + i] = tail[i];
   }
@@ -227,7 +206,7 @@ void encode_bitshuffle_lz4(const BitshuffleLz4EncodeBatch& batch, void* d_scratc
   auto* slots = scratch_part<std::uint8_t>(d_scratch, s.slots);
   auto* block_sizes = scratch_part<std::uint32_t>(d_scratch, s.block_sizes);
   auto* chunk_sizes = scratch_part<unsigned long long>(d_scratch, s.chunk_sizes);
-  switch (layout.element_size) {
+  switch (layout.chunk.element_size) {
     case 1: launch_encode_blocks<1>(batch, layout, slots, block_sizes, stream); break;
     case 2: launch_encode_blocks<2>(batch, layout, slots, block_sizes, stream); break;
     default: launch_encode_blocks<4>(batch, layout, slots, block_sizes, stream); break;

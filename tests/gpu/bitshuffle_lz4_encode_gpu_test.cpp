@@ -75,48 +75,6 @@ Bytes decode_on_cpu(const Bytes& chunk, std::size_t element_size, std::size_t el
   return out;
 }
 
-std::vector<Bytes> decode_on_gpu(const std::vector<Bytes>& chunks, std::size_t element_size, std::size_t elements,
-                                 std::size_t block_elements, std::vector<kernels::ChunkStatus>& status) {
-  Bytes staged;
-  std::vector<std::uint64_t> offsets;
-  std::vector<std::uint32_t> sizes;
-  for (const Bytes& chunk : chunks) {
-    offsets.push_back(staged.size());
-    sizes.push_back(static_cast<std::uint32_t>(chunk.size()));
-    staged.insert(staged.end(), chunk.begin(), chunk.end());
-  }
-  const std::size_t frame_bytes = elements * element_size;
-  kernels::DeviceBuffer d_stored(staged.size()), d_offsets(offsets.size() * 8), d_sizes(sizes.size() * 4);
-  kernels::DeviceBuffer d_decoded(chunks.size() * frame_bytes), d_status(chunks.size() * 4);
-  kernels::copy_to_device(d_stored.data(), staged.data(), staged.size());
-  kernels::copy_to_device(d_offsets.data(), offsets.data(), d_offsets.size());
-  kernels::copy_to_device(d_sizes.data(), sizes.data(), d_sizes.size());
-  kernels::BitshuffleLz4Batch batch;
-  batch.d_stored = d_stored.as<std::uint8_t>();
-  batch.stored_bytes = staged.size();
-  batch.d_chunk_offsets = d_offsets.as<std::uint64_t>();
-  batch.d_chunk_sizes = d_sizes.as<std::uint32_t>();
-  batch.chunk_count = chunks.size();
-  batch.element_size = element_size;
-  batch.elements_per_chunk = elements;
-  batch.block_elements = block_elements;
-  batch.d_decoded = d_decoded.as<std::uint8_t>();
-  batch.d_status = d_status.as<std::uint32_t>();
-  kernels::DeviceBuffer d_scratch(std::max<std::size_t>(kernels::bitshuffle_lz4_scratch_bytes(batch), 1));
-  kernels::decode_bitshuffle_lz4(batch, d_scratch.data(), d_scratch.size(), nullptr);
-  kernels::synchronize_device();
-  Bytes all(d_decoded.size());
-  kernels::copy_to_host(all.data(), d_decoded.data(), all.size());
-  status.assign(chunks.size(), kernels::ChunkStatus::ok);
-  kernels::copy_to_host(status.data(), d_status.data(), d_status.size());
-  std::vector<Bytes> frames;
-  for (std::size_t i = 0; i < chunks.size(); ++i) {
-    frames.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(i * frame_bytes),
-                        all.begin() + static_cast<std::ptrdiff_t>((i + 1) * frame_bytes));
-  }
-  return frames;
-}
-
 std::uint32_t read_u32_be(const std::uint8_t* at) {
   return (std::uint32_t{at[0]} << 24) | (std::uint32_t{at[1]} << 16) | (std::uint32_t{at[2]} << 8) | at[3];
 }
@@ -184,14 +142,13 @@ TEST(BitshuffleLz4GpuEncode, EveryChunkDecodesToItsFrameOnTheCpuAndTheGpuAndIsTh
       frames.push_back(gpu_test::random_frame(rng, c.elements, c.element_size, pattern));
     }
     const std::vector<Bytes> chunks = encode_on_gpu(frames, c.element_size, c.elements, c.block_elements);
-    std::vector<kernels::ChunkStatus> status;
-    const std::vector<Bytes> gpu = decode_on_gpu(chunks, c.element_size, c.elements, c.block_elements, status);
+    const gpu_test::GpuDecodeResult gpu = gpu_test::decode_on_gpu(chunks, c.element_size, c.elements, c.block_elements);
     for (std::size_t i = 0; i < frames.size(); ++i) {
       const std::string what = kPatterns[i] + " " + std::to_string(c.elements) + " x " +
                                std::to_string(c.element_size) + " bytes, block " + std::to_string(c.block_elements);
       EXPECT_EQ(decode_on_cpu(chunks[i], c.element_size, c.elements), frames[i]) << what;
-      EXPECT_EQ(status[i], kernels::ChunkStatus::ok) << what;
-      EXPECT_EQ(gpu[i], frames[i]) << what;
+      EXPECT_EQ(gpu.status[i], kernels::ChunkStatus::ok) << what;
+      EXPECT_EQ(gpu.frames[i], frames[i]) << what;
       expect_blocks_are_the_references(chunks[i], frames[i], c.element_size, c.elements, c.block_elements, what);
     }
   }

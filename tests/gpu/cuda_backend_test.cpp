@@ -287,18 +287,23 @@ TEST(CudaBackend, LoadsH5pyFixturesExactlyAsH5pyReadsThemAndLikeTheCpuBackend) {
   }
 }
 
+// Synthesized acquisitions of every dtype and preset the loads and exports are checked on.
+struct SynthCase {
+  std::string prefix;
+  DType dtype;
+  synth::Preset preset;
+};
+std::vector<SynthCase> synthesized_cases() {
+  return {{"realistic16", DType::uint16, synth::Preset::realistic},
+          {"dense32", DType::uint32, synth::Preset::dense},
+          {"sparse8", DType::uint8, synth::Preset::sparse}};
+}
+
 TEST(CudaBackend, LoadsSynthesizedAcquisitionsLikeTheCpuBackend) {
   QUANTEM_REQUIRE_CUDA_DEVICE();
   TempDir dir;
   const auto cpu = cpu_backend();
-  struct Case {
-    std::string prefix;
-    DType dtype;
-    synth::Preset preset;
-  };
-  for (const Case& c : {Case{"realistic16", DType::uint16, synth::Preset::realistic},
-                        Case{"dense32", DType::uint32, synth::Preset::dense},
-                        Case{"sparse8", DType::uint8, synth::Preset::sparse}}) {
+  for (const SynthCase& c : synthesized_cases()) {
     // 13 x 16 scan, 40 x 38 detector, three shards whose boundaries fall inside groups.
     const catalog::Acquisition acquisition =
         synthesize(dir, c.prefix, 13, 40, c.dtype, c.preset, /*frames_per_shard=*/90);
@@ -639,14 +644,7 @@ TEST(CudaBackend, ExportChunksDecodeToTheCpuBackendsFramesForEveryPlan) {
   QUANTEM_REQUIRE_CUDA_DEVICE();
   TempDir dir;
   const auto cpu = cpu_backend();
-  struct Case {
-    std::string prefix;
-    DType dtype;
-    synth::Preset preset;
-  };
-  for (const Case& c : {Case{"realistic16", DType::uint16, synth::Preset::realistic},
-                        Case{"dense32", DType::uint32, synth::Preset::dense},
-                        Case{"sparse8", DType::uint8, synth::Preset::sparse}}) {
+  for (const SynthCase& c : synthesized_cases()) {
     const catalog::Acquisition acquisition = synthesize(dir, c.prefix, 13, 40, c.dtype, c.preset, 90);
     const auto cpu_resident = load(*cpu, acquisition);
     const std::vector<plan::BrowsePlan> plans = {

@@ -2,6 +2,7 @@
 
 #include <hdf5.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace quantem::gpu_test {
@@ -69,5 +70,58 @@ std::vector<std::uint8_t> random_frame(std::mt19937_64& rng, std::size_t element
   }
   return bytes;
 }
+
+GpuDecodeResult decode_on_gpu(const std::vector<Bytes>& chunks, std::size_t element_size, std::size_t elements,
+                              std::size_t block_elements, bool staged_backwards,
+                              const kernels::BitshuffleLz4Tuning& tuning) {
+  Bytes staged;
+  std::vector<std::uint64_t> offsets(chunks.size());
+  std::vector<std::uint32_t> sizes(chunks.size());
+  for (std::size_t k = 0; k < chunks.size(); ++k) {
+    const std::size_t i = staged_backwards ? chunks.size() - 1 - k : k;
+    offsets[i] = staged.size();
+    sizes[i] = static_cast<std::uint32_t>(chunks[i].size());
+    staged.insert(staged.end(), chunks[i].begin(), chunks[i].end());
+  }
+  const std::size_t frame_bytes = elements * element_size;
+  kernels::DeviceBuffer d_stored(std::max<std::size_t>(staged.size(), 1));
+  kernels::DeviceBuffer d_offsets(offsets.size() * sizeof(std::uint64_t));
+  kernels::DeviceBuffer d_sizes(sizes.size() * sizeof(std::uint32_t));
+  kernels::DeviceBuffer d_decoded(chunks.size() * frame_bytes);
+  kernels::DeviceBuffer d_status(chunks.size() * sizeof(std::uint32_t));
+  kernels::copy_to_device(d_stored.data(), staged.data(), staged.size());
+  kernels::copy_to_device(d_offsets.data(), offsets.data(), d_offsets.size());
+  kernels::copy_to_device(d_sizes.data(), sizes.data(), d_sizes.size());
+  kernels::fill_device(d_decoded.data(), 0xA5, d_decoded.size());  // poison: every byte must be written
+  kernels::fill_device(d_status.data(), 0xFF, d_status.size());
+
+  kernels::BitshuffleLz4Batch batch;
+  batch.d_stored = d_stored.as<std::uint8_t>();
+  batch.stored_bytes = staged.size();
+  batch.d_chunk_offsets = d_offsets.as<std::uint64_t>();
+  batch.d_chunk_sizes = d_sizes.as<std::uint32_t>();
+  batch.chunk_count = chunks.size();
+  batch.element_size = element_size;
+  batch.elements_per_chunk = elements;
+  batch.block_elements = block_elements;
+  batch.d_decoded = d_decoded.as<std::uint8_t>();
+  batch.d_status = d_status.as<std::uint32_t>();
+  kernels::DeviceBuffer d_scratch(std::max<std::size_t>(kernels::bitshuffle_lz4_scratch_bytes(batch), 1));
+  kernels::decode_bitshuffle_lz4(batch, d_scratch.data(), d_scratch.size(), nullptr, tuning);
+  kernels::synchronize_device();
+
+  GpuDecodeResult result;
+  Bytes all(d_decoded.size());
+  kernels::copy_to_host(all.data(), d_decoded.data(), all.size());
+  std::vector<std::uint32_t> status(chunks.size());
+  kernels::copy_to_host(status.data(), d_status.data(), d_status.size());
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    result.frames.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(i * frame_bytes),
+                               all.begin() + static_cast<std::ptrdiff_t>((i + 1) * frame_bytes));
+    result.status.push_back(static_cast<kernels::ChunkStatus>(status[i]));
+  }
+  return result;
+}
+
 
 }  // namespace quantem::gpu_test

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "quantem/kernels/bitshuffle_lz4.hpp"
 #include "quantem/kernels/device.hpp"
 
 // Skips the current test when the machine has no usable CUDA device (CI).
@@ -38,5 +39,20 @@ StoredDataset read_stored_dataset(const std::string& path, const std::string& da
 // Little-endian element helpers.
 std::vector<std::uint8_t> random_frame(std::mt19937_64& rng, std::size_t elements, std::size_t element_size,
                                        const std::string& pattern);
+
+using Bytes = std::vector<std::uint8_t>;
+
+struct GpuDecodeResult {
+  std::vector<Bytes> frames;
+  std::vector<kernels::ChunkStatus> status;
+};
+
+// Packs the chunks back to back (no alignment, as a staging buffer would) and
+// decodes them in one batch on the GPU. staged_backwards: the last chunk first
+// in the buffer (offsets descending: the decoder cannot record sequences per
+// block and every block takes the warp-at-a-time path).
+GpuDecodeResult decode_on_gpu(const std::vector<Bytes>& chunks, std::size_t element_size, std::size_t elements,
+                              std::size_t block_elements = 0, bool staged_backwards = false,
+                              const kernels::BitshuffleLz4Tuning& tuning = {});
 
 }  // namespace quantem::gpu_test
