@@ -16,7 +16,8 @@
 #include <spdlog/spdlog.h>
 
 #include "dataset_storage.hpp"
-#include "hdf5_handles.hpp"
+#include "quantem/hdf5/error.hpp"
+#include "quantem/hdf5/read.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/core/text.hpp"
 

@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "quantem/export/arina_writer.hpp"
+#include "quantem/hdf5/error.hpp"
 #include "quantem/codec/chunk_codec.hpp"
 #include "quantem/core/clock.hpp"
 #include "quantem/core/error.hpp"
@@ -201,7 +202,7 @@ SynthReport write_acquisition(const SynthOptions& options) {
   report.frames = frames;
   report.dense_bytes = frames * model.frame_bytes();
 
-  arina::HdfErrorSilencer silence_hdf5;
+  hdf5::ErrorSilencer silence_hdf5;
   arina::BitshuffleFilterRegistration filter_registration;
   std::vector<std::string> shard_names;
   {
