@@ -214,30 +214,12 @@ class MasterInspection {
 
  private:
   LoadStatus check_master(const StatResult& master_stat) {
-    const std::string& m = acq_.master_path;
-    if (master_stat.error == ENOENT || master_stat.error == ENOTDIR) {
-      return not_ready("master file is missing: " + m,
-                       "Wait for the master file to be atomically renamed into place, then poll again.");
-    }
-    if (master_stat.error != 0) {
-      return not_ready("master file cannot be inspected: " + m + " (" + std::strerror(master_stat.error) + ")",
-                       kActionPermissions);
-    }
-    if (master_stat.info.st_size == 0) {
-      return not_ready("master file is empty: " + m,
-                       "Wait for the master HDF5 header to finish writing, then poll again.");
-    }
-    const std::string not_hdf5_action =
-        "Wait for the master writer to close or flush the file, then poll again; recopy it if the error persists.";
-    if (!S_ISREG(master_stat.info.st_mode)) {
-      return not_ready("master file is not readable HDF5: " + m + " (" +
-                           (S_ISDIR(master_stat.info.st_mode) ? "Is a directory" : "not a regular file") + ")",
-                       not_hdf5_action);
-    }
-    try {
-      master_ = hdf5::File::open_read_only(m);
-    } catch (const HdfError& e) {
-      return not_ready("master file is not readable HDF5: " + m + " (" + hdf5_message(e) + ")", not_hdf5_action);
+    static const FileTexts kMasterTexts{
+        "master file", "Wait for the master file to be atomically renamed into place, then poll again.",
+        "Wait for the master HDF5 header to finish writing, then poll again.",
+        "Wait for the master writer to close or flush the file, then poll again; recopy it if the error persists."};
+    if (LoadStatus status = open_file(acq_.master_path, master_stat, kMasterTexts, master_); !status.loadable) {
+      return status;
     }
     LoadStatus status;
     try {
@@ -248,7 +230,7 @@ class MasterInspection {
     try {
       read_metadata();
     } catch (const std::exception& e) {
-      spdlog::warn("catalog: {}: metadata: {}", m, e.what());
+      spdlog::warn("catalog: {}: metadata: {}", acq_.master_path, e.what());
     }
     if (status.loadable) status = check_derived();
     if (status.loadable) status = check_stability();
@@ -480,31 +462,44 @@ class MasterInspection {
   // A source's linked file: it exists, is a regular file, is not empty and
   // opens as HDF5 (into `opened`).
   LoadStatus open_linked_file(Shard& shard, hdf5::File& opened) {
-    const std::string& f = shard.file_path;
-    const StatResult linked = stat_path(f);
-    if (linked.error == ENOENT || linked.error == ENOTDIR) {
-      return not_ready("linked detector file is missing: " + f,
-                       "Finish copying or writing the linked detector file next to the master, then poll again.");
-    }
-    if (linked.error != 0) {
-      return not_ready("linked detector file cannot be inspected: " + f + " (" + std::strerror(linked.error) + ")",
+    static const FileTexts kLinkedTexts{
+        "linked detector file",
+        "Finish copying or writing the linked detector file next to the master, then poll again.",
+        "Wait for the linked detector HDF5 file to finish writing, then poll again.", kActionLinkedFileNotReadable};
+    const StatResult linked = stat_path(shard.file_path);
+    if (linked.error == 0) shard.exists = true;
+    return open_file(shard.file_path, linked, kLinkedTexts, opened);
+  }
+
+  // What the readiness texts of a file's checks say: "<kind> is missing: ..."
+  // and the actions for a missing, an empty and an unreadable file.
+  struct FileTexts {
+    const char* kind;
+    const char* missing_action;
+    const char* empty_action;
+    const char* not_readable_action;
+  };
+
+  // A file the inspection reads: it exists (as `stat` found it), is a regular
+  // file, is not empty and opens as HDF5 (into `opened`).
+  static LoadStatus open_file(const std::string& path, const StatResult& stat, const FileTexts& texts,
+                              hdf5::File& opened) {
+    const std::string kind = texts.kind;
+    if (stat.error == ENOENT || stat.error == ENOTDIR) return not_ready(kind + " is missing: " + path, texts.missing_action);
+    if (stat.error != 0) {
+      return not_ready(kind + " cannot be inspected: " + path + " (" + std::strerror(stat.error) + ")",
                        kActionPermissions);
     }
-    shard.exists = true;
-    if (linked.info.st_size == 0) {
-      return not_ready("linked detector file is empty: " + f,
-                       "Wait for the linked detector HDF5 file to finish writing, then poll again.");
-    }
-    if (!S_ISREG(linked.info.st_mode)) {
-      return not_ready("linked detector file is not readable HDF5: " + f + " (" +
-                           (S_ISDIR(linked.info.st_mode) ? "Is a directory" : "not a regular file") + ")",
-                       kActionLinkedFileNotReadable);
+    if (stat.info.st_size == 0) return not_ready(kind + " is empty: " + path, texts.empty_action);
+    if (!S_ISREG(stat.info.st_mode)) {
+      return not_ready(kind + " is not readable HDF5: " + path + " (" +
+                           (S_ISDIR(stat.info.st_mode) ? "Is a directory" : "not a regular file") + ")",
+                       texts.not_readable_action);
     }
     try {
-      opened = hdf5::File::open_read_only(f);
+      opened = hdf5::File::open_read_only(path);
     } catch (const HdfError& e) {
-      return not_ready("linked detector file is not readable HDF5: " + f + " (" + hdf5_message(e) + ")",
-                       kActionLinkedFileNotReadable);
+      return not_ready(kind + " is not readable HDF5: " + path + " (" + hdf5_message(e) + ")", texts.not_readable_action);
     }
     return {true, {}, {}};
   }

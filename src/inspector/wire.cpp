@@ -337,7 +337,11 @@ std::string storage_request(const std::string& file_path, const std::string& dat
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-catalog::ShardStorage parse_storage_reply(const std::string& line) {
+namespace {
+
+// A reply line as JSON: an object of one member, not the worker's "error"
+// (a request it could not parse, which the daemon never sends: internal).
+json parse_reply_object(const std::string& line) {
   if (line.size() > kMaxLineBytes) throw malformed("the reply is too long");
   const json reply = json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (reply.is_discarded()) throw malformed("the reply is not JSON");
@@ -347,6 +351,13 @@ catalog::ShardStorage parse_storage_reply(const std::string& line) {
     throw Error(ErrorKind::internal,
                 "the inspector refused the request: " + (message.is_string() ? message.get<std::string>() : message.dump()));
   }
+  return reply;
+}
+
+}  // namespace
+
+catalog::ShardStorage parse_storage_reply(const std::string& line) {
+  const json reply = parse_reply_object(line);
   if (reply.contains("failed")) {
     const json& failed = reply["failed"];
     const std::string kind = string_of(failed, "kind");
@@ -364,15 +375,7 @@ std::string inspect_request(const std::string& master_path) {
 }
 
 catalog::Acquisition parse_reply(const std::string& line, const std::string& requested_path) {
-  if (line.size() > kMaxLineBytes) throw malformed("the reply is too long");
-  const json reply = json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (reply.is_discarded()) throw malformed("the reply is not JSON");
-  if (!reply.is_object() || reply.size() != 1) throw malformed("the reply is not an object with one member");
-  if (reply.contains("error")) {
-    const json& message = reply["error"];
-    throw Error(ErrorKind::internal,
-                "the inspector refused the request: " + (message.is_string() ? message.get<std::string>() : message.dump()));
-  }
+  const json reply = parse_reply_object(line);
   catalog::Acquisition acquisition = acquisition_from_json(member(reply, "acquisition"));
   if (acquisition.master_path != requested_path) throw malformed("an acquisition of another master");
   return acquisition;
