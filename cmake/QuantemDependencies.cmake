@@ -33,10 +33,11 @@ else()
   target_link_libraries(quantem_httplib INTERFACE PkgConfig::HTTPLIB)
 endif()
 
-add_library(quantem_hdf5 INTERFACE)
-target_include_directories(quantem_hdf5 SYSTEM INTERFACE ${HDF5_INCLUDE_DIRS})
-target_link_libraries(quantem_hdf5 INTERFACE ${HDF5_C_LIBRARIES})
-target_compile_definitions(quantem_hdf5 INTERFACE ${HDF5_DEFINITIONS} H5_USE_110_API)
+# The HDF5 C library; components reach it through quantem_hdf5 (src/hdf5).
+add_library(quantem_libhdf5 INTERFACE)
+target_include_directories(quantem_libhdf5 SYSTEM INTERFACE ${HDF5_INCLUDE_DIRS})
+target_link_libraries(quantem_libhdf5 INTERFACE ${HDF5_C_LIBRARIES})
+target_compile_definitions(quantem_libhdf5 INTERFACE ${HDF5_DEFINITIONS} H5_USE_110_API)
 pkg_check_modules(FFTW3 REQUIRED IMPORTED_TARGET fftw3)
 
 # libsystemd (Debian libsystemd-dev): sd_notify for the Type=notify user unit

@@ -16,7 +16,8 @@
 #include <spdlog/spdlog.h>
 
 #include "dataset_storage.hpp"
-#include "hdf5_handles.hpp"
+#include "quantem/hdf5/error.hpp"
+#include "quantem/hdf5/read.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/core/text.hpp"
 
@@ -37,6 +38,8 @@ LoadStatus not_ready(std::string reason, std::string action) { return {false, st
 
 const char* kActionPermissions = "Fix file permissions or storage availability, then poll again.";
 const char* kActionWaitChunks = "Wait for the remaining detector frames or chunks to finish writing, then poll again.";
+const char* kActionLinkedFileNotReadable =
+    "Wait for the detector writer to close or flush the file, then poll again; recopy it if the error persists.";
 
 // --- paths and stat ---
 
@@ -211,30 +214,12 @@ class MasterInspection {
 
  private:
   LoadStatus check_master(const StatResult& master_stat) {
-    const std::string& m = acq_.master_path;
-    if (master_stat.error == ENOENT || master_stat.error == ENOTDIR) {
-      return not_ready("master file is missing: " + m,
-                       "Wait for the master file to be atomically renamed into place, then poll again.");
-    }
-    if (master_stat.error != 0) {
-      return not_ready("master file cannot be inspected: " + m + " (" + std::strerror(master_stat.error) + ")",
-                       kActionPermissions);
-    }
-    if (master_stat.info.st_size == 0) {
-      return not_ready("master file is empty: " + m,
-                       "Wait for the master HDF5 header to finish writing, then poll again.");
-    }
-    const std::string not_hdf5_action =
-        "Wait for the master writer to close or flush the file, then poll again; recopy it if the error persists.";
-    if (!S_ISREG(master_stat.info.st_mode)) {
-      return not_ready("master file is not readable HDF5: " + m + " (" +
-                           (S_ISDIR(master_stat.info.st_mode) ? "Is a directory" : "not a regular file") + ")",
-                       not_hdf5_action);
-    }
-    try {
-      master_ = hdf5::File::open_read_only(m);
-    } catch (const HdfError& e) {
-      return not_ready("master file is not readable HDF5: " + m + " (" + hdf5_message(e) + ")", not_hdf5_action);
+    static const FileTexts kMasterTexts{
+        "master file", "Wait for the master file to be atomically renamed into place, then poll again.",
+        "Wait for the master HDF5 header to finish writing, then poll again.",
+        "Wait for the master writer to close or flush the file, then poll again; recopy it if the error persists."};
+    if (LoadStatus status = open_file(acq_.master_path, master_stat, kMasterTexts, master_); !status.loadable) {
+      return status;
     }
     LoadStatus status;
     try {
@@ -245,7 +230,7 @@ class MasterInspection {
     try {
       read_metadata();
     } catch (const std::exception& e) {
-      spdlog::warn("catalog: {}: metadata: {}", m, e.what());
+      spdlog::warn("catalog: {}: metadata: {}", acq_.master_path, e.what());
     }
     if (status.loadable) status = check_derived();
     if (status.loadable) status = check_stability();
@@ -289,8 +274,32 @@ class MasterInspection {
   // source on its own, then the sources against each other (detector shape,
   // dtype, scan_shape) and the stored frames against the expected count.
   LoadStatus check_headers() {
-    const hid_t master = master_.id();
     read_frame_metadata();
+    if (LoadStatus status = find_sources(); !status.loadable) return status;
+    if (LoadStatus status = check_frame_metadata(); !status.loadable) return status;
+    // Each source on its own (check_source), in name order; the first failure is the status.
+    for (std::size_t i = 0; i < acq_.shards.size(); ++i) {
+      LoadStatus status = check_source(acq_.shards[i]);
+      if (!status.loadable) return status;
+    }
+    all_sources_read_ = true;
+    if (LoadStatus status = check_sources_agree(); !status.loadable) return status;
+    std::set<ScanShape> scan_shapes = collect_scan_shapes();
+    if (scan_shapes.size() > 1) {
+      std::string list;
+      for (const auto& shape : scan_shapes) list += (list.empty() ? "" : ", ") + scan_shape_text(shape);
+      return not_ready("detector sources have inconsistent scan_shape metadata: " + list,
+                       "Repair the conflicting scan_shape attributes, or pass the correct explicit scan_shape after "
+                       "confirming the acquisition layout.");
+    }
+    if (LoadStatus status = check_stored_frames(scan_shapes); !status.loadable) return status;
+    return check_storage();
+  }
+
+  // The entry/data group and its data sources (data_NNNNNN links in name
+  // order, else an inline entry/data/data), resolved into shards.
+  LoadStatus find_sources() {
+    const hid_t master = master_.id();
     if (hdf5::object_type(master, "entry/data") != H5O_TYPE_GROUP) {
       return not_ready("master is missing the entry/data group",
                        "Wait for acquisition to finish, or recopy a complete master file.");
@@ -307,27 +316,26 @@ class MasterInspection {
                        "Wait for detector data links to finish writing, or recopy the complete acquisition group.");
     }
     resolve_shards(names);
+    return {true, {}, {}};
+  }
 
-    // ntrigger and nimages, when the master has them, are positive.
-    if (raw_ntrigger_) {
-      if (*raw_ntrigger_ < 1) {
-        return not_ready("master ntrigger metadata is not positive: " + std::to_string(*raw_ntrigger_),
-                         "Wait for acquisition metadata to finish writing, or repair ntrigger before loading.");
-      }
-      if (raw_nimages_ < 1) {
-        return not_ready("master nimages metadata is not positive: " + std::to_string(raw_nimages_),
-                         "Wait for acquisition metadata to finish writing, or repair nimages before loading.");
-      }
+  // ntrigger and nimages, when the master has them, are positive.
+  LoadStatus check_frame_metadata() const {
+    if (!raw_ntrigger_) return {true, {}, {}};
+    if (*raw_ntrigger_ < 1) {
+      return not_ready("master ntrigger metadata is not positive: " + std::to_string(*raw_ntrigger_),
+                       "Wait for acquisition metadata to finish writing, or repair ntrigger before loading.");
     }
-
-    // Each source on its own (check_source), in name order; the first failure is the status.
-    for (std::size_t i = 0; i < acq_.shards.size(); ++i) {
-      LoadStatus status = check_source(acq_.shards[i]);
-      if (!status.loadable) return status;
+    if (raw_nimages_ < 1) {
+      return not_ready("master nimages metadata is not positive: " + std::to_string(raw_nimages_),
+                       "Wait for acquisition metadata to finish writing, or repair nimages before loading.");
     }
-    all_sources_read_ = true;
+    return {true, {}, {}};
+  }
 
-    // Every source has the same detector shape and the same dtype.
+  // Every source has the same detector shape and the same dtype; sets the
+  // acquisition's detector shape, dtype and stored frames.
+  LoadStatus check_sources_agree() {
     std::set<Shape2D> detector_shapes;
     std::set<std::string> dtypes;
     std::uint64_t stored = 0;
@@ -353,27 +361,28 @@ class MasterInspection {
     acq_.detector_rows = detector_shapes.begin()->rows;
     acq_.detector_cols = detector_shapes.begin()->cols;
     acq_.dtype = sources_.front().dtype;
+    return {true, {}, {}};
+  }
 
-    // Every scan_shape attribute (the master's, entry/data's, each source's) must agree.
+  // Every scan_shape attribute: the master's, entry/data's, each source's.
+  std::set<ScanShape> collect_scan_shapes() const {
     std::set<ScanShape> scan_shapes;
     const auto collect = [&](hid_t object) {
       if (const auto value = attribute_value(object, "scan_shape")) {
         if (const auto shape = as_scan_shape(*value)) scan_shapes.insert(*shape);
       }
     };
-    collect(master);
+    collect(master_.id());
     collect(data_group_.id());
     for (const auto& attrs : source_scan_shapes_) {
       if (attrs) scan_shapes.insert(*attrs);
     }
-    if (scan_shapes.size() > 1) {
-      std::string list;
-      for (const auto& shape : scan_shapes) list += (list.empty() ? "" : ", ") + scan_shape_text(shape);
-      return not_ready("detector sources have inconsistent scan_shape metadata: " + list,
-                       "Repair the conflicting scan_shape attributes, or pass the correct explicit scan_shape after "
-                       "confirming the acquisition layout.");
-    }
+    return scan_shapes;
+  }
 
+  // Some frames are stored, and exactly as many as the metadata expects
+  // (ntrigger x nimages, else the one scan_shape) when it says.
+  LoadStatus check_stored_frames(const std::set<ScanShape>& scan_shapes) {
     std::string basis;
     if (acq_.ntrigger) {
       acq_.expected_frames = *acq_.ntrigger * *acq_.nimages;
@@ -384,9 +393,7 @@ class MasterInspection {
       acq_.expected_frames = shape.rows * shape.cols;
       basis = "HDF5 scan_shape=" + scan_shape_text(shape);
     }
-
-    // Some frames are stored, and exactly as many as the metadata expects
-    // (ntrigger x nimages, else scan_shape) when it says.
+    const std::uint64_t stored = acq_.stored_frames;
     if (stored == 0) {
       return not_ready("detector sources contain zero stored frames",
                        "Wait for detector frames to be written, then poll again.");
@@ -399,7 +406,7 @@ class MasterInspection {
                            : "Pass the correct explicit scan_shape or repair the master frame-count metadata before "
                              "loading.");
     }
-    return check_storage();
+    return {true, {}, {}};
   }
 
   // Reads every source's link value so that the signature and size cover
@@ -434,57 +441,79 @@ class MasterInspection {
   LoadStatus check_source(Shard& shard) {
     hdf5::File external_file;
     hid_t file = master_.id();
-    std::string dataset_path = shard.dataset_path;
-    const std::string& f = shard.file_path;
-    const std::string& d = shard.dataset_path;
     if (shard.external) {
-      const StatResult linked = stat_path(f);
-      if (linked.error == ENOENT || linked.error == ENOTDIR) {
-        return not_ready("linked detector file is missing: " + f,
-                         "Finish copying or writing the linked detector file next to the master, then poll again.");
-      }
-      if (linked.error != 0) {
-        return not_ready("linked detector file cannot be inspected: " + f + " (" + std::strerror(linked.error) + ")",
-                         kActionPermissions);
-      }
-      shard.exists = true;
-      if (linked.info.st_size == 0) {
-        return not_ready("linked detector file is empty: " + f,
-                         "Wait for the linked detector HDF5 file to finish writing, then poll again.");
-      }
-      const std::string not_readable_action =
-          "Wait for the detector writer to close or flush the file, then poll again; recopy it if the error persists.";
-      if (!S_ISREG(linked.info.st_mode)) {
-        return not_ready("linked detector file is not readable HDF5: " + f + " (" +
-                             (S_ISDIR(linked.info.st_mode) ? "Is a directory" : "not a regular file") + ")",
-                         not_readable_action);
-      }
-      try {
-        external_file = hdf5::File::open_read_only(f);
-      } catch (const HdfError& e) {
-        return not_ready("linked detector file is not readable HDF5: " + f + " (" + hdf5_message(e) + ")",
-                         not_readable_action);
-      }
+      if (LoadStatus status = open_linked_file(shard, external_file); !status.loadable) return status;
       file = external_file.id();
-      if (hdf5::object_type(file, dataset_path) != H5O_TYPE_DATASET) {
-        return not_ready("linked detector dataset is missing: " + f + ":" + d,
+      if (hdf5::object_type(file, shard.dataset_path) != H5O_TYPE_DATASET) {
+        return not_ready("linked detector dataset is missing: " + shard.file_path + ":" + shard.dataset_path,
                          "Repair the external link or recopy the acquisition so it targets entry/data/data.");
       }
     } else {
       shard.exists = true;
-      if (hdf5::object_type(file, dataset_path) != H5O_TYPE_DATASET) {
-        return not_ready("inline detector dataset is not readable: " + d + " (not a dataset)",
+      if (hdf5::object_type(file, shard.dataset_path) != H5O_TYPE_DATASET) {
+        return not_ready("inline detector dataset is not readable: " + shard.dataset_path + " (not a dataset)",
                          "Wait for the master dataset header to finish writing, then poll again; recopy it if the "
                          "error persists.");
       }
     }
+    return read_source(shard, file);
+  }
 
+  // A source's linked file: it exists, is a regular file, is not empty and
+  // opens as HDF5 (into `opened`).
+  LoadStatus open_linked_file(Shard& shard, hdf5::File& opened) {
+    static const FileTexts kLinkedTexts{
+        "linked detector file",
+        "Finish copying or writing the linked detector file next to the master, then poll again.",
+        "Wait for the linked detector HDF5 file to finish writing, then poll again.", kActionLinkedFileNotReadable};
+    const StatResult linked = stat_path(shard.file_path);
+    if (linked.error == 0) shard.exists = true;
+    return open_file(shard.file_path, linked, kLinkedTexts, opened);
+  }
+
+  // What the readiness texts of a file's checks say: "<kind> is missing: ..."
+  // and the actions for a missing, an empty and an unreadable file.
+  struct FileTexts {
+    const char* kind;
+    const char* missing_action;
+    const char* empty_action;
+    const char* not_readable_action;
+  };
+
+  // A file the inspection reads: it exists (as `stat` found it), is a regular
+  // file, is not empty and opens as HDF5 (into `opened`).
+  static LoadStatus open_file(const std::string& path, const StatResult& stat, const FileTexts& texts,
+                              hdf5::File& opened) {
+    const std::string kind = texts.kind;
+    if (stat.error == ENOENT || stat.error == ENOTDIR) return not_ready(kind + " is missing: " + path, texts.missing_action);
+    if (stat.error != 0) {
+      return not_ready(kind + " cannot be inspected: " + path + " (" + std::strerror(stat.error) + ")",
+                       kActionPermissions);
+    }
+    if (stat.info.st_size == 0) return not_ready(kind + " is empty: " + path, texts.empty_action);
+    if (!S_ISREG(stat.info.st_mode)) {
+      return not_ready(kind + " is not readable HDF5: " + path + " (" +
+                           (S_ISDIR(stat.info.st_mode) ? "Is a directory" : "not a regular file") + ")",
+                       texts.not_readable_action);
+    }
+    try {
+      opened = hdf5::File::open_read_only(path);
+    } catch (const HdfError& e) {
+      return not_ready(kind + " is not readable HDF5: " + path + " (" + hdf5_message(e) + ")", texts.not_readable_action);
+    }
+    return {true, {}, {}};
+  }
+
+  // A source's dataset in `file`: its shape holds frames of a detector; its
+  // dtype, storage and scan_shape attribute are kept for the later checks.
+  LoadStatus read_source(Shard& shard, hid_t file) {
+    const std::string& d = shard.dataset_path;
     SourceFacts facts;
-    facts.file_path = f;
+    facts.file_path = shard.file_path;
     facts.dataset_path = d;
     std::optional<ScanShape> attribute_shape;
     try {
-      const hdf5::Dataset dataset = hdf5::open_dataset(file, dataset_path);
+      const hdf5::Dataset dataset = hdf5::open_dataset(file, d);
       const auto dims = dataset.space().dims();
       facts.dims.assign(dims.begin(), dims.end());
       if (facts.dims.size() < 3) {
@@ -507,9 +536,8 @@ class MasterInspection {
       if (const auto value = attribute_value(dataset.id(), "scan_shape")) attribute_shape = as_scan_shape(*value);
     } catch (const HdfError& e) {
       if (shard.external) {
-        return not_ready("linked detector file is not readable HDF5: " + f + " (" + hdf5_message(e) + ")",
-                         "Wait for the detector writer to close or flush the file, then poll again; recopy it if the "
-                         "error persists.");
+        return not_ready("linked detector file is not readable HDF5: " + shard.file_path + " (" + hdf5_message(e) + ")",
+                         kActionLinkedFileNotReadable);
       }
       return not_ready("inline detector dataset is not readable: " + d + " (" + hdf5_message(e) + ")",
                        "Wait for the master dataset header to finish writing, then poll again; recopy it if the error "

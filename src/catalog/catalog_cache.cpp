@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 #include <zlib.h>
 
+#include "quantem/catalog/acquisition_fields.hpp"
 #include "quantem/catalog/catalog.hpp"
 #include "quantem/core/error.hpp"
 
@@ -62,76 +63,55 @@ class Writer {
     number<std::uint32_t>(static_cast<std::uint32_t>(value.size()));
     out_ += value;
   }
-  void optional_unsigned(const std::optional<std::uint64_t>& value) {
-    number<std::uint8_t>(value ? 1 : 0);
-    number<std::uint64_t>(value.value_or(0));
-  }
-  void optional_double(const std::optional<double>& value) {
-    number<std::uint8_t>(value ? 1 : 0);
-    number<double>(value.value_or(0.0));
-  }
   std::string& bytes() { return out_; }
 
  private:
   std::string out_;
 };
 
-void write_acquisition(Writer& w, const Acquisition& a) {
-  w.text(a.master_path);
-  w.text(a.name);
-  w.text(a.stem);
-  for (const std::uint64_t value : {a.scan_rows, a.scan_cols, a.detector_rows, a.detector_cols}) w.number(value);
-  w.text(a.scan_shape_basis);
-  w.number<std::uint8_t>(a.dtype ? static_cast<std::uint8_t>(1 + static_cast<unsigned>(*a.dtype)) : 0);
-  w.number<std::uint8_t>(static_cast<std::uint8_t>(a.chunk_format.filter));
-  w.number<std::uint64_t>(a.chunk_format.element_size);
-  w.number<std::uint64_t>(a.shards.size());
-  for (const auto& shard : a.shards) {
-    w.text(shard.link_name);
-    w.text(shard.file_path);
-    w.text(shard.dataset_path);
-    w.number<std::uint8_t>((shard.external ? 1 : 0) | (shard.exists ? 2 : 0));
-    w.number(shard.frame_count);
-  }
-  w.number(a.stored_frames);
-  w.optional_unsigned(a.expected_frames);
-  w.optional_unsigned(a.ntrigger);
-  w.optional_unsigned(a.nimages);
-  // The mask as alternating runs of unmasked and masked pixels.
-  std::vector<std::uint64_t> runs;
-  std::uint8_t current = 0;
-  std::uint64_t length = 0;
-  for (const std::uint8_t pixel : a.pixel_mask) {
-    const std::uint8_t masked = pixel ? 1 : 0;
-    if (masked != current) {
-      runs.push_back(length);
-      current = masked;
-      length = 0;
+// Writes each field in the field table's order: numbers as they are, a flag as
+// one byte 0/1, an optional as a flag and the value (0 when absent), a text as
+// u32 length + bytes, a dtype or chunk filter as its u8 enumerator, the pixel
+// mask as u64 run count + u64 runs (catalog::pixel_mask_runs), a list of
+// records as u64 count + the records, a nested record's fields in place.
+class FieldWriter {
+ public:
+  explicit FieldWriter(Writer& out) : out_(out) {}
+
+  template <typename T>
+  void operator()(const char*, const T& value) {
+    if constexpr (has_fields_v<T>) {
+      for_each_field(*this, value);
+    } else if constexpr (is_record_list_v<T>) {
+      out_.number<std::uint64_t>(value.size());
+      for (const auto& record : value) for_each_field(*this, record);
+    } else {
+      write(value);
     }
-    ++length;
   }
-  if (!a.pixel_mask.empty()) runs.push_back(length);
-  w.number<std::uint64_t>(a.pixel_mask.size());
-  w.number<std::uint64_t>(runs.size());
-  for (const std::uint64_t run : runs) w.number(run);
-  w.number(a.masked_pixel_count);
-  w.number(a.size_bytes);
-  w.number<std::uint8_t>(a.status.loadable ? 1 : 0);
-  w.text(a.status.reason);
-  w.text(a.status.action);
-  w.optional_double(a.scan_sampling_A);
-  w.optional_double(a.k_pixel_size_mrad);
-  w.number<std::uint64_t>(a.signature.size());
-  for (const auto& entry : a.signature) {
-    w.text(entry.path);
-    w.number<std::uint8_t>(entry.exists ? 1 : 0);
-    w.number(entry.size_bytes);
-    w.number(entry.mtime_ns);
-    w.number(entry.ctime_ns);
-    w.number(entry.device);
-    w.number(entry.inode);
+
+ private:
+  void write(const std::string& value) { out_.text(value); }
+  void write(bool value) { out_.number<std::uint8_t>(value ? 1 : 0); }
+  void write(DType value) { out_.number<std::uint8_t>(static_cast<std::uint8_t>(value)); }
+  void write(codec::ChunkFilter value) { out_.number<std::uint8_t>(static_cast<std::uint8_t>(value)); }
+  void write(const std::vector<std::uint8_t>& pixel_mask) {
+    const std::vector<std::uint64_t> runs = pixel_mask_runs(pixel_mask);
+    out_.number<std::uint64_t>(runs.size());
+    for (const std::uint64_t run : runs) out_.number(run);
   }
-}
+  template <typename T>
+  void write(const std::optional<T>& value) {
+    write(value.has_value());
+    write(value.value_or(T{}));
+  }
+  template <typename T, typename = std::enable_if_t<std::is_arithmetic_v<T>>>
+  void write(T value) {
+    out_.number(value);
+  }
+
+  Writer& out_;
+};
 
 // ---- reading ------------------------------------------------------------------
 
@@ -161,16 +141,6 @@ class Reader {
     if (value > 1) fail("a flag that is neither 0 nor 1");
     return value == 1;
   }
-  std::optional<std::uint64_t> optional_unsigned() {
-    const bool present = flag();
-    const auto value = number<std::uint64_t>();
-    return present ? std::optional<std::uint64_t>(value) : std::nullopt;
-  }
-  std::optional<double> optional_double() {
-    const bool present = flag();
-    const auto value = number<double>();
-    return present ? std::optional<double>(value) : std::nullopt;
-  }
   // A count of items of at least `item_bytes` each that the rest of the file can hold.
   std::uint64_t count(std::size_t item_bytes) {
     const auto value = number<std::uint64_t>();
@@ -190,72 +160,71 @@ class Reader {
   std::size_t position_;
 };
 
+// Reads what FieldWriter writes. The pixel mask's runs are kept aside, to be
+// checked against the detector shape once it is read (read_acquisition).
+class FieldReader {
+ public:
+  FieldReader(Reader& in, std::vector<std::uint64_t>& mask_runs) : in_(in), mask_runs_(mask_runs) {}
+
+  template <typename T>
+  void operator()(const char*, T& value) {
+    if constexpr (has_fields_v<T>) {
+      for_each_field(*this, value);
+    } else if constexpr (is_record_list_v<T>) {
+      value.resize(in_.count(min_record_bytes(value)));
+      for (auto& record : value) for_each_field(*this, record);
+    } else {
+      read(value);
+    }
+  }
+
+ private:
+  // The fewest bytes a record takes (texts empty): bounds a count by the file's size.
+  static std::size_t min_record_bytes(const std::vector<Shard>&) { return 3 * 4 + 2 + 8; }
+  static std::size_t min_record_bytes(const std::vector<SignatureEntry>&) { return 4 + 1 + 5 * 8; }
+
+  void read(std::string& value) { value = in_.text(); }
+  void read(bool& value) { value = in_.flag(); }
+  void read(DType& value) {
+    const auto code = in_.number<std::uint8_t>();
+    if (code > static_cast<std::uint8_t>(DType::uint32)) in_.fail("an unknown dtype");
+    value = static_cast<DType>(code);
+  }
+  void read(codec::ChunkFilter& value) {
+    const auto code = in_.number<std::uint8_t>();
+    if (code > static_cast<std::uint8_t>(codec::ChunkFilter::lz4)) in_.fail("an unknown chunk filter");
+    value = static_cast<codec::ChunkFilter>(code);
+  }
+  void read(std::vector<std::uint8_t>&) {
+    mask_runs_.resize(in_.count(8));
+    for (auto& run : mask_runs_) run = in_.number<std::uint64_t>();
+  }
+  template <typename T>
+  void read(std::optional<T>& value) {
+    const bool present = in_.flag();
+    T stored{};
+    read(stored);
+    value = present ? std::optional<T>(stored) : std::nullopt;
+  }
+  template <typename T, typename = std::enable_if_t<std::is_arithmetic_v<T>>>
+  void read(T& value) {
+    value = in_.number<T>();
+  }
+
+  Reader& in_;
+  std::vector<std::uint64_t>& mask_runs_;
+};
+
 Acquisition read_acquisition(Reader& r) {
   Acquisition a;
-  a.master_path = r.text();
-  a.name = r.text();
-  a.stem = r.text();
-  a.scan_rows = r.number<std::uint64_t>();
-  a.scan_cols = r.number<std::uint64_t>();
-  a.detector_rows = r.number<std::uint64_t>();
-  a.detector_cols = r.number<std::uint64_t>();
-  a.scan_shape_basis = r.text();
-  const auto dtype = r.number<std::uint8_t>();
-  if (dtype > 3) r.fail("an unknown dtype");
-  if (dtype != 0) a.dtype = static_cast<DType>(dtype - 1);
-  const auto filter = r.number<std::uint8_t>();
-  if (filter > static_cast<std::uint8_t>(codec::ChunkFilter::lz4)) r.fail("an unknown chunk filter");
-  a.chunk_format.filter = static_cast<codec::ChunkFilter>(filter);
-  a.chunk_format.element_size = r.number<std::uint64_t>();
+  std::vector<std::uint64_t> mask_runs;
+  FieldReader fields(r, mask_runs);
+  for_each_field(fields, a);
   if (a.chunk_format.element_size == 0 || a.chunk_format.element_size > 8) r.fail("an element size out of range");
-  const std::uint64_t shards = r.count(4 * 3 + 1 + 8);
-  a.shards.resize(shards);
-  for (auto& shard : a.shards) {
-    shard.link_name = r.text();
-    shard.file_path = r.text();
-    shard.dataset_path = r.text();
-    const auto flags = r.number<std::uint8_t>();
-    if (flags > 3) r.fail("unknown shard flags");
-    shard.external = (flags & 1) != 0;
-    shard.exists = (flags & 2) != 0;
-    shard.frame_count = r.number<std::uint64_t>();
-  }
-  a.stored_frames = r.number<std::uint64_t>();
-  a.expected_frames = r.optional_unsigned();
-  a.ntrigger = r.optional_unsigned();
-  a.nimages = r.optional_unsigned();
-  const auto mask_pixels = r.number<std::uint64_t>();
-  if (mask_pixels != 0 && mask_pixels != a.detector_rows * a.detector_cols) r.fail("a mask that is not the detector's size");
-  const std::uint64_t runs = r.count(8);
-  std::uint64_t covered = 0, masked = 0;
-  a.pixel_mask.reserve(mask_pixels);
-  for (std::uint64_t i = 0; i < runs; ++i) {
-    const auto run = r.number<std::uint64_t>();
-    if (run > mask_pixels - covered) r.fail("mask runs beyond the mask");
-    a.pixel_mask.insert(a.pixel_mask.end(), run, static_cast<std::uint8_t>(i % 2));
-    covered += run;
-    if (i % 2) masked += run;
-  }
-  if (covered != mask_pixels) r.fail("mask runs that do not cover the mask");
-  a.masked_pixel_count = r.number<std::uint64_t>();
+  std::uint64_t pixels = 0, masked = 0;
+  if (__builtin_mul_overflow(a.detector_rows, a.detector_cols, &pixels)) r.fail("a detector shape that overflows");
+  if (const char* problem = pixel_mask_from_runs(mask_runs, pixels, a.pixel_mask, masked)) r.fail(problem);
   if (a.masked_pixel_count != masked) r.fail("a masked pixel count that differs from the mask");
-  a.size_bytes = r.number<std::uint64_t>();
-  a.status.loadable = r.flag();
-  a.status.reason = r.text();
-  a.status.action = r.text();
-  a.scan_sampling_A = r.optional_double();
-  a.k_pixel_size_mrad = r.optional_double();
-  const std::uint64_t entries = r.count(4 + 1 + 5 * 8);
-  a.signature.resize(entries);
-  for (auto& entry : a.signature) {
-    entry.path = r.text();
-    entry.exists = r.flag();
-    entry.size_bytes = r.number<std::int64_t>();
-    entry.mtime_ns = r.number<std::int64_t>();
-    entry.ctime_ns = r.number<std::int64_t>();
-    entry.device = r.number<std::uint64_t>();
-    entry.inode = r.number<std::uint64_t>();
-  }
   if (a.signature.empty() || a.signature.front().path != a.master_path) r.fail("a signature that does not start with its master");
   return a;
 }
@@ -333,7 +302,8 @@ std::string encode_catalog_cache(const std::string& data_folder, const std::vect
   Writer payload;
   payload.text(data_folder);
   payload.number<std::uint64_t>(acquisitions.size());
-  for (const Acquisition* acquisition : acquisitions) write_acquisition(payload, *acquisition);
+  FieldWriter fields(payload);
+  for (const Acquisition* acquisition : acquisitions) for_each_field(fields, *acquisition);
   Writer file;
   file.bytes().append(kMagic, sizeof kMagic);
   file.number<std::uint32_t>(kCatalogCacheVersion);

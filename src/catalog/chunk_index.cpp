@@ -86,57 +86,56 @@ class Cursor {
   std::size_t position_;
 };
 
-DataLayout decode_layout_message(const RawFile& file, const std::vector<std::uint8_t>& message) {
-  Cursor cursor(file, message);
-  DataLayout layout;
-  layout.message_version = cursor.u8();
-  const auto chunk_dims_from = [&](std::vector<std::uint64_t> dims) {
-    if (dims.size() < 2) corrupt(file, "chunked layout with fewer than two dimensions");
-    layout.element_size = dims.back();
-    dims.pop_back();
-    layout.chunk_dims = std::move(dims);
-  };
-  if (layout.message_version == 1 || layout.message_version == 2) {
-    const unsigned dimensionality = cursor.u8();
-    layout.layout_class = cursor.u8();
-    cursor.skip(5);
-    if (layout.layout_class != 0) {
-      const auto address = cursor.address();
-      layout.index_address = address.value_or(~std::uint64_t{0});
-    }
-    std::vector<std::uint64_t> dims(dimensionality);
-    for (auto& d : dims) d = cursor.u32();
-    if (layout.layout_class == 2) {
-      layout.index_kind = ChunkIndexKind::btree_v1;
-      chunk_dims_from(std::move(dims));
-    }
-    return layout;
-  }
-  if (layout.message_version != 3 && layout.message_version != 4) {
-    corrupt(file, "unknown data layout message version " + std::to_string(layout.message_version));
-  }
-  layout.layout_class = cursor.u8();
-  if (layout.layout_class != 2) return layout;  // compact, contiguous, virtual: not chunk-indexed
+// The chunk dimensions of a chunked layout: all but the last of `dims`, whose
+// last entry is the element size.
+void set_chunk_dims(const RawFile& file, std::vector<std::uint64_t> dims, DataLayout& layout) {
+  if (dims.size() < 2) corrupt(file, "chunked layout with fewer than two dimensions");
+  layout.element_size = dims.back();
+  dims.pop_back();
+  layout.chunk_dims = std::move(dims);
+}
 
-  if (layout.message_version == 3) {
-    const unsigned dimensionality = cursor.u8();
+std::vector<std::uint64_t> read_u32_dims(Cursor& cursor, unsigned dimensionality) {
+  std::vector<std::uint64_t> dims(dimensionality);
+  for (auto& d : dims) d = cursor.u32();
+  return dims;
+}
+
+// Layout message versions 1 and 2 (after the version byte).
+void decode_layout_v1_v2(const RawFile& file, Cursor& cursor, DataLayout& layout) {
+  const unsigned dimensionality = cursor.u8();
+  layout.layout_class = cursor.u8();
+  cursor.skip(5);
+  if (layout.layout_class != 0) {
     const auto address = cursor.address();
     layout.index_address = address.value_or(~std::uint64_t{0});
-    std::vector<std::uint64_t> dims(dimensionality);
-    for (auto& d : dims) d = cursor.u32();
-    layout.index_kind = ChunkIndexKind::btree_v1;
-    chunk_dims_from(std::move(dims));
-    return layout;
   }
+  std::vector<std::uint64_t> dims = read_u32_dims(cursor, dimensionality);
+  if (layout.layout_class == 2) {
+    layout.index_kind = ChunkIndexKind::btree_v1;
+    set_chunk_dims(file, std::move(dims), layout);
+  }
+}
 
-  // Version 4.
+// A chunked layout of message version 3 (after the layout class).
+void decode_chunked_layout_v3(const RawFile& file, Cursor& cursor, DataLayout& layout) {
+  const unsigned dimensionality = cursor.u8();
+  const auto address = cursor.address();
+  layout.index_address = address.value_or(~std::uint64_t{0});
+  layout.index_kind = ChunkIndexKind::btree_v1;
+  set_chunk_dims(file, read_u32_dims(cursor, dimensionality), layout);
+}
+
+// A chunked layout of message version 4 (after the layout class): flags,
+// chunk dimensions of an encoded width, the chunk index type and its fields.
+void decode_chunked_layout_v4(const RawFile& file, Cursor& cursor, DataLayout& layout) {
   const std::uint8_t flags = cursor.u8();
   const unsigned dimensionality = cursor.u8();
   const unsigned encoded_width = cursor.u8();
   if (encoded_width < 1 || encoded_width > 8) corrupt(file, "bad chunk dimension width");
   std::vector<std::uint64_t> dims(dimensionality);
   for (auto& d : dims) d = cursor.unsigned_value(encoded_width);
-  chunk_dims_from(std::move(dims));
+  set_chunk_dims(file, std::move(dims), layout);
   const unsigned index_type = cursor.u8();
   switch (index_type) {
     case 1:
@@ -167,6 +166,26 @@ DataLayout decode_layout_message(const RawFile& file, const std::vector<std::uin
   }
   const auto address = cursor.address();
   layout.index_address = address.value_or(~std::uint64_t{0});
+}
+
+DataLayout decode_layout_message(const RawFile& file, const std::vector<std::uint8_t>& message) {
+  Cursor cursor(file, message);
+  DataLayout layout;
+  layout.message_version = cursor.u8();
+  if (layout.message_version == 1 || layout.message_version == 2) {
+    decode_layout_v1_v2(file, cursor, layout);
+    return layout;
+  }
+  if (layout.message_version != 3 && layout.message_version != 4) {
+    corrupt(file, "unknown data layout message version " + std::to_string(layout.message_version));
+  }
+  layout.layout_class = cursor.u8();
+  if (layout.layout_class != 2) return layout;  // compact, contiguous, virtual: not chunk-indexed
+  if (layout.message_version == 3) {
+    decode_chunked_layout_v3(file, cursor, layout);
+  } else {
+    decode_chunked_layout_v4(file, cursor, layout);
+  }
   return layout;
 }
 

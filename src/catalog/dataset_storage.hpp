@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "hdf5_handles.hpp"
+#include "quantem/hdf5/error.hpp"
+#include "quantem/hdf5/read.hpp"
 #include "quantem/codec/chunk_codec.hpp"
 
 namespace quantem::catalog::detail {

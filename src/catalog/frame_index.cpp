@@ -23,7 +23,8 @@
 #include <thread>
 
 #include "chunk_index.hpp"
-#include "hdf5_handles.hpp"
+#include "quantem/hdf5/error.hpp"
+#include "quantem/hdf5/read.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/catalog/shard_storage.hpp"
 #include "quantem/core/error.hpp"

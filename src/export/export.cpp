@@ -20,6 +20,7 @@
 #include "quantem/codec/chunk_codec.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/export/arina_writer.hpp"
+#include "quantem/hdf5/error.hpp"
 #include "quantem/export/deferred_raw_writes.hpp"
 
 namespace quantem::exporter {
@@ -531,7 +532,7 @@ ExportReport export_plan(backend::Resident& resident, const catalog::Acquisition
     report.folder = folder.final_path();
     report.master_path = report.folder + "/" + layout.name + "_master.h5";
     {
-      arina::HdfErrorSilencer silence_hdf5;
+      hdf5::ErrorSilencer silence_hdf5;
       arina::BitshuffleFilterRegistration filter_registration;
       DataFileWriter writer(layout, folder.path(), progress);
       BatchPipeline pipeline(resident, layout, request, progress, lock_compute);

@@ -37,8 +37,8 @@ void write_u64_array(hid_t object, const char* name, const std::vector<std::uint
 void write_plan_record(hid_t entry, const MasterFacts& facts) {
   const catalog::Acquisition& source = facts.source;
   const plan::PlanGeometry& g = facts.layout.geometry;
-  arina::Hid record = arina::create_group(entry, "quantem_export", "NXcollection");
-  const hid_t group = record.get();
+  hdf5::Group record = arina::create_group(entry, "quantem_export", "NXcollection");
+  const hid_t group = record.id();
   arina::write_string_attribute(group, "source_master", source.master_path);
   arina::write_string_attribute(group, "source_name", source.name);
   arina::write_string_attribute(group, "source_identity", facts.request.source_identity);
@@ -67,21 +67,21 @@ void write_detector(hid_t entry, const MasterFacts& facts) {
   for (const std::uint32_t value : mask) excluded += value != 0;
   const auto bits = static_cast<std::uint16_t>(dtype_size(facts.layout.dtype) * 8);
 
-  arina::Hid instrument = arina::create_group(entry, "instrument", "NXinstrument");
-  arina::Hid detector = arina::create_group(instrument.get(), "detector", "NXdetector");
-  arina::write_text(detector.get(), "description", "quantem-gpu export of " + facts.source.name);
-  arina::write_u16(detector.get(), "bit_depth_image", bits);
-  arina::write_i8(detector.get(), "pixel_mask_applied", 1);
-  arina::Hid specific = arina::create_group(detector.get(), "detectorSpecific", "NXcollection");
-  arina::write_u64(specific.get(), "nimages", 1);
-  arina::write_u64(specific.get(), "ntrigger", g.positions());
-  arina::write_u64(specific.get(), "x_pixels_in_detector", g.detector_cols);
-  arina::write_u64(specific.get(), "y_pixels_in_detector", g.detector_rows);
-  arina::write_text(specific.get(), "compression", "bslz4");
-  arina::write_u32(specific.get(), "number_of_excluded_pixels", excluded);
-  arina::write_text(specific.get(), "software_version", std::string("quantem-gpu ") + version_string());
-  arina::write_u32_image(specific.get(), "pixel_mask", mask, g.detector_rows, g.detector_cols);
-  arina::write_u32_image(specific.get(), "masked_source_pixels", masked_source_pixels, g.detector_rows,
+  hdf5::Group instrument = arina::create_group(entry, "instrument", "NXinstrument");
+  hdf5::Group detector = arina::create_group(instrument.id(), "detector", "NXdetector");
+  arina::write_text(detector.id(), "description", "quantem-gpu export of " + facts.source.name);
+  arina::write_u16(detector.id(), "bit_depth_image", bits);
+  arina::write_i8(detector.id(), "pixel_mask_applied", 1);
+  hdf5::Group specific = arina::create_group(detector.id(), "detectorSpecific", "NXcollection");
+  arina::write_u64(specific.id(), "nimages", 1);
+  arina::write_u64(specific.id(), "ntrigger", g.positions());
+  arina::write_u64(specific.id(), "x_pixels_in_detector", g.detector_cols);
+  arina::write_u64(specific.id(), "y_pixels_in_detector", g.detector_rows);
+  arina::write_text(specific.id(), "compression", "bslz4");
+  arina::write_u32(specific.id(), "number_of_excluded_pixels", excluded);
+  arina::write_text(specific.id(), "software_version", std::string("quantem-gpu ") + version_string());
+  arina::write_u32_image(specific.id(), "pixel_mask", mask, g.detector_rows, g.detector_cols);
+  arina::write_u32_image(specific.id(), "masked_source_pixels", masked_source_pixels, g.detector_rows,
                          g.detector_cols);
   specific.close("H5Gclose detectorSpecific");
   detector.close("H5Gclose detector");
@@ -92,30 +92,30 @@ void write_detector(hid_t entry, const MasterFacts& facts) {
 
 void write_export_master(const std::string& path, const MasterFacts& facts) {
   const plan::PlanGeometry& g = facts.layout.geometry;
-  arina::File file = arina::create_file(path);
-  arina::write_string_attribute(file.get(), "default", "entry");
+  arina::RecordedFile file = arina::create_file(path);
+  arina::write_string_attribute(file.id(), "default", "entry");
   // The plan's scan shape, read first by every reader of this layout.
   const std::array<std::int64_t, 2> scan_shape = {static_cast<std::int64_t>(g.scan_rows),
                                                   static_cast<std::int64_t>(g.scan_cols)};
-  arina::write_attribute(file.get(), "scan_shape", H5T_STD_I64LE, H5T_NATIVE_INT64, scan_shape.data(), 2);
-  arina::Hid entry = arina::create_group(file.get(), "entry", "NXentry");
-  arina::write_string_attribute(entry.get(), "default", "data");
-  arina::write_text(entry.get(), "definition", "NXmx");
+  arina::write_attribute(file.id(), "scan_shape", H5T_STD_I64LE, H5T_NATIVE_INT64, scan_shape.data(), 2);
+  hdf5::Group entry = arina::create_group(file.id(), "entry", "NXentry");
+  arina::write_string_attribute(entry.id(), "default", "data");
+  arina::write_text(entry.id(), "definition", "NXmx");
   {
-    arina::Hid data = arina::create_group(entry.get(), "data", "NXdata");
-    arina::write_data_links(data.get(), facts.data_file_names);
+    hdf5::Group data = arina::create_group(entry.id(), "data", "NXdata");
+    arina::write_data_links(data.id(), facts.data_file_names);
     // Calibrations that still hold, scaled by the bins.
     if (facts.source.scan_sampling_A) {
       const double value = *facts.source.scan_sampling_A * static_cast<double>(g.scan_bin);
-      arina::write_attribute(data.get(), "scan_sampling_A", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
+      arina::write_attribute(data.id(), "scan_sampling_A", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
     }
     if (facts.source.k_pixel_size_mrad) {
       const double value = *facts.source.k_pixel_size_mrad * static_cast<double>(g.detector_bin);
-      arina::write_attribute(data.get(), "k_pixel_size_mrad", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
+      arina::write_attribute(data.id(), "k_pixel_size_mrad", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
     }
   }
-  write_detector(entry.get(), facts);
-  write_plan_record(entry.get(), facts);
+  write_detector(entry.id(), facts);
+  write_plan_record(entry.id(), facts);
   entry.close("H5Gclose entry");
   file.close("H5Fclose " + path);
 }

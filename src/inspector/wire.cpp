@@ -1,9 +1,13 @@
 #include "quantem/inspector/wire.hpp"
 
 #include <limits>
+#include <optional>
+#include <type_traits>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "quantem/catalog/acquisition_fields.hpp"
 #include "quantem/core/error.hpp"
 
 namespace quantem::inspector {
@@ -95,167 +99,151 @@ codec::ChunkFilter filter_from(const std::string& name) {
 }
 
 json optional_json(const std::optional<std::uint64_t>& value) { return value ? json(*value) : json(nullptr); }
-json optional_json(const std::optional<double>& value) { return value ? json(*value) : json(nullptr); }
 
-json mask_runs(const std::vector<std::uint8_t>& mask) {
-  json runs = json::array();
-  std::uint64_t run = 0;
-  std::uint8_t current = 0;  // runs start with unmasked pixels
-  for (const std::uint8_t pixel : mask) {
-    const std::uint8_t value = pixel != 0 ? 1 : 0;
-    if (value != current) {
-      runs.push_back(run);
-      run = 0;
-      current = value;
+// Writes each field of a record into one JSON object under its key; a nested
+// record's fields go into the same object, a list of records into an array
+// of objects.
+class JsonFieldWriter {
+ public:
+  explicit JsonFieldWriter(json& object) : object_(object) {}
+
+  template <typename T>
+  void operator()(const char* key, const T& value) {
+    if constexpr (catalog::has_fields_v<T>) {
+      catalog::for_each_field(*this, value);
+    } else if constexpr (catalog::is_record_list_v<T>) {
+      json list = json::array();
+      for (const auto& record : value) list.push_back(to_json_object(record));
+      object_[key] = std::move(list);
+    } else {
+      object_[key] = plain(value);
     }
-    ++run;
   }
-  runs.push_back(run);
-  return runs;
+
+  template <typename Record>
+  static json to_json_object(const Record& record) {
+    json object = json::object();
+    JsonFieldWriter writer(object);
+    catalog::for_each_field(writer, record);
+    return object;
+  }
+
+ private:
+  static json plain(const std::string& value) { return value; }
+  static json plain(DType value) { return dtype_name(value); }
+  static json plain(codec::ChunkFilter value) { return filter_name(value); }
+  static json plain(const std::vector<std::uint8_t>& pixel_mask) {
+    return pixel_mask.empty() ? json(nullptr) : json(catalog::pixel_mask_runs(pixel_mask));
+  }
+  template <typename T>
+  static json plain(const std::optional<T>& value) {
+    return value ? plain(*value) : json(nullptr);
+  }
+  template <typename T, typename = std::enable_if_t<std::is_arithmetic_v<T>>>
+  static json plain(T value) {
+    return value;
+  }
+
+  json& object_;
+};
+
+// Reads each field of a record from one JSON object, refusing a missing key
+// or a value of the wrong type; the pixel mask's runs are kept aside, to be
+// checked against the detector shape once it is read (acquisition_from_json).
+class JsonFieldReader {
+ public:
+  JsonFieldReader(const json& object, const json*& mask_runs) : object_(object), mask_runs_(mask_runs) {}
+
+  template <typename T>
+  void operator()(const char* key, T& value) {
+    if constexpr (catalog::has_fields_v<T>) {
+      catalog::for_each_field(*this, value);
+    } else if constexpr (catalog::is_record_list_v<T>) {
+      for (const json& entry : array_of(object_, key, max_entries(value))) {
+        JsonFieldReader reader(entry, mask_runs_);
+        catalog::for_each_field(reader, value.emplace_back());
+      }
+    } else {
+      read(key, value);
+    }
+  }
+
+ private:
+  static std::size_t max_entries(const std::vector<catalog::Shard>&) { return kMaxShards; }
+  static std::size_t max_entries(const std::vector<catalog::SignatureEntry>&) { return kMaxShards + 1; }
+
+  void read(const char* key, std::string& value) const { value = string_of(object_, key); }
+  void read(const char* key, bool& value) const { value = bool_of(object_, key); }
+  void read(const char* key, std::int64_t& value) const { value = signed_of(object_, key); }
+  void read(const char* key, std::uint64_t& value) const { value = unsigned_of(object_, key); }
+  void read(const char* key, codec::ChunkFilter& value) const { value = filter_from(string_of(object_, key)); }
+  void read(const char* key, std::optional<std::uint64_t>& value) const { value = optional_unsigned_of(object_, key); }
+  void read(const char* key, std::optional<double>& value) const { value = optional_double_of(object_, key); }
+  void read(const char* key, std::optional<DType>& value) const {
+    value.reset();
+    if (member(object_, key).is_null()) return;
+    value = dtype_from_name(string_of(object_, key));
+    if (!value) throw malformed("unknown dtype");
+  }
+  void read(const char* key, std::vector<std::uint8_t>&) const { mask_runs_ = &member(object_, key); }
+
+  const json& object_;
+  const json*& mask_runs_;
+};
+
+// The pixel mask from its runs (null: no mask), which must cover the detector.
+void read_pixel_mask(const json& runs, catalog::Acquisition& a) {
+  std::uint64_t pixels = 0;
+  if (!multiply_fits(a.detector_rows, a.detector_cols, pixels)) throw malformed("the detector shape overflows");
+  if (runs.is_null()) {
+    if (a.masked_pixel_count != 0) throw malformed("masked_pixel_count without a mask");
+    return;
+  }
+  if (!runs.is_array() || runs.empty()) throw malformed("'pixel_mask_runs' is not a non-empty array");
+  if (pixels == 0 || pixels > kMaxLineBytes) throw malformed("a pixel mask without a detector shape it can cover");
+  std::vector<std::uint64_t> lengths;
+  lengths.reserve(runs.size());
+  for (const json& run : runs) {
+    if (!run.is_number_unsigned()) throw malformed("a pixel mask run is not an unsigned integer");
+    lengths.push_back(run.get<std::uint64_t>());
+  }
+  std::uint64_t masked = 0;
+  if (const char* problem = catalog::pixel_mask_from_runs(lengths, pixels, a.pixel_mask, masked)) throw malformed(problem);
+  if (masked != a.masked_pixel_count) throw malformed("masked_pixel_count differs from the mask");
+}
+
+// What inspect_master guarantees of a loadable acquisition, which the loaders
+// rely on.
+void check_loadable_invariants(const catalog::Acquisition& a) {
+  std::uint64_t frames = 0, shard_frames = 0;
+  if (!a.dtype || a.signature.empty()) throw malformed("a loadable acquisition without dtype or signature");
+  if (!multiply_fits(a.scan_rows, a.scan_cols, frames) || (a.scan_shape_known() && frames != a.stored_frames)) {
+    throw malformed("a loadable acquisition whose scan shape does not cover its stored frames");
+  }
+  for (const auto& shard : a.shards) {
+    if (!shard.exists || shard.file_path.empty() || shard.file_path.front() != '/') {
+      throw malformed("a loadable acquisition with a missing or relative shard");
+    }
+    if (shard.frame_count > a.stored_frames - shard_frames) throw malformed("the shards hold more frames than stored");
+    shard_frames += shard.frame_count;
+  }
+  if (shard_frames != a.stored_frames) throw malformed("the shards' frames differ from stored_frames");
+  if (dtype_size(*a.dtype) != a.chunk_format.element_size) throw malformed("chunk_element_size differs from the dtype");
 }
 
 }  // namespace
 
-json acquisition_to_json(const catalog::Acquisition& a) {
-  json shards = json::array();
-  for (const auto& shard : a.shards) {
-    shards.push_back({{"link_name", shard.link_name},
-                      {"file_path", shard.file_path},
-                      {"dataset_path", shard.dataset_path},
-                      {"external", shard.external},
-                      {"exists", shard.exists},
-                      {"frame_count", shard.frame_count}});
-  }
-  json signature = json::array();
-  for (const auto& entry : a.signature) {
-    signature.push_back({{"path", entry.path},
-                         {"exists", entry.exists},
-                         {"size_bytes", entry.size_bytes},
-                         {"mtime_ns", entry.mtime_ns},
-                         {"ctime_ns", entry.ctime_ns},
-                         {"device", entry.device},
-                         {"inode", entry.inode}});
-  }
-  json document = {{"master_path", a.master_path},
-                   {"name", a.name},
-                   {"stem", a.stem},
-                   {"scan_rows", a.scan_rows},
-                   {"scan_cols", a.scan_cols},
-                   {"detector_rows", a.detector_rows},
-                   {"detector_cols", a.detector_cols},
-                   {"scan_shape_basis", a.scan_shape_basis},
-                   {"dtype", a.dtype ? json(dtype_name(*a.dtype)) : json(nullptr)},
-                   {"chunk_filter", filter_name(a.chunk_format.filter)},
-                   {"chunk_element_size", a.chunk_format.element_size},
-                   {"shards", std::move(shards)},
-                   {"stored_frames", a.stored_frames},
-                   {"expected_frames", optional_json(a.expected_frames)},
-                   {"ntrigger", optional_json(a.ntrigger)},
-                   {"nimages", optional_json(a.nimages)},
-                   {"pixel_mask_runs", a.pixel_mask.empty() ? json(nullptr) : mask_runs(a.pixel_mask)},
-                   {"masked_pixel_count", a.masked_pixel_count},
-                   {"size_bytes", a.size_bytes},
-                   {"loadable", a.status.loadable},
-                   {"reason", a.status.reason},
-                   {"action", a.status.action},
-                   {"scan_sampling_A", optional_json(a.scan_sampling_A)},
-                   {"k_pixel_size_mrad", optional_json(a.k_pixel_size_mrad)},
-                   {"signature", std::move(signature)}};
-  return document;
-}
+json acquisition_to_json(const catalog::Acquisition& a) { return JsonFieldWriter::to_json_object(a); }
 
 catalog::Acquisition acquisition_from_json(const json& d) {
   if (!d.is_object()) throw malformed("the acquisition is not an object");
   catalog::Acquisition a;
-  a.master_path = string_of(d, "master_path");
-  a.name = string_of(d, "name");
-  a.stem = string_of(d, "stem");
-  a.scan_rows = unsigned_of(d, "scan_rows");
-  a.scan_cols = unsigned_of(d, "scan_cols");
-  a.detector_rows = unsigned_of(d, "detector_rows");
-  a.detector_cols = unsigned_of(d, "detector_cols");
-  a.scan_shape_basis = string_of(d, "scan_shape_basis");
-  if (!member(d, "dtype").is_null()) {
-    a.dtype = dtype_from_name(string_of(d, "dtype"));
-    if (!a.dtype) throw malformed("unknown dtype");
-  }
-  a.chunk_format.filter = filter_from(string_of(d, "chunk_filter"));
-  a.chunk_format.element_size = unsigned_of(d, "chunk_element_size");
+  const json* mask_runs = nullptr;
+  JsonFieldReader reader(d, mask_runs);
+  catalog::for_each_field(reader, a);
   if (a.chunk_format.element_size == 0 || a.chunk_format.element_size > 8) throw malformed("chunk_element_size out of range");
-  for (const json& s : array_of(d, "shards", kMaxShards)) {
-    catalog::Shard shard;
-    shard.link_name = string_of(s, "link_name");
-    shard.file_path = string_of(s, "file_path");
-    shard.dataset_path = string_of(s, "dataset_path");
-    shard.external = bool_of(s, "external");
-    shard.exists = bool_of(s, "exists");
-    shard.frame_count = unsigned_of(s, "frame_count");
-    a.shards.push_back(std::move(shard));
-  }
-  a.stored_frames = unsigned_of(d, "stored_frames");
-  a.expected_frames = optional_unsigned_of(d, "expected_frames");
-  a.ntrigger = optional_unsigned_of(d, "ntrigger");
-  a.nimages = optional_unsigned_of(d, "nimages");
-  a.masked_pixel_count = unsigned_of(d, "masked_pixel_count");
-  a.size_bytes = unsigned_of(d, "size_bytes");
-  a.status.loadable = bool_of(d, "loadable");
-  a.status.reason = string_of(d, "reason");
-  a.status.action = string_of(d, "action");
-  a.scan_sampling_A = optional_double_of(d, "scan_sampling_A");
-  a.k_pixel_size_mrad = optional_double_of(d, "k_pixel_size_mrad");
-  for (const json& e : array_of(d, "signature", kMaxShards + 1)) {
-    catalog::SignatureEntry entry;
-    entry.path = string_of(e, "path");
-    entry.exists = bool_of(e, "exists");
-    entry.size_bytes = signed_of(e, "size_bytes");
-    entry.mtime_ns = signed_of(e, "mtime_ns");
-    entry.ctime_ns = signed_of(e, "ctime_ns");
-    entry.device = unsigned_of(e, "device");
-    entry.inode = unsigned_of(e, "inode");
-    a.signature.push_back(std::move(entry));
-  }
-
-  std::uint64_t pixels = 0;
-  if (!multiply_fits(a.detector_rows, a.detector_cols, pixels)) throw malformed("the detector shape overflows");
-  const json& runs = member(d, "pixel_mask_runs");
-  if (!runs.is_null()) {
-    if (!runs.is_array() || runs.empty()) throw malformed("'pixel_mask_runs' is not a non-empty array");
-    if (pixels == 0 || pixels > kMaxLineBytes) throw malformed("a pixel mask without a detector shape it can cover");
-    a.pixel_mask.reserve(pixels);
-    std::uint8_t value = 0;
-    std::uint64_t masked = 0;
-    for (const json& run : runs) {
-      if (!run.is_number_unsigned()) throw malformed("a pixel mask run is not an unsigned integer");
-      const auto length = run.get<std::uint64_t>();
-      if (length > pixels - a.pixel_mask.size()) throw malformed("the pixel mask runs exceed the detector's pixels");
-      a.pixel_mask.insert(a.pixel_mask.end(), length, value);
-      if (value) masked += length;
-      value ^= 1;
-    }
-    if (a.pixel_mask.size() != pixels) throw malformed("the pixel mask runs do not cover the detector");
-    if (masked != a.masked_pixel_count) throw malformed("masked_pixel_count differs from the mask");
-  } else if (a.masked_pixel_count != 0) {
-    throw malformed("masked_pixel_count without a mask");
-  }
-
-  // What inspect_master guarantees of a loadable acquisition, which the
-  // loaders rely on.
-  if (a.status.loadable) {
-    std::uint64_t frames = 0, shard_frames = 0;
-    if (!a.dtype || a.signature.empty()) throw malformed("a loadable acquisition without dtype or signature");
-    if (!multiply_fits(a.scan_rows, a.scan_cols, frames) || (a.scan_shape_known() && frames != a.stored_frames)) {
-      throw malformed("a loadable acquisition whose scan shape does not cover its stored frames");
-    }
-    for (const auto& shard : a.shards) {
-      if (!shard.exists || shard.file_path.empty() || shard.file_path.front() != '/') {
-        throw malformed("a loadable acquisition with a missing or relative shard");
-      }
-      if (shard.frame_count > a.stored_frames - shard_frames) throw malformed("the shards hold more frames than stored");
-      shard_frames += shard.frame_count;
-    }
-    if (shard_frames != a.stored_frames) throw malformed("the shards' frames differ from stored_frames");
-    if (dtype_size(*a.dtype) != a.chunk_format.element_size) throw malformed("chunk_element_size differs from the dtype");
-  }
+  read_pixel_mask(*mask_runs, a);
+  if (a.status.loadable) check_loadable_invariants(a);
   return a;
 }
 
@@ -349,7 +337,11 @@ std::string storage_request(const std::string& file_path, const std::string& dat
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-catalog::ShardStorage parse_storage_reply(const std::string& line) {
+namespace {
+
+// A reply line as JSON: an object of one member, not the worker's "error"
+// (a request it could not parse, which the daemon never sends: internal).
+json parse_reply_object(const std::string& line) {
   if (line.size() > kMaxLineBytes) throw malformed("the reply is too long");
   const json reply = json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (reply.is_discarded()) throw malformed("the reply is not JSON");
@@ -359,6 +351,13 @@ catalog::ShardStorage parse_storage_reply(const std::string& line) {
     throw Error(ErrorKind::internal,
                 "the inspector refused the request: " + (message.is_string() ? message.get<std::string>() : message.dump()));
   }
+  return reply;
+}
+
+}  // namespace
+
+catalog::ShardStorage parse_storage_reply(const std::string& line) {
+  const json reply = parse_reply_object(line);
   if (reply.contains("failed")) {
     const json& failed = reply["failed"];
     const std::string kind = string_of(failed, "kind");
@@ -376,15 +375,7 @@ std::string inspect_request(const std::string& master_path) {
 }
 
 catalog::Acquisition parse_reply(const std::string& line, const std::string& requested_path) {
-  if (line.size() > kMaxLineBytes) throw malformed("the reply is too long");
-  const json reply = json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (reply.is_discarded()) throw malformed("the reply is not JSON");
-  if (!reply.is_object() || reply.size() != 1) throw malformed("the reply is not an object with one member");
-  if (reply.contains("error")) {
-    const json& message = reply["error"];
-    throw Error(ErrorKind::internal,
-                "the inspector refused the request: " + (message.is_string() ? message.get<std::string>() : message.dump()));
-  }
+  const json reply = parse_reply_object(line);
   catalog::Acquisition acquisition = acquisition_from_json(member(reply, "acquisition"));
   if (acquisition.master_path != requested_path) throw malformed("an acquisition of another master");
   return acquisition;

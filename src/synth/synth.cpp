@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "quantem/export/arina_writer.hpp"
+#include "quantem/hdf5/error.hpp"
 #include "quantem/codec/chunk_codec.hpp"
 #include "quantem/core/clock.hpp"
 #include "quantem/core/error.hpp"
@@ -170,63 +171,50 @@ void remove_if_present(const std::filesystem::path& path) {
   if (error) throw IoError("synth: cannot remove " + path.string() + ": " + error.message());
 }
 
-}  // namespace
-
-SynthReport write_acquisition(const SynthOptions& options) {
-  const auto started = std::chrono::steady_clock::now();
-  validate(options);
-  const PatternModel model(options);
-
-  const std::filesystem::path folder(options.output_dir);
-  {
-    std::error_code error;
-    std::filesystem::create_directories(folder, error);
-    if (error || !std::filesystem::is_directory(folder)) {
-      throw IoError("synth: cannot create the output folder " + folder.string() +
-                    (error ? ": " + error.message() : ": not a directory"));
-    }
+void create_output_folder(const std::filesystem::path& folder) {
+  std::error_code error;
+  std::filesystem::create_directories(folder, error);
+  if (error || !std::filesystem::is_directory(folder)) {
+    throw IoError("synth: cannot create the output folder " + folder.string() +
+                  (error ? ": " + error.message() : ": not a directory"));
   }
-  const std::filesystem::path master_path = folder / (options.prefix + "_master.h5");
-  const std::filesystem::path partial_master_path = folder / (options.prefix + "_master.h5.partial");
-  // A master left by an earlier run must not point at half-rewritten shards.
-  remove_if_present(master_path);
+}
 
+// Encodes the frames on `threads` workers and writes them, in order, into
+// data files of `per_shard` frames; returns the files' names and adds the
+// stored bytes and the writer's time to `report`.
+std::vector<std::string> write_data_files(const SynthOptions& options, const PatternModel& model,
+                                          const std::filesystem::path& folder, SynthReport& report) {
   const unsigned threads =
       options.threads != 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
   const std::uint64_t frames = model.frame_count();
   const std::uint64_t per_shard = frames_per_shard(options);
-
-  SynthReport report;
-  report.master_path = master_path.string();
-  report.frames = frames;
-  report.dense_bytes = frames * model.frame_bytes();
-
-  arina::HdfErrorSilencer silence_hdf5;
-  arina::BitshuffleFilterRegistration filter_registration;
   std::vector<std::string> shard_names;
-  {
-    OrderedChunkQueue queue(frames, std::max<std::size_t>(8, 4 * static_cast<std::size_t>(threads)));
-    FrameWorkers workers(model, queue, threads);
-    for (std::uint64_t first = 0; first < frames; first += per_shard) {
-      const std::uint64_t count = std::min(per_shard, frames - first);
-      shard_names.push_back(data_file_name(options.prefix, shard_names.size() + 1));
-      arina::ShardFile shard((folder / shard_names.back()).string(), first + 1, count, options.detector_rows,
-                              options.detector_cols, options.dtype);
-      for (std::uint64_t local = 0; local < count; ++local) {
-        const std::vector<std::uint8_t> chunk = queue.take(first + local);
-        const auto write_started = std::chrono::steady_clock::now();
-        shard.write_chunk(local, chunk.data(), chunk.size());
-        report.writer_seconds += seconds_since(write_started);
-        report.stored_bytes += chunk.size();
-      }
-      const auto close_started = std::chrono::steady_clock::now();
-      shard.close();
-      report.writer_seconds += seconds_since(close_started);
+  OrderedChunkQueue queue(frames, std::max<std::size_t>(8, 4 * static_cast<std::size_t>(threads)));
+  FrameWorkers workers(model, queue, threads);
+  for (std::uint64_t first = 0; first < frames; first += per_shard) {
+    const std::uint64_t count = std::min(per_shard, frames - first);
+    shard_names.push_back(data_file_name(options.prefix, shard_names.size() + 1));
+    arina::ShardFile shard((folder / shard_names.back()).string(), first + 1, count, options.detector_rows,
+                            options.detector_cols, options.dtype);
+    for (std::uint64_t local = 0; local < count; ++local) {
+      const std::vector<std::uint8_t> chunk = queue.take(first + local);
+      const auto write_started = std::chrono::steady_clock::now();
+      shard.write_chunk(local, chunk.data(), chunk.size());
+      report.writer_seconds += seconds_since(write_started);
+      report.stored_bytes += chunk.size();
     }
+    const auto close_started = std::chrono::steady_clock::now();
+    shard.close();
+    report.writer_seconds += seconds_since(close_started);
   }
+  return shard_names;
+}
 
-  arina::write_stem_metadata((folder / (options.prefix + ".h5")).string(), options.scan_rows, options.scan_cols);
-
+// The master of the data files, written aside and renamed: it appears
+// complete or not at all.
+void write_master_file(const SynthOptions& options, const PatternModel& model,
+                       const std::vector<std::string>& shard_names, const std::filesystem::path& master_path) {
   arina::MasterContents master;
   master.shard_basenames = shard_names;
   master.scan_rows = options.scan_rows;
@@ -239,7 +227,7 @@ SynthReport write_acquisition(const SynthOptions& options) {
   master.excluded_pixels = static_cast<std::uint32_t>(model.bad_pixels().size());
   master.scan_sampling_A = options.scan_sampling_A;
   master.k_pixel_size_mrad = options.k_pixel_size_mrad;
-  // Written aside and renamed: the master appears complete or not at all.
+  const std::filesystem::path partial_master_path = master_path.string() + ".partial";
   try {
     arina::write_master(partial_master_path.string(), master);
   } catch (...) {
@@ -252,9 +240,34 @@ SynthReport write_acquisition(const SynthOptions& options) {
   if (rename_error) {
     throw IoError("synth: cannot rename " + partial_master_path.string() + ": " + rename_error.message());
   }
+}
+
+}  // namespace
+
+SynthReport write_acquisition(const SynthOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  validate(options);
+  const PatternModel model(options);
+
+  const std::filesystem::path folder(options.output_dir);
+  create_output_folder(folder);
+  const std::filesystem::path master_path = folder / (options.prefix + "_master.h5");
+  // A master left by an earlier run must not point at half-rewritten shards.
+  remove_if_present(master_path);
+
+  SynthReport report;
+  report.master_path = master_path.string();
+  report.frames = model.frame_count();
+  report.dense_bytes = report.frames * model.frame_bytes();
+
+  hdf5::ErrorSilencer silence_hdf5;
+  arina::BitshuffleFilterRegistration filter_registration;
+  const std::vector<std::string> shard_names = write_data_files(options, model, folder, report);
+  arina::write_stem_metadata((folder / (options.prefix + ".h5")).string(), options.scan_rows, options.scan_cols);
+  write_master_file(options, model, shard_names, master_path);
 
   report.seconds = seconds_since(started);
-  spdlog::debug("synth: {} frames in {} data files, {:.2f} s, compression {:.2f}x", frames, shard_names.size(),
+  spdlog::debug("synth: {} frames in {} data files, {:.2f} s, compression {:.2f}x", report.frames, shard_names.size(),
                 report.seconds,
                 report.stored_bytes ? static_cast<double>(report.dense_bytes) / report.stored_bytes : 0.0);
   return report;

@@ -24,7 +24,8 @@
 
 #include "chunk_index.hpp"
 #include "dataset_storage.hpp"
-#include "hdf5_handles.hpp"
+#include "quantem/hdf5/error.hpp"
+#include "quantem/hdf5/read.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/synth/synth.hpp"
 
@@ -105,8 +106,8 @@ int main(int argc, char** argv) {
     report["hdf5_open"] = timings(repeats, [&] {
       for (std::size_t s = 0; s < acquisition.shards.size(); ++s) {
         const auto& shard = acquisition.shards[s];
-        const auto file = catalog::hdf5::File::open_read_only(shard.file_path);
-        const auto dataset = catalog::hdf5::open_dataset(file.id(), shard.dataset_path);
+        const auto file = quantem::hdf5::File::open_read_only(shard.file_path);
+        const auto dataset = quantem::hdf5::open_dataset(file.id(), shard.dataset_path);
         const auto dims = dataset.space().dims();
         hsize_t max_dims[H5S_MAX_RANK];
         H5Sget_simple_extent_dims(dataset.space().id(), nullptr, max_dims);

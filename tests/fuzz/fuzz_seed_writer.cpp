@@ -32,7 +32,8 @@
 
 #include "chunk_index.hpp"
 #include "dataset_storage.hpp"
-#include "hdf5_handles.hpp"
+#include "quantem/hdf5/error.hpp"
+#include "quantem/hdf5/read.hpp"
 #include "quantem/ans/ans_codec.hpp"
 #include "quantem/codec/chunk_codec.hpp"
 #include "quantem/catalog/acquisition.hpp"
@@ -163,8 +164,8 @@ void write_ans_seeds(const fs::path& out) {
 
 bool has_detector_dataset(const std::string& path) {
   try {
-    const auto file = catalog::hdf5::File::open_read_only(path);
-    return catalog::hdf5::path_exists(file.id(), "entry/data/data");
+    const auto file = hdf5::File::open_read_only(path);
+    return hdf5::path_exists(file.id(), "entry/data/data");
   } catch (const Error&) {
     return false;
   }
@@ -173,8 +174,8 @@ bool has_detector_dataset(const std::string& path) {
 // The chunk-index seed and real stored chunks of one file's /entry/data/data.
 void write_file_seeds(const std::string& path, const std::string& label, const fs::path& out) {
   if (!has_detector_dataset(path)) return;
-  const auto file = catalog::hdf5::File::open_read_only(path);
-  const auto dataset = catalog::hdf5::open_dataset(file.id(), "/entry/data/data");
+  const auto file = hdf5::File::open_read_only(path);
+  const auto dataset = hdf5::open_dataset(file.id(), "/entry/data/data");
   const int rank = H5Sget_simple_extent_ndims(dataset.space().id());
   if (rank < 1 || rank > 4) return;
   std::vector<hsize_t> dims(static_cast<std::size_t>(rank)), max_dims(static_cast<std::size_t>(rank));

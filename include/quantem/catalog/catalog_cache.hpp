@@ -11,8 +11,11 @@
 // shapes, pixel mask, signature). Format (little-endian):
 //   "QGCATALG" (8 bytes), u32 format version, u64 payload bytes,
 //   u32 CRC-32 of the payload, then the payload: the data folder (u32 length +
-//   bytes), u64 entry count, the entries (catalog_cache.cpp writes them field
-//   by field; the pixel mask as run lengths).
+//   bytes), u64 entry count, the entries: each Acquisition's fields in the
+//   order of the field table (acquisition_fields.hpp), encoded as
+//   catalog_cache.cpp's FieldWriter describes (the pixel mask as run lengths).
+// A change of the table changes the bytes: the version is raised with it, and
+// a file of another version is ignored and rewritten.
 // A file that is missing, unreadable, truncated, of another version, of
 // another data folder or whose checksum or contents do not add up is ignored
 // as a whole (logged once) and replaced by the next write; never fatal.
@@ -29,7 +32,7 @@
 
 namespace quantem::catalog {
 
-inline constexpr std::uint32_t kCatalogCacheVersion = 1;
+inline constexpr std::uint32_t kCatalogCacheVersion = 2;
 
 // The default cache file of `data_folder` (empty when neither
 // $XDG_CACHE_HOME nor $HOME names a folder).

@@ -5,8 +5,10 @@
 // detectorSpecific metadata, and the small HDF5 helpers both masters use.
 // Not thread-safe: HDF5 is not built thread-safe here, so a process makes
 // every call from one thread at a time (the export library serialises its
-// writers with hdf5_writer_mutex()). Failures throw quantem::HdfError carrying
-// HDF5's error stack (HDF5's own printing is silenced by HdfErrorSilencer).
+// writers with hdf5_writer_mutex()). Handles and errors come from the one
+// HDF5 layer (quantem/hdf5/): failures throw quantem::HdfError carrying
+// HDF5's error stack (hdf5::throw_error_with_trace; HDF5's own printing is
+// silenced by hdf5::ErrorSilencer).
 #include <hdf5.h>
 
 #include <cstddef>
@@ -18,29 +20,10 @@
 #include <vector>
 
 #include "quantem/core/dtype.hpp"
+#include "quantem/hdf5/error.hpp"
+#include "quantem/hdf5/handle.hpp"
 
 namespace quantem::arina {
-
-// Owns one HDF5 identifier and closes it with the matching H5?close.
-class Hid {
- public:
-  using Closer = herr_t (*)(hid_t);
-  Hid() = default;
-  Hid(hid_t id, Closer closer) : id_(id), closer_(closer) {}
-  Hid(const Hid&) = delete;
-  Hid& operator=(const Hid&) = delete;
-  Hid(Hid&& other) noexcept : id_(other.id_), closer_(other.closer_) { other.id_ = -1; }
-  Hid& operator=(Hid&& other) noexcept;
-  ~Hid() { reset(); }
-  hid_t get() const noexcept { return id_; }
-  void reset() noexcept;
-  // Closes now and throws HdfError if closing fails (flushes a file).
-  void close(const std::string& what);
-
- private:
-  hid_t id_ = -1;
-  Closer closer_ = nullptr;
-};
 
 namespace detail {
 struct WriteFailure;
@@ -53,17 +36,17 @@ class DeferredRawWrites;  // deferred_raw_writes.hpp
 // less per direct chunk write (decision 0023; what exports write).
 enum class ChunkIndex { btree_v1, fixed_array };
 
-// A file made by create_file: its identifier and the record of the system
-// calls that failed on it. Its file driver never reports an I/O error to HDF5
-// (a failed H5Fclose leaves libhdf5 1.10 unsafe for the whole process); the
+// A file made by create_file: its handle and the record of the system calls
+// that failed on it. Its file driver never reports an I/O error to HDF5 (a
+// failed H5Fclose leaves libhdf5 1.10 unsafe for the whole process); the
 // error surfaces here instead, as a typed error.
-class File {
+class RecordedFile {
  public:
-  File();
-  File(File&& other) noexcept;
-  File& operator=(File&& other) noexcept;
-  ~File();
-  hid_t get() const noexcept { return id_.get(); }
+  RecordedFile();
+  RecordedFile(RecordedFile&& other) noexcept;
+  RecordedFile& operator=(RecordedFile&& other) noexcept;
+  ~RecordedFile();
+  hid_t id() const noexcept { return handle_.id(); }
   // Throws if a system call on the file failed: payload_too_large when the
   // disk, the quota or the file size limit is full (ENOSPC, EDQUOT, EFBIG),
   // IoError otherwise (EIO, EROFS, ...), naming the file and the error.
@@ -72,28 +55,10 @@ class File {
   void close(const std::string& what);
 
  private:
-  friend File create_file(const std::string& path, DeferredRawWrites* raw_writes, ChunkIndex index);
-  std::unique_ptr<detail::WriteFailure> failure_;  // before id_: outlives the close
+  friend RecordedFile create_file(const std::string& path, DeferredRawWrites* raw_writes, ChunkIndex index);
+  std::unique_ptr<detail::WriteFailure> failure_;  // before handle_: outlives the close
   std::string path_;
-  Hid id_;
-};
-
-// Whether an H5Fclose of this process ever failed. libhdf5 1.10 then keeps a
-// freed file registered, and any call that walks the open files crashes:
-// filters are no longer unregistered and no writer starts (unavailable).
-bool hdf5_file_close_failed() noexcept;
-
-// Turns HDF5's automatic error printing off for its lifetime.
-class HdfErrorSilencer {
- public:
-  HdfErrorSilencer();
-  ~HdfErrorSilencer();
-  HdfErrorSilencer(const HdfErrorSilencer&) = delete;
-  HdfErrorSilencer& operator=(const HdfErrorSilencer&) = delete;
-
- private:
-  H5E_auto2_t previous_function_ = nullptr;
-  void* previous_data_ = nullptr;
+  hdf5::File handle_;
 };
 
 // Registers, for its lifetime, a class for filter 32008 (bitshuffle) whose
@@ -102,7 +67,9 @@ class HdfErrorSilencer {
 // without the official plugin's set_local rewriting them; every chunk is then
 // written pre-compressed with H5Dwrite_chunk. It replaces the official plugin
 // in this process while alive: do not read 32008 data through HDF5 meanwhile.
-// Throws unavailable once hdf5_file_close_failed(); never unregisters then.
+// Throws unavailable once an H5Fclose of this process failed
+// (hdf5::file_close_failed()): filters are no longer unregistered then, and
+// no writer starts.
 class BitshuffleFilterRegistration {
  public:
   BitshuffleFilterRegistration();
@@ -133,8 +100,8 @@ class ShardFile {
  private:
   std::string path_;
   DeferredRawWrites* raw_writes_ = nullptr;
-  File file_;
-  Hid dataset_;
+  RecordedFile file_;
+  hdf5::Dataset dataset_;
 };
 
 struct MasterContents {
@@ -156,11 +123,11 @@ void write_master(const std::string& path, const MasterContents& contents);
 // --- Helpers for masters (fixed-length ASCII strings like DECTRIS writes) ----
 
 // A file with the v1 B-tree chunk index of real Arina files and no times,
-// written through the recording driver (File); its chunks' bytes by
+// written through the recording driver (RecordedFile); its chunks' bytes by
 // `raw_writes` when given.
-File create_file(const std::string& path, DeferredRawWrites* raw_writes = nullptr,
-                 ChunkIndex index = ChunkIndex::btree_v1);
-Hid create_group(hid_t parent, const char* name, const char* nx_class);
+RecordedFile create_file(const std::string& path, DeferredRawWrites* raw_writes = nullptr,
+                         ChunkIndex index = ChunkIndex::btree_v1);
+hdf5::Group create_group(hid_t parent, const char* name, const char* nx_class);
 void write_string_attribute(hid_t object, const char* name, const std::string& value);
 // An attribute of `count` elements; count 0 means a scalar dataspace.
 void write_attribute(hid_t object, const char* name, hid_t file_type, hid_t memory_type, const void* value,

@@ -11,7 +11,8 @@
 
 #include "catalog_fixtures.hpp"
 #include "chunk_index.hpp"
-#include "hdf5_handles.hpp"
+#include "quantem/hdf5/error.hpp"
+#include "quantem/hdf5/read.hpp"
 #include "quantem/core/error.hpp"
 
 namespace quantem::catalog::detail {

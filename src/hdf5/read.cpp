@@ -1,186 +1,15 @@
-#include "hdf5_handles.hpp"
+#include "quantem/hdf5/read.hpp"
 
-#include <cctype>
 #include <limits>
 
 #include "quantem/core/error.hpp"
+#include "quantem/hdf5/error.hpp"
 
-namespace quantem::catalog::hdf5 {
+namespace quantem::hdf5 {
 
 std::recursive_mutex& library_mutex() {
   static std::recursive_mutex mutex;
   return mutex;
-}
-
-void silence_error_printing() {
-  thread_local bool silenced = false;
-  if (!silenced) {
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-    silenced = true;
-  }
-}
-
-namespace {
-
-herr_t collect_description(unsigned /*n*/, const H5E_error2_t* error, void* client_data) {
-  auto* descriptions = static_cast<std::vector<std::string>*>(client_data);
-  if (error && error->desc && *error->desc) descriptions->emplace_back(error->desc);
-  return 0;
-}
-
-// Checks an HDF5 return value: negative means failure.
-template <typename T>
-T checked(T value, const char* what) {
-  if (value < 0) throw_error(what);
-  return value;
-}
-
-}  // namespace
-
-std::string take_error_message() {
-  std::vector<std::string> descriptions;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_description, &descriptions);
-  H5Eclear2(H5E_DEFAULT);
-  if (descriptions.empty()) return {};
-  // Like h5py: the API-level description, capitalised, then the innermost cause.
-  std::string message = descriptions.front();
-  message[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(message[0])));
-  if (descriptions.size() > 1 && descriptions.back() != descriptions.front()) {
-    message += " (" + descriptions.back() + ")";
-  }
-  return message;
-}
-
-void throw_error(const std::string& what) {
-  std::string message = take_error_message();
-  if (message.empty()) message = "HDF5 call failed";
-  throw HdfError(what + ": " + message);
-}
-
-PropertyList PropertyList::file_access_without_locking() {
-  silence_error_printing();
-  PropertyList fapl(checked(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate(file access)"));
-  checked(H5Pset_file_locking(fapl.id(), false, true), "H5Pset_file_locking");
-  return fapl;
-}
-
-H5T_class_t Datatype::type_class() const {
-  const H5T_class_t type_class = H5Tget_class(id());
-  if (type_class == H5T_NO_CLASS) throw_error("H5Tget_class");
-  return type_class;
-}
-
-std::size_t Datatype::size() const {
-  const std::size_t bytes = H5Tget_size(id());
-  if (bytes == 0) throw_error("H5Tget_size");
-  return bytes;
-}
-
-bool Datatype::is_signed() const { return checked(H5Tget_sign(id()), "H5Tget_sign") == H5T_SGN_2; }
-
-bool Datatype::is_little_endian() const {
-  const H5T_order_t order = H5Tget_order(id());
-  if (order == H5T_ORDER_ERROR) throw_error("H5Tget_order");
-  return order != H5T_ORDER_BE;
-}
-
-bool Datatype::is_variable_string() const {
-  return checked(H5Tis_variable_str(id()), "H5Tis_variable_str") > 0;
-}
-
-std::string Datatype::numpy_str() const {
-  const std::size_t bytes = size();
-  const auto order = [&]() -> std::string { return bytes == 1 ? "|" : (is_little_endian() ? "<" : ">"); };
-  switch (type_class()) {
-    case H5T_INTEGER:
-      return order() + (is_signed() ? "i" : "u") + std::to_string(bytes);
-    case H5T_FLOAT:
-      return order() + "f" + std::to_string(bytes);
-    case H5T_STRING:
-      return is_variable_string() ? "|O" : "|S" + std::to_string(bytes);
-    case H5T_ENUM: {
-      Datatype base(H5Tget_super(id()));
-      if (!base.valid()) throw_error("H5Tget_super");
-      return base.numpy_str();
-    }
-    default:
-      return "|V" + std::to_string(bytes);
-  }
-}
-
-std::vector<hsize_t> Dataspace::dims() const {
-  const int rank = checked(H5Sget_simple_extent_ndims(id()), "H5Sget_simple_extent_ndims");
-  std::vector<hsize_t> dimensions(static_cast<std::size_t>(rank));
-  if (rank > 0) checked(H5Sget_simple_extent_dims(id(), dimensions.data(), nullptr), "H5Sget_simple_extent_dims");
-  return dimensions;
-}
-
-bool Dataspace::is_scalar() const {
-  return checked(H5Sget_simple_extent_type(id()), "H5Sget_simple_extent_type") == H5S_SCALAR;
-}
-
-hsize_t Dataspace::element_count() const {
-  const hssize_t count = H5Sget_simple_extent_npoints(id());
-  if (count < 0) throw_error("H5Sget_simple_extent_npoints");
-  return static_cast<hsize_t>(count);
-}
-
-Datatype Attribute::type() const { return Datatype(checked(H5Aget_type(id()), "H5Aget_type")); }
-Dataspace Attribute::space() const { return Dataspace(checked(H5Aget_space(id()), "H5Aget_space")); }
-
-Datatype Dataset::type() const { return Datatype(checked(H5Dget_type(id()), "H5Dget_type")); }
-Dataspace Dataset::space() const { return Dataspace(checked(H5Dget_space(id()), "H5Dget_space")); }
-PropertyList Dataset::creation_properties() const {
-  return PropertyList(checked(H5Dget_create_plist(id()), "H5Dget_create_plist"));
-}
-
-haddr_t Dataset::object_header_address() const {
-  H5O_info_t info{};
-  checked(H5Oget_info2(id(), &info, H5O_INFO_BASIC), "H5Oget_info");
-  return info.addr;
-}
-
-hsize_t Dataset::allocated_chunk_count() const {
-  Dataspace file_space = space();
-  hsize_t chunks = 0;
-  checked(H5Dget_num_chunks(id(), file_space.id(), &chunks), "H5Dget_num_chunks");
-  return chunks;
-}
-
-std::optional<haddr_t> Dataset::contiguous_offset() const {
-  const haddr_t offset = H5Dget_offset(id());
-  H5Eclear2(H5E_DEFAULT);  // HADDR_UNDEF (unallocated) may leave an error on the stack
-  if (offset == HADDR_UNDEF) return std::nullopt;
-  return offset;
-}
-
-File File::open_read_only(const std::string& path) {
-  silence_error_printing();
-  const PropertyList fapl = PropertyList::file_access_without_locking();
-  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.id());
-  if (id < 0) throw_error("H5Fopen(" + path + ")");
-  return File(id);
-}
-
-std::size_t File::offset_size() const {
-  PropertyList fcpl(checked(H5Fget_create_plist(id()), "H5Fget_create_plist"));
-  std::size_t offsets = 0, lengths = 0;
-  checked(H5Pget_sizes(fcpl.id(), &offsets, &lengths), "H5Pget_sizes");
-  return offsets;
-}
-
-std::size_t File::length_size() const {
-  PropertyList fcpl(checked(H5Fget_create_plist(id()), "H5Fget_create_plist"));
-  std::size_t offsets = 0, lengths = 0;
-  checked(H5Pget_sizes(fcpl.id(), &offsets, &lengths), "H5Pget_sizes");
-  return lengths;
-}
-
-hsize_t File::user_block_size() const {
-  PropertyList fcpl(checked(H5Fget_create_plist(id()), "H5Fget_create_plist"));
-  hsize_t bytes = 0;
-  checked(H5Pget_userblock(fcpl.id(), &bytes), "H5Pget_userblock");
-  return bytes;
 }
 
 bool path_exists(hid_t loc, const std::string& path) {
@@ -393,4 +222,4 @@ LinkInfo link_info(hid_t group, const std::string& name) {
   return result;
 }
 
-}  // namespace quantem::catalog::hdf5
+}  // namespace quantem::hdf5
