@@ -54,7 +54,9 @@ void validate(const SynthOptions& options) {
   }
   if (options.threads > kMaxThreads) throw bad_request("synth: at most " + std::to_string(kMaxThreads) + " threads");
   for (const auto& [name, value] : {std::pair{"scan_sampling_A", options.scan_sampling_A},
-                                    std::pair{"k_pixel_size_mrad", options.k_pixel_size_mrad}}) {
+                                    std::pair{"k_pixel_size_mrad", options.k_pixel_size_mrad},
+                                    std::pair{"high_tension_V", options.high_tension_V},
+                                    std::pair{"camera_length_m", options.camera_length_m}}) {
     if (value && !(std::isfinite(*value) && *value > 0.0)) {
       throw bad_request(std::string("synth: ") + name + " must be a positive finite number");
     }
@@ -225,7 +227,12 @@ SynthReport write_acquisition(const SynthOptions& options) {
     }
   }
 
-  arina::write_stem_metadata((folder / (options.prefix + ".h5")).string(), options.scan_rows, options.scan_cols);
+  arina::StemMetadata microscope;
+  microscope.scan_rows = options.scan_rows;
+  microscope.scan_cols = options.scan_cols;
+  if (options.high_tension_V) microscope.high_tension_V = *options.high_tension_V;
+  if (options.camera_length_m) microscope.camera_length_m = *options.camera_length_m;
+  arina::write_stem_metadata((folder / (options.prefix + ".h5")).string(), microscope);
 
   arina::MasterContents master;
   master.shard_basenames = shard_names;
@@ -239,6 +246,7 @@ SynthReport write_acquisition(const SynthOptions& options) {
   master.excluded_pixels = static_cast<std::uint32_t>(model.bad_pixels().size());
   master.scan_sampling_A = options.scan_sampling_A;
   master.k_pixel_size_mrad = options.k_pixel_size_mrad;
+  master.photon_energy_eV = microscope.high_tension_V;  // an electron's energy in eV is the high tension in V
   // Written aside and renamed: the master appears complete or not at all.
   try {
     arina::write_master(partial_master_path.string(), master);
