@@ -103,7 +103,8 @@ HttpResponse MetadataRoute::handle(const HttpRequest& request, const protocol::Q
     json doc;
     doc["session"] = source.session;
     doc["file"] = source.file;
-    for (auto& [name, value] : metadata_document(reader_(acquisition->master_path)).items()) doc[name] = value;
+    json read = metadata_document(reader_(acquisition->master_path));
+    for (auto& [name, value] : read.items()) doc[name] = std::move(value);
     body = std::make_shared<const std::string>(HttpResponse::json(200, doc).body);
     keep(key, body);
   }
