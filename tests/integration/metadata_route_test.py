@@ -95,8 +95,12 @@ class Daemon:
                                         stdout=self.log, stderr=subprocess.STDOUT, env=environment)
         deadline = time.time() + 60
         while True:
-            if os.path.exists(self.port_file) and open(self.port_file).read().strip():
-                self.url = f"http://127.0.0.1:{int(open(self.port_file).read())}"
+            port = ""
+            if os.path.exists(self.port_file):
+                with open(self.port_file) as port_file:
+                    port = port_file.read().strip()
+            if port:
+                self.url = f"http://127.0.0.1:{int(port)}"
                 try:
                     with urllib.request.urlopen(self.url + "/api/health/ready", timeout=5) as response:
                         if response.status == 200:
