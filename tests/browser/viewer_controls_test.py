@@ -488,7 +488,6 @@ class ViewerControls(base.BrowserCase):
         fit = provenance["geometry"]["bright_field"]
         self.assertIn(f"centre row {fit['center_row']:.2f}, column {fit['center_col']:.2f}", rows["bright-field fit"])
         self.check_instrument_metadata()
-        self.screenshot("controls-11-metadata")
 
     def check_instrument_metadata(self):
         """The panel's instrument fields (GET /api/browse/metadata), each
@@ -541,6 +540,9 @@ class ViewerControls(base.BrowserCase):
         requests = self.driver.execute_script(
             "return window.quantemViewer.state.requests.filter(r => r.path === '/api/browse/metadata').length;")
         self.assertEqual(requests, 1)  # read once per opening of the acquisition
+        self.screenshot("controls-11-metadata")
+        self.driver.execute_script("document.getElementById('metadata-entries-panel').scrollIntoView();")
+        self.screenshot("controls-12-metadata-attributes")
 
 
 class ViewerReconnects(base.BrowserCase):
