@@ -7,7 +7,9 @@ import { CatalogView, CatalogWorker, rowKey } from "./catalog.js";
 import { colormapNames, cssColor, lookupTable } from "./colormaps.js";
 import { displayValues, finiteRange, histogram, percentiles, renderInto } from "./imaging.js";
 import { lineProfile, plotProfile, profileCsv, radialProfile } from "./profiles.js";
-import { diffractionUnits, drawScaleBar, formatAngle, formatLength, realspaceUnits, scaleBar } from "./units.js";
+import {
+  diffractionUnits, drawScaleBar, formatAngle, formatLength, formatQuantity, realspaceUnits, scaleBar,
+} from "./units.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -59,6 +61,7 @@ const state = {
   drag: null,
   regionPreview: null,
   stopped: false,
+  metadata: null,  // {key, pending, doc, error}: the open acquisition's GET /api/browse/metadata
   requests: [],  // every request's record, for the log (and tests)
   frames: { realspace: 0, diffraction: 0, products: 0 },
   drawMs: { realspace: null, diffraction: null },
@@ -504,6 +507,7 @@ function planParams(overrides = {}) {
 
 async function openAcquisition(session, file, entry) {
   state.current = { session, file, entry };
+  state.metadata = null;  // read again when the panel shows it (the files may have changed)
   state.generation++;
   state.plan = { scan_bin: 1, det_bin: 1, crop: null };
   readPlanIntoForm();
@@ -1971,6 +1975,75 @@ function showMetadata() {
     description.textContent = value;
     list.append(term, description);
   }
+  showInstrumentMetadata();
+}
+
+// What the master and its sidecar say about the instrument, read by the
+// daemon when the panel is open (GET /api/browse/metadata), once per opening
+// of an acquisition.
+function showInstrumentMetadata() {
+  if (!state.current || !$("metadata-panel").open) return;
+  const { session, file } = state.current;
+  const key = residencyKey(session, file);
+  const known = state.metadata;
+  if (known && known.key === key) {
+    if (!known.pending) renderInstrumentMetadata(known);
+    return;
+  }
+  const record = { key, pending: true, doc: null, error: null };
+  state.metadata = record;
+  $("metadata-status").textContent = "Reading the master's metadata…";
+  $("metadata-instrument").replaceChildren();
+  $("metadata-entries").tBodies[0].replaceChildren();
+  api.request("/api/browse/metadata", { session, file }).then(
+    ({ body }) => { record.doc = body; },
+    (error) => { record.error = error instanceof ApiError ? error.message : String(error); },
+  ).finally(() => {
+    record.pending = false;
+    if (state.metadata === record) renderInstrumentMetadata(record);
+  });
+}
+
+function metadataValueText(item) {
+  const text = formatQuantity(item.value, item.unit);
+  return item.truncated ? `${text}…` : text;
+}
+
+function renderInstrumentMetadata(record) {
+  const list = $("metadata-instrument");
+  const rows = $("metadata-entries").tBodies[0];
+  list.replaceChildren();
+  rows.replaceChildren();
+  const status = $("metadata-status");
+  if (record.error) {
+    status.textContent = `Not available: ${record.error}`;
+    $("metadata-entries-summary").textContent = "Every attribute";
+    return;
+  }
+  const doc = record.doc;
+  const fields = Object.entries(doc.fields || {});
+  const from = doc.sidecar ? `${state.current.file} and ${doc.sidecar}` : state.current.file;
+  status.textContent = fields.length ? `From ${from}; hover a value for where it was read.`
+    : `${from} holds none of the well-known instrument fields.`;
+  for (const [name, field] of fields) {
+    const term = document.createElement("dt");
+    term.textContent = field.label || name;
+    const description = document.createElement("dd");
+    description.textContent = metadataValueText(field);
+    description.dataset.field = name;
+    description.dataset.value = String(field.value);
+    description.dataset.unit = field.unit || "";
+    description.title = `${field.source}: ${field.value}${field.unit ? ` ${field.unit}` : ""}`;
+    list.append(term, description);
+  }
+  for (const entry of doc.entries || []) {
+    const row = rows.insertRow();
+    row.insertCell().textContent = `${entry.file}:${entry.path}`;
+    const value = row.insertCell();
+    value.textContent = `${entry.value}${entry.truncated ? "…" : ""}${entry.unit ? ` ${entry.unit}` : ""}`;
+  }
+  $("metadata-entries-summary").textContent =
+    `Every attribute (${(doc.entries || []).length}${doc.entries_truncated ? ", cut at the daemon's limits" : ""})`;
 }
 
 // ---- profiles ---------------------------------------------------------------------------

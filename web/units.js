@@ -67,3 +67,19 @@ export function drawScaleBar(context, length, label, ratio) {
   context.restore();
   return { x0, x1: x0 + Math.round(length), y, thickness };
 }
+
+// A quantity of the metadata panel in its unit ("V", "eV", "m", "s", "Å", or
+// none) with an SI prefix: 300000 V -> "300 kV", 9.95e-5 s -> "99.5 µs".
+export function formatQuantity(value, unit) {
+  if (typeof value !== "number" || !unit) return String(value);
+  const prefixes = {
+    V: [[1e6, "M"], [1e3, "k"], [1, ""]],
+    eV: [[1e6, "M"], [1e3, "k"], [1, ""]],
+    m: [[1, ""], [1e-3, "m"], [1e-6, "µ"], [1e-9, "n"]],
+    s: [[1, ""], [1e-3, "m"], [1e-6, "µ"], [1e-9, "n"]],
+  }[unit];
+  if (!prefixes) return `${trim(value)} ${unit}`;
+  const magnitude = Math.abs(value);
+  const [factor, prefix] = prefixes.find(([f]) => magnitude >= f * (1 - 1e-12)) || prefixes[prefixes.length - 1];
+  return `${trim(value / factor)} ${prefix}${unit}`;
+}

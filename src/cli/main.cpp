@@ -149,6 +149,11 @@ Command add_synth(CLI::App& app) {
                       "Scan step in angstrom, written as entry/data's scan_sampling_A (default: none)");
   command->add_option("--k-pixel-size-mrad", options->synth.k_pixel_size_mrad,
                       "Detector pixel in mrad, written as entry/data's k_pixel_size_mrad (default: none)");
+  command->add_option("--high-tension-V", options->synth.high_tension_V,
+                      "High tension in volts, written as the sidecar's High Tension and the master's photon_energy "
+                      "(default: 300000)");
+  command->add_option("--camera-length-m", options->synth.camera_length_m,
+                      "Camera length in metres, written as the sidecar's Camera Length (default: 0.115)");
   return {command, [options] {
             quantem::synth::SynthOptions& synth = options->synth;
             if (!parse_pair(options->scan, synth.scan_rows, synth.scan_cols)) {

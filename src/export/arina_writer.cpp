@@ -359,7 +359,7 @@ void write_master(const std::string& path, const MasterContents& contents) {
   write_text(specific.id(), "roi_mode", "");
   write_f64(specific.id(), "frame_count_time", 9.95e-5, "s");
   write_f64(specific.id(), "frame_period", 1e-4, "s");
-  write_f64(specific.id(), "photon_energy", 300000.0, "eV");
+  write_f64(specific.id(), "photon_energy", contents.photon_energy_eV, "eV");
   write_u32_image(specific.id(), "pixel_mask", contents.pixel_mask, contents.detector_rows, contents.detector_cols);
 
   specific.close("H5Gclose detectorSpecific");
@@ -369,11 +369,11 @@ void write_master(const std::string& path, const MasterContents& contents) {
   file.close("H5Fclose " + path);
 }
 
-void write_stem_metadata(const std::string& path, std::uint64_t scan_rows, std::uint64_t scan_cols) {
+void write_stem_metadata(const std::string& path, const StemMetadata& microscope) {
   RecordedFile file = create_file(path);
   hdf5::Group metadata = create_group(file.id(), "STEM Metadata", nullptr);
-  const auto num_pixels_x = static_cast<std::int64_t>(scan_cols);
-  const auto num_pixels_y = static_cast<std::int64_t>(scan_rows);
+  const auto num_pixels_x = static_cast<std::int64_t>(microscope.scan_cols);
+  const auto num_pixels_y = static_cast<std::int64_t>(microscope.scan_rows);
   const std::uint32_t prescan = 0;
   const std::uint8_t calibrated = 0;
   write_attribute(metadata.id(), "NumPixelsX", H5T_STD_I64LE, H5T_NATIVE_INT64, &num_pixels_x);
@@ -382,8 +382,8 @@ void write_stem_metadata(const std::string& path, std::uint64_t scan_rows, std::
   write_attribute(metadata.id(), "IsPixelSizeCalibrated", H5T_STD_U8LE, H5T_NATIVE_UINT8, &calibrated, 1);
   const std::pair<const char*, double> doubles[] = {
       {"Pixel Size", 0.25},        // nm
-      {"High Tension", 300000.0},  // V
-      {"Camera Length", 0.115},    // m
+      {"High Tension", microscope.high_tension_V},    // V
+      {"Camera Length", microscope.camera_length_m},  // m
       {"ScanDwellTime", 1e-4},     // s
       {"Rotation", 0.0},
       {"Magnification", 2.0e7},

@@ -469,6 +469,43 @@ catalog::ShardStorage Inspector::shard_storage(const std::string& file_path, con
   throw Error(ErrorKind::corrupt_data, "the inspector stopped while reading the storage of " + where + " (" + why + ")");
 }
 
+Inspector::MetadataFunction Inspector::master_metadata_function() {
+  return [this](const std::string& master_path) { return master_metadata(master_path); };
+}
+
+catalog::MasterMetadata Inspector::master_metadata(const std::string& master_path) {
+  const std::string path = catalog::named_acquisition(master_path).master_path;
+  throw_if_stopping();
+  {
+    catalog::SignatureEntry master_entry;
+    master_entry.path = path;
+    master_entry = catalog::restat_signature({master_entry}).front();
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto known = remembered_.find(path);
+    if (known != remembered_.end() && known->second.master == master_entry) {
+      throw Error(ErrorKind::corrupt_data, known->second.acquisition.status.reason);
+    }
+  }
+  const std::size_t slot = lease_slot();
+  auto lease = make_lease([this, slot] { release_slot(slot); });
+  std::string reply, why;
+  if (exchange(slot, metadata_request(path), options_.deadline, reply, why) == Outcome::answered) {
+    try {
+      return parse_metadata_reply(reply, path);
+    } catch (const ProtocolError& e) {
+      why = e.what();
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::internal) throw;  // the worker's typed answer about the file
+      why = e.what();                              // the worker refused our request
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++failures_;
+  }
+  stop_worker(slot, why + " while reading the metadata of " + path);
+  throw_if_stopping();
+  throw Error(ErrorKind::corrupt_data, "the inspector stopped while reading the metadata of " + path + " (" + why + ")");
+}
+
 catalog::Acquisition Inspector::condemn(const std::string& master_path, const catalog::SignatureEntry& master,
                                         const std::string& why) {
   catalog::Acquisition acquisition = catalog::named_acquisition(master_path);

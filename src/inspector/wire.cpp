@@ -1,5 +1,9 @@
 #include "quantem/inspector/wire.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <type_traits>
@@ -343,7 +347,7 @@ namespace {
 // (a request it could not parse, which the daemon never sends: internal).
 json parse_reply_object(const std::string& line) {
   if (line.size() > kMaxLineBytes) throw malformed("the reply is too long");
-  const json reply = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  json reply = json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (reply.is_discarded()) throw malformed("the reply is not JSON");
   if (!reply.is_object() || reply.size() != 1) throw malformed("the reply is not an object with one member");
   if (reply.contains("error")) {
@@ -354,20 +358,149 @@ json parse_reply_object(const std::string& line) {
   return reply;
 }
 
+// The worker's typed failure of a request, rethrown when of an allowed kind.
+void throw_if_failed(const json& reply, std::initializer_list<ErrorKind> allowed_kinds) {
+  if (!reply.contains("failed")) return;
+  const json& failed = reply["failed"];
+  const std::string kind = string_of(failed, "kind");
+  const std::string message = string_of(failed, "message");
+  for (const ErrorKind allowed : allowed_kinds) {
+    if (kind == error_kind_name(allowed)) throw Error(allowed, message);
+  }
+  throw malformed("an error of kind '" + kind + "'");
+}
+
 }  // namespace
 
 catalog::ShardStorage parse_storage_reply(const std::string& line) {
   const json reply = parse_reply_object(line);
-  if (reply.contains("failed")) {
-    const json& failed = reply["failed"];
-    const std::string kind = string_of(failed, "kind");
-    const std::string message = string_of(failed, "message");
-    for (const ErrorKind allowed : {ErrorKind::io, ErrorKind::corrupt_data, ErrorKind::conflict, ErrorKind::not_found}) {
-      if (kind == error_kind_name(allowed)) throw Error(allowed, message);
-    }
-    throw malformed("an error of kind '" + kind + "'");
-  }
+  throw_if_failed(reply, {ErrorKind::io, ErrorKind::corrupt_data, ErrorKind::conflict, ErrorKind::not_found});
   return shard_storage_from_json(member(reply, "storage"));
+}
+
+// ---- metadata ---------------------------------------------------------------------
+
+namespace {
+
+json metadata_value_to_json(const catalog::MetadataValue& value) {
+  switch (value.kind) {
+    case catalog::MetadataValue::Kind::integer: return value.integer;
+    case catalog::MetadataValue::Kind::real: return value.real;
+    case catalog::MetadataValue::Kind::text: break;
+  }
+  return value.text;
+}
+
+catalog::MetadataValue metadata_value_from_json(const json& holder) {
+  const json& v = member(holder, "value");
+  catalog::MetadataValue value;
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
+      throw malformed("a metadata integer out of range");
+    }
+    value.kind = catalog::MetadataValue::Kind::integer;
+    value.integer = v.get<std::int64_t>();
+  } else if (v.is_number_float()) {
+    value.kind = catalog::MetadataValue::Kind::real;
+    value.real = v.get<double>();
+    if (!std::isfinite(value.real)) throw malformed("a metadata real is not finite");
+  } else if (v.is_string()) {
+    value.kind = catalog::MetadataValue::Kind::text;
+    value.text = string_of(holder, "value");
+    if (value.text.size() > catalog::kMaxMetadataTextBytes) throw malformed("a metadata text is too long");
+  } else {
+    throw malformed("a metadata value is not a number or a text");
+  }
+  if (holder.contains("truncated")) {
+    value.truncated = bool_of(holder, "truncated");
+    if (value.truncated && value.kind != catalog::MetadataValue::Kind::text) throw malformed("a truncated number");
+  }
+  return value;
+}
+
+std::string bounded_string_of(const json& object, const char* key, std::size_t max_bytes) {
+  std::string text = string_of(object, key);
+  if (text.size() > max_bytes) throw malformed(std::string("'") + key + "' is too long");
+  return text;
+}
+
+catalog::MetadataField metadata_field_from_json(const json& f) {
+  catalog::MetadataField field;
+  field.name = string_of(f, "name");
+  const auto& specs = catalog::master_metadata_fields();
+  const auto spec = std::find_if(specs.begin(), specs.end(), [&](const auto& s) { return s.name == field.name; });
+  if (spec == specs.end()) throw malformed("an unknown metadata field '" + field.name + "'");
+  field.value = metadata_value_from_json(f);
+  field.unit = string_of(f, "unit");
+  field.source = bounded_string_of(f, "source", 2 * catalog::kMaxMetadataPathBytes);
+  if (field.unit != spec->unit) throw malformed("the metadata field '" + field.name + "' in another unit");
+  if (!spec->unit.empty() &&
+      (field.value.kind != catalog::MetadataValue::Kind::real || !(field.value.real > 0.0))) {
+    throw malformed("the metadata field '" + field.name + "' is not a positive number");
+  }
+  return field;
+}
+
+}  // namespace
+
+json master_metadata_to_json(const catalog::MasterMetadata& m) {
+  json fields = json::array();
+  for (const auto& field : m.fields) {
+    fields.push_back({{"name", field.name},
+                      {"value", metadata_value_to_json(field.value)},
+                      {"unit", field.unit},
+                      {"source", field.source}});
+    if (field.value.truncated) fields.back()["truncated"] = true;
+  }
+  json entries = json::array();
+  for (const auto& entry : m.entries) {
+    entries.push_back({{"file", entry.file},
+                       {"path", entry.path},
+                       {"value", metadata_value_to_json(entry.value)},
+                       {"unit", entry.unit}});
+    if (entry.value.truncated) entries.back()["truncated"] = true;
+  }
+  return {{"master_path", m.master_path},
+          {"sidecar", m.sidecar_name},
+          {"fields", std::move(fields)},
+          {"entries", std::move(entries)},
+          {"entries_truncated", m.entries_truncated}};
+}
+
+catalog::MasterMetadata master_metadata_from_json(const json& d) {
+  if (!d.is_object()) throw malformed("the metadata is not an object");
+  catalog::MasterMetadata m;
+  m.master_path = string_of(d, "master_path");
+  m.sidecar_name = bounded_string_of(d, "sidecar", 4096);
+  if (m.sidecar_name.find('/') != std::string::npos) throw malformed("the sidecar's name holds a '/'");
+  for (const json& f : array_of(d, "fields", catalog::master_metadata_fields().size())) {
+    m.fields.push_back(metadata_field_from_json(f));
+    for (std::size_t i = 0; i + 1 < m.fields.size(); ++i) {
+      if (m.fields[i].name == m.fields.back().name) throw malformed("a metadata field twice");
+    }
+  }
+  for (const json& e : array_of(d, "entries", 2 * catalog::kMaxMetadataEntriesPerFile)) {
+    catalog::MetadataEntry entry;
+    entry.file = bounded_string_of(e, "file", 4096);
+    entry.path = bounded_string_of(e, "path", catalog::kMaxMetadataPathBytes);
+    entry.value = metadata_value_from_json(e);
+    entry.unit = bounded_string_of(e, "unit", catalog::kMaxMetadataTextBytes);
+    m.entries.push_back(std::move(entry));
+  }
+  m.entries_truncated = bool_of(d, "entries_truncated");
+  return m;
+}
+
+std::string metadata_request(const std::string& master_path) {
+  return json({{"metadata", master_path}}).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+catalog::MasterMetadata parse_metadata_reply(const std::string& line, const std::string& requested_path) {
+  const json reply = parse_reply_object(line);
+  throw_if_failed(reply, {ErrorKind::io, ErrorKind::corrupt_data, ErrorKind::not_found});
+  catalog::MasterMetadata metadata = master_metadata_from_json(member(reply, "metadata"));
+  if (metadata.master_path != requested_path) throw malformed("the metadata of another master");
+  return metadata;
 }
 
 std::string inspect_request(const std::string& master_path) {

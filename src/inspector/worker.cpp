@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "quantem/catalog/acquisition.hpp"
+#include "quantem/catalog/master_metadata.hpp"
 #include "quantem/catalog/shard_storage.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/core/text.hpp"
@@ -98,6 +99,22 @@ std::string answer_storage(const json& request) {
   }
 }
 
+std::string answer_metadata(const json& request) {
+  if (!request.is_string()) return error_reply("expected {\"metadata\": PATH}");
+  const std::string path = request.get<std::string>();
+  run_test_hooks(path);
+  try {
+    return dump({{"metadata", master_metadata_to_json(catalog::read_master_metadata(path))}});
+  } catch (const Error& e) {
+    const bool typed = e.kind() == ErrorKind::not_found || e.kind() == ErrorKind::corrupt_data;
+    return dump({{"failed", {{"kind", typed ? error_kind_name(e.kind()) : "io"}, {"message", e.what()}}}});
+  } catch (const std::bad_alloc&) {
+    return dump({{"failed", {{"kind", "corrupt_data"}, {"message", "reading the master's metadata ran out of memory"}}}});
+  } catch (const std::exception& e) {
+    return dump({{"failed", {{"kind", "io"}, {"message", e.what()}}}});
+  }
+}
+
 }  // namespace
 
 std::string answer_request(const std::string& line) {
@@ -106,9 +123,12 @@ std::string answer_request(const std::string& line) {
     if (!request.is_discarded() && request.is_object() && request.size() == 1 && request.contains("storage")) {
       return answer_storage(request["storage"]);
     }
+    if (!request.is_discarded() && request.is_object() && request.size() == 1 && request.contains("metadata")) {
+      return answer_metadata(request["metadata"]);
+    }
     if (request.is_discarded() || !request.is_object() || request.size() != 1 || !request.contains("inspect") ||
         !request["inspect"].is_string()) {
-      return error_reply("expected {\"inspect\": PATH} or {\"storage\": {\"file\": PATH, \"dataset\": PATH}}");
+      return error_reply("expected {\"inspect\": PATH}, {\"storage\": {\"file\": PATH, \"dataset\": PATH}} or {\"metadata\": PATH}");
     }
     const std::string path = request["inspect"].get<std::string>();
     run_test_hooks(path);

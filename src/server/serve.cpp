@@ -45,6 +45,7 @@
 #include "quantem/server/browse_service.hpp"
 #include "quantem/server/catalog_service.hpp"
 #include "quantem/server/export_routes.hpp"
+#include "quantem/server/metadata_route.hpp"
 #include "quantem/server/http_server.hpp"
 #include "quantem/server/metrics.hpp"
 #include "quantem/server/runtime_files.hpp"
@@ -414,6 +415,7 @@ struct DaemonWiring {
         catalog(settings.data_folder, catalog_options(settings, inspector)),
         exports(export_config(settings), residency, catalog),
         service(browse_config(settings, token), *backend, residency, catalog, metrics),
+        metadata(catalog, inspector.master_metadata_function()),
         http(service.http_service(), http_options(settings)) {
     // Changed files invalidate the residents and cached images built from them
     // (stop_watching() in the shutdown ends the calls before `service` goes away).
@@ -422,6 +424,7 @@ struct DaemonWiring {
       service.drop_cached_images(change.masters, change.overflow);
     });
     service.set_export_jobs(&exports);
+    metadata.add_to(service);
   }
 
   static inspector::InspectorOptions inspector_options(const ServeSettings& settings) {
@@ -492,6 +495,7 @@ struct DaemonWiring {
   Metrics metrics;
   ExportJobs exports;
   BrowseService service;
+  MetadataRoute metadata;  // before http: requests in flight end before it goes
   HttpServer http;
 };
 

@@ -55,7 +55,9 @@ void validate(const SynthOptions& options) {
   }
   if (options.threads > kMaxThreads) throw bad_request("synth: at most " + std::to_string(kMaxThreads) + " threads");
   for (const auto& [name, value] : {std::pair{"scan_sampling_A", options.scan_sampling_A},
-                                    std::pair{"k_pixel_size_mrad", options.k_pixel_size_mrad}}) {
+                                    std::pair{"k_pixel_size_mrad", options.k_pixel_size_mrad},
+                                    std::pair{"high_tension_V", options.high_tension_V},
+                                    std::pair{"camera_length_m", options.camera_length_m}}) {
     if (value && !(std::isfinite(*value) && *value > 0.0)) {
       throw bad_request(std::string("synth: ") + name + " must be a positive finite number");
     }
@@ -211,6 +213,16 @@ std::vector<std::string> write_data_files(const SynthOptions& options, const Pat
   return shard_names;
 }
 
+// What the sidecar `<prefix>.h5` says of the microscope (synth's options, else plausible defaults).
+arina::StemMetadata microscope_of(const SynthOptions& options) {
+  arina::StemMetadata microscope;
+  microscope.scan_rows = options.scan_rows;
+  microscope.scan_cols = options.scan_cols;
+  if (options.high_tension_V) microscope.high_tension_V = *options.high_tension_V;
+  if (options.camera_length_m) microscope.camera_length_m = *options.camera_length_m;
+  return microscope;
+}
+
 // The master of the data files, written aside and renamed: it appears
 // complete or not at all.
 void write_master_file(const SynthOptions& options, const PatternModel& model,
@@ -227,6 +239,8 @@ void write_master_file(const SynthOptions& options, const PatternModel& model,
   master.excluded_pixels = static_cast<std::uint32_t>(model.bad_pixels().size());
   master.scan_sampling_A = options.scan_sampling_A;
   master.k_pixel_size_mrad = options.k_pixel_size_mrad;
+  // An electron's energy in eV is the high tension in V.
+  master.photon_energy_eV = microscope_of(options).high_tension_V;
   const std::filesystem::path partial_master_path = master_path.string() + ".partial";
   try {
     arina::write_master(partial_master_path.string(), master);
@@ -263,7 +277,7 @@ SynthReport write_acquisition(const SynthOptions& options) {
   hdf5::ErrorSilencer silence_hdf5;
   arina::BitshuffleFilterRegistration filter_registration;
   const std::vector<std::string> shard_names = write_data_files(options, model, folder, report);
-  arina::write_stem_metadata((folder / (options.prefix + ".h5")).string(), options.scan_rows, options.scan_cols);
+  arina::write_stem_metadata((folder / (options.prefix + ".h5")).string(), microscope_of(options));
   write_master_file(options, model, shard_names, master_path);
 
   report.seconds = seconds_since(started);

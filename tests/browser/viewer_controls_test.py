@@ -25,6 +25,10 @@ import viewer_browser_test as base  # noqa: E402  (the daemon and browser helper
 SAMPLING_A = 2.5
 K_MRAD = 0.75
 CALIBRATION = ("--scan-sampling-A", str(SAMPLING_A), "--k-pixel-size-mrad", str(K_MRAD))
+# The microscope the metadata panel reports (synth's defaults are 300 kV and 0.115 m).
+HIGH_TENSION_V = 200000.0
+CAMERA_LENGTH_M = 0.245
+INSTRUMENT = ("--high-tension-V", str(HIGH_TENSION_V), "--camera-length-m", str(CAMERA_LENGTH_M))
 
 
 def decode_png(data):
@@ -77,7 +81,7 @@ def label_value(label):
 
 class ViewerControls(base.BrowserCase):
     export_dir = True
-    synth_args = CALIBRATION
+    synth_args = CALIBRATION + INSTRUMENT
 
     def setUp(self):
         self.open_page()
@@ -483,7 +487,62 @@ class ViewerControls(base.BrowserCase):
         provenance = json.loads({k.lower(): v for k, v in headers.items()}["x-quantem-provenance"])
         fit = provenance["geometry"]["bright_field"]
         self.assertIn(f"centre row {fit['center_row']:.2f}, column {fit['center_col']:.2f}", rows["bright-field fit"])
+        self.check_instrument_metadata()
+
+    def check_instrument_metadata(self):
+        """The panel's instrument fields (GET /api/browse/metadata), each
+        value against the synth files read with h5py, and how it is shown."""
+        import h5py
+        shown = self.wait_for("""(() => {
+            const values = [...document.querySelectorAll('#metadata-instrument dd')];
+            if (!values.length) return null;
+            return Object.fromEntries(values.map(d => [d.dataset.field,
+              {text: d.textContent, value: d.dataset.value, unit: d.dataset.unit,
+               label: d.previousElementSibling.textContent, title: d.title}]));
+        })()""", "the instrument metadata")
+        folder = os.path.join(self.data, base.SESSION)
+        with h5py.File(os.path.join(folder, base.MASTER), "r") as master, \
+                h5py.File(os.path.join(folder, "demo.h5"), "r") as sidecar:
+            stem = sidecar["STEM Metadata"].attrs
+            detector = master["entry/instrument/detector"]
+            expected = {
+                "high_tension": (float(stem["High Tension"][0]), "high tension", "200 kV"),
+                "camera_length": (float(stem["Camera Length"][0]), "camera length", "245 mm"),
+                "dwell_time": (float(stem["ScanDwellTime"][0]), "dwell time", "100 µs"),
+                "count_time": (float(detector["count_time"][()]), "count time", "99.5 µs"),
+                "frame_time": (float(detector["frame_time"][()]), "frame time", "100 µs"),
+                "sensor_thickness": (float(detector["sensor_thickness"][()]), "sensor thickness", "1.5 mm"),
+                "x_pixel_size": (float(detector["x_pixel_size"][()]), "pixel size x", "100 µm"),
+                "threshold_energy": (float(detector["threshold_energy"][()]), "threshold energy", "17.5 keV"),
+                "detector": (detector["description"][()].decode(), "detector", "Dectris ARINA CZT"),
+                "sensor_material": (detector["sensor_material"][()].decode(), "sensor material", "CZT"),
+            }
+            self.assertNotIn("detector_distance", detector)  # synth writes none: the panel leaves it out
+        self.assertEqual((expected["high_tension"][0], expected["camera_length"][0]), (HIGH_TENSION_V, CAMERA_LENGTH_M))
+        for name, (value, label, text) in expected.items():
+            self.assertIn(name, shown)
+            got = shown[name]
+            self.assertEqual(float(got["value"]) if isinstance(value, float) else got["value"], value, name)
+            self.assertEqual((got["label"], got["text"]), (label, text), name)
+        self.assertNotIn("detector_distance", shown)
+        self.assertNotIn("wavelength", shown)
+        self.assertIn("demo.h5:/STEM Metadata@High Tension", shown["high_tension"]["title"])
+        status = self.driver.execute_script("return document.getElementById('metadata-status').textContent;")
+        self.assertIn(f"From {base.MASTER} and demo.h5", status)
+        # Every attribute, listed under its own summary; opened for the screenshot.
+        entries = self.driver.execute_script("""
+            document.getElementById('metadata-entries-panel').open = true;
+            return [...document.querySelectorAll('#metadata-entries tr')].map(r => [...r.cells].map(c => c.textContent));""")
+        self.assertIn(["demo_master.h5:/entry/instrument/detector/count_time", "0.0000995 s"], entries)
+        self.assertIn(["demo.h5:/STEM Metadata@Camera Length", "0.245"], entries)
+        summary = self.driver.execute_script("return document.getElementById('metadata-entries-summary').textContent;")
+        self.assertEqual(summary, f"Every attribute ({len(entries)})")
+        requests = self.driver.execute_script(
+            "return window.quantemViewer.state.requests.filter(r => r.path === '/api/browse/metadata').length;")
+        self.assertEqual(requests, 1)  # read once per opening of the acquisition
         self.screenshot("controls-11-metadata")
+        self.driver.execute_script("document.getElementById('metadata-entries-panel').scrollIntoView();")
+        self.screenshot("controls-12-metadata-attributes")
 
 
 class ViewerReconnects(base.BrowserCase):

@@ -116,6 +116,7 @@ struct MasterContents {
   std::uint32_t excluded_pixels = 0;
   std::optional<double> scan_sampling_A;    // entry/data attributes, written when set
   std::optional<double> k_pixel_size_mrad;
+  double photon_energy_eV = 300000.0;  // detectorSpecific/photon_energy: the electrons' energy
 };
 
 void write_master(const std::string& path, const MasterContents& contents);
@@ -149,6 +150,12 @@ std::mutex& hdf5_writer_mutex();
 
 // `<prefix>.h5`: group "/STEM Metadata" with NumPixelsX/Y and a few plausible
 // microscope attributes, typed like the real Arina sidecar.
-void write_stem_metadata(const std::string& path, std::uint64_t scan_rows, std::uint64_t scan_cols);
+struct StemMetadata {
+  std::uint64_t scan_rows = 0;
+  std::uint64_t scan_cols = 0;
+  double high_tension_V = 300000.0;
+  double camera_length_m = 0.115;
+};
+void write_stem_metadata(const std::string& path, const StemMetadata& metadata);
 
 }  // namespace quantem::arina

@@ -56,6 +56,7 @@
 
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/catalog/catalog.hpp"
+#include "quantem/catalog/master_metadata.hpp"
 #include "quantem/catalog/shard_storage.hpp"
 
 namespace quantem::inspector {
@@ -102,6 +103,17 @@ class Inspector {
   // after shutdown().
   catalog::ShardStorage shard_storage(const std::string& file_path, const std::string& dataset_path);
   catalog::ShardStorageFunction shard_storage_function();
+
+  // catalog::read_master_metadata in a worker, under options.deadline, for
+  // GET /api/browse/metadata. Throws what it throws there (quantem::Error:
+  // not_found, corrupt_data, io); corrupt_data "the inspector stopped ..."
+  // at once for a condemned master (unchanged since), and when the worker
+  // dies, misses the deadline or breaks the protocol (the master is not
+  // condemned for it: a metadata request is asked for, not retried in a
+  // loop); unavailable when no worker starts or after shutdown().
+  catalog::MasterMetadata master_metadata(const std::string& master_path);
+  using MetadataFunction = std::function<catalog::MasterMetadata(const std::string& master_path)>;
+  MetadataFunction master_metadata_function();
 
   // Condemned masters are tried again by their next inspection.
   void forget_failures();

@@ -7,6 +7,9 @@
 //   request  {"storage": {"file": "/abs/x_data_000001.h5", "dataset": "/entry/data/data"}}
 //   reply    {"storage": {...}}              catalog::ShardStorage as plain data
 //            {"failed": {"kind": "io", "message": "..."}}   read_shard_storage threw
+//   request  {"metadata": "/abs/path/x_master.h5"}
+//   reply    {"metadata": {...}}             catalog::MasterMetadata as plain data
+//            {"failed": {"kind": "not_found", "message": "..."}}   read_master_metadata threw
 //   any      {"error": "message"}            a request it could not parse
 //
 // The worker is less trusted than the daemon: it runs libhdf5 on files from
@@ -25,6 +28,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "quantem/catalog/acquisition.hpp"
+#include "quantem/catalog/master_metadata.hpp"
 #include "quantem/catalog/shard_storage.hpp"
 #include "quantem/core/error.hpp"
 
@@ -71,5 +75,20 @@ std::string storage_request(const std::string& file_path, const std::string& dat
 // kind: io, corrupt_data, conflict or not_found). Throws quantem::Error:
 // internal for the worker's error reply, corrupt_data for anything malformed.
 catalog::ShardStorage parse_storage_reply(const std::string& line);
+
+nlohmann::json master_metadata_to_json(const catalog::MasterMetadata& metadata);
+// Throws quantem::Error (corrupt_data) like acquisition_from_json: every
+// field a known one in its unit, every text and list within the limits of
+// master_metadata.hpp.
+catalog::MasterMetadata master_metadata_from_json(const nlohmann::json& document);
+
+std::string metadata_request(const std::string& master_path);
+
+// A worker's reply line to a metadata request for `requested_path`: the
+// metadata, or the typed error read_master_metadata threw in the worker
+// (rethrown as quantem::Error of that kind: io, corrupt_data or not_found).
+// Throws quantem::Error: internal for the worker's error reply, corrupt_data
+// for anything malformed or for the metadata of another master.
+catalog::MasterMetadata parse_metadata_reply(const std::string& line, const std::string& requested_path);
 
 }  // namespace quantem::inspector

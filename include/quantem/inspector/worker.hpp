@@ -6,8 +6,9 @@
 //
 // Test hooks, read from the environment at start (never set by the daemon):
 //   QUANTEM_TEST_INSPECTOR_ABORT_ON=NAME  abort() when asked about a file
-//                                         named NAME (a master to inspect, or
-//                                         a shard whose storage to read);
+//                                         named NAME (a master to inspect or
+//                                         whose metadata to read, or a
+//                                         shard whose storage to read);
 //   QUANTEM_TEST_INSPECTOR_HANG_ON=NAME   never answer about that file;
 //   QUANTEM_TEST_INSPECTOR_ABORT_ONCE=NAME:MARKER
 //                                         abort() when asked about NAME while

@@ -7,6 +7,7 @@
 //   GET    /api/browse/capabilities | sessions | acquisitions
 //   GET    /api/browse/realspace | products | realspace-shape | cbed | cbed-region
 //   GET    /api/browse/residency     POST /api/browse/load     DELETE /api/browse/resident
+//   GET    /api/browse/metadata      (metadata_route.hpp, added with add_route())
 //   GET    /api/health/live | /api/health/ready                 GET /metrics
 //   GET    /  and  /viewer/<file>   the browser viewer (docs/viewer.md; no token needed)
 // Order of checks for every request: Host header (403), token (403, token

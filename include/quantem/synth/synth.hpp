@@ -30,6 +30,11 @@ struct SynthOptions {
   // scan_sampling_A and k_pixel_size_mrad); absent by default.
   std::optional<double> scan_sampling_A;
   std::optional<double> k_pixel_size_mrad;
+  // The microscope's high tension (the sidecar's High Tension, and the
+  // master's photon_energy in eV) and camera length (the sidecar's Camera
+  // Length); 300 kV and 0.115 m when not given.
+  std::optional<double> high_tension_V;
+  std::optional<double> camera_length_m;
 };
 
 struct SynthReport {
@@ -57,7 +62,7 @@ std::optional<Preset> preset_from_name(const std::string& name);
 // bitshuffle data through HDF5 on other threads meanwhile.
 //
 // Throws quantem::Error: bad_request for invalid options (empty scan or
-// detector, a side above 4096, a calibration that is not a positive finite number, more than half the pixels bad, a prefix that is
+// detector, a side above 4096, a calibration, high tension or camera length that is not a positive finite number, more than half the pixels bad, a prefix that is
 // not a plain file name, more than 999999 data files, more than 1024 threads),
 // io (IoError/HdfError) when a folder or file cannot be created or written.
 SynthReport write_acquisition(const SynthOptions& options);

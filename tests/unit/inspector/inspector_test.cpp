@@ -25,6 +25,7 @@
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/catalog/catalog.hpp"
 #include "quantem/core/error.hpp"
+#include "quantem/catalog/master_metadata.hpp"
 #include "quantem/catalog/shard_storage.hpp"
 #include "quantem/inspector/inspector.hpp"
 #include "quantem/inspector/wire.hpp"
@@ -370,6 +371,38 @@ TEST_F(InspectorProcess, ShardStorageErrorsKeepTheirKind) {
   }
   EXPECT_EQ(aborting.worker_failures(), 1u);
   EXPECT_EQ(aborting.remembered_failures(), 0u);
+}
+
+TEST_F(InspectorProcess, MetadataThroughTheWorkerEqualsInProcessAndCrashesAreTyped) {
+  Inspector inspector(options());
+  const catalog::MasterMetadata in_process = catalog::read_master_metadata(master("first"));
+  const catalog::MasterMetadata through_worker = inspector.master_metadata(master("first"));
+  EXPECT_EQ(through_worker.master_path, in_process.master_path);
+  EXPECT_EQ(through_worker.sidecar_name, "first.h5");
+  EXPECT_EQ(through_worker.fields, in_process.fields);
+  EXPECT_EQ(through_worker.entries, in_process.entries);
+  EXPECT_FALSE(through_worker.fields.empty());
+  try {
+    (void)inspector.master_metadata(dir_->file("absent_master.h5"));
+    ADD_FAILURE() << "read a missing master";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::not_found) << e.what();
+  }
+  EXPECT_EQ(inspector.worker_failures(), 0u);
+
+  ::setenv("QUANTEM_TEST_INSPECTOR_ABORT_ON", "second_master.h5", 1);
+  Inspector aborting(options());
+  try {
+    (void)aborting.master_metadata(master("second"));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::corrupt_data) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the inspector stopped while reading the metadata of"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(aborting.worker_failures(), 1u);
+  EXPECT_EQ(aborting.remembered_failures(), 0u);  // asked for, not condemned
+  EXPECT_EQ(aborting.master_metadata(master("first")).fields, in_process.fields);  // a fresh worker answers
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // exactly, and hostile worker replies are refused with a typed error.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 
 #include "acquisition_equality.hpp"
 #include "quantem/catalog/acquisition.hpp"
+#include "quantem/catalog/master_metadata.hpp"
 #include "quantem/catalog/shard_storage.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/inspector/wire.hpp"
@@ -171,6 +173,52 @@ TEST_F(InspectorWire, StorageRoundTripAndHostileStorageReplies) {
     EXPECT_EQ(e.kind(), ErrorKind::io);
     EXPECT_STREQ(e.what(), "cannot open");
   }
+}
+
+TEST_F(InspectorWire, MetadataRoundTripAndHostileMetadataReplies) {
+  const catalog::MasterMetadata metadata = catalog::read_master_metadata(dir_->file("wire_master.h5"));
+  const std::string path = metadata.master_path;
+  const std::string line = json({{"metadata", master_metadata_to_json(metadata)}}).dump();
+  const catalog::MasterMetadata parsed = parse_metadata_reply(line, path);
+  EXPECT_EQ(parsed.fields, metadata.fields);
+  EXPECT_EQ(parsed.entries, metadata.entries);
+  EXPECT_EQ(parsed.sidecar_name, "wire.h5");
+  EXPECT_FALSE(parsed.fields.empty());
+
+  auto refused = [&](const std::function<void(json&)>& spoil, const char* what) {
+    json document = master_metadata_to_json(metadata);
+    spoil(document);
+    try {
+      (void)parse_metadata_reply(json({{"metadata", document}}).dump(), path);
+      ADD_FAILURE() << "accepted " << what;
+    } catch (const ProtocolError&) {
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << what << ": not a protocol error: " << e.what();
+    }
+  };
+  refused([](json& d) { d["master_path"] = "/elsewhere_master.h5"; }, "another master");
+  refused([](json& d) { d["fields"][0]["name"] = "no_such_field"; }, "an unknown field");
+  refused([](json& d) { d["fields"][0]["unit"] = "furlong"; }, "a field in another unit");
+  refused([](json& d) { d["fields"][0]["value"] = -1.0; }, "a negative high tension");
+  refused([](json& d) { d["fields"].push_back(d["fields"][0]); }, "a field twice");
+  refused([](json& d) { d["entries"][0]["value"] = std::string(catalog::kMaxMetadataTextBytes + 1, 'x'); },
+          "a text over the limit");
+  refused([](json& d) { d["entries"][0]["value"] = json::array({1, 2}); }, "an array value");
+  refused([](json& d) { d["entries"][0]["value"] = std::uint64_t{1} << 63; }, "an integer out of range");
+  refused([](json& d) { d["sidecar"] = "../x.h5"; }, "a sidecar with a folder");
+  refused([](json& d) {
+    for (int i = 0; i < 900; ++i) d["entries"].push_back(d["entries"][0]);
+  }, "too many entries");
+  refused([](json& d) { d.erase("entries_truncated"); }, "a missing member");
+  try {
+    (void)parse_metadata_reply(R"({"failed": {"kind": "not_found", "message": "gone"}})", path);
+    ADD_FAILURE() << "no error";
+  } catch (const ProtocolError& e) {
+    ADD_FAILURE() << e.what();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::not_found);
+  }
+  EXPECT_THROW((void)parse_metadata_reply(R"({"failed": {"kind": "internal", "message": "x"}})", path), ProtocolError);
 }
 
 }  // namespace

@@ -421,6 +421,56 @@ TEST(SynthAcquisition, WritesCalibrationsOnlyWhenGiven) {
   EXPECT_EQ(data_attribute(calibrated.master_path, "k_pixel_size_mrad"), 0.75);
 }
 
+// A double attribute `name` of the object `object` in `file_path`, or NaN when absent.
+double attribute_of(const std::string& file_path, const char* object, const char* name) {
+  double value = std::nan("");
+  const hid_t file = H5Fopen(file_path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) return value;
+  if (H5Aexists_by_name(file, object, name, H5P_DEFAULT) > 0) {
+    const hid_t attribute = H5Aopen_by_name(file, object, name, H5P_DEFAULT, H5P_DEFAULT);
+    if (H5Aread(attribute, H5T_NATIVE_DOUBLE, &value) < 0) value = std::nan("");
+    H5Aclose(attribute);
+  }
+  H5Fclose(file);
+  return value;
+}
+
+// A scalar double dataset of a file, or NaN.
+double dataset_of(const std::string& file_path, const char* path) {
+  double value = std::nan("");
+  const hid_t file = H5Fopen(file_path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) return value;
+  const hid_t dataset = H5Dopen2(file, path, H5P_DEFAULT);
+  if (dataset >= 0) {
+    if (H5Dread(dataset, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value) < 0) value = std::nan("");
+    H5Dclose(dataset);
+  }
+  H5Fclose(file);
+  return value;
+}
+
+TEST(SynthAcquisition, WritesTheGivenHighTensionAndCameraLength) {
+  const char* specific_energy = "/entry/instrument/detector/detectorSpecific/photon_energy";
+  TempDir plain_folder;
+  const SynthReport plain = write_acquisition(tiny_options(plain_folder.path()));
+  EXPECT_EQ(attribute_of(plain_folder.file("synth.h5"), "STEM Metadata", "High Tension"), 300000.0);
+  EXPECT_EQ(attribute_of(plain_folder.file("synth.h5"), "STEM Metadata", "Camera Length"), 0.115);
+  EXPECT_EQ(dataset_of(plain.master_path, specific_energy), 300000.0);
+  TempDir folder;
+  SynthOptions options = tiny_options(folder.path());
+  options.high_tension_V = 200000.0;
+  options.camera_length_m = 0.245;
+  const SynthReport given = write_acquisition(options);
+  EXPECT_EQ(attribute_of(folder.file("synth.h5"), "STEM Metadata", "High Tension"), 200000.0);
+  EXPECT_EQ(attribute_of(folder.file("synth.h5"), "STEM Metadata", "Camera Length"), 0.245);
+  EXPECT_EQ(dataset_of(given.master_path, specific_energy), 200000.0);
+  options.high_tension_V = -1.0;
+  EXPECT_THROW(write_acquisition(options), Error);
+  options.high_tension_V.reset();
+  options.camera_length_m = 0.0;
+  EXPECT_THROW(write_acquisition(options), Error);
+}
+
 TEST(SynthAcquisition, ReportsIoErrorsForAnUnwritableOutput) {
   TempDir folder;
   quantem::test::write_file(folder.file("plain_file"), {1, 2, 3});
