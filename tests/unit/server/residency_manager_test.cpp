@@ -644,7 +644,9 @@ TEST(ResidencyManager, CancellingARunningLoadFreesEverythingItTook) {
 TEST(ResidencyManager, CancellingAQueuedLoadReleasesItsReservationAtOnce) {
   FakeBackend backend({100});
   backend.set_default_estimate(30, 40);
-  ResidencyManager manager(backend, options());
+  auto o = options();
+  o.parallel_loads_per_device = 1;  // b waits in the queue behind a (else it could already run)
+  ResidencyManager manager(backend, o);
   const auto a = fake_acquisition("a"), b = fake_acquisition("b");
   backend.hold(a.master_path);
   manager.request_load(a);
