@@ -446,15 +446,15 @@ catalog::ShardStorageFunction Inspector::shard_storage_function() {
   };
 }
 
-catalog::ShardStorage Inspector::shard_storage(const std::string& file_path, const std::string& dataset_path) {
-  const std::string where = file_path + ":" + dataset_path;
+template <class Parse>
+auto Inspector::ask_worker(const std::string& request, std::chrono::milliseconds deadline, const std::string& what,
+                           const Parse& parse) -> decltype(parse(std::string())) {
   const std::size_t slot = lease_slot();
   auto lease = make_lease([this, slot] { release_slot(slot); });
   std::string reply, why;
-  if (exchange(slot, storage_request(file_path, dataset_path), options_.storage_deadline, reply, why) ==
-      Outcome::answered) {
+  if (exchange(slot, request, deadline, reply, why) == Outcome::answered) {
     try {
-      return parse_storage_reply(reply);
+      return parse(reply);
     } catch (const ProtocolError& e) {
       why = e.what();
     } catch (const Error& e) {
@@ -464,9 +464,15 @@ catalog::ShardStorage Inspector::shard_storage(const std::string& file_path, con
     std::lock_guard<std::mutex> lock(mutex_);
     ++failures_;
   }
-  stop_worker(slot, why + " while reading the storage of " + where);
+  stop_worker(slot, why + " while reading " + what);
   throw_if_stopping();
-  throw Error(ErrorKind::corrupt_data, "the inspector stopped while reading the storage of " + where + " (" + why + ")");
+  throw Error(ErrorKind::corrupt_data, "the inspector stopped while reading " + what + " (" + why + ")");
+}
+
+catalog::ShardStorage Inspector::shard_storage(const std::string& file_path, const std::string& dataset_path) {
+  return ask_worker(storage_request(file_path, dataset_path), options_.storage_deadline,
+                    "the storage of " + file_path + ":" + dataset_path,
+                    [](const std::string& reply) { return parse_storage_reply(reply); });
 }
 
 Inspector::MetadataFunction Inspector::master_metadata_function() {
@@ -486,24 +492,8 @@ catalog::MasterMetadata Inspector::master_metadata(const std::string& master_pat
       throw Error(ErrorKind::corrupt_data, known->second.acquisition.status.reason);
     }
   }
-  const std::size_t slot = lease_slot();
-  auto lease = make_lease([this, slot] { release_slot(slot); });
-  std::string reply, why;
-  if (exchange(slot, metadata_request(path), options_.deadline, reply, why) == Outcome::answered) {
-    try {
-      return parse_metadata_reply(reply, path);
-    } catch (const ProtocolError& e) {
-      why = e.what();
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::internal) throw;  // the worker's typed answer about the file
-      why = e.what();                              // the worker refused our request
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++failures_;
-  }
-  stop_worker(slot, why + " while reading the metadata of " + path);
-  throw_if_stopping();
-  throw Error(ErrorKind::corrupt_data, "the inspector stopped while reading the metadata of " + path + " (" + why + ")");
+  return ask_worker(metadata_request(path), options_.deadline, "the metadata of " + path,
+                    [&](const std::string& reply) { return parse_metadata_reply(reply, path); });
 }
 
 catalog::Acquisition Inspector::condemn(const std::string& master_path, const catalog::SignatureEntry& master,

@@ -148,6 +148,13 @@ class Inspector {
   enum class Outcome { answered, died, missed_deadline, not_sent };
 
   std::size_t lease_slot();             // blocks until a slot is free; throws unavailable after shutdown()
+  // Sends `request` to a leased worker and returns parse(reply). The worker's
+  // typed answer about a file is thrown as it came; a reply that breaks the
+  // protocol, a refusal, a death or a missed deadline stops that worker and
+  // throws corrupt_data naming `what` (never a strike against a master).
+  template <class Parse>
+  auto ask_worker(const std::string& request, std::chrono::milliseconds deadline, const std::string& what,
+                  const Parse& parse) -> decltype(parse(std::string()));
   void release_slot(std::size_t slot);
   bool start_worker(std::size_t slot, std::string& problem);
   // Starts the slot's worker when it has none; throws unavailable when it cannot.
