@@ -207,7 +207,11 @@ int run_export_command(const ExportCommandOptions& given) {
   exporter::ExportReport report;
   {
     ProgressWatcher watcher(progress, options.progress && ::isatty(STDERR_FILENO));
-    residency::ResidencyManager residency(*backend, residency::ResidencyOptions{});
+    // One export and the process ends: no tile sums built beside it (they
+    // serve crops of later requests, and would take the device from the export).
+    residency::ResidencyOptions residency_options;
+    residency_options.tile_sums = false;
+    residency::ResidencyManager residency(*backend, residency_options);
     const residency::ResidentLease lease = residency.acquire(source);
     residency::WorkingMemoryGrant working_memory;
     if (options.backend == "cpu") {  // the CPU backend's device is host memory
