@@ -24,12 +24,7 @@ namespace {
 using namespace quantem::ans;
 namespace dev = quantem::kernels::device::ans_device;
 
-using device::ans_resident::group_decode_tables;
-using device::ans_resident::make_resident_params;
-using device::ans_resident::open_group_or_flag;
-using device::ans_resident::OpenedGroup;
-using device::ans_resident::ResidentParams;
-using device::ans_resident::table_shared_bytes;
+using namespace quantem::kernels::device::ans_resident;
 
 // One thread's stream of an opened group: its quad's pixels, their class
 // tables and shifts, and its reader at the group's first frame. raw_bits is

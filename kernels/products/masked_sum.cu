@@ -3,6 +3,7 @@
 // touches (the bright-field and annular images are built from it).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -23,138 +24,259 @@ namespace {
 
 using namespace quantem::ans;
 namespace dev = quantem::kernels::device::ans_device;
+using namespace quantem::kernels::device::ans_resident;
 
-using device::ans_resident::group_decode_tables;
-using device::ans_resident::make_resident_params;
-using device::ans_resident::open_group_or_flag;
-using device::ans_resident::OpenedGroup;
-using device::ans_resident::ResidentParams;
-using device::ans_resident::table_shared_bytes;
+// One work item of a masked-sum launch: an active stream within one seek
+// segment of the CTA's group. padded_streams is a multiple of 32, so a warp's
+// lanes share one segment (and its frames).
+struct SegmentItem {
+  std::uint32_t segment;
+  std::uint32_t index;  // into the entries
+  std::uint32_t begin;  // the segment's frames within the group
+  std::uint32_t end;
+  bool active;
+};
 
-// grid: (blocks of active streams, groups). Each thread decodes one active
-// stream; per frame a warp sums its lanes' masked values (redux) and adds the
-// result to the CTA's per-frame sums in shared memory (16-bit groups: through
-// one lane's register every 32 frames); at the end the CTA adds its sums to
-// the global ones. Integer atomics: the result is exact and
+__device__ inline SegmentItem segment_item(const ResidentParams& p, std::uint32_t active_streams,
+                                           std::uint32_t padded_streams, std::uint32_t segments,
+                                           std::uint32_t frame_count) {
+  SegmentItem item;
+  const std::uint32_t flat = blockIdx.x * blockDim.x + threadIdx.x;
+  item.segment = flat / padded_streams;
+  item.index = flat % padded_streams;
+  item.begin = item.segment * p.seek_frames;  // 0 without seek points (one segment)
+  item.end = item.segment < p.seek_points ? min(frame_count, item.begin + p.seek_frames) : frame_count;
+  item.active = item.segment < segments && item.begin < frame_count && item.index < active_streams;
+  if (item.begin >= frame_count) item.end = item.begin;
+  return item;
+}
+
+// A stream's entry: its id and, per mask k, the quad positions it counts (4
+// bits at 4k): the two arrays of ans_mask_set_entries, or (quads null, one
+// mask) the packed entries of ans_mask_entries.
+template <int Masks>
+__device__ inline void load_entry(const std::uint32_t* streams, const std::uint32_t* quads, std::uint32_t index,
+                                  std::uint32_t& stream, std::uint32_t& stream_quads) {
+  if (Masks == 1 && quads == nullptr) {
+    const std::uint32_t entry = streams[index];
+    stream = entry & 0x0fffffffu;
+    stream_quads = entry >> 28;
+  } else {
+    stream = streams[index];
+    stream_quads = quads[index];
+  }
+}
+
+// The per-mask keep words of a stream: value & keep[k][i] counts quad
+// position i for mask k; in a plain frame the table entry & keep_symbol[k][i]
+// is summed in place and shifted down once.
+template <int Masks>
+struct QuadKeeps {
+  std::uint32_t keep[Masks][4];
+  std::uint32_t keep_symbol[Masks][4];
+  __device__ explicit QuadKeeps(std::uint32_t stream_quads) {
+#pragma unroll
+    for (int m = 0; m < Masks; ++m) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        keep[m][k] = ((stream_quads >> (4 * m + k)) & 1u) ? 0xffffffffu : 0u;
+        keep_symbol[m][k] = keep[m][k] & dev::kEntrySymbolMask;
+      }
+    }
+  }
+};
+
+// The masks (bit m) that some lane of the warp counts.
+template <int Masks>
+__device__ inline std::uint32_t warp_masks_present(std::uint32_t stream_quads) {
+  std::uint32_t mine = 0;
+#pragma unroll
+  for (int m = 0; m < Masks; ++m) mine |= ((stream_quads >> (4 * m)) & 0xfu) != 0 ? 1u << m : 0u;
+  return __reduce_or_sync(0xffffffffu, mine);
+}
+
+// The frames [begin, end) of one stream, 16-bit groups: per frame and mask a
+// warp sums its lanes' masked values (redux); lane j keeps the warp sums of
+// frames 32i + j in a register and adds them to the CTA's per-frame sums in
+// shared memory every 32 frames (a CTA's per-frame sum is < 1024 streams * 4 *
+// 65535 < 2^32: 32-bit shared atomics, native and cheap).
+template <int Masks>
+__device__ inline void sum_frames_narrow(dev::StreamReader& reader, const std::uint32_t* table,
+                                         const std::uint32_t class_offset[4], const std::uint32_t shift[4],
+                                         bool raw_bits, const QuadKeeps<Masks>& keeps, std::uint32_t present,
+                                         std::uint32_t begin, std::uint32_t end, std::uint32_t frame_count,
+                                         std::uint32_t* frame_sums) {
+  const std::uint32_t lane = threadIdx.x % 32;
+  for (std::uint32_t first = begin; first < end; first += 32) {
+    const std::uint32_t frames_here = min(32u, end - first);
+    std::uint32_t mine[Masks] = {};  // the warp sums of frame first + lane
+    for (std::uint32_t j = 0; j < frames_here; ++j) {
+      reader.top_up();
+      std::uint32_t entries[4];
+      reader.lookup(table, class_offset, entries);
+      std::uint32_t lane_sums[Masks];
+      if (!raw_bits && dev::StreamReader::plain(entries)) {
+        reader.decode_plain(entries);
+#pragma unroll
+        for (int m = 0; m < Masks; ++m) {
+          const auto& keep_symbol = keeps.keep_symbol[m];
+          lane_sums[m] = ((entries[0] & keep_symbol[0]) + (entries[1] & keep_symbol[1]) +
+                          (entries[2] & keep_symbol[2]) + (entries[3] & keep_symbol[3])) >>
+                         dev::kEntrySymbolShift;
+        }
+      } else {
+        std::uint32_t values[4];
+        reader.decode_checked(entries, shift, values);
+#pragma unroll
+        for (int m = 0; m < Masks; ++m) {
+          const auto& keep = keeps.keep[m];
+          lane_sums[m] = (values[0] & keep[0]) + (values[1] & keep[1]) + (values[2] & keep[2]) + (values[3] & keep[3]);
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < Masks; ++m) {
+        if ((present >> m & 1u) == 0) continue;  // warp-uniform
+        const std::uint32_t warp_sum = __reduce_add_sync(0xffffffffu, lane_sums[m]);
+        if (lane == j) mine[m] = warp_sum;
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < Masks; ++m) {
+      if (lane < frames_here && mine[m] != 0) atomicAdd(frame_sums + m * frame_count + first + lane, mine[m]);
+    }
+  }
+}
+
+// The same for 32-bit groups: 64-bit sums.
+template <int Masks>
+__device__ inline void sum_frames_wide(dev::StreamReader& reader, const std::uint32_t* table,
+                                       const std::uint32_t class_offset[4], const std::uint32_t shift[4], bool raw_bits,
+                                       const QuadKeeps<Masks>& keeps, std::uint32_t present, std::uint32_t begin,
+                                       std::uint32_t end, std::uint32_t frame_count, unsigned long long* frame_sums) {
+  const std::uint32_t lane = threadIdx.x % 32;
+  for (std::uint32_t first = begin; first < end; first += 32) {
+    const std::uint32_t frames_here = min(32u, end - first);
+    unsigned long long mine[Masks] = {};
+    for (std::uint32_t j = 0; j < frames_here; ++j) {
+      reader.top_up();
+      std::uint32_t values[4];
+      reader.decode_frame(table, class_offset, shift, raw_bits, values);
+#pragma unroll
+      for (int m = 0; m < Masks; ++m) {
+        if ((present >> m & 1u) == 0) continue;  // warp-uniform
+        unsigned long long lane_sum = 0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) lane_sum += values[k] & keeps.keep[m][k];
+        lane_sum = device::warp_sum_u64(lane_sum);
+        if (lane == j) mine[m] = lane_sum;
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < Masks; ++m) {
+      if (lane < frames_here && mine[m] != 0) atomicAdd(frame_sums + m * frame_count + first + lane, mine[m]);
+    }
+  }
+}
+
+// One active stream's segment: opened (and sought), summed for every mask, and
+// checked to end cleanly (the last segment) or exactly at the next seek point.
+template <int Masks>
+__device__ inline void sum_stream_segment(const ResidentParams& p, const OpenedGroup& opened,
+                                          const std::uint32_t* table, const SegmentItem& item, std::uint32_t stream,
+                                          std::uint32_t stream_quads, void* frame_sums, std::uint32_t* error) {
+  const auto& [blob, header, first_frame, frame_count, valid] = opened;
+  std::uint32_t class_offset[4];
+  std::uint32_t shift[4];
+  dev::StreamReader reader;
+  if (item.active) {
+    std::uint32_t pixels[4];
+    const std::uint32_t present_pixels = dev::quad_pixels(stream, p.quad_cols, p.rows, p.cols, pixels);
+    dev::quad_class_tables(blob, header, pixels, present_pixels, class_offset, shift);
+    reader.open(blob + header.stream_data_offset,
+                reinterpret_cast<const std::uint32_t*>(blob + header.stream_offsets_offset), stream,
+                header.stream_count, header.stream_data_bytes);
+    if (item.segment > 0) seek_to_segment(p, blockIdx.y, item.segment, stream, reader);
+  } else {
+    dev::no_quad(class_offset, shift, reader);
+  }
+  const bool raw_bits = __any_sync(0xffffffffu, (shift[0] | shift[1] | shift[2] | shift[3]) != 0);
+  const QuadKeeps<Masks> keeps(stream_quads);
+  const std::uint32_t present = warp_masks_present<Masks>(stream_quads);
+  if (header.raw_words == 1) {
+    sum_frames_narrow<Masks>(reader, table, class_offset, shift, raw_bits, keeps, present, item.begin, item.end,
+                             frame_count, static_cast<std::uint32_t*>(frame_sums));
+  } else {
+    sum_frames_wide<Masks>(reader, table, class_offset, shift, raw_bits, keeps, present, item.begin, item.end,
+                           frame_count, static_cast<unsigned long long*>(frame_sums));
+  }
+  if (item.active && error != nullptr) {
+    const bool bad = item.end == frame_count
+                         ? !reader.finished_cleanly()
+                         : reader.corrupt || !at_seek_point(p, blockIdx.y, item.segment + 1, stream, reader);
+    if (bad) atomicOr(error, 1u);
+  }
+}
+
+// The CTA's per-frame sums of every mask added to the global ones.
+__device__ inline void add_group_sums(const OpenedGroup& opened, std::uint32_t mask_count, const void* frame_sums,
+                                      unsigned long long* sums, std::uint64_t sums_stride) {
+  const std::uint32_t count = opened.frame_count;
+  for (std::uint32_t i = threadIdx.x; i < mask_count * count; i += blockDim.x) {
+    const unsigned long long frame_sum = opened.header.raw_words == 1
+                                             ? static_cast<const std::uint32_t*>(frame_sums)[i]
+                                             : static_cast<const unsigned long long*>(frame_sums)[i];
+    if (frame_sum != 0) atomicAdd(sums + (i / count) * sums_stride + opened.first_frame + i % count, frame_sum);
+  }
+}
+
+// grid: (blocks of (segment, active stream) items, groups). Each thread
+// decodes one active stream's segment and adds its masked values to every
+// mask's per-frame sums (Masks masks, up to kAnsMasksPerPass; sums of mask m
+// at sums + m * sums_stride). Integer atomics: the result is exact and
 // independent of the launch shape.
+template <int Masks>
 __global__ void __launch_bounds__(device::tuning::kAnsMaskedSumThreads)
-    masked_sum_kernel(ResidentParams p, const std::uint32_t* __restrict__ entries, std::uint32_t active_streams,
-                      std::uint32_t padded_streams, std::uint32_t segments, unsigned long long* sums,
-                      std::uint32_t* error) {
+    masked_sum_kernel(ResidentParams p, const std::uint32_t* __restrict__ streams,
+                      const std::uint32_t* __restrict__ quads, std::uint32_t active_streams,
+                      std::uint32_t padded_streams, std::uint32_t segments, std::uint32_t mask_count,
+                      unsigned long long* sums, std::uint64_t sums_stride, std::uint32_t* error) {
   extern __shared__ __align__(16) std::uint8_t shared[];
   auto* table = reinterpret_cast<std::uint32_t*>(shared);
   auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
-  auto* frame_sums = reinterpret_cast<unsigned long long*>(
-      shared + table_shared_bytes(blockDim.x));
+  auto* frame_sums = reinterpret_cast<unsigned long long*>(shared + table_shared_bytes(blockDim.x));
   const OpenedGroup opened = open_group_or_flag(p, blockIdx.y, error);
   if (!opened.valid) return;
-  const auto& [blob, header, first_frame, frame_count, valid] = opened;
-  // 16-bit groups: a CTA's per-frame sum is < 1024 streams * 4 * 65535 < 2^32,
-  // so 32-bit shared atomics (native, cheap) hold it; 32-bit groups use 64 bits.
-  auto* frame_sums32 = reinterpret_cast<std::uint32_t*>(frame_sums);
-  for (std::uint32_t f = threadIdx.x; f < frame_count; f += blockDim.x) frame_sums[f] = 0;
+  for (std::uint32_t f = threadIdx.x; f < mask_count * opened.frame_count; f += blockDim.x) frame_sums[f] = 0;
   group_decode_tables(p, opened, blockIdx.y, table, cdf_scratch);  // ends with __syncthreads()
-
-  // Work item = (segment, active stream); padded_streams is a multiple of 32,
-  // so a warp's lanes share one segment (and its frames).
-  const std::uint32_t item = blockIdx.x * blockDim.x + threadIdx.x;
-  const std::uint32_t segment = item / padded_streams;
-  const std::uint32_t index = item % padded_streams;
-  const std::uint32_t segment_begin = segment * p.seek_frames;  // 0 without seek points (one segment)
-  const std::uint32_t segment_end =
-      segment < p.seek_points ? min(frame_count, segment_begin + p.seek_frames) : frame_count;
-  const bool active = segment < segments && segment_begin < frame_count && index < active_streams;
-  const bool warp_active = __any_sync(0xffffffffu, active);
-  if (warp_active) {
-    const std::uint32_t entry = active ? entries[index] : 0u;
-    const std::uint32_t stream = entry & 0x0fffffffu;
-    const std::uint32_t mask = entry >> 28;
-    std::uint32_t class_offset[4];
-    std::uint32_t shift[4];
-    dev::StreamReader reader;
-    if (active) {
-      std::uint32_t pixels[4];
-      const std::uint32_t present = dev::quad_pixels(stream, p.quad_cols, p.rows, p.cols, pixels);
-      dev::quad_class_tables(blob, header, pixels, present, class_offset, shift);
-      reader.open(blob + header.stream_data_offset,
-                  reinterpret_cast<const std::uint32_t*>(blob + header.stream_offsets_offset), stream,
-                  header.stream_count, header.stream_data_bytes);
-      if (segment > 0) device::ans_resident::seek_to_segment(p, blockIdx.y, segment, stream, reader);
-    } else {
-      dev::no_quad(class_offset, shift, reader);
-    }
-    const std::uint32_t lane = threadIdx.x % 32;
-    const bool raw_bits = __any_sync(0xffffffffu, (shift[0] | shift[1] | shift[2] | shift[3]) != 0);
-    // The masked positions: value & keep[k] (all ones or zero); in a plain
-    // frame the symbol is the value, summed in place inside the table entries
-    // (entry & keep_symbol[k]) and shifted down once per frame.
-    std::uint32_t keep[4];
-    std::uint32_t keep_symbol[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      keep[k] = ((mask >> k) & 1u) ? 0xffffffffu : 0u;
-      keep_symbol[k] = keep[k] & dev::kEntrySymbolMask;
-    }
-    if (header.raw_words == 1) {
-      // Lane j collects the warp sums of frames 32i + j in a register and adds
-      // them to the CTA's sums every 32 frames: one predicated add per frame
-      // instead of a shared atomic, which the compiler turns into a
-      // warp-aggregated sequence of a dozen instructions.
-      const std::uint32_t segment_frames = segment_begin < frame_count ? segment_end - segment_begin : 0u;
-      for (std::uint32_t first = 0; first < segment_frames; first += 32) {
-        const std::uint32_t frames_here = min(32u, segment_frames - first);
-        std::uint32_t mine = 0;  // the warp sum of frame segment_begin + first + lane
-        for (std::uint32_t j = 0; j < frames_here; ++j) {
-          reader.top_up();
-          std::uint32_t frame_entries[4];
-          reader.lookup(table, class_offset, frame_entries);
-          std::uint32_t lane_sum;
-          if (!raw_bits && dev::StreamReader::plain(frame_entries)) {
-            reader.decode_plain(frame_entries);
-            lane_sum = ((frame_entries[0] & keep_symbol[0]) + (frame_entries[1] & keep_symbol[1]) +
-                        (frame_entries[2] & keep_symbol[2]) + (frame_entries[3] & keep_symbol[3])) >>
-                       dev::kEntrySymbolShift;
-          } else {
-            std::uint32_t values[4];
-            reader.decode_checked(frame_entries, shift, values);
-            lane_sum = (values[0] & keep[0]) + (values[1] & keep[1]) + (values[2] & keep[2]) + (values[3] & keep[3]);
-          }
-          const std::uint32_t warp_sum = __reduce_add_sync(0xffffffffu, lane_sum);
-          if (lane == j) mine = warp_sum;
-        }
-        if (lane < frames_here && mine != 0) atomicAdd(frame_sums32 + segment_begin + first + lane, mine);
-      }
-    } else {  // 32-bit groups: 64-bit sums, the same register-held per-frame sums
-      const std::uint32_t segment_frames = segment_begin < frame_count ? segment_end - segment_begin : 0u;
-      for (std::uint32_t first = 0; first < segment_frames; first += 32) {
-        const std::uint32_t frames_here = min(32u, segment_frames - first);
-        unsigned long long mine = 0;
-        for (std::uint32_t j = 0; j < frames_here; ++j) {
-          reader.top_up();
-          std::uint32_t values[4];
-          reader.decode_frame(table, class_offset, shift, raw_bits, values);
-          unsigned long long lane_sum = 0;
-#pragma unroll
-          for (int k = 0; k < 4; ++k) lane_sum += values[k] & keep[k];
-          lane_sum = device::warp_sum_u64(lane_sum);
-          if (lane == j) mine = lane_sum;
-        }
-        if (lane < frames_here && mine != 0) atomicAdd(frame_sums + segment_begin + first + lane, mine);
-      }
-    }
-    // The last segment ends the stream cleanly; any other ends exactly at the next seek point.
-    if (active && error != nullptr) {
-      const bool bad = segment_end == frame_count ? !reader.finished_cleanly()
-                                                  : reader.corrupt || !device::ans_resident::at_seek_point(
-                                                                          p, blockIdx.y, segment + 1, stream, reader);
-      if (bad) atomicOr(error, 1u);
-    }
+  const SegmentItem item = segment_item(p, active_streams, padded_streams, segments, opened.frame_count);
+  if (__any_sync(0xffffffffu, item.active)) {
+    std::uint32_t stream = 0, stream_quads = 0;
+    if (item.active) load_entry<Masks>(streams, quads, item.index, stream, stream_quads);
+    sum_stream_segment<Masks>(p, opened, table, item, stream, stream_quads, frame_sums, error);
   }
   __syncthreads();
-  for (std::uint32_t f = threadIdx.x; f < frame_count; f += blockDim.x) {
-    const unsigned long long frame_sum = header.raw_words == 1 ? frame_sums32[f] : frame_sums[f];
-    if (frame_sum != 0) atomicAdd(sums + first_frame + f, frame_sum);
-  }
+  add_group_sums(opened, mask_count, frame_sums, sums, sums_stride);
+}
+
+template <int Masks>
+void launch_masked_sum(const ResidentParams& p, const AnsResidentView& resident, const std::uint32_t* d_streams,
+                       const std::uint32_t* d_quads, std::uint32_t entry_count, std::uint32_t mask_count,
+                       std::uint64_t* d_sums, std::uint32_t* d_error, StreamHandle stream) {
+  const int threads = device::tuning::kAnsMaskedSumThreads;
+  const std::size_t shared_bytes =
+      table_shared_bytes(threads) + std::size_t{mask_count} * resident.frames_per_group * sizeof(std::uint64_t);
+  QUANTEM_CUDA_TRY(cudaFuncSetAttribute(masked_sum_kernel<Masks>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(shared_bytes)));
+  // One work item per (segment, stream): the chains a group's streams decode
+  // are seek_frames long instead of frames_per_group (more, shorter chains).
+  const std::uint32_t padded = (entry_count + 31) / 32 * 32;
+  const std::uint32_t segments = p.seek_points + 1;
+  const std::uint64_t items = std::uint64_t{padded} * segments;
+  const dim3 grid(static_cast<unsigned>((items + threads - 1) / threads), static_cast<unsigned>(resident.group_count));
+  masked_sum_kernel<Masks><<<grid, threads, shared_bytes, stream>>>(
+      p, d_streams, d_quads, entry_count, padded, segments, mask_count, reinterpret_cast<unsigned long long*>(d_sums),
+      resident.total_frames, d_error);
+  QUANTEM_CUDA_CHECK_LAUNCH(stream, "masked_sum_kernel");
 }
 
 }  // namespace
@@ -194,6 +316,35 @@ std::vector<std::uint32_t> ans_mask_entries(const std::vector<std::uint8_t>& det
   return entries;
 }
 
+AnsMaskSetEntries ans_mask_set_entries(const std::vector<std::vector<std::uint8_t>>& detector_masks,
+                                       std::uint32_t detector_rows, std::uint32_t detector_cols) {
+  if (detector_masks.empty() || detector_masks.size() > kAnsMasksPerPass)
+    throw bad_request("masked sums: 1 to " + std::to_string(kAnsMasksPerPass) + " masks per pass");
+  // Each mask's entries are ascending by stream: merged, a stream once with
+  // every mask's quad positions beside it.
+  std::vector<std::vector<std::uint32_t>> per_mask;
+  for (const auto& mask : detector_masks) per_mask.push_back(ans_mask_entries(mask, detector_rows, detector_cols));
+  std::vector<std::size_t> next(per_mask.size(), 0);
+  AnsMaskSetEntries set;
+  for (;;) {
+    std::uint32_t stream = 0xffffffffu;
+    for (std::size_t m = 0; m < per_mask.size(); ++m) {
+      if (next[m] < per_mask[m].size()) stream = std::min(stream, per_mask[m][next[m]] & 0x0fffffffu);
+    }
+    if (stream == 0xffffffffu) break;
+    std::uint32_t quads = 0;
+    for (std::size_t m = 0; m < per_mask.size(); ++m) {
+      if (next[m] < per_mask[m].size() && (per_mask[m][next[m]] & 0x0fffffffu) == stream) {
+        quads |= (per_mask[m][next[m]] >> 28) << (4 * m);
+        ++next[m];
+      }
+    }
+    set.streams.push_back(stream);
+    set.quads.push_back(quads);
+  }
+  return set;
+}
+
 AnsMaskedStreams::AnsMaskedStreams(const std::vector<std::uint8_t>& detector_mask, std::uint32_t detector_rows,
                                    std::uint32_t detector_cols) {
   const std::vector<std::uint32_t> entries = ans_mask_entries(detector_mask, detector_rows, detector_cols);
@@ -212,20 +363,29 @@ void ans_masked_sum(const AnsResidentView& resident, const std::uint32_t* d_entr
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_sums, 0, resident.total_frames * sizeof(std::uint64_t), stream));
   if (entry_count == 0 || resident.group_count == 0) return;
   if (resident.group_count > 65535) throw bad_request("masked sum: more than 65535 groups");
-  const int threads = device::tuning::kAnsMaskedSumThreads;
-  const std::size_t shared_bytes =
-      table_shared_bytes(threads) + std::size_t{resident.frames_per_group} * sizeof(std::uint64_t);
-  QUANTEM_CUDA_TRY(cudaFuncSetAttribute(masked_sum_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(shared_bytes)));
-  // One work item per (segment, stream): the chains a group's streams decode
-  // are seek_frames long instead of frames_per_group (more, shorter chains).
-  const std::uint32_t padded = (entry_count + 31) / 32 * 32;
-  const std::uint32_t segments = p.seek_points + 1;
-  const std::uint64_t items = std::uint64_t{padded} * segments;
-  const dim3 grid(static_cast<unsigned>((items + threads - 1) / threads), static_cast<unsigned>(resident.group_count));
-  masked_sum_kernel<<<grid, threads, shared_bytes, stream>>>(
-      p, d_entries, entry_count, padded, segments, reinterpret_cast<unsigned long long*>(d_sums), d_error);
-  QUANTEM_CUDA_CHECK_LAUNCH(stream, "masked_sum_kernel");
+  launch_masked_sum<1>(p, resident, d_entries, nullptr, entry_count, 1, d_sums, d_error, stream);
+}
+
+void ans_masked_sums(const AnsResidentView& resident, const std::uint32_t* d_streams, const std::uint32_t* d_quads,
+                     std::uint32_t entry_count, std::uint32_t mask_count, std::uint64_t* d_sums,
+                     std::uint32_t* d_error, StreamHandle stream) {
+  const ResidentParams p = make_resident_params(resident, "ANS decode");
+  if (d_sums == nullptr) throw bad_request("masked sums: null output");
+  if (mask_count == 0 || mask_count > kAnsMasksPerPass)
+    throw bad_request("masked sums: 1 to " + std::to_string(kAnsMasksPerPass) + " masks per pass");
+  if (entry_count != 0 && (d_streams == nullptr || d_quads == nullptr))
+    throw bad_request("masked sums: null mask entries");
+  QUANTEM_CUDA_TRY(
+      cudaMemsetAsync(d_sums, 0, std::uint64_t{mask_count} * resident.total_frames * sizeof(std::uint64_t), stream));
+  if (entry_count == 0 || resident.group_count == 0) return;
+  if (resident.group_count > 65535) throw bad_request("masked sums: more than 65535 groups");
+  // Two instantiations: one mask (every single product) and the widest pass.
+  if (mask_count == 1) {
+    launch_masked_sum<1>(p, resident, d_streams, d_quads, entry_count, 1, d_sums, d_error, stream);
+  } else {
+    launch_masked_sum<kAnsMasksPerPass>(p, resident, d_streams, d_quads, entry_count, mask_count, d_sums, d_error,
+                                        stream);
+  }
 }
 
 }  // namespace quantem::kernels

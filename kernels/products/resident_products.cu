@@ -30,11 +30,7 @@ using namespace quantem::ans;
 namespace dev = quantem::kernels::device::ans_device;
 namespace tuning = quantem::kernels::device::tuning;
 
-using device::ans_resident::group_decode_tables;
-using device::ans_resident::open_group;
-using device::ans_resident::OpenedGroup;
-using device::ans_resident::ResidentParams;
-using device::ans_resident::table_shared_bytes;
+using namespace quantem::kernels::device::ans_resident;
 
 ResidentParams make_params(const AnsResidentView& resident, const char* who) {
   return device::ans_resident::make_resident_params(resident, who);

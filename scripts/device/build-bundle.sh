@@ -25,7 +25,7 @@ fi
 source_dir=${1:-$repo_root}
 build_dir=${2:-$source_dir/build-bundle}
 bundle=$repo_root/.bundle
-read -r -a targets <<< "${QUANTEM_BUNDLE_TARGETS:-lz4_block_host_tests ans_tests ans_reader_host_tests bitshuffle_lz4_gpu_tests bitshuffle_lz4_encode_gpu_tests ans_conformance_tests bench_gpu_codec bench_export bench_chunk_writes cuda_backend_tests resident_conformance_test ring_sums_gpu_tests cuda_backend_bench bench_http_viewer quantem-gpu cuda_fault_injection_tests bench_dense_peers pinned_host_bench bench_host_memory}"
+read -r -a targets <<< "${QUANTEM_BUNDLE_TARGETS:-lz4_block_host_tests ans_tests ans_reader_host_tests bitshuffle_lz4_gpu_tests bitshuffle_lz4_encode_gpu_tests ans_conformance_tests bench_gpu_codec bench_export bench_chunk_writes cuda_backend_tests resident_conformance_test ring_sums_gpu_tests cuda_backend_bench bench_http_viewer quantem-gpu cuda_fault_injection_tests cuda_export_faults_tests bench_dense_peers pinned_host_bench bench_host_memory}"
 
 # shellcheck disable=SC2016  # $ORIGIN is for the dynamic loader, not the shell
 cmake -S "$source_dir" -B "$build_dir" -G Ninja -DQUANTEM_CUDA=ON -DQUANTEM_CUDA_ARCHITECTURES=90 \

@@ -8,7 +8,8 @@
 # The GPU test binaries, in the order they are run.
 gpu_test_binaries=(lz4_block_host_tests ans_tests ans_reader_host_tests bitshuffle_lz4_gpu_tests
                    bitshuffle_lz4_encode_gpu_tests ans_conformance_tests
-                   ring_sums_gpu_tests resident_conformance_test cuda_backend_tests cuda_fault_injection_tests)
+                   ring_sums_gpu_tests resident_conformance_test cuda_backend_tests cuda_fault_injection_tests
+                   cuda_export_faults_tests)
 
 suite_build() {
   unpack_bundles
@@ -26,6 +27,7 @@ suite_gpu_tests() {
   for binary in $(bundle_binaries "${gpu_test_binaries[@]}"); do
     case $binary in
       cuda_fault_injection_tests) limit=240 ;;
+      cuda_export_faults_tests) limit=180 ;;
       cuda_backend_tests) limit=200 ;;
       resident_conformance_test) limit=150 ;;
       *) limit=90 ;;

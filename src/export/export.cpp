@@ -57,6 +57,10 @@ constexpr const char* kBatchDelayTestVariable = "QUANTEM_EXPORT_BATCH_DELAY_MS_F
 // (the baseline beside the device path, measured in the same run).
 constexpr const char* kHostEncoderTestVariable = "QUANTEM_EXPORT_HOST_ENCODER_FOR_TESTING";
 
+// Test hook: at most this many plan positions per batch on any path (a device
+// export of a small scan is otherwise one batch; kill and cancel tests need several).
+constexpr const char* kBatchPositionsTestVariable = "QUANTEM_EXPORT_BATCH_POSITIONS_FOR_TESTING";
+
 bool host_encoder_forced() {
   const char* value = std::getenv(kHostEncoderTestVariable);
   return value != nullptr && *value != '\0' && std::string(value) != "0";
@@ -101,8 +105,12 @@ struct BatchShape {
 
 BatchShape batch_shape(const backend::Resident& resident, const ExportLayout& layout, const ExportRequest& request) {
   const auto device = resident.export_batch_shape(layout.geometry, dtype_size(layout.dtype));
-  if (device.positions != 0 && !host_encoder_forced()) return {device.positions, std::max(1u, device.workers)};
-  return {positions_per_batch(request), worker_count(request.threads)};
+  BatchShape shape{positions_per_batch(request), worker_count(request.threads)};
+  if (device.positions != 0 && !host_encoder_forced()) shape = {device.positions, std::max(1u, device.workers)};
+  if (const char* cap = std::getenv(kBatchPositionsTestVariable)) {
+    shape.positions = std::clamp<std::uint64_t>(std::strtoull(cap, nullptr, 10), 1, shape.positions);
+  }
+  return shape;
 }
 
 template <class Out>
@@ -148,8 +156,10 @@ class BatchPipeline {
     for (std::uint64_t k = 0; k < batches_; ++k) {
       EncodedBatch batch;
       {
+        const auto wait_start = Clock::now();
         std::unique_lock<std::mutex> lock(mutex_);
         ready_.wait(lock, [&] { return error_ || slots_[k % window_].ready; });
+        waiting_seconds_ += seconds_since(wait_start);
         if (error_) break;
         batch = std::move(slots_[k % window_]);
         slots_[k % window_] = EncodedBatch{};
@@ -173,6 +183,8 @@ class BatchPipeline {
 
   const char* encoder() const { return resident_encoded_ ? resident_.export_encoder() : "host"; }
   double read_seconds() const { return read_ns_ * 1e-9; }
+  // How long the calling thread waited for batches (the writer starved).
+  double waiting_seconds() const { return waiting_seconds_; }
   double encode_seconds() const { return encode_ns_ * 1e-9; }
 
  private:
@@ -311,6 +323,7 @@ class BatchPipeline {
   std::vector<std::thread> workers_;
   std::atomic<std::int64_t> read_ns_{0};
   std::atomic<std::int64_t> encode_ns_{0};
+  double waiting_seconds_ = 0.0;  // the calling thread's only
   std::atomic<bool> resident_encoded_{false};  // some batch came from encode_export_chunks
 };
 
@@ -331,6 +344,7 @@ class DataFileWriter {
     const auto& offsets = batch.chunks.offsets;
     check_free_space(bytes.size());
     try {
+      const auto index_start = Clock::now();
       for (std::uint64_t i = 0; i < batch.count; ++i) {
         const std::uint64_t position = batch.first_position + i;
         const std::uint64_t file_index = position / layout_.frames_per_file;
@@ -341,6 +355,7 @@ class DataFileWriter {
         progress_.bytes_written += size;
         ++progress_.frames_done;
       }
+      index_seconds_ += seconds_since(index_start);
       // This batch's writes go to the writer thread; the previous batch's are
       // waited for, and its buffer goes back.
       const std::uint64_t ticket = raw_writes_.flush();
@@ -372,6 +387,7 @@ class DataFileWriter {
   }
   std::uint64_t stored_bytes() const { return stored_bytes_; }
   double seconds() const { return seconds_; }
+  double index_seconds() const { return index_seconds_; }
 
  private:
   void open_file(std::uint64_t file_index) {
@@ -410,6 +426,7 @@ class DataFileWriter {
   std::vector<std::string> file_names_;
   std::uint64_t stored_bytes_ = 0;
   double seconds_ = 0.0;
+  double index_seconds_ = 0.0;  // libhdf5 indexing the chunks (part of seconds_)
 };
 
 void check_room(const ExportLayout& layout, const std::string& folder) {
@@ -542,6 +559,8 @@ ExportReport export_plan(backend::Resident& resident, const catalog::Acquisition
       report.seconds.read = pipeline.read_seconds();
       report.seconds.encode = pipeline.encode_seconds();
       report.seconds.write = writer.seconds();
+      report.seconds.write_index = writer.index_seconds();
+      report.seconds.write_starved = pipeline.waiting_seconds();
       report.stored_bytes = writer.stored_bytes();
 
       progress.stage = ExportStage::finishing;

@@ -40,6 +40,8 @@ json stage_seconds(const exporter::ExportStageSeconds& seconds) {
   return {{"read", seconds.read},
           {"encode", seconds.encode},
           {"write", seconds.write},
+          {"write_index", seconds.write_index},
+          {"write_starved", seconds.write_starved},
           {"finish", seconds.finish},
           {"total", seconds.total}};
 }

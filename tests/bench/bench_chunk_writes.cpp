@@ -8,11 +8,15 @@
 // frame axis, a v1 B-tree chunk index, as DECTRIS writes), "fixed_array"
 // (1.10 bounds, a fixed frame axis: a fixed-array chunk index), and
 // "btree_v1_core" (the same file built in memory by the core driver and
-// written at close). Each file is removed after it is timed.
+// written at close), and "export_writer": what an export's data-file writer
+// does (arina::ShardFile, a fixed array, the recording file driver, the bytes
+// written by DeferredRawWrites' thread while the next batch is indexed).
+// Each file is removed after it is timed.
 #include <fcntl.h>
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -20,6 +24,9 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "quantem/export/arina_writer.hpp"
+#include "quantem/export/deferred_raw_writes.hpp"
 
 namespace {
 
@@ -73,6 +80,41 @@ nlohmann::json time_variant(const Variant& variant, const std::string& path, std
           {"microseconds_per_chunk", seconds_since(start) / static_cast<double>(chunks) * 1e6}};
 }
 
+// The export's writer: batches of 4096 chunks indexed by libhdf5 while the
+// writer thread writes the batch before.
+nlohmann::json time_export_writer(const std::string& path, std::uint64_t chunks,
+                                  const std::vector<std::uint8_t>& bytes) {
+  constexpr std::uint64_t kBatch = 4096;
+  const auto start = Clock::now();
+  quantem::arina::BitshuffleFilterRegistration filter;
+  quantem::arina::DeferredRawWrites raw_writes;
+  double index_seconds = 0;
+  {
+    quantem::arina::ShardFile shard(path, 1, chunks, 192, 192, quantem::DType::uint16, &raw_writes,
+                                    quantem::arina::ChunkIndex::fixed_array);
+    std::uint64_t previous = 0;
+    for (std::uint64_t first = 0; first < chunks; first += kBatch) {
+      const auto index_start = Clock::now();
+      for (std::uint64_t i = first; i < std::min(chunks, first + kBatch); ++i) {
+        shard.write_chunk(i, bytes.data(), bytes.size());
+      }
+      index_seconds += seconds_since(index_start);
+      const std::uint64_t ticket = raw_writes.flush();
+      raw_writes.wait_for(previous);
+      previous = ticket;
+    }
+    raw_writes.wait_for_all();
+    shard.close();
+  }
+  std::remove(path.c_str());
+  return {{"variant", "export_writer"},
+          {"ok", true},
+          {"index_seconds", index_seconds},
+          {"total_seconds", seconds_since(start)},
+          {"microseconds_per_chunk", seconds_since(start) / static_cast<double>(chunks) * 1e6},
+          {"index_microseconds_per_chunk", index_seconds / static_cast<double>(chunks) * 1e6}};
+}
+
 double sequential_write_seconds(const std::string& path, std::uint64_t total) {
   const std::vector<std::uint8_t> block(std::size_t{8} << 20, 0x5a);
   const auto start = Clock::now();
@@ -102,6 +144,7 @@ int main(int argc, char** argv) {
                                  Variant{"btree_v1_core", false, true}}) {
     out["variants"].push_back(time_variant(variant, folder + "/.chunk-writes.h5", chunks, bytes));
   }
+  out["variants"].push_back(time_export_writer(folder + "/.chunk-writes.h5", chunks, bytes));
   std::printf("%s\n", out.dump(1).c_str());
   return 0;
 }

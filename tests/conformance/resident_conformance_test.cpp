@@ -202,6 +202,19 @@ TYPED_TEST(ResidentConformance, EveryPrimitiveMatchesTheNaiveReferenceForEveryGe
             EXPECT_EQ(std::vector<std::uint64_t>(narrow->begin(), narrow->end()), want) << where;
           }
         }
+        // Every mask at once, as a product strip asks (several passes when
+        // there are more masks than one pass takes): the same images.
+        const std::vector<std::vector<std::uint8_t>> masks = masks_for(g, 1);
+        const auto together = resident->masked_sums_u32(g, masks);
+        ASSERT_EQ(together.size(), masks.size()) << where;
+        for (std::size_t m = 0; m < masks.size(); ++m) {
+          const std::vector<std::uint64_t> want = reference.masked_sum(masks[m]);
+          ASSERT_EQ(together[m].has_value(), fit_uint32(want)) << where << " together, mask " << m;
+          if (together[m]) {
+            EXPECT_EQ(std::vector<std::uint64_t>(together[m]->begin(), together[m]->end()), want)
+                << where << " together, mask " << m;
+          }
+        }
         const backend::CenterOfMassSums got = resident->center_of_mass_sums(g);
         const backend::CenterOfMassSums want = reference.center_of_mass_sums();
         EXPECT_EQ(got.total, want.total) << where;

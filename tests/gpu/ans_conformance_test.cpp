@@ -14,6 +14,7 @@
 #include "../unit/ans/ans_test_data.hpp"
 #include "gpu_test_support.hpp"
 #include "quantem/ans/ans_codec.hpp"
+#include "quantem/core/error.hpp"
 #include "quantem/kernels/ans.hpp"
 #include "quantem/kernels/device.hpp"
 
@@ -252,6 +253,68 @@ TYPED_TEST(AnsConformance, MaskedSumsEqualDenseSums) {
       EXPECT_EQ(TypeParam::masked_sum(blobs, frames, 20, mask), expected);
     }
   }
+}
+
+// Several masks in one pass (the products of one plan): each mask's sums equal
+// its dense sums, whether its streams are shared with other masks (BF's edge
+// is ABF's), its own, or none; one mask through the arrays takes the same path.
+TEST(AnsCudaMaskSets, SeveralMasksInOnePassEqualEachMaskAlone) {
+  QUANTEM_REQUIRE_CUDA_DEVICE();
+  for (DType dtype : {DType::uint16, DType::uint32}) {
+    const TestFrames frames = ans_test::make_frames(dtype == DType::uint16 ? "disc" : "uniform32", dtype, 45, 41, 39, 5);
+    SCOPED_TRACE(frames.label);
+    const auto blobs = CudaAns::encode(frames, 20);
+    DeviceResident resident = upload(blobs, frames, 20);
+    const std::size_t pixels = 41 * 39;
+    std::vector<std::uint8_t> disc(pixels, 0), annulus(pixels, 0), outside(pixels, 0), full(pixels, 1),
+        empty(pixels, 0), single(pixels, 0);
+    for (int r = 0; r < 41; ++r)
+      for (int c = 0; c < 39; ++c) {
+        const double d = std::hypot(r - 20.3, c - 18.6);
+        disc[static_cast<std::size_t>(r * 39 + c)] = d < 9.5;
+        annulus[static_cast<std::size_t>(r * 39 + c)] = d >= 4.7 && d < 9.5;
+        outside[static_cast<std::size_t>(r * 39 + c)] = d >= 9.5;
+      }
+    single[17 * 39 + 23] = 1;
+    const std::vector<std::vector<std::vector<std::uint8_t>>> passes = {
+        {disc, annulus, outside, single}, {full, empty}, {annulus}, {empty, single, disc}};
+    for (const auto& masks : passes) {
+      const kernels::AnsMaskSetEntries set = kernels::ans_mask_set_entries(masks, frames.rows, frames.cols);
+      ASSERT_EQ(set.streams.size(), set.quads.size());
+      ASSERT_TRUE(std::is_sorted(set.streams.begin(), set.streams.end()));
+      const std::uint32_t count = static_cast<std::uint32_t>(set.streams.size());
+      kernels::DeviceBuffer d_streams(std::max<std::size_t>(count, 1) * 4), d_quads(std::max<std::size_t>(count, 1) * 4);
+      if (count != 0) {
+        kernels::copy_to_device(d_streams.data(), set.streams.data(), count * 4);
+        kernels::copy_to_device(d_quads.data(), set.quads.data(), count * 4);
+      }
+      kernels::DeviceBuffer d_sums(masks.size() * frames.frame_count * sizeof(std::uint64_t));
+      kernels::fill_device(d_sums.data(), 0x77, d_sums.size());
+      kernels::DeviceBuffer d_error(sizeof(std::uint32_t));
+      kernels::fill_device(d_error.data(), 0, d_error.size());
+      kernels::ans_masked_sums(resident.view, d_streams.as<std::uint32_t>(), d_quads.as<std::uint32_t>(), count,
+                               static_cast<std::uint32_t>(masks.size()), d_sums.as<std::uint64_t>(),
+                               d_error.as<std::uint32_t>(), nullptr);
+      kernels::synchronize_device();
+      std::uint32_t error = 1;
+      kernels::copy_to_host(&error, d_error.data(), sizeof error);
+      EXPECT_EQ(error, 0u);
+      std::vector<std::uint64_t> sums(masks.size() * frames.frame_count);
+      kernels::copy_to_host(sums.data(), d_sums.data(), d_sums.size());
+      for (std::size_t m = 0; m < masks.size(); ++m) {
+        std::vector<std::uint64_t> expected(frames.frame_count, 0);
+        for (std::uint32_t f = 0; f < frames.frame_count; ++f)
+          for (std::size_t p = 0; p < pixels; ++p)
+            if (masks[m][p]) expected[f] += ans_test::get(frames, f * pixels + p);
+        EXPECT_EQ(std::vector<std::uint64_t>(sums.begin() + m * frames.frame_count,
+                                             sums.begin() + (m + 1) * frames.frame_count),
+                  expected)
+            << "pass of " << masks.size() << " masks, mask " << m;
+      }
+    }
+  }
+  EXPECT_THROW(kernels::ans_mask_set_entries(std::vector<std::vector<std::uint8_t>>(5, std::vector<std::uint8_t>(4, 1)), 2, 2),
+               quantem::Error);
 }
 
 TEST(AnsCudaEncoder, WritesTheCpuReferenceBytes) {

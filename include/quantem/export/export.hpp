@@ -62,6 +62,8 @@ struct ExportStageSeconds {
   double read = 0.0;
   double encode = 0.0;
   double write = 0.0;
+  double write_index = 0.0;    // of write: libhdf5 indexing the chunks (the bytes go out on another thread)
+  double write_starved = 0.0;  // the writer waiting for the next encoded batch (not in write)
   double finish = 0.0;  // master, source check, rename
   double total = 0.0;
 };

@@ -149,6 +149,17 @@ void ans_decode_frames(const AnsResidentView& resident, std::size_t first_group,
 std::vector<std::uint32_t> ans_mask_entries(const std::vector<std::uint8_t>& detector_mask, std::uint32_t detector_rows,
                                             std::uint32_t detector_cols);
 
+// Several detector masks prepared for one masked-sum pass (the products of one
+// plan): one entry per stream that any mask touches, ascending; quads[i] holds
+// mask m's quad positions in bits 4m..4m+3. At most kAnsMasksPerPass masks.
+inline constexpr std::uint32_t kAnsMasksPerPass = 4;
+struct AnsMaskSetEntries {
+  std::vector<std::uint32_t> streams;
+  std::vector<std::uint32_t> quads;
+};
+AnsMaskSetEntries ans_mask_set_entries(const std::vector<std::vector<std::uint8_t>>& detector_masks,
+                                       std::uint32_t detector_rows, std::uint32_t detector_cols);
+
 // The same entries in device memory (synchronous allocation and copy): build
 // once per mask and reuse. Request paths that must not synchronise the device
 // place ans_mask_entries() in their own stream-ordered scratch instead.
@@ -171,6 +182,13 @@ class AnsMaskedStreams {
 // and does not depend on the launch shape.
 void ans_masked_sum(const AnsResidentView& resident, const std::uint32_t* d_entries, std::uint32_t entry_count,
                     std::uint64_t* d_sums, std::uint32_t* d_error, StreamHandle stream);
+// The masked sums of mask_count masks (1..kAnsMasksPerPass) in one pass: each
+// touched stream is decoded once for all of them. d_streams, d_quads:
+// entry_count values of ans_mask_set_entries() in device memory; the sums of
+// mask m are d_sums[m * total_frames + frame] (overwritten). Asynchronous.
+void ans_masked_sums(const AnsResidentView& resident, const std::uint32_t* d_streams, const std::uint32_t* d_quads,
+                     std::uint32_t entry_count, std::uint32_t mask_count, std::uint64_t* d_sums,
+                     std::uint32_t* d_error, StreamHandle stream);
 inline void ans_masked_sum(const AnsResidentView& resident, const AnsMaskedStreams& mask, std::uint64_t* d_sums,
                            std::uint32_t* d_error, StreamHandle stream) {
   ans_masked_sum(resident, mask.d_entries(), mask.active_streams(), d_sums, d_error, stream);

@@ -95,6 +95,9 @@ class CudaResident final : public Resident {
                                                 const std::vector<std::uint8_t>& binned_detector_mask) override;
   std::optional<std::vector<std::uint32_t>> compute_masked_sum_u32(
       const plan::PlanGeometry& geometry, const std::vector<std::uint8_t>& binned_detector_mask) override;
+  // One pass over the resident per kernels::kAnsMasksPerPass masks (masked_sums.cpp).
+  std::vector<std::optional<std::vector<std::uint32_t>>> compute_masked_sums_u32(
+      const plan::PlanGeometry& geometry, const std::vector<std::vector<std::uint8_t>>& binned_detector_masks) override;
   CenterOfMassSums compute_center_of_mass_sums(const plan::PlanGeometry& geometry) override;
   std::vector<std::uint64_t> compute_frame(const plan::PlanGeometry& geometry, std::uint64_t scan_row,
                                            std::uint64_t scan_col) override;
@@ -154,15 +157,32 @@ class CudaResident final : public Resident {
                                                std::uint64_t scan_col) const;
   std::vector<std::uint64_t> binned_position_max(const plan::PlanGeometry& geometry,
                                                  const std::vector<std::uint64_t>& positions);
-  // The masked sum per plan position: `wide` (uint64, copied back per frame
-  // and binned on the host), or with `narrow` gathered, binned and narrowed
-  // to uint32 on the device (`narrow` empty when a sum exceeds 2^32 - 1).
-  struct MaskedSums {
-    std::vector<std::uint64_t> wide;
-    std::optional<std::vector<std::uint32_t>> narrow;
+  // masked_sums.cpp. The masks of one masked-sum pass at source resolution:
+  // the rings each holds whole (added from the ring table) and the stream
+  // entries of every other selected pixel, decoded once for all of them.
+  struct MaskPass {
+    std::vector<std::uint32_t> rings;        // every mask's whole rings, one mask after the other
+    std::vector<std::uint32_t> ring_starts;  // mask m: rings[ring_starts[m], ring_starts[m + 1])
+    kernels::AnsMaskSetEntries entries;
+    std::uint32_t masks() const { return static_cast<std::uint32_t>(ring_starts.size() - 1); }
+    // The words uploaded: the entries' streams, their quads, the rings.
+    std::size_t upload_words() const { return 2 * entries.streams.size() + rings.size(); }
   };
-  MaskedSums masked_sums(const plan::PlanGeometry& geometry, const std::vector<std::uint8_t>& binned_detector_mask,
-                         bool narrow);
+  // A pass's device parts: mask m's per-frame sums at sums + m * frames.
+  struct MaskPassDevice {
+    std::uint64_t* sums = nullptr;
+    std::uint32_t* uploads = nullptr;  // upload_words() values
+    std::uint32_t* error = nullptr;    // the decode error flag
+  };
+  MaskPass mask_pass(const plan::PlanGeometry& geometry,
+                     const std::vector<const std::vector<std::uint8_t>*>& binned_masks) const;
+  // Uploads the pass (through host_uploads, pinned) and enqueues its per-frame sums over `groups`.
+  void enqueue_mask_pass(const MaskPass& pass, const kernels::AnsResidentView& groups, std::uint64_t base_frame,
+                         const MaskPassDevice& device, std::uint32_t* host_uploads, cudaStream_t stream);
+  // The pass's images gathered, binned and narrowed on the device, appended to
+  // `images` (nullopt for a mask with a sum past 2^32 - 1).
+  void narrow_mask_pass(const plan::PlanGeometry& geometry, const MaskPass& pass,
+                        std::vector<std::optional<std::vector<std::uint32_t>>>& images);
   // Centre-of-mass sums at detector bin 1, read from frame_moments_ (no decode).
   CenterOfMassSums center_of_mass_from_table(const plan::PlanGeometry& geometry);
   // The region's per-position sums from per-frame arrays whose index 0 is `base_frame`.
