@@ -159,6 +159,33 @@ std::optional<std::vector<std::uint32_t>> CudaResident::native_sum_u32(const std
   return narrow;
 }
 
+namespace {
+
+// The frames' bitmap and their decode jobs, through pinned host memory, onto the device.
+void upload_frame_selection(const std::vector<std::uint64_t>& frames, const std::vector<kernels::FrameJob>& jobs,
+                            std::uint64_t bitmap_words, std::uint32_t* host_bitmap, kernels::FrameJob* host_jobs,
+                            std::uint32_t* d_bitmap, kernels::FrameJob* d_jobs, cudaStream_t stream) {
+  std::fill(host_bitmap, host_bitmap + bitmap_words, 0u);
+  for (const std::uint64_t frame : frames) host_bitmap[frame / 32] |= 1u << (frame % 32);
+  std::copy(jobs.begin(), jobs.end(), host_jobs);
+  QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_bitmap, host_bitmap, bitmap_words * 4, cudaMemcpyHostToDevice, stream));
+  QUANTEM_CUDA_TRY(
+      cudaMemcpyAsync(d_jobs, host_jobs, jobs.size() * sizeof(kernels::FrameJob), cudaMemcpyHostToDevice, stream));
+}
+
+// Per-pixel sums narrowed to uint32 on the device: the pixels as one row of
+// "frames", narrow_plan_sums over a one-row region.
+void narrow_pixel_sums(const std::uint64_t* d_sums, std::uint64_t pixels, std::uint32_t* d_narrow,
+                       std::uint32_t* d_overflow, cudaStream_t stream) {
+  kernels::PlanRegionView row;
+  row.row_stop = 1;
+  row.col_stop = row.source_cols = row.plan_cols = pixels;
+  row.plan_rows = 1;
+  kernels::narrow_plan_sums(d_sums, 0, row, d_narrow, d_overflow, stream);
+}
+
+}  // namespace
+
 std::vector<std::uint64_t> CudaResident::accumulate_native(const std::vector<std::uint64_t>& frames,
                                                            std::vector<std::uint32_t>* maxima,
                                                            std::vector<std::uint32_t>* narrow, bool* overflow) {
@@ -203,13 +230,8 @@ std::vector<std::uint64_t> CudaResident::accumulate_native(const std::vector<std
   const std::size_t host_bitmap_at = host_layout.add(bitmap_words * 4);
   const std::size_t host_jobs_at = host_layout.add(jobs.size() * sizeof(kernels::FrameJob));
   const HostStaging host(*this, host_layout.total());
-  auto* bitmap = host.part<std::uint32_t>(host_bitmap_at);
-  std::fill(bitmap, bitmap + bitmap_words, 0u);
-  for (const std::uint64_t frame : frames) bitmap[frame / 32] |= 1u << (frame % 32);
-  std::copy(jobs.begin(), jobs.end(), host.part<kernels::FrameJob>(host_jobs_at));
-  QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_bitmap, bitmap, bitmap_words * 4, cudaMemcpyHostToDevice, stream));
-  QUANTEM_CUDA_TRY(cudaMemcpyAsync(d_jobs, host.part<void>(host_jobs_at), jobs.size() * sizeof(kernels::FrameJob),
-                                   cudaMemcpyHostToDevice, stream));
+  upload_frame_selection(frames, jobs, bitmap_words, host.part<std::uint32_t>(host_bitmap_at),
+                         host.part<kernels::FrameJob>(host_jobs_at), d_bitmap, d_jobs, stream);
   QUANTEM_CUDA_TRY(cudaMemsetAsync(d_sums, 0, zeroed_bytes, stream));
   const kernels::AnsResidentView all = view();
   for (std::size_t first = 0; first < jobs.size(); first += kernels::kMaxFrameJobs) {
@@ -217,14 +239,7 @@ std::vector<std::uint64_t> CudaResident::accumulate_native(const std::vector<std
     kernels::ans_accumulate_frames(all, d_jobs + first, count, d_bitmap, d_sums, maxima != nullptr ? d_maxima : nullptr,
                                 d_error, stream, accumulate_frames_cta_threads_);
   }
-  if (narrow != nullptr) {
-    // The pixel sums as one row of "frames": narrow_plan_sums over a one-row region narrows each into d_narrow.
-    kernels::PlanRegionView row;
-    row.row_stop = 1;
-    row.col_stop = row.source_cols = row.plan_cols = pixels;
-    row.plan_rows = 1;
-    kernels::narrow_plan_sums(d_sums, 0, row, d_narrow, d_overflow, stream);
-  }
+  if (narrow != nullptr) narrow_pixel_sums(d_sums, pixels, d_narrow, d_overflow, stream);
   // What comes back lies together in the scratch: one copy.
   QUANTEM_CUDA_TRY(cudaMemcpyAsync(host.part<void>(host_result_at), scratch.as<std::uint8_t>() + result_from,
                                    result_bytes, cudaMemcpyDeviceToHost, stream));
