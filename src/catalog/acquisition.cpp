@@ -17,6 +17,7 @@
 
 #include "dataset_storage.hpp"
 #include "quantem/hdf5/error.hpp"
+#include "quantem/hdf5/library_lock.hpp"
 #include "quantem/hdf5/read.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/core/text.hpp"
@@ -835,7 +836,7 @@ Acquisition named_acquisition(const std::string& master_path) {
 }
 
 Acquisition inspect_master(const std::string& master_path) {
-  const std::lock_guard<std::recursive_mutex> hdf5_lock(hdf5::library_mutex());
+  const hdf5::LibraryLock hdf5_lock;
   Acquisition acquisition = named_acquisition(master_path);
   try {
     MasterInspection(acquisition).run();

@@ -11,6 +11,7 @@
 
 #include "chunk_index.hpp"
 #include "quantem/hdf5/error.hpp"
+#include "quantem/hdf5/library_lock.hpp"
 #include "quantem/hdf5/read.hpp"
 
 namespace quantem::catalog {
@@ -54,7 +55,7 @@ ShardStorageFunction& shard_storage_source() {
 
 ShardStorage read_shard_storage(const std::string& file_path, const std::string& dataset_path) {
   // The handles close before the lock is released.
-  const std::lock_guard<std::recursive_mutex> hdf5_lock(hdf5::library_mutex());
+  const hdf5::LibraryLock hdf5_lock;
   ShardStorage storage;
   const hdf5::File file = hdf5::File::open_read_only(file_path);
   const hdf5::Dataset dataset = hdf5::open_dataset(file.id(), dataset_path);
