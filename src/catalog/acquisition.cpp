@@ -44,18 +44,6 @@ const char* kActionLinkedFileNotReadable =
 
 // --- paths and stat ---
 
-std::string lexically_absolute(const std::string& path) {
-  fs::path p(path);
-  if (p.is_relative()) {
-    std::error_code error;
-    const fs::path cwd = fs::current_path(error);
-    p = (error ? fs::path("/") : cwd) / p;
-  }
-  std::string normal = p.lexically_normal().string();
-  while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
-  return normal;
-}
-
 std::string directory_of(const std::string& path) {
   const auto slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";
@@ -821,6 +809,18 @@ class MasterInspection {
 };
 
 }  // namespace
+
+std::string lexically_absolute(const std::string& path) {
+  fs::path p(path);
+  if (p.is_relative()) {
+    std::error_code error;
+    const fs::path cwd = fs::current_path(error);
+    p = (error ? fs::path("/") : cwd) / p;
+  }
+  std::string normal = p.lexically_normal().string();
+  while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+  return normal;
+}
 
 Acquisition named_acquisition(const std::string& master_path) {
   Acquisition acquisition;
