@@ -5,7 +5,7 @@
 import { Api, ApiError, LatestOnly, formatServerTiming } from "./api.js";
 import { CatalogView, CatalogWorker, rowKey } from "./catalog.js";
 import { colormapNames, cssColor, lookupTable } from "./colormaps.js";
-import { displayValues, finiteRange, histogram, percentiles, renderInto } from "./imaging.js";
+import { clearedCanvas, displayValues, finiteRange, histogram, percentiles, renderInto } from "./imaging.js";
 import { lineProfile, plotProfile, profileCsv, radialProfile } from "./profiles.js";
 import {
   diffractionUnits, drawScaleBar, formatAngle, formatLength, formatQuantity, realspaceUnits, scaleBar,
@@ -859,14 +859,7 @@ function drawRealspace() {
 
 // The colour bar: the table from the low limit to the high one, with both values.
 function drawColorBar(canvas, table, low, high, settings) {
-  const ratio = window.devicePixelRatio || 1;
-  const cssWidth = canvas.clientWidth || 480;
-  const cssHeight = canvas.clientHeight || 30;
-  canvas.width = Math.round(cssWidth * ratio);
-  canvas.height = Math.round(cssHeight * ratio);
-  const context = canvas.getContext("2d");
-  context.setTransform(ratio, 0, 0, ratio, 0, 0);
-  context.clearRect(0, 0, cssWidth, cssHeight);
+  const { context, cssWidth, cssHeight } = clearedCanvas(canvas, 480, 30);
   const barHeight = 12;
   for (let x = 0; x < cssWidth; x++) {
     const level = Math.min(255, Math.floor((x / Math.max(1, cssWidth - 1)) * 255)) * 4;
@@ -978,14 +971,7 @@ function layoutStack(which, width, height) {
 }
 
 function drawHistogram(canvas, values, low, high, colormap) {
-  const ratio = window.devicePixelRatio || 1;
-  const cssWidth = canvas.clientWidth || 480;
-  const cssHeight = canvas.clientHeight || 70;
-  canvas.width = Math.round(cssWidth * ratio);
-  canvas.height = Math.round(cssHeight * ratio);
-  const context = canvas.getContext("2d");
-  context.setTransform(ratio, 0, 0, ratio, 0, 0);
-  context.clearRect(0, 0, cssWidth, cssHeight);
+  const { context, cssWidth, cssHeight } = clearedCanvas(canvas, 480, 70);
   const [min, max] = finiteRange(values);
   canvas.range = Number.isFinite(min) ? [min, max] : null;
   if (!Number.isFinite(min)) return;
