@@ -168,31 +168,31 @@ RawPlan read_plan(QueryReader& reader) {
   return raw;
 }
 
-// A mask's shape and centre (shape, cx, cy, in that order): the shape's wire
-// name, the centre into `request`.
-template <class Request>
-std::string read_shape_and_center(QueryReader& reader, const char* default_shape, Request& request) {
-  std::string shape_name = reader.string_or("shape", default_shape);
-  request.center_col = reader.float_or("cx", 0.0);
-  request.center_row = reader.float_or("cy", 0.0);
-  return shape_name;
+// A mask's shape and centre (shape, cx, cy, in that order) into a query with
+// a shape_name and a request with a centre (ShapeQuery, RegionQuery).
+template <class MaskQuery>
+void read_shape_and_center(QueryReader& reader, const char* default_shape, MaskQuery& query) {
+  query.shape_name = reader.string_or("shape", default_shape);
+  query.request.center_col = reader.float_or("cx", 0.0);
+  query.request.center_row = reader.float_or("cy", 0.0);
 }
 
 // The parameters after a route's own: det_bin, scan_bin and the crop, then
-// ensure_resident where the route has it, then format; the query then ends.
+// ensure_resident where the route has it (into `query`), then format; the
+// query then ends. The plan and the format are returned as given: each route
+// validates them in its own order.
 struct PlanAndFormat {
   RawPlan raw;
-  bool ensure_resident = false;
   std::string format;
 };
 
 enum class EnsureResident { absent, accepted };
 
-PlanAndFormat finish_with_plan_and_format(QueryReader& reader, EnsureResident ensure_resident,
-                                          const char* default_format = "raw") {
+PlanAndFormat finish_product_query(QueryReader& reader, ProductQuery& query, EnsureResident ensure_resident,
+                                   const char* default_format = "raw") {
   PlanAndFormat tail;
   tail.raw = read_plan(reader);
-  if (ensure_resident == EnsureResident::accepted) tail.ensure_resident = reader.bool_or("ensure_resident", false);
+  if (ensure_resident == EnsureResident::accepted) query.ensure_resident = reader.bool_or("ensure_resident", false);
   tail.format = reader.string_or("format", default_format);
   reader.finish();
   return tail;
@@ -214,8 +214,7 @@ RealspaceQuery parse_realspace_query(const QueryParams& params) {
   query.request.center_col = reader.optional_float("cx");
   query.request.center_row = reader.optional_float("cy");
   (void)reader.string_or("dtype", "uint16");
-  const PlanAndFormat tail = finish_with_plan_and_format(reader, EnsureResident::accepted);
-  query.ensure_resident = tail.ensure_resident;
+  const PlanAndFormat tail = finish_product_query(reader, query, EnsureResident::accepted);
 
   const auto mode = products::realspace_mode_from_name(query.mode_name);
   if (!mode) throw bad_request("unknown virtual-image mode: " + python_str_repr(query.mode_name));
@@ -275,8 +274,7 @@ ProductsQuery parse_products_query(const QueryParams& params) {
     radii.push_back(r);
   }
   (void)reader.string_or("dtype", "uint16");
-  const PlanAndFormat tail = finish_with_plan_and_format(reader, EnsureResident::accepted, "json");
-  query.ensure_resident = tail.ensure_resident;
+  const PlanAndFormat tail = finish_product_query(reader, query, EnsureResident::accepted, "json");
 
   if (modes.empty()) throw bad_request("modes must name at least one virtual-image mode");
   for (const std::string& name : split_modes(modes)) {
@@ -322,10 +320,10 @@ ShapeQuery parse_shape_query(const QueryParams& params) {
   QueryReader reader(params);
   ShapeQuery query;
   query.source = read_source(reader);
-  query.shape_name = read_shape_and_center(reader, "annulus", query.request);
+  read_shape_and_center(reader, "annulus", query);
   query.request.inner = reader.float_or("inner", 0.0);
   query.request.outer = reader.float_or("outer", 0.0);
-  const PlanAndFormat tail = finish_with_plan_and_format(reader, EnsureResident::absent);
+  const PlanAndFormat tail = finish_product_query(reader, query, EnsureResident::absent);
 
   query.request.shape = detector_shape_from_wire(query.shape_name);
   const auto& r = query.request;
@@ -347,8 +345,7 @@ CbedQuery parse_cbed_query(const QueryParams& params) {
   query.source = read_source(reader);
   query.scan_row = reader.int_or("sx", 0);
   query.scan_col = reader.int_or("sy", 0);
-  const PlanAndFormat tail = finish_with_plan_and_format(reader, EnsureResident::accepted);
-  query.ensure_resident = tail.ensure_resident;
+  const PlanAndFormat tail = finish_product_query(reader, query, EnsureResident::accepted);
 
   query.plan = validate_plan(tail.raw);
   query.format = validate_format(tail.format);
@@ -361,11 +358,10 @@ RegionQuery parse_region_query(const QueryParams& params) {
   QueryReader reader(params);
   RegionQuery query;
   query.source = read_source(reader);
-  query.shape_name = read_shape_and_center(reader, "circle", query.request);
+  read_shape_and_center(reader, "circle", query);
   query.request.radius = reader.float_or("radius", 1.0);
   query.reduce_name = reader.string_or("reduce", "mean");
-  const PlanAndFormat tail = finish_with_plan_and_format(reader, EnsureResident::accepted);
-  query.ensure_resident = tail.ensure_resident;
+  const PlanAndFormat tail = finish_product_query(reader, query, EnsureResident::accepted);
 
   query.request.reduce = region_reduce_from_wire(query.reduce_name);
   query.plan = validate_plan(tail.raw);
