@@ -165,6 +165,19 @@ std::optional<hdf5::Value> dataset_value(hid_t loc, const std::string& path) {
 
 std::string scan_shape_text(const ScanShape& shape) { return python_tuple({shape.rows, shape.cols}); }
 
+// text(item) of each item, ", "-separated in the items' order: the list an
+// inconsistency's reason names.
+template <class Items, class Text>
+std::string comma_list(const Items& items, const Text& text) {
+  std::string list;
+  for (const auto& item : items) list += (list.empty() ? "" : ", ") + text(item);
+  return list;
+}
+
+std::string comma_list(const std::set<std::string>& names) {
+  return comma_list(names, [](const std::string& name) { return name; });
+}
+
 // --- per-source facts gathered by the readiness pass ---
 
 struct SourceFacts {
@@ -275,9 +288,8 @@ class MasterInspection {
     if (LoadStatus status = check_sources_agree(); !status.loadable) return status;
     std::set<ScanShape> scan_shapes = collect_scan_shapes();
     if (scan_shapes.size() > 1) {
-      std::string list;
-      for (const auto& shape : scan_shapes) list += (list.empty() ? "" : ", ") + scan_shape_text(shape);
-      return not_ready("detector sources have inconsistent scan_shape metadata: " + list,
+      return not_ready("detector sources have inconsistent scan_shape metadata: " +
+                           comma_list(scan_shapes, scan_shape_text),
                        "Repair the conflicting scan_shape attributes, or pass the correct explicit scan_shape after "
                        "confirming the acquisition layout.");
     }
@@ -335,16 +347,13 @@ class MasterInspection {
     }
     acq_.stored_frames = stored;
     if (detector_shapes.size() > 1) {
-      std::string list;
-      for (const auto& shape : detector_shapes) list += (list.empty() ? "" : ", ") + scan_shape_text(shape);
-      return not_ready("detector sources have inconsistent detector shapes: " + list,
+      return not_ready("detector sources have inconsistent detector shapes: " +
+                           comma_list(detector_shapes, scan_shape_text),
                        "Use a narrower master pattern or repair the acquisition so every detector chunk has the same "
                        "(row, col) shape.");
     }
     if (dtypes.size() > 1) {
-      std::string list;
-      for (const auto& dtype : dtypes) list += (list.empty() ? "" : ", ") + dtype;
-      return not_ready("detector sources have inconsistent dtypes: " + list,
+      return not_ready("detector sources have inconsistent dtypes: " + comma_list(dtypes),
                        "Repair or reacquire the acquisition so every detector chunk uses the same stored dtype.");
     }
     acq_.detector_rows = detector_shapes.begin()->rows;
@@ -618,9 +627,7 @@ class MasterInspection {
       if (signature_entry(before.path, stat_path(before.path)) != before) changed.insert(base_name(before.path));
     }
     if (!changed.empty()) {
-      std::string list;
-      for (const auto& name : changed) list += (list.empty() ? "" : ", ") + name;
-      return not_ready("source files changed during readiness inspection: " + list,
+      return not_ready("source files changed during readiness inspection: " + comma_list(changed),
                        "Wait for acquisition or copy writes to finish, then compare a fresh readiness signature on the "
                        "next poll.");
     }
