@@ -1095,17 +1095,35 @@ function scanPosition(point, image) {
   return { row, col };
 }
 
-function drawRealspaceOverlay() {
-  const overlay = $("realspace-overlay");
+// `which`'s overlay canvas, cleared, with its 2-D context.
+function clearedOverlay(which) {
+  const overlay = $(`${which}-overlay`);
   const context = overlay.getContext("2d");
   context.clearRect(0, 0, overlay.width, overlay.height);
+  return { overlay, context };
+}
+
+// How `which`'s view lays an image of width × height on its overlay: device
+// pixels per image pixel (sx, sy: the zoom included), the pan in device
+// pixels (tx, ty) and the screen's pixel ratio.
+function overlayMapping(which, overlay, width, height) {
+  const ratio = window.devicePixelRatio || 1;
+  const view = state.view[which];
+  return {
+    ratio,
+    sx: (overlay.width / width) * view.zoom,
+    sy: (overlay.height / height) * view.zoom,
+    tx: view.tx * ratio,
+    ty: view.ty * ratio,
+  };
+}
+
+function drawRealspaceOverlay() {
+  const { overlay, context } = clearedOverlay("realspace");
   if (!state.realspace) return;
   const { width, height } = state.realspace.image;
-  const ratio = window.devicePixelRatio || 1;
-  const view = state.view.realspace;
-  const sx = (overlay.width / width) * view.zoom;
-  const sy = (overlay.height / height) * view.zoom;
-  context.setTransform(1, 0, 0, 1, view.tx * ratio, view.ty * ratio);  // markers move with the zoomed image
+  const { ratio, sx, sy, tx, ty } = overlayMapping("realspace", overlay, width, height);
+  context.setTransform(1, 0, 0, 1, tx, ty);  // markers move with the zoomed image
   context.lineWidth = 1.5 * ratio;
   // Each marker is drawn twice: a dark casing under the coloured line, so it
   // shows on bright and on dark areas alike.
@@ -1395,22 +1413,17 @@ function maskEditable() {
 }
 
 function drawDiffractionOverlay() {
-  const overlay = $("diffraction-overlay");
-  const context = overlay.getContext("2d");
-  context.clearRect(0, 0, overlay.width, overlay.height);
+  const { overlay, context } = clearedOverlay("diffraction");
   if (!state.diffraction) return;
   const { width, height } = state.diffraction.image;
   if (!state.mask) {
     drawUnitsBar("diffraction", context, overlay, width);
     return;
   }
-  const ratio = window.devicePixelRatio || 1;
-  const view = state.view.diffraction;
-  const sx = (overlay.width / width) * view.zoom;
-  const sy = (overlay.height / height) * view.zoom;
+  const { ratio, sx, sy, tx, ty } = overlayMapping("diffraction", overlay, width, height);
   const mask = state.mask;
-  const cx = (mask.col + 0.5) * sx + view.tx * ratio;
-  const cy = (mask.row + 0.5) * sy + view.ty * ratio;
+  const cx = (mask.col + 0.5) * sx + tx;
+  const cy = (mask.row + 0.5) * sy + ty;
   const active = maskEditable();
   context.setLineDash(active ? [] : [5 * ratio, 4 * ratio]);
   context.lineWidth = 2 * ratio;
