@@ -73,6 +73,13 @@ load_unit_environment() {
 }
 # Sets KEY=VALUE in the environment file (replacing the line or its commented example).
 set_env() { sed -i -e "/^#\?$1=/d" "$env_file"; echo "$1=$2" >>"$env_file"; }
+# Waits (30 s at most) until a daemon answers /api/health/ready on the Unix socket $1.
+wait_ready_on_socket() {
+  for _ in $(seq 300); do
+    curl -fsS --unix-socket "$1" http://localhost/api/health/ready >/dev/null 2>&1 && return
+    sleep 0.1
+  done
+}
 exec_start="$(sed -n 's/^ExecStart=//p' "$installed_unit")"
 exec_reload="$(sed -n 's/^ExecReload=//p' "$installed_unit")"
 
@@ -87,10 +94,7 @@ eval "set -- $exec_start"
 mkdir -m 700 "$XDG_RUNTIME_DIR/quantem-gpu"   # RuntimeDirectory=
 "$@" 2>"$work/default.log" &
 daemon_pid=$!
-for _ in $(seq 300); do
-  curl -fsS --unix-socket "$XDG_RUNTIME_DIR/quantem-gpu/quantem.sock" http://localhost/api/health/ready >/dev/null 2>&1 && break
-  sleep 0.1
-done
+wait_ready_on_socket "$XDG_RUNTIME_DIR/quantem-gpu/quantem.sock"
 grep -q '"ready":true' <<<"$(curl -fsS --unix-socket "$XDG_RUNTIME_DIR/quantem-gpu/quantem.sock" \
   http://localhost/api/health/ready)" || fail "the default socket does not serve: $(cat "$work/default.log")"
 # deploy.md "Reload": ExecReload= (SIGHUP) reads the catalog again; the daemon keeps serving.
@@ -170,10 +174,7 @@ load_unit_environment
 eval "set -- $exec_start"
 "$@" 2>"$work/socket.log" &
 daemon_pid=$!
-for _ in $(seq 300); do
-  curl -fsS --unix-socket "$socket_path" http://localhost/api/health/ready >/dev/null 2>&1 && break
-  sleep 0.1
-done
+wait_ready_on_socket "$socket_path"
 grep -q '"sample1"' <<<"$(curl -fsS --unix-socket "$socket_path" http://localhost/api/browse/sessions)" ||
   fail "the unix socket does not serve: $(cat "$work/socket.log")"
 [[ "$(stat -c %a "$socket_path")" == 600 ]] || fail "the socket is not 0600"

@@ -136,3 +136,18 @@ export function renderInto(imageData, values, low, high, table) {
     pixels[p + 3] = 255;
   }
 }
+
+// Sizes `canvas` to its CSS box (width × height when it has none) at the
+// screen's pixel ratio and returns its cleared 2-D context, which draws in CSS
+// pixels, with that box's size.
+export function clearedCanvas(canvas, width, height) {
+  const ratio = window.devicePixelRatio || 1;
+  const cssWidth = canvas.clientWidth || width;
+  const cssHeight = canvas.clientHeight || height;
+  canvas.width = Math.round(cssWidth * ratio);
+  canvas.height = Math.round(cssHeight * ratio);
+  const context = canvas.getContext("2d");
+  context.setTransform(ratio, 0, 0, ratio, 0, 0);
+  context.clearRect(0, 0, cssWidth, cssHeight);
+  return { context, cssWidth, cssHeight };
+}

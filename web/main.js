@@ -5,7 +5,7 @@
 import { Api, ApiError, LatestOnly, formatServerTiming } from "./api.js";
 import { CatalogView, CatalogWorker, rowKey } from "./catalog.js";
 import { colormapNames, cssColor, lookupTable } from "./colormaps.js";
-import { displayValues, finiteRange, histogram, percentiles, renderInto } from "./imaging.js";
+import { clearedCanvas, displayValues, finiteRange, histogram, percentiles, renderInto } from "./imaging.js";
 import { lineProfile, plotProfile, profileCsv, radialProfile } from "./profiles.js";
 import {
   diffractionUnits, drawScaleBar, formatAngle, formatLength, formatQuantity, realspaceUnits, scaleBar,
@@ -859,14 +859,7 @@ function drawRealspace() {
 
 // The colour bar: the table from the low limit to the high one, with both values.
 function drawColorBar(canvas, table, low, high, settings) {
-  const ratio = window.devicePixelRatio || 1;
-  const cssWidth = canvas.clientWidth || 480;
-  const cssHeight = canvas.clientHeight || 30;
-  canvas.width = Math.round(cssWidth * ratio);
-  canvas.height = Math.round(cssHeight * ratio);
-  const context = canvas.getContext("2d");
-  context.setTransform(ratio, 0, 0, ratio, 0, 0);
-  context.clearRect(0, 0, cssWidth, cssHeight);
+  const { context, cssWidth, cssHeight } = clearedCanvas(canvas, 480, 30);
   const barHeight = 12;
   for (let x = 0; x < cssWidth; x++) {
     const level = Math.min(255, Math.floor((x / Math.max(1, cssWidth - 1)) * 255)) * 4;
@@ -978,14 +971,7 @@ function layoutStack(which, width, height) {
 }
 
 function drawHistogram(canvas, values, low, high, colormap) {
-  const ratio = window.devicePixelRatio || 1;
-  const cssWidth = canvas.clientWidth || 480;
-  const cssHeight = canvas.clientHeight || 70;
-  canvas.width = Math.round(cssWidth * ratio);
-  canvas.height = Math.round(cssHeight * ratio);
-  const context = canvas.getContext("2d");
-  context.setTransform(ratio, 0, 0, ratio, 0, 0);
-  context.clearRect(0, 0, cssWidth, cssHeight);
+  const { context, cssWidth, cssHeight } = clearedCanvas(canvas, 480, 70);
   const [min, max] = finiteRange(values);
   canvas.range = Number.isFinite(min) ? [min, max] : null;
   if (!Number.isFinite(min)) return;
@@ -1109,17 +1095,35 @@ function scanPosition(point, image) {
   return { row, col };
 }
 
-function drawRealspaceOverlay() {
-  const overlay = $("realspace-overlay");
+// `which`'s overlay canvas, cleared, with its 2-D context.
+function clearedOverlay(which) {
+  const overlay = $(`${which}-overlay`);
   const context = overlay.getContext("2d");
   context.clearRect(0, 0, overlay.width, overlay.height);
+  return { overlay, context };
+}
+
+// How `which`'s view lays an image of width × height on its overlay: device
+// pixels per image pixel (sx, sy: the zoom included), the pan in device
+// pixels (tx, ty) and the screen's pixel ratio.
+function overlayMapping(which, overlay, width, height) {
+  const ratio = window.devicePixelRatio || 1;
+  const view = state.view[which];
+  return {
+    ratio,
+    sx: (overlay.width / width) * view.zoom,
+    sy: (overlay.height / height) * view.zoom,
+    tx: view.tx * ratio,
+    ty: view.ty * ratio,
+  };
+}
+
+function drawRealspaceOverlay() {
+  const { overlay, context } = clearedOverlay("realspace");
   if (!state.realspace) return;
   const { width, height } = state.realspace.image;
-  const ratio = window.devicePixelRatio || 1;
-  const view = state.view.realspace;
-  const sx = (overlay.width / width) * view.zoom;
-  const sy = (overlay.height / height) * view.zoom;
-  context.setTransform(1, 0, 0, 1, view.tx * ratio, view.ty * ratio);  // markers move with the zoomed image
+  const { ratio, sx, sy, tx, ty } = overlayMapping("realspace", overlay, width, height);
+  context.setTransform(1, 0, 0, 1, tx, ty);  // markers move with the zoomed image
   context.lineWidth = 1.5 * ratio;
   // Each marker is drawn twice: a dark casing under the coloured line, so it
   // shows on bright and on dark areas alike.
@@ -1409,22 +1413,17 @@ function maskEditable() {
 }
 
 function drawDiffractionOverlay() {
-  const overlay = $("diffraction-overlay");
-  const context = overlay.getContext("2d");
-  context.clearRect(0, 0, overlay.width, overlay.height);
+  const { overlay, context } = clearedOverlay("diffraction");
   if (!state.diffraction) return;
   const { width, height } = state.diffraction.image;
   if (!state.mask) {
     drawUnitsBar("diffraction", context, overlay, width);
     return;
   }
-  const ratio = window.devicePixelRatio || 1;
-  const view = state.view.diffraction;
-  const sx = (overlay.width / width) * view.zoom;
-  const sy = (overlay.height / height) * view.zoom;
+  const { ratio, sx, sy, tx, ty } = overlayMapping("diffraction", overlay, width, height);
   const mask = state.mask;
-  const cx = (mask.col + 0.5) * sx + view.tx * ratio;
-  const cy = (mask.row + 0.5) * sy + view.ty * ratio;
+  const cx = (mask.col + 0.5) * sx + tx;
+  const cy = (mask.row + 0.5) * sy + ty;
   const active = maskEditable();
   context.setLineDash(active ? [] : [5 * ratio, 4 * ratio]);
   context.lineWidth = 2 * ratio;

@@ -4,6 +4,8 @@
 // radial average of a diffraction pattern about a centre, one bin per pixel
 // of radius (round(r)), each the exact mean of its pixels.
 
+import { clearedCanvas } from "./imaging.js";
+
 // image: {width, height, data, divisor}; line: {r0, c0, r1, c1} in pixel
 // indices (pixel centres at integers). -> {x: distance in pixels, y: values}
 export function lineProfile(image, line) {
@@ -61,14 +63,7 @@ export function profileCsv(profile, xName, yName, comment) {
 
 // A line plot with its axes' ends labelled, in CSS pixels of `canvas`.
 export function plotProfile(canvas, x, y, xLabel, formatValue) {
-  const ratio = window.devicePixelRatio || 1;
-  const cssWidth = canvas.clientWidth || 600;
-  const cssHeight = canvas.clientHeight || 160;
-  canvas.width = Math.round(cssWidth * ratio);
-  canvas.height = Math.round(cssHeight * ratio);
-  const context = canvas.getContext("2d");
-  context.setTransform(ratio, 0, 0, ratio, 0, 0);
-  context.clearRect(0, 0, cssWidth, cssHeight);
+  const { context, cssWidth, cssHeight } = clearedCanvas(canvas, 600, 160);
   if (!x.length) return;
   const left = 56;
   const bottom = cssHeight - 18;

@@ -17,11 +17,10 @@
 #   scripts/device/run.sh build gpu-tests ...   (scripts/device/README.md)
 set -euo pipefail
 repo_root=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=scripts/device/bundle_common.sh
+source "$repo_root/scripts/device/bundle_common.sh"
 archive=0
-if [ "${1:-}" = --archive ]; then
-  archive=1
-  shift
-fi
+[ "${1:-}" = --archive ] && { archive=1; shift; }
 source_dir=${1:-$repo_root}
 build_dir=${2:-$source_dir/build-bundle}
 bundle=$repo_root/.bundle
@@ -39,13 +38,7 @@ for target in "${targets[@]}"; do
   binary=$(find "$build_dir" -type f -name "$target" -perm -u+x | head -1)
   cp "$binary" "$bundle/"
   strip --strip-debug "$bundle/$target"
-  # Every shared library except glibc's own and the CUDA driver.
-  ldd "$binary" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
-    case "$(basename "$lib")" in
-      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libresolv.so*|ld-linux*|libcuda.so*) ;;
-      *) cp -L -n "$lib" "$bundle/lib/" ;;
-    esac
-  done
+  copy_shared_libraries "$binary" "$bundle/lib"
 done
 # The official HDF5 bitshuffle filter (Debian's libh5bshuf.so, the GPU
 # encoder's reference reader: QUANTEM_HDF5_PLUGIN_DIR=$bundle/lib/plugins).
@@ -74,10 +67,4 @@ fixture write "$fixtures" blocks --scan 4x6 --det 64x72 --block-elements 1024 --
 fixture write "$fixtures" hot --dtype uint32 --scan 4x4 --det 6x6 --hot 4000000000 --no-expected
 fixture write "$fixtures" corrupt --scan 24x24 --det 32x32 --no-expected
 fixture corrupt "$fixtures/corrupt_data_000001.h5" 500
-git -C "$source_dir" rev-parse HEAD > "$bundle/COMMIT"
-du -sh "$bundle"
-if [ "$archive" = 1 ]; then
-  mkdir -p "$repo_root/.bundlez"
-  tar -czf "$repo_root/.bundlez/bundle.tar.gz" -C "$bundle" .
-  du -sh "$repo_root/.bundlez/bundle.tar.gz"
-fi
+finish_bundle "$bundle" "$source_dir" "$archive" bundle

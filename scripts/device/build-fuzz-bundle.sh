@@ -11,11 +11,10 @@
 #   scripts/device/build-fuzz-bundle.sh [--archive] [BUILD_DIR=build-fuzz]
 set -euo pipefail
 repo_root=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=scripts/device/bundle_common.sh
+source "$repo_root/scripts/device/bundle_common.sh"
 archive=0
-if [ "${1:-}" = --archive ]; then
-  archive=1
-  shift
-fi
+[ "${1:-}" = --archive ] && { archive=1; shift; }
 build=${1:-$repo_root/build-fuzz}
 bundle=$repo_root/.fuzzbundle
 work=${QUANTEM_FUZZ_WORK:-$(mktemp -d /tmp/quantem-fuzz-bundle-XXXXXX)}
@@ -25,12 +24,7 @@ for target in "$build"/tests/fuzz/fuzz_*; do
   name=$(basename "$target")
   [ "$name" = fuzz_seed_writer ] && continue
   cp "$target" "$bundle/"
-  ldd "$target" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
-    case "$(basename "$lib")" in
-      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libresolv.so*|ld-linux*) ;;
-      *) cp -L -n "$lib" "$bundle/lib/" ;;
-    esac
-  done
+  copy_shared_libraries "$target" "$bundle/lib"
 done
 if [ ! -d "$work/seeds" ]; then
   QUANTEM_FUZZ_WORK=$work "$repo_root/tests/fuzz/run_fuzzers.sh" "$build" 1 query > /dev/null
@@ -39,10 +33,4 @@ cp -r "$work/seeds" "$bundle/seeds"
 [ -d "$work/corpus" ] && cp -r "$work/corpus/." "$bundle/corpus/"
 cp -r "$repo_root/tests/fuzz/regressions" "$bundle/regressions"
 cp "$repo_root/tests/fuzz/lsan_suppressions.txt" "$bundle/"
-git -C "$repo_root" rev-parse HEAD > "$bundle/COMMIT"
-du -sh "$bundle"
-if [ "$archive" = 1 ]; then
-  mkdir -p "$repo_root/.bundlez"
-  tar -czf "$repo_root/.bundlez/fuzzbundle.tar.gz" -C "$bundle" .
-  du -sh "$repo_root/.bundlez/fuzzbundle.tar.gz"
-fi
+finish_bundle "$bundle" "$repo_root" "$archive" fuzzbundle

@@ -17,6 +17,7 @@
 
 #include "dataset_storage.hpp"
 #include "quantem/hdf5/error.hpp"
+#include "quantem/hdf5/library_lock.hpp"
 #include "quantem/hdf5/read.hpp"
 #include "quantem/core/error.hpp"
 #include "quantem/core/text.hpp"
@@ -42,18 +43,6 @@ const char* kActionLinkedFileNotReadable =
     "Wait for the detector writer to close or flush the file, then poll again; recopy it if the error persists.";
 
 // --- paths and stat ---
-
-std::string lexically_absolute(const std::string& path) {
-  fs::path p(path);
-  if (p.is_relative()) {
-    std::error_code error;
-    const fs::path cwd = fs::current_path(error);
-    p = (error ? fs::path("/") : cwd) / p;
-  }
-  std::string normal = p.lexically_normal().string();
-  while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
-  return normal;
-}
 
 std::string directory_of(const std::string& path) {
   const auto slash = path.find_last_of('/');
@@ -176,6 +165,19 @@ std::optional<hdf5::Value> dataset_value(hid_t loc, const std::string& path) {
 
 std::string scan_shape_text(const ScanShape& shape) { return python_tuple({shape.rows, shape.cols}); }
 
+// text(item) of each item, ", "-separated in the items' order: the list an
+// inconsistency's reason names.
+template <class Items, class Text>
+std::string comma_list(const Items& items, const Text& text) {
+  std::string list;
+  for (const auto& item : items) list += (list.empty() ? "" : ", ") + text(item);
+  return list;
+}
+
+std::string comma_list(const std::set<std::string>& names) {
+  return comma_list(names, [](const std::string& name) { return name; });
+}
+
 // --- per-source facts gathered by the readiness pass ---
 
 struct SourceFacts {
@@ -286,9 +288,8 @@ class MasterInspection {
     if (LoadStatus status = check_sources_agree(); !status.loadable) return status;
     std::set<ScanShape> scan_shapes = collect_scan_shapes();
     if (scan_shapes.size() > 1) {
-      std::string list;
-      for (const auto& shape : scan_shapes) list += (list.empty() ? "" : ", ") + scan_shape_text(shape);
-      return not_ready("detector sources have inconsistent scan_shape metadata: " + list,
+      return not_ready("detector sources have inconsistent scan_shape metadata: " +
+                           comma_list(scan_shapes, scan_shape_text),
                        "Repair the conflicting scan_shape attributes, or pass the correct explicit scan_shape after "
                        "confirming the acquisition layout.");
     }
@@ -346,16 +347,13 @@ class MasterInspection {
     }
     acq_.stored_frames = stored;
     if (detector_shapes.size() > 1) {
-      std::string list;
-      for (const auto& shape : detector_shapes) list += (list.empty() ? "" : ", ") + scan_shape_text(shape);
-      return not_ready("detector sources have inconsistent detector shapes: " + list,
+      return not_ready("detector sources have inconsistent detector shapes: " +
+                           comma_list(detector_shapes, scan_shape_text),
                        "Use a narrower master pattern or repair the acquisition so every detector chunk has the same "
                        "(row, col) shape.");
     }
     if (dtypes.size() > 1) {
-      std::string list;
-      for (const auto& dtype : dtypes) list += (list.empty() ? "" : ", ") + dtype;
-      return not_ready("detector sources have inconsistent dtypes: " + list,
+      return not_ready("detector sources have inconsistent dtypes: " + comma_list(dtypes),
                        "Repair or reacquire the acquisition so every detector chunk uses the same stored dtype.");
     }
     acq_.detector_rows = detector_shapes.begin()->rows;
@@ -629,9 +627,7 @@ class MasterInspection {
       if (signature_entry(before.path, stat_path(before.path)) != before) changed.insert(base_name(before.path));
     }
     if (!changed.empty()) {
-      std::string list;
-      for (const auto& name : changed) list += (list.empty() ? "" : ", ") + name;
-      return not_ready("source files changed during readiness inspection: " + list,
+      return not_ready("source files changed during readiness inspection: " + comma_list(changed),
                        "Wait for acquisition or copy writes to finish, then compare a fresh readiness signature on the "
                        "next poll.");
     }
@@ -821,6 +817,18 @@ class MasterInspection {
 
 }  // namespace
 
+std::string lexically_absolute(const std::string& path) {
+  fs::path p(path);
+  if (p.is_relative()) {
+    std::error_code error;
+    const fs::path cwd = fs::current_path(error);
+    p = (error ? fs::path("/") : cwd) / p;
+  }
+  std::string normal = p.lexically_normal().string();
+  while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+  return normal;
+}
+
 Acquisition named_acquisition(const std::string& master_path) {
   Acquisition acquisition;
   acquisition.master_path = lexically_absolute(master_path);
@@ -835,7 +843,7 @@ Acquisition named_acquisition(const std::string& master_path) {
 }
 
 Acquisition inspect_master(const std::string& master_path) {
-  const std::lock_guard<std::recursive_mutex> hdf5_lock(hdf5::library_mutex());
+  const hdf5::LibraryLock hdf5_lock;
   Acquisition acquisition = named_acquisition(master_path);
   try {
     MasterInspection(acquisition).run();

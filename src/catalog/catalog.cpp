@@ -18,7 +18,6 @@
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
-#include <filesystem>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -30,8 +29,6 @@
 namespace quantem::catalog {
 
 namespace {
-
-namespace fs = std::filesystem;
 
 constexpr const char* kMasterSuffix = "_master.h5";
 
@@ -167,15 +164,7 @@ std::string absolute_folder(const std::string& folder) {
     }
     if (!home.empty()) expanded = home + (slash == std::string::npos ? "" : expanded.substr(slash));
   }
-  fs::path path(expanded.empty() ? "." : expanded);
-  if (path.is_relative()) {
-    std::error_code error;
-    const fs::path cwd = fs::current_path(error);
-    path = (error ? fs::path("/") : cwd) / path;
-  }
-  std::string normal = path.lexically_normal().string();
-  while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
-  return normal;
+  return lexically_absolute(expanded.empty() ? "." : expanded);
 }
 
 namespace {

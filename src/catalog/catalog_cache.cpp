@@ -17,6 +17,7 @@
 #include "quantem/catalog/acquisition_fields.hpp"
 #include "quantem/catalog/catalog.hpp"
 #include "quantem/core/error.hpp"
+#include "quantem/core/io.hpp"
 
 namespace quantem::catalog {
 
@@ -270,13 +271,7 @@ bool read_whole_file(const std::string& path, std::string& bytes, std::string& p
 }
 
 void write_all(int fd, const std::string& bytes, const std::string& path) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw Error(ErrorKind::io, "cannot write " + path + ": " + std::strerror(errno));
-    done += static_cast<std::size_t>(n);
-  }
+  if (!quantem::write_all(fd, bytes)) throw Error(ErrorKind::io, "cannot write " + path + ": " + std::strerror(errno));
 }
 
 }  // namespace

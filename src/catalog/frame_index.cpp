@@ -1,30 +1,23 @@
 // Frame -> (shard, file offset, stored bytes, filter mask), read from each
 // shard's chunk index without per-chunk HDF5 calls (see chunk_index.hpp).
 //
-// libhdf5: only read_shard_storage calls it (opening the shard, its extent,
-// layout and addresses, and the H5Dget_chunk_info fallback), under the
-// process-wide HDF5 lock; the daemon runs it in the inspector worker
-// (shard_storage.hpp, decision 0012). Everything else here is pread.
+// libhdf5 is not called here: each shard's facts come from a
+// ShardStorageFunction (shard_storage.cpp, decision 0012). Everything here is pread.
 // Threads: the shards' facts are fetched by the calling thread, one shard
 // after the other. The chunk indexes read directly are then
 // cut into parts (B-tree subtrees, entry ranges) that worker threads walk at
 // once; each writes the frames its chunks hold into the one result, every frame
 // claimed once (atomically). Errors are reported in shard order, as a serial
 // walk would; within one malformed index, the first failing part's error.
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <atomic>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <system_error>
 #include <thread>
 
 #include "chunk_index.hpp"
-#include "quantem/hdf5/error.hpp"
-#include "quantem/hdf5/read.hpp"
 #include "quantem/catalog/acquisition.hpp"
 #include "quantem/catalog/shard_storage.hpp"
 #include "quantem/core/error.hpp"
@@ -130,39 +123,6 @@ class FrameSink {
   std::vector<FrameLocation>& frames_;
   std::vector<std::atomic<std::uint8_t>> claimed_;
 };
-
-// O(N^2) on HDF5 1.10.8, but correct for every index kind HDF5 supports.
-std::vector<ShardChunk> list_chunks_with_hdf5(const hdf5::Dataset& dataset, const detail::FileAddressing& addressing,
-                                              std::size_t rank) {
-  std::vector<ShardChunk> chunks;
-  const hdf5::Dataspace space = dataset.space();
-  hsize_t chunk_count = 0;
-  if (H5Dget_num_chunks(dataset.id(), space.id(), &chunk_count) < 0) hdf5::throw_error("H5Dget_num_chunks");
-  std::vector<hsize_t> offsets(rank);
-  std::vector<std::uint64_t> element_offsets(rank);
-  for (hsize_t i = 0; i < chunk_count; ++i) {
-    unsigned filter_mask = 0;
-    haddr_t address = HADDR_UNDEF;
-    hsize_t stored_bytes = 0;
-    if (H5Dget_chunk_info(dataset.id(), space.id(), i, offsets.data(), &filter_mask, &address, &stored_bytes) < 0) {
-      hdf5::throw_error("H5Dget_chunk_info");
-    }
-    if (address == HADDR_UNDEF) continue;
-    std::copy(offsets.begin(), offsets.end(), element_offsets.begin());
-    // H5Dget_chunk_info reports addresses relative to the base address (1.10.8).
-    chunks.push_back(ShardChunk{element_offsets, addressing.base_address + address, stored_bytes, filter_mask});
-  }
-  return chunks;
-}
-
-std::mutex& shard_storage_source_mutex() {
-  static std::mutex mutex;
-  return mutex;
-}
-ShardStorageFunction& shard_storage_source() {
-  static ShardStorageFunction source;
-  return source;
-}
 
 // Checks a shard's facts against the inspection and opens it for pread.
 // Reads the top of its chunk index to cut it into parts.
@@ -301,70 +261,6 @@ void run_tasks(const std::vector<ShardWalk>& shards, FrameSink& sink, std::vecto
 
 
 }  // namespace
-
-ShardStorage read_shard_storage(const std::string& file_path, const std::string& dataset_path) {
-  // The handles close before the lock is released.
-  const std::lock_guard<std::recursive_mutex> hdf5_lock(hdf5::library_mutex());
-  ShardStorage storage;
-  const hdf5::File file = hdf5::File::open_read_only(file_path);
-  const hdf5::Dataset dataset = hdf5::open_dataset(file.id(), dataset_path);
-  const hdf5::Dataspace space = dataset.space();
-  const int rank = H5Sget_simple_extent_ndims(space.id());
-  if (rank < 0) hdf5::throw_error("H5Sget_simple_extent_ndims");
-  std::vector<hsize_t> dims(static_cast<std::size_t>(rank)), max_dims(static_cast<std::size_t>(rank));
-  if (rank > 0 && H5Sget_simple_extent_dims(space.id(), dims.data(), max_dims.data()) < 0) {
-    hdf5::throw_error("H5Sget_simple_extent_dims");
-  }
-  storage.dims.assign(dims.begin(), dims.end());
-  storage.max_dims.assign(max_dims.begin(), max_dims.end());
-  detail::FileAddressing addressing;
-  addressing.offset_size = file.offset_size();
-  addressing.length_size = file.length_size();
-  addressing.base_address = file.user_block_size();
-  storage.offset_size = addressing.offset_size;
-  storage.length_size = addressing.length_size;
-  storage.base_address = addressing.base_address;
-  const hdf5::PropertyList creation = dataset.creation_properties();
-  const H5D_layout_t layout_class = H5Pget_layout(creation.id());
-  if (layout_class == H5D_LAYOUT_ERROR) hdf5::throw_error("H5Pget_layout");
-  if (layout_class == H5D_CONTIGUOUS) {
-    storage.layout = ShardLayout::contiguous;
-    storage.contiguous_offset = dataset.contiguous_offset();
-  } else if (layout_class == H5D_CHUNKED) {
-    storage.layout = ShardLayout::chunked;
-    std::vector<hsize_t> chunk_dims(H5S_MAX_RANK);
-    const int chunk_rank = H5Pget_chunk(creation.id(), H5S_MAX_RANK, chunk_dims.data());
-    if (chunk_rank < 0) hdf5::throw_error("H5Pget_chunk");
-    storage.chunk_dims.assign(chunk_dims.begin(), chunk_dims.begin() + chunk_rank);
-    storage.object_header_address = dataset.object_header_address();
-    // The index kinds not read directly get their chunks listed by HDF5.
-    const detail::RawFile raw(file_path, addressing);
-    const detail::DataLayout layout = detail::read_data_layout(raw, storage.object_header_address);
-    if (layout.index_kind == detail::ChunkIndexKind::extensible_array ||
-        layout.index_kind == detail::ChunkIndexKind::btree_v2) {
-      spdlog::warn("catalog: {}:{}: chunk index kind '{}' is not read directly; using H5Dget_chunk_info (slow for "
-                   "many chunks)",
-                   file_path, dataset_path, detail::chunk_index_kind_name(layout.index_kind));
-      storage.chunks_listed = true;
-      storage.chunks = list_chunks_with_hdf5(dataset, addressing, storage.dims.size());
-    }
-  }
-  return storage;
-}
-
-void set_shard_storage_source(ShardStorageFunction source) {
-  std::lock_guard<std::mutex> lock(shard_storage_source_mutex());
-  shard_storage_source() = std::move(source);
-}
-
-FrameIndex build_frame_index(const Acquisition& acquisition) {
-  ShardStorageFunction source;
-  {
-    std::lock_guard<std::mutex> lock(shard_storage_source_mutex());
-    source = shard_storage_source();
-  }
-  return build_frame_index(acquisition, source ? source : ShardStorageFunction(read_shard_storage));
-}
 
 FrameIndex build_frame_index(const Acquisition& acquisition, const ShardStorageFunction& storage) {
   if (!acquisition.status.loadable || !acquisition.dtype || !acquisition.detector_shape_known()) {

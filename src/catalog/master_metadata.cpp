@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "quantem/hdf5/error.hpp"
+#include "quantem/hdf5/library_lock.hpp"
 #include "quantem/hdf5/handle.hpp"
 #include "quantem/hdf5/read.hpp"
 #include "quantem/catalog/acquisition.hpp"
@@ -355,7 +356,7 @@ MasterMetadata read_master_metadata(const std::string& master_path) {
     if (error == ENOENT || error == ENOTDIR) throw not_found("master not found: " + out.master_path);
     throw IoError("cannot stat " + out.master_path + ": " + std::strerror(error));
   }
-  const std::lock_guard<std::recursive_mutex> hdf5_lock(hdf5::library_mutex());
+  const hdf5::LibraryLock hdf5_lock;
   hdf5::File master;
   try {
     master = hdf5::File::open_read_only(out.master_path);

@@ -46,12 +46,14 @@ std::size_t shuffle_group_runs_avx2(const std::uint8_t* in, std::uint8_t* out, s
 
 namespace {
 
-#ifdef QUANTEM_CODEC_AVX2_KERNEL
 bool cpu_has_avx2() {
+#ifdef QUANTEM_CODEC_AVX2_KERNEL
   static const bool has_avx2 = __builtin_cpu_supports("avx2");
   return has_avx2;
-}
+#else
+  return false;  // the AVX2 kernel is not built
 #endif
+}
 
 std::uint64_t load_u64(const std::uint8_t* p) {
   std::uint64_t value;
@@ -158,36 +160,61 @@ void check_block_arguments(const char* function, std::size_t element_count, std:
                          " must be positive");
 }
 
+// (Un)shuffles whole runs of groups from first_group on with one SIMD kernel;
+// returns the first group not done.
+using GroupRuns = std::size_t (*)(const std::uint8_t* in, std::uint8_t* out, std::size_t groups,
+                                  std::size_t element_size, std::size_t first_group);
+// (Un)shuffles the group, or the eight groups, from `group` on.
+using Groups = void (*)(const std::uint8_t* in, std::uint8_t* out, std::size_t plane_bytes,
+                        std::size_t element_size, std::size_t group);
+
+// Where a SIMD kernel is not built: no group done.
+[[maybe_unused]] std::size_t no_group_runs(const std::uint8_t*, std::uint8_t*, std::size_t, std::size_t,
+                                          std::size_t first_group) {
+  return first_group;
+}
+
+#ifdef QUANTEM_CODEC_AVX2_KERNEL
+constexpr GroupRuns kAvx2ShuffleRuns = detail::shuffle_group_runs_avx2;
+constexpr GroupRuns kAvx2UnshuffleRuns = detail::unshuffle_group_runs_avx2;
+#else
+constexpr GroupRuns kAvx2ShuffleRuns = no_group_runs;
+constexpr GroupRuns kAvx2UnshuffleRuns = no_group_runs;
+#endif
+#ifdef QUANTEM_CODEC_SSE2
+constexpr GroupRuns kSse2ShuffleRuns = shuffle_group_runs<Sse2Ops>;
+constexpr GroupRuns kSse2UnshuffleRuns = unshuffle_group_runs<Sse2Ops>;
+#else
+constexpr GroupRuns kSse2ShuffleRuns = no_group_runs;
+constexpr GroupRuns kSse2UnshuffleRuns = no_group_runs;
+#endif
+
+// One direction over a whole block: the widest kernel the CPU has first, then
+// the portable ones for the groups it leaves.
+template <GroupRuns Avx2Runs, GroupRuns Sse2Runs, Groups EightGroups, Groups OneGroup>
+void transpose_block(const char* function, const std::uint8_t* in, std::uint8_t* out, std::size_t element_count,
+                     std::size_t element_size) {
+  check_block_arguments(function, element_count, element_size);
+  const std::size_t groups = element_count / 8;  // = bytes per bit plane
+  std::size_t group = 0;
+  if (cpu_has_avx2()) group = Avx2Runs(in, out, groups, element_size, group);
+  group = Sse2Runs(in, out, groups, element_size, group);
+  for (; group + 8 <= groups; group += 8) EightGroups(in, out, groups, element_size, group);
+  for (; group < groups; ++group) OneGroup(in, out, groups, element_size, group);
+}
+
 }  // namespace
 
 void bitshuffle_block(const std::uint8_t* in, std::uint8_t* out, std::size_t element_count,
                       std::size_t element_size) {
-  check_block_arguments("bitshuffle_block", element_count, element_size);
-  const std::size_t groups = element_count / 8;  // = bytes per bit plane
-  std::size_t group = 0;
-#ifdef QUANTEM_CODEC_AVX2_KERNEL
-  if (cpu_has_avx2()) group = detail::shuffle_group_runs_avx2(in, out, groups, element_size, group);
-#endif
-#ifdef QUANTEM_CODEC_SSE2
-  group = shuffle_group_runs<Sse2Ops>(in, out, groups, element_size, group);
-#endif
-  for (; group + 8 <= groups; group += 8) shuffle_eight_groups(in, out, groups, element_size, group);
-  for (; group < groups; ++group) shuffle_group(in, out, groups, element_size, group);
+  transpose_block<kAvx2ShuffleRuns, kSse2ShuffleRuns, shuffle_eight_groups, shuffle_group>(
+      "bitshuffle_block", in, out, element_count, element_size);
 }
 
 void bitunshuffle_block(const std::uint8_t* in, std::uint8_t* out, std::size_t element_count,
                         std::size_t element_size) {
-  check_block_arguments("bitunshuffle_block", element_count, element_size);
-  const std::size_t groups = element_count / 8;  // = bytes per bit plane
-  std::size_t group = 0;
-#ifdef QUANTEM_CODEC_AVX2_KERNEL
-  if (cpu_has_avx2()) group = detail::unshuffle_group_runs_avx2(in, out, groups, element_size, group);
-#endif
-#ifdef QUANTEM_CODEC_SSE2
-  group = unshuffle_group_runs<Sse2Ops>(in, out, groups, element_size, group);
-#endif
-  for (; group + 8 <= groups; group += 8) unshuffle_eight_groups(in, out, groups, element_size, group);
-  for (; group < groups; ++group) unshuffle_group(in, out, groups, element_size, group);
+  transpose_block<kAvx2UnshuffleRuns, kSse2UnshuffleRuns, unshuffle_eight_groups, unshuffle_group>(
+      "bitunshuffle_block", in, out, element_count, element_size);
 }
 
 }  // namespace quantem::codec

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 #include <emmintrin.h>
 #ifdef __AVX2__
@@ -122,6 +123,13 @@ QUANTEM_FORCE_INLINE typename Ops::Vector transpose_bits_8x8_lanes(typename Ops:
   return x;
 }
 
+// Are all 8 vectors zero (an element byte whose 8 bit planes are empty)?
+template <typename Ops>
+QUANTEM_FORCE_INLINE bool all_zero8(const typename Ops::Vector v[8]) {
+  return Ops::all_zero(Ops::bit_or(Ops::bit_or(Ops::bit_or(v[0], v[1]), Ops::bit_or(v[2], v[3])),
+                                   Ops::bit_or(Ops::bit_or(v[4], v[5]), Ops::bit_or(v[6], v[7]))));
+}
+
 // For element byte j: lanes[i] holds (per 128-bit half) groups 2i and 2i+1 of
 // that half's 16 groups; byte m of a 64-bit lane is byte j of element 8g+m.
 template <typename Ops>
@@ -130,9 +138,7 @@ QUANTEM_FORCE_INLINE void unshuffle_element_byte(const std::uint8_t* in, std::si
   using V = typename Ops::Vector;
   V p[8];
   for (std::size_t k = 0; k < 8; ++k) p[k] = Ops::load(in + (8 * j + k) * plane_bytes + first_group);
-  const V any = Ops::bit_or(Ops::bit_or(Ops::bit_or(p[0], p[1]), Ops::bit_or(p[2], p[3])),
-                            Ops::bit_or(Ops::bit_or(p[4], p[5]), Ops::bit_or(p[6], p[7])));
-  if (Ops::all_zero(any)) {
+  if (all_zero8<Ops>(p)) {
     for (std::size_t i = 0; i < 8; ++i) lanes[i] = Ops::zero();
     return;
   }
@@ -186,27 +192,33 @@ void unshuffle_groups(const std::uint8_t* in, std::uint8_t* out, std::size_t pla
   }
 }
 
-// Unshuffles as many whole runs of Ops::kGroups groups as fit in [first_group,
-// groups); returns the first group not done. Element sizes other than 1, 2, 4
-// are left alone.
+// Runs kernel(std::integral_constant<std::size_t, element_size>, group) on as
+// many whole runs of Ops::kGroups groups as fit in [first_group, groups);
+// returns the first group not done. Element sizes other than 1, 2, 4 are left
+// alone.
+template <typename Ops, typename Kernel>
+std::size_t for_group_runs(std::size_t groups, std::size_t element_size, std::size_t first_group,
+                           const Kernel& kernel) {
+  std::size_t group = first_group;
+  const auto run = [&](auto size) {
+    for (; group + Ops::kGroups <= groups; group += Ops::kGroups) kernel(size, group);
+  };
+  switch (element_size) {
+    case 1: run(std::integral_constant<std::size_t, 1>{}); break;
+    case 2: run(std::integral_constant<std::size_t, 2>{}); break;
+    case 4: run(std::integral_constant<std::size_t, 4>{}); break;
+    default: break;
+  }
+  return group;
+}
+
+// Unshuffles as many whole runs of Ops::kGroups groups as fit (for_group_runs).
 template <typename Ops>
 std::size_t unshuffle_group_runs(const std::uint8_t* in, std::uint8_t* out, std::size_t groups,
                                  std::size_t element_size, std::size_t first_group) {
-  std::size_t group = first_group;
-  switch (element_size) {
-    case 1:
-      for (; group + Ops::kGroups <= groups; group += Ops::kGroups) unshuffle_groups<Ops, 1>(in, out, groups, group);
-      break;
-    case 2:
-      for (; group + Ops::kGroups <= groups; group += Ops::kGroups) unshuffle_groups<Ops, 2>(in, out, groups, group);
-      break;
-    case 4:
-      for (; group + Ops::kGroups <= groups; group += Ops::kGroups) unshuffle_groups<Ops, 4>(in, out, groups, group);
-      break;
-    default:
-      break;
-  }
-  return group;
+  return for_group_runs<Ops>(groups, element_size, first_group, [&](auto size, std::size_t group) {
+    unshuffle_groups<Ops, decltype(size)::value>(in, out, groups, group);
+  });
 }
 
 
@@ -269,10 +281,8 @@ void shuffle_groups(const std::uint8_t* in, std::uint8_t* out, std::size_t plane
   }
   for (std::size_t j = 0; j < ElementSize; ++j) {
     V* c = lanes[j];
-    const V any = Ops::bit_or(Ops::bit_or(Ops::bit_or(c[0], c[1]), Ops::bit_or(c[2], c[3])),
-                              Ops::bit_or(Ops::bit_or(c[4], c[5]), Ops::bit_or(c[6], c[7])));
     std::uint8_t* planes = out + 8 * j * plane_bytes + first_group;
-    if (Ops::all_zero(any)) {
+    if (all_zero8<Ops>(c)) {
       for (std::size_t k = 0; k < 8; ++k) Ops::store(planes + k * plane_bytes, Ops::zero());
       continue;
     }
@@ -303,24 +313,13 @@ void shuffle_groups(const std::uint8_t* in, std::uint8_t* out, std::size_t plane
   }
 }
 
+// Shuffles as many whole runs of Ops::kGroups groups as fit (for_group_runs).
 template <typename Ops>
 std::size_t shuffle_group_runs(const std::uint8_t* in, std::uint8_t* out, std::size_t groups,
                                std::size_t element_size, std::size_t first_group) {
-  std::size_t group = first_group;
-  switch (element_size) {
-    case 1:
-      for (; group + Ops::kGroups <= groups; group += Ops::kGroups) shuffle_groups<Ops, 1>(in, out, groups, group);
-      break;
-    case 2:
-      for (; group + Ops::kGroups <= groups; group += Ops::kGroups) shuffle_groups<Ops, 2>(in, out, groups, group);
-      break;
-    case 4:
-      for (; group + Ops::kGroups <= groups; group += Ops::kGroups) shuffle_groups<Ops, 4>(in, out, groups, group);
-      break;
-    default:
-      break;
-  }
-  return group;
+  return for_group_runs<Ops>(groups, element_size, first_group, [&](auto size, std::size_t group) {
+    shuffle_groups<Ops, decltype(size)::value>(in, out, groups, group);
+  });
 }
 
 }  // namespace

@@ -189,11 +189,6 @@ void write_data_links(hid_t data_group, const std::vector<std::string>& shard_ba
   }
 }
 
-std::mutex& hdf5_writer_mutex() {
-  static std::mutex mutex;
-  return mutex;
-}
-
 RecordedFile::RecordedFile() = default;
 RecordedFile::RecordedFile(RecordedFile&& other) noexcept = default;
 RecordedFile& RecordedFile::operator=(RecordedFile&& other) noexcept {

@@ -21,6 +21,7 @@
 #include "quantem/core/error.hpp"
 #include "quantem/export/arina_writer.hpp"
 #include "quantem/hdf5/error.hpp"
+#include "quantem/hdf5/library_lock.hpp"
 #include "quantem/export/deferred_raw_writes.hpp"
 
 namespace quantem::exporter {
@@ -539,8 +540,9 @@ ExportReport export_plan(backend::Resident& resident, const catalog::Acquisition
     if (progress.cancel_requested.load()) throw ExportCancelled{};
     remove_abandoned_exports(request.output_folder);
 
-    // HDF5 is not thread-safe here: one export writes at a time per process.
-    std::lock_guard<std::mutex> hdf5_turn(arina::hdf5_writer_mutex());
+    // HDF5 is not thread-safe here: one export writes at a time per process,
+    // and no reader calls HDF5 meanwhile (the one lock of libhdf5).
+    const hdf5::LibraryLock hdf5_turn;
     detail::IncompleteFolder folder(request.output_folder, layout.name);
     check_room(layout, folder.path());
 

@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "quantem/core/error.hpp"
+#include "quantem/core/io.hpp"
 #include "quantem/export/export.hpp"
 
 namespace quantem::exporter {
@@ -59,17 +60,6 @@ std::string marker_text() {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
   return std::string(kMarkerLine) + "pid " + std::to_string(::getpid()) + "\nhost " + host + "\n";
-}
-
-bool write_all(int fd, const std::string& text) {
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t written = ::write(fd, text.data() + done, text.size() - done);
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) return false;
-    done += static_cast<std::size_t>(written);
-  }
-  return true;
 }
 
 // The marker of `folder` opened read-only, or -1 when `folder` is not a real

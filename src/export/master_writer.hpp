@@ -25,7 +25,7 @@ struct MasterFacts {
 std::vector<std::uint32_t> binned_pixel_mask(const catalog::Acquisition& source, const plan::PlanGeometry& geometry,
                                              std::vector<std::uint32_t>& masked_source_pixels);
 
-// Writes `path`; throws HdfError. Calls HDF5: hold arina::hdf5_writer_mutex().
+// Writes `path`; throws HdfError. Calls HDF5: hold hdf5::LibraryLock.
 void write_export_master(const std::string& path, const MasterFacts& facts);
 
 }  // namespace quantem::exporter::detail

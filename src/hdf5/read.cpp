@@ -7,11 +7,6 @@
 
 namespace quantem::hdf5 {
 
-std::recursive_mutex& library_mutex() {
-  static std::recursive_mutex mutex;
-  return mutex;
-}
-
 bool path_exists(hid_t loc, const std::string& path) {
   silence_error_printing();
   if (path.empty()) return false;

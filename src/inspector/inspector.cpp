@@ -243,6 +243,13 @@ void Inspector::release_slot(std::size_t slot) {
 }
 
 namespace {
+// The master's signature as it stands now (what a remembered verdict was kept for).
+catalog::SignatureEntry master_signature(const std::string& master_path) {
+  catalog::SignatureEntry entry;
+  entry.path = master_path;
+  return catalog::restat_signature({entry}).front();
+}
+
 // Gives a leased slot back however the request ends.
 template <typename Release>
 struct SlotLease {
@@ -415,8 +422,8 @@ void Inspector::ensure_worker(std::size_t index) {
   }
 }
 
-Inspector::Outcome Inspector::exchange(std::size_t index, const std::string& request,
-                                       std::chrono::milliseconds deadline, std::string& reply, std::string& why) {
+Inspector::Outcome Inspector::round_trip(std::size_t index, const std::string& request,
+                                         std::chrono::milliseconds deadline, std::string& reply, std::string& why) {
   // A worker that died while idle (killed, out of memory) is replaced before
   // the request: its death says nothing about the request's file. So is one
   // that dies before taking the request (the send fails).
@@ -452,7 +459,7 @@ auto Inspector::ask_worker(const std::string& request, std::chrono::milliseconds
   const std::size_t slot = lease_slot();
   auto lease = make_lease([this, slot] { release_slot(slot); });
   std::string reply, why;
-  if (exchange(slot, request, deadline, reply, why) == Outcome::answered) {
+  if (round_trip(slot, request, deadline, reply, why) == Outcome::answered) {
     try {
       return parse(reply);
     } catch (const ProtocolError& e) {
@@ -482,18 +489,21 @@ Inspector::MetadataFunction Inspector::master_metadata_function() {
 catalog::MasterMetadata Inspector::master_metadata(const std::string& master_path) {
   const std::string path = catalog::named_acquisition(master_path).master_path;
   throw_if_stopping();
-  {
-    catalog::SignatureEntry master_entry;
-    master_entry.path = path;
-    master_entry = catalog::restat_signature({master_entry}).front();
-    std::lock_guard<std::mutex> lock(mutex_);
-    const auto known = remembered_.find(path);
-    if (known != remembered_.end() && known->second.master == master_entry) {
-      throw Error(ErrorKind::corrupt_data, known->second.acquisition.status.reason);
-    }
+  if (const auto condemned = remembered_verdict(path, master_signature(path))) {
+    throw Error(ErrorKind::corrupt_data, condemned->status.reason);
   }
   return ask_worker(metadata_request(path), options_.deadline, "the metadata of " + path,
                     [&](const std::string& reply) { return parse_metadata_reply(reply, path); });
+}
+
+std::optional<catalog::Acquisition> Inspector::remembered_verdict(const std::string& master_path,
+                                                                  const catalog::SignatureEntry& master) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto known = remembered_.find(master_path);
+  if (known == remembered_.end()) return std::nullopt;
+  if (known->second.master == master) return known->second.acquisition;
+  remembered_.erase(known);  // the file changed: try it again
+  return std::nullopt;
 }
 
 catalog::Acquisition Inspector::condemn(const std::string& master_path, const catalog::SignatureEntry& master,
@@ -518,7 +528,7 @@ std::optional<catalog::Acquisition> Inspector::inspect_once(const std::string& p
   const std::size_t slot = lease_slot();
   auto lease = make_lease([this, slot] { release_slot(slot); });
   std::string reply;
-  const Outcome outcome = exchange(slot, inspect_request(path), options_.deadline, reply, why);
+  const Outcome outcome = round_trip(slot, inspect_request(path), options_.deadline, reply, why);
   timed_out = outcome == Outcome::missed_deadline;
   sent = outcome != Outcome::not_sent;
   if (outcome == Outcome::answered) {
@@ -537,17 +547,8 @@ std::optional<catalog::Acquisition> Inspector::inspect_once(const std::string& p
 catalog::Acquisition Inspector::inspect(const std::string& master_path) {
   const std::string path = catalog::named_acquisition(master_path).master_path;
   throw_if_stopping();
-  catalog::SignatureEntry master_entry;
-  master_entry.path = path;
-  master_entry = catalog::restat_signature({master_entry}).front();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const auto known = remembered_.find(path);
-    if (known != remembered_.end()) {
-      if (known->second.master == master_entry) return known->second.acquisition;
-      remembered_.erase(known);  // the file changed: try it again
-    }
-  }
+  const catalog::SignatureEntry master_entry = master_signature(path);
+  if (auto condemned = remembered_verdict(path, master_entry)) return std::move(*condemned);
   for (unsigned strikes = 1;; ++strikes) {
     std::string why;
     bool timed_out = false;

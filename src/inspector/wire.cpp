@@ -382,15 +382,6 @@ catalog::ShardStorage parse_storage_reply(const std::string& line) {
 
 namespace {
 
-json metadata_value_to_json(const catalog::MetadataValue& value) {
-  switch (value.kind) {
-    case catalog::MetadataValue::Kind::integer: return value.integer;
-    case catalog::MetadataValue::Kind::real: return value.real;
-    case catalog::MetadataValue::Kind::text: break;
-  }
-  return value.text;
-}
-
 catalog::MetadataValue metadata_value_from_json(const json& holder) {
   const json& v = member(holder, "value");
   catalog::MetadataValue value;
@@ -447,7 +438,7 @@ json master_metadata_to_json(const catalog::MasterMetadata& m) {
   json fields = json::array();
   for (const auto& field : m.fields) {
     fields.push_back({{"name", field.name},
-                      {"value", metadata_value_to_json(field.value)},
+                      {"value", catalog::metadata_value_json<json>(field.value)},
                       {"unit", field.unit},
                       {"source", field.source}});
     if (field.value.truncated) fields.back()["truncated"] = true;
@@ -456,7 +447,7 @@ json master_metadata_to_json(const catalog::MasterMetadata& m) {
   for (const auto& entry : m.entries) {
     entries.push_back({{"file", entry.file},
                        {"path", entry.path},
-                       {"value", metadata_value_to_json(entry.value)},
+                       {"value", catalog::metadata_value_json<json>(entry.value)},
                        {"unit", entry.unit}});
     if (entry.value.truncated) entries.back()["truncated"] = true;
   }

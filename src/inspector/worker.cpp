@@ -20,6 +20,7 @@
 #include "quantem/catalog/master_metadata.hpp"
 #include "quantem/catalog/shard_storage.hpp"
 #include "quantem/core/error.hpp"
+#include "quantem/core/io.hpp"
 #include "quantem/core/text.hpp"
 #include "quantem/inspector/wire.hpp"
 
@@ -36,17 +37,6 @@ std::string env_or_empty(const char* name) {
 
 std::string error_reply(const std::string& message) {
   return json({{"error", message}}).dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-bool write_all(int fd, const std::string& text) {
-  std::size_t written = 0;
-  while (written < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    written += static_cast<std::size_t>(n);
-  }
-  return true;
 }
 
 const std::string& abort_on() {

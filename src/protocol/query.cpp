@@ -292,9 +292,7 @@ std::optional<double> QueryReader::read_float(const std::string& name, const std
 }
 
 std::int64_t QueryReader::int_or(const std::string& name, std::int64_t fallback) {
-  const auto text = params_.last(name);
-  if (!text) return fallback;
-  return read_int(name, *text).value_or(fallback);
+  return optional_int(name).value_or(fallback);
 }
 
 std::optional<std::int64_t> QueryReader::optional_int(const std::string& name) {
@@ -304,9 +302,7 @@ std::optional<std::int64_t> QueryReader::optional_int(const std::string& name) {
 }
 
 double QueryReader::float_or(const std::string& name, double fallback) {
-  const auto text = params_.last(name);
-  if (!text) return fallback;
-  return read_float(name, *text).value_or(fallback);
+  return optional_float(name).value_or(fallback);
 }
 
 std::optional<double> QueryReader::optional_float(const std::string& name) {

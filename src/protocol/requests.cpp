@@ -168,7 +168,35 @@ RawPlan read_plan(QueryReader& reader) {
   return raw;
 }
 
-std::string read_format(QueryReader& reader) { return reader.string_or("format", "raw"); }
+// A mask's shape and centre (shape, cx, cy, in that order) into a query with
+// a shape_name and a request with a centre (ShapeQuery, RegionQuery).
+template <class MaskQuery>
+void read_shape_and_center(QueryReader& reader, const char* default_shape, MaskQuery& query) {
+  query.shape_name = reader.string_or("shape", default_shape);
+  query.request.center_col = reader.float_or("cx", 0.0);
+  query.request.center_row = reader.float_or("cy", 0.0);
+}
+
+// The parameters after a route's own: det_bin, scan_bin and the crop, then
+// ensure_resident where the route has it (into `query`), then format; the
+// query then ends. The plan and the format are returned as given: each route
+// validates them in its own order.
+struct PlanAndFormat {
+  RawPlan raw;
+  std::string format;
+};
+
+enum class EnsureResident { absent, accepted };
+
+PlanAndFormat finish_product_query(QueryReader& reader, ProductQuery& query, EnsureResident ensure_resident,
+                                   const char* default_format = "raw") {
+  PlanAndFormat tail;
+  tail.raw = read_plan(reader);
+  if (ensure_resident == EnsureResident::accepted) query.ensure_resident = reader.bool_or("ensure_resident", false);
+  tail.format = reader.string_or("format", default_format);
+  reader.finish();
+  return tail;
+}
 
 }  // namespace
 
@@ -186,20 +214,17 @@ RealspaceQuery parse_realspace_query(const QueryParams& params) {
   query.request.center_col = reader.optional_float("cx");
   query.request.center_row = reader.optional_float("cy");
   (void)reader.string_or("dtype", "uint16");
-  const RawPlan raw = read_plan(reader);
-  query.ensure_resident = reader.bool_or("ensure_resident", false);
-  const std::string format = read_format(reader);
-  reader.finish();
+  const PlanAndFormat tail = finish_product_query(reader, query, EnsureResident::accepted);
 
   const auto mode = products::realspace_mode_from_name(query.mode_name);
   if (!mode) throw bad_request("unknown virtual-image mode: " + python_str_repr(query.mode_name));
   query.request.mode = *mode;
-  query.plan = validate_plan(raw);
+  query.plan = validate_plan(tail.raw);
   if (!all_finite({query.request.inner, query.request.outer, query.request.center_col.value_or(0.0),
                    query.request.center_row.value_or(0.0)})) {
     throw bad_request("detector center and radii must be finite");
   }
-  query.format = validate_format(format);
+  query.format = validate_format(tail.format);
   return query;
 }
 
@@ -249,10 +274,7 @@ ProductsQuery parse_products_query(const QueryParams& params) {
     radii.push_back(r);
   }
   (void)reader.string_or("dtype", "uint16");
-  const RawPlan raw = read_plan(reader);
-  query.ensure_resident = reader.bool_or("ensure_resident", false);
-  const std::string format = reader.string_or("format", "json");
-  reader.finish();
+  const PlanAndFormat tail = finish_product_query(reader, query, EnsureResident::accepted, "json");
 
   if (modes.empty()) throw bad_request("modes must name at least one virtual-image mode");
   for (const std::string& name : split_modes(modes)) {
@@ -275,17 +297,17 @@ ProductsQuery parse_products_query(const QueryParams& params) {
     query.mode_names.push_back(name);
     query.requests.push_back(request);
   }
-  query.plan = validate_plan(raw);
+  query.plan = validate_plan(tail.raw);
   for (const auto& r : query.requests) {
     if (!all_finite({r.inner, r.outer, r.center_col.value_or(0.0), r.center_row.value_or(0.0)})) {
       throw bad_request("detector center and radii must be finite");
     }
   }
-  if (format == "json") {
+  if (tail.format == "json") {
     query.bundle_format = BundleFormat::json;
-  } else if (format == "npz") {
+  } else if (tail.format == "npz") {
     query.bundle_format = BundleFormat::npz;
-  } else if (format == "raw") {
+  } else if (tail.format == "raw") {
     query.bundle_format = BundleFormat::raw;
   } else {
     throw bad_request("format must be json, npz or raw");
@@ -298,14 +320,10 @@ ShapeQuery parse_shape_query(const QueryParams& params) {
   QueryReader reader(params);
   ShapeQuery query;
   query.source = read_source(reader);
-  query.shape_name = reader.string_or("shape", "annulus");
-  query.request.center_col = reader.float_or("cx", 0.0);
-  query.request.center_row = reader.float_or("cy", 0.0);
+  read_shape_and_center(reader, "annulus", query);
   query.request.inner = reader.float_or("inner", 0.0);
   query.request.outer = reader.float_or("outer", 0.0);
-  const RawPlan raw = read_plan(reader);
-  const std::string format = read_format(reader);
-  reader.finish();
+  const PlanAndFormat tail = finish_product_query(reader, query, EnsureResident::absent);
 
   query.request.shape = detector_shape_from_wire(query.shape_name);
   const auto& r = query.request;
@@ -315,8 +333,8 @@ ShapeQuery parse_shape_query(const QueryParams& params) {
   if (r.outer <= 0 || (r.shape == products::DetectorShape::annulus && (r.inner < 0 || r.outer <= r.inner))) {
     throw bad_request("detector radii must satisfy 0 <= inner < outer");
   }
-  query.plan = validate_plan(raw);
-  query.format = validate_format(format);
+  query.plan = validate_plan(tail.raw);
+  query.format = validate_format(tail.format);
   return query;
 }
 
@@ -327,13 +345,10 @@ CbedQuery parse_cbed_query(const QueryParams& params) {
   query.source = read_source(reader);
   query.scan_row = reader.int_or("sx", 0);
   query.scan_col = reader.int_or("sy", 0);
-  const RawPlan raw = read_plan(reader);
-  query.ensure_resident = reader.bool_or("ensure_resident", false);
-  const std::string format = read_format(reader);
-  reader.finish();
+  const PlanAndFormat tail = finish_product_query(reader, query, EnsureResident::accepted);
 
-  query.plan = validate_plan(raw);
-  query.format = validate_format(format);
+  query.plan = validate_plan(tail.raw);
+  query.format = validate_format(tail.format);
   return query;
 }
 
@@ -343,18 +358,13 @@ RegionQuery parse_region_query(const QueryParams& params) {
   QueryReader reader(params);
   RegionQuery query;
   query.source = read_source(reader);
-  query.shape_name = reader.string_or("shape", "circle");
-  query.request.center_col = reader.float_or("cx", 0.0);
-  query.request.center_row = reader.float_or("cy", 0.0);
+  read_shape_and_center(reader, "circle", query);
   query.request.radius = reader.float_or("radius", 1.0);
   query.reduce_name = reader.string_or("reduce", "mean");
-  const RawPlan raw = read_plan(reader);
-  query.ensure_resident = reader.bool_or("ensure_resident", false);
-  const std::string format = read_format(reader);
-  reader.finish();
+  const PlanAndFormat tail = finish_product_query(reader, query, EnsureResident::accepted);
 
   query.request.reduce = region_reduce_from_wire(query.reduce_name);
-  query.plan = validate_plan(raw);
+  query.plan = validate_plan(tail.raw);
   query.request.shape = scan_roi_shape_from_wire(query.shape_name);
   if (!std::isfinite(query.request.radius) || query.request.radius <= 0) {
     throw bad_request("scan ROI radius must be greater than zero");
@@ -362,7 +372,7 @@ RegionQuery parse_region_query(const QueryParams& params) {
   if (!std::isfinite(query.request.center_col) || !std::isfinite(query.request.center_row)) {
     throw bad_request("scan ROI center must be finite");
   }
-  query.format = validate_format(format);
+  query.format = validate_format(tail.format);
   return query;
 }
 

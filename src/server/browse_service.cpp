@@ -156,6 +156,17 @@ std::string product_key_prefix(const char* route, const Resolved& resolved) {
   return key;
 }
 
+// What every route's call holds: its query, parsed from the request's parameters by Parse.
+template <class Query, Query (*Parse)(const QueryParams&)>
+class QueryCall : public ProductCall {
+ public:
+  explicit QueryCall(const QueryParams& params) : query_(Parse(params)) {}
+  const protocol::ProductQuery& query() const override { return query_; }
+
+ protected:
+  Query query_;
+};
+
 // The provenance geometry of one realspace image, as the realspace route reports it.
 json realspace_geometry(const products::UsedGeometry& used, const std::string& mode_name) {
   json geometry = used_geometry_json(used);
@@ -170,10 +181,9 @@ std::string realspace_key(const std::string& mode_name, const products::Realspac
          (r.center_col ? double_bits(*r.center_col) : "none");
 }
 
-class RealspaceCall final : public ProductCall {
+class RealspaceCall final : public QueryCall<protocol::RealspaceQuery, protocol::parse_realspace_query> {
  public:
-  explicit RealspaceCall(const QueryParams& params) : query_(protocol::parse_realspace_query(params)) {}
-  const protocol::ProductQuery& query() const override { return query_; }
+  using QueryCall::QueryCall;
   // Exact values: a different centre or radius never reuses an image.
   std::string key_details(const Resolved&) override { return realspace_key(query_.mode_name, query_.request); }
   products::Image compute(backend::Resident& resident, const Resolved& resolved, json& geometry) const override {
@@ -182,9 +192,6 @@ class RealspaceCall final : public ProductCall {
     geometry = realspace_geometry(used, query_.mode_name);
     return image;
   }
-
- private:
-  protocol::RealspaceQuery query_;
 };
 
 const char* bundle_format_key(protocol::BundleFormat format) {
@@ -197,10 +204,9 @@ const char* bundle_format_key(protocol::BundleFormat format) {
 }
 
 // Several realspace images of one plan in one response (a bundle).
-class ProductsCall final : public ProductCall {
+class ProductsCall final : public QueryCall<protocol::ProductsQuery, protocol::parse_products_query> {
  public:
-  explicit ProductsCall(const QueryParams& params) : query_(protocol::parse_products_query(params)) {}
-  const protocol::ProductQuery& query() const override { return query_; }
+  using QueryCall::QueryCall;
   const protocol::ProductsQuery* products_query() const override { return &query_; }
   // The cached body holds the provenance with the request's names: they are
   // part of the key (an alias keeps its own body).
@@ -230,15 +236,11 @@ class ProductsCall final : public ProductCall {
     geometry["images"] = std::move(per_image);
     return images;
   }
-
- private:
-  protocol::ProductsQuery query_;
 };
 
-class RealspaceShapeCall final : public ProductCall {
+class RealspaceShapeCall final : public QueryCall<protocol::ShapeQuery, protocol::parse_shape_query> {
  public:
-  explicit RealspaceShapeCall(const QueryParams& params) : query_(protocol::parse_shape_query(params)) {}
-  const protocol::ProductQuery& query() const override { return query_; }
+  using QueryCall::QueryCall;
   std::string key_details(const Resolved&) override {
     const auto& r = query_.request;
     return "\n" + query_.shape_name + "\n" + double_bits(r.center_row) + "\n" + double_bits(r.center_col) + "\n" +
@@ -251,15 +253,11 @@ class RealspaceShapeCall final : public ProductCall {
     geometry["shape"] = query_.shape_name;
     return image;
   }
-
- private:
-  protocol::ShapeQuery query_;
 };
 
-class CbedCall final : public ProductCall {
+class CbedCall final : public QueryCall<protocol::CbedQuery, protocol::parse_cbed_query> {
  public:
-  explicit CbedCall(const QueryParams& params) : query_(protocol::parse_cbed_query(params)) {}
-  const protocol::ProductQuery& query() const override { return query_; }
+  using QueryCall::QueryCall;
   // Indices are clamped into the plan's scan, as the reference does.
   std::string key_details(const Resolved& resolved) override {
     scan_row_ = clamp_index(query_.scan_row, resolved.geometry.scan_rows);
@@ -275,14 +273,12 @@ class CbedCall final : public ProductCall {
   }
 
  private:
-  protocol::CbedQuery query_;
   std::uint64_t scan_row_ = 0, scan_col_ = 0;
 };
 
-class CbedRegionCall final : public ProductCall {
+class CbedRegionCall final : public QueryCall<protocol::RegionQuery, protocol::parse_region_query> {
  public:
-  explicit CbedRegionCall(const QueryParams& params) : query_(protocol::parse_region_query(params)) {}
-  const protocol::ProductQuery& query() const override { return query_; }
+  using QueryCall::QueryCall;
   // An empty ROI is a bad request, found here, before any residency work.
   std::string key_details(const Resolved& resolved) override {
     positions_ =
@@ -304,7 +300,6 @@ class CbedRegionCall final : public ProductCall {
   }
 
  private:
-  protocol::RegionQuery query_;
   std::size_t positions_ = 0;
 };
 

@@ -13,13 +13,11 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-json value_json(const catalog::MetadataValue& value) {
-  switch (value.kind) {
-    case catalog::MetadataValue::Kind::integer: return value.integer;
-    case catalog::MetadataValue::Kind::real: return value.real;
-    case catalog::MetadataValue::Kind::text: break;
-  }
-  return value.text;
+// The value, its unit (when it has one) and whether its text was cut, into `item`.
+void put_value(json& item, const catalog::MetadataValue& value, const std::string& unit) {
+  item["value"] = catalog::metadata_value_json<json>(value);
+  if (!unit.empty()) item["unit"] = unit;
+  if (value.truncated) item["truncated"] = true;
 }
 
 const catalog::MetadataFieldSpec* spec_of(const std::string& name) {
@@ -49,9 +47,7 @@ json metadata_document(const catalog::MasterMetadata& metadata) {
     const auto* spec = spec_of(field.name);
     json item;
     item["label"] = spec ? spec->label : field.name;
-    item["value"] = value_json(field.value);
-    if (!field.unit.empty()) item["unit"] = field.unit;
-    if (field.value.truncated) item["truncated"] = true;
+    put_value(item, field.value, field.unit);
     item["source"] = field.source;
     fields[field.name] = std::move(item);
   }
@@ -61,9 +57,7 @@ json metadata_document(const catalog::MasterMetadata& metadata) {
     json item;
     item["file"] = entry.file;
     item["path"] = entry.path;
-    item["value"] = value_json(entry.value);
-    if (!entry.unit.empty()) item["unit"] = entry.unit;
-    if (entry.value.truncated) item["truncated"] = true;
+    put_value(item, entry.value, entry.unit);
     entries.push_back(std::move(item));
   }
   doc["entries"] = std::move(entries);

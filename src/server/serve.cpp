@@ -34,6 +34,7 @@
 #include "quantem/backend/cpu_backend.hpp"
 #include "quantem/backend/cuda_backend.hpp"
 #include "quantem/core/error.hpp"
+#include "quantem/core/io.hpp"
 #include "quantem/core/exit_codes.hpp"
 #include "quantem/core/logging.hpp"
 #include "quantem/catalog/catalog.hpp"
@@ -250,16 +251,10 @@ std::string write_private_file(const std::string& path, const std::string& conte
   ::unlink(path.c_str());
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return "cannot create " + path + ": " + std::strerror(errno);
-  std::size_t written = 0;
-  while (written < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const std::string error = std::strerror(errno);
-      ::close(fd);
-      return "cannot write " + path + ": " + error;
-    }
-    written += static_cast<std::size_t>(n);
+  if (!write_all(fd, content)) {
+    const std::string error = std::strerror(errno);
+    ::close(fd);
+    return "cannot write " + path + ": " + error;
   }
   ::close(fd);
   return {};

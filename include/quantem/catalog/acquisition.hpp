@@ -115,6 +115,10 @@ Acquisition inspect_master(const std::string& master_path);
 // could not inspect with it.
 Acquisition named_acquisition(const std::string& master_path);
 
+// `path` made absolute against the working directory and lexically normal,
+// with no trailing slash (no symlink resolution).
+std::string lexically_absolute(const std::string& path);
+
 // Stats every file of a signature again (cheap: no HDF5).
 SourceSignature restat_signature(const SourceSignature& signature);
 

@@ -47,6 +47,18 @@ struct MetadataValue {
   }
 };
 
+// The value as a JSON scalar (Json: an nlohmann::basic_json): the integer,
+// the real or the text, as read.
+template <class Json>
+Json metadata_value_json(const MetadataValue& value) {
+  switch (value.kind) {
+    case MetadataValue::Kind::integer: return value.integer;
+    case MetadataValue::Kind::real: return value.real;
+    case MetadataValue::Kind::text: break;
+  }
+  return value.text;
+}
+
 struct MetadataField {
   std::string name;    // a name of master_metadata_fields(): "high_tension", "camera_length", ...
   MetadataValue value; // in `unit`

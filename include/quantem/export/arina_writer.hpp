@@ -4,8 +4,8 @@
 // written with H5Dwrite_chunk, the master with external links and
 // detectorSpecific metadata, and the small HDF5 helpers both masters use.
 // Not thread-safe: HDF5 is not built thread-safe here, so a process makes
-// every call from one thread at a time (the export library serialises its
-// writers with hdf5_writer_mutex()). Handles and errors come from the one
+// every call from one thread at a time (the export holds the one lock of
+// libhdf5, hdf5::LibraryLock, like the readers). Handles and errors come from the one
 // HDF5 layer (quantem/hdf5/): failures throw quantem::HdfError carrying
 // HDF5's error stack (hdf5::throw_error_with_trace; HDF5's own printing is
 // silenced by hdf5::ErrorSilencer).
@@ -14,7 +14,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -144,9 +143,6 @@ void write_u32_image(hid_t group, const char* name, const std::vector<std::uint3
                      std::uint64_t cols);
 // External links data_000001... in `data_group` to /entry/data/data of each file.
 void write_data_links(hid_t data_group, const std::vector<std::string>& shard_basenames);
-
-// HDF5 calls of this process's writers take turns under this mutex.
-std::mutex& hdf5_writer_mutex();
 
 // `<prefix>.h5`: group "/STEM Metadata" with NumPixelsX/Y and a few plausible
 // microscope attributes, typed like the real Arina sidecar.

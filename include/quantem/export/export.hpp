@@ -111,8 +111,8 @@ ExportLayout plan_export(const catalog::Acquisition& source, const ExportRequest
 // `resident`, whose source() must be `source` at the same signature.
 // `lock_compute` (may be empty) is taken around each batch of frame reads, so
 // requests on the same resident interleave with the export. Runs worker
-// threads; makes its HDF5 calls on the calling thread under
-// arina::hdf5_writer_mutex(). Throws quantem::Error:
+// threads; makes its HDF5 calls on the calling thread under the one lock of
+// libhdf5 (hdf5::LibraryLock). Throws quantem::Error:
 //   not_found          the output folder does not exist;
 //   io                 the output folder is not writable, or a file cannot be written;
 //   conflict           <name>/ already exists (never overwritten), an export of the

@@ -7,7 +7,6 @@
 #include <hdf5.h>
 
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,15 +14,6 @@
 #include "quantem/hdf5/handle.hpp"
 
 namespace quantem::hdf5 {
-
-// libhdf5 built without --enable-threadsafe (the default of a source build;
-// Debian's package reports H5is_library_threadsafe = 1) must never be called
-// from two threads at once: every catalog entry point that calls HDF5
-// (inspect_master, read_shard_storage) holds this process-wide lock for its
-// whole run, so inspections and the loaders' index builds never overlap in
-// HDF5 whatever the build. Recursive: an entry point may call another. (The
-// daemon runs both in its inspector worker, decision 0012.)
-std::recursive_mutex& library_mutex();
 
 // Does every component of `path` (relative to loc, "a/b/c") exist as a link
 // that resolves to an object? Never throws; false on any error.

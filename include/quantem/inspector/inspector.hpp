@@ -161,8 +161,8 @@ class Inspector {
   void ensure_worker(std::size_t slot);
   // Starts the slot's worker when none runs (throws unavailable when it
   // cannot), sends one request and reads the reply.
-  Outcome exchange(std::size_t slot, const std::string& request, std::chrono::milliseconds deadline,
-                   std::string& reply, std::string& why);
+  Outcome round_trip(std::size_t slot, const std::string& request, std::chrono::milliseconds deadline,
+                     std::string& reply, std::string& why);
   void stop_worker(std::size_t slot, const std::string& why);
   // One line from the slot's worker within `limit`; false (with why) otherwise.
   bool read_line(std::size_t slot, std::chrono::milliseconds limit, std::string& line, std::string& why,
@@ -170,6 +170,10 @@ class Inspector {
   // One attempt on a leased slot: the acquisition, or nullopt with why (and whether it timed out).
   std::optional<catalog::Acquisition> inspect_once(const std::string& path, std::string& why, bool& timed_out,
                                                    bool& sent);
+  // The verdict kept for a master condemned earlier while the file is unchanged
+  // (its signature still `master`); a verdict about an older file is forgotten.
+  std::optional<catalog::Acquisition> remembered_verdict(const std::string& master_path,
+                                                         const catalog::SignatureEntry& master);
   catalog::Acquisition condemn(const std::string& master_path, const catalog::SignatureEntry& master,
                                const std::string& why);
   void throw_if_stopping() const;
