@@ -21,16 +21,8 @@ namespace quantem::backend::cuda {
 namespace {
 
 kernels::PlanRegionView plan_region_view(const plan::PlanGeometry& g) {
-  kernels::PlanRegionView region;
-  region.row_start = g.region.row_start;
-  region.row_stop = g.region.row_stop;
-  region.col_start = g.region.col_start;
-  region.col_stop = g.region.col_stop;
-  region.source_cols = g.source_scan_cols;
-  region.scan_bin = g.scan_bin;
-  region.plan_rows = g.scan_rows;
-  region.plan_cols = g.scan_cols;
-  return region;
+  return kernels::PlanRegionView{g.region.row_start, g.region.row_stop, g.region.col_start, g.region.col_stop,
+                                 g.source_scan_cols, g.scan_bin, g.scan_rows, g.scan_cols};
 }
 
 }  // namespace
