@@ -67,22 +67,52 @@ __device__ inline void load_entry(const std::uint32_t* streams, const std::uint3
   }
 }
 
-// The per-mask keep words of a stream: value & keep[k][i] counts quad
-// position i for mask k; in a plain frame the table entry & keep_symbol[k][i]
-// is summed in place and shifted down once.
+// What a stream counts of each frame's four values for each mask.
+// Several masks: bits 4m..4m+3 of `quads`, tested per use (a thread has 64
+// registers at 1024 threads a CTA: keep words per mask would spill).
 template <int Masks>
 struct QuadKeeps {
-  std::uint32_t keep[Masks][4];
-  std::uint32_t keep_symbol[Masks][4];
+  std::uint32_t quads;
+  __device__ explicit QuadKeeps(std::uint32_t stream_quads) : quads(stream_quads) {}
+  __device__ std::uint32_t sum(int m, const std::uint32_t values[4]) const {
+    const std::uint32_t bits = quads >> (4 * m);
+    return ((bits & 1u) ? values[0] : 0u) + ((bits & 2u) ? values[1] : 0u) + ((bits & 4u) ? values[2] : 0u) +
+           ((bits & 8u) ? values[3] : 0u);
+  }
+  __device__ unsigned long long sum_wide(int m, const std::uint32_t values[4]) const {
+    const std::uint32_t bits = quads >> (4 * m);
+    return ((bits & 1u) ? 0ull + values[0] : 0ull) + ((bits & 2u) ? 0ull + values[1] : 0ull) +
+           ((bits & 4u) ? 0ull + values[2] : 0ull) + ((bits & 8u) ? 0ull + values[3] : 0ull);
+  }
+};
+
+// One mask (every single product): keep words, value & keep[i] counts quad
+// position i; in a plain frame the table entry & keep_symbol[i] is summed in
+// place and shifted down once.
+template <>
+struct QuadKeeps<1> {
+  std::uint32_t keep[4];
+  std::uint32_t keep_symbol[4];
   __device__ explicit QuadKeeps(std::uint32_t stream_quads) {
 #pragma unroll
-    for (int m = 0; m < Masks; ++m) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        keep[m][k] = ((stream_quads >> (4 * m + k)) & 1u) ? 0xffffffffu : 0u;
-        keep_symbol[m][k] = keep[m][k] & dev::kEntrySymbolMask;
-      }
+    for (int k = 0; k < 4; ++k) {
+      keep[k] = ((stream_quads >> k) & 1u) ? 0xffffffffu : 0u;
+      keep_symbol[k] = keep[k] & dev::kEntrySymbolMask;
     }
+  }
+  __device__ std::uint32_t sum(int, const std::uint32_t values[4]) const {
+    return (values[0] & keep[0]) + (values[1] & keep[1]) + (values[2] & keep[2]) + (values[3] & keep[3]);
+  }
+  __device__ unsigned long long sum_wide(int, const std::uint32_t values[4]) const {
+    unsigned long long total = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) total += values[k] & keep[k];
+    return total;
+  }
+  __device__ std::uint32_t sum_symbols(const std::uint32_t entries[4]) const {
+    return ((entries[0] & keep_symbol[0]) + (entries[1] & keep_symbol[1]) + (entries[2] & keep_symbol[2]) +
+            (entries[3] & keep_symbol[3])) >>
+           dev::kEntrySymbolShift;
   }
 };
 
@@ -115,23 +145,22 @@ __device__ inline void sum_frames_narrow(dev::StreamReader& reader, const std::u
       std::uint32_t entries[4];
       reader.lookup(table, class_offset, entries);
       std::uint32_t lane_sums[Masks];
+      std::uint32_t values[4];
       if (!raw_bits && dev::StreamReader::plain(entries)) {
         reader.decode_plain(entries);
+        if constexpr (Masks == 1) {
+          lane_sums[0] = keeps.sum_symbols(entries);
+        } else {  // in a plain frame the symbol is the value
 #pragma unroll
-        for (int m = 0; m < Masks; ++m) {
-          const auto& keep_symbol = keeps.keep_symbol[m];
-          lane_sums[m] = ((entries[0] & keep_symbol[0]) + (entries[1] & keep_symbol[1]) +
-                          (entries[2] & keep_symbol[2]) + (entries[3] & keep_symbol[3])) >>
-                         dev::kEntrySymbolShift;
+          for (int k = 0; k < 4; ++k) values[k] = (entries[k] & dev::kEntrySymbolMask) >> dev::kEntrySymbolShift;
         }
       } else {
-        std::uint32_t values[4];
         reader.decode_checked(entries, shift, values);
+        if constexpr (Masks == 1) lane_sums[0] = keeps.sum(0, values);
+      }
+      if constexpr (Masks > 1) {
 #pragma unroll
-        for (int m = 0; m < Masks; ++m) {
-          const auto& keep = keeps.keep[m];
-          lane_sums[m] = (values[0] & keep[0]) + (values[1] & keep[1]) + (values[2] & keep[2]) + (values[3] & keep[3]);
-        }
+        for (int m = 0; m < Masks; ++m) lane_sums[m] = (present >> m & 1u) != 0 ? keeps.sum(m, values) : 0u;
       }
 #pragma unroll
       for (int m = 0; m < Masks; ++m) {
@@ -164,10 +193,7 @@ __device__ inline void sum_frames_wide(dev::StreamReader& reader, const std::uin
 #pragma unroll
       for (int m = 0; m < Masks; ++m) {
         if ((present >> m & 1u) == 0) continue;  // warp-uniform
-        unsigned long long lane_sum = 0;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) lane_sum += values[k] & keeps.keep[m][k];
-        lane_sum = device::warp_sum_u64(lane_sum);
+        const unsigned long long lane_sum = device::warp_sum_u64(keeps.sum_wide(m, values));
         if (lane == j) mine[m] = lane_sum;
       }
     }

@@ -158,13 +158,17 @@ std::string encode_bundle_json(const std::vector<BundleImage>& images, const std
   return out;
 }
 
-std::string encode_bundle_raw(const std::vector<BundleImage>& images) {
+std::size_t bundle_raw_bytes(const std::vector<BundleImage>& images) {
   std::size_t size = 0;
   for (const auto& image : images) size += image.bytes.size();
-  std::string out;
-  out.reserve(size);
-  for (const auto& image : images) out.append(image.bytes.data(), image.bytes.size());
-  return out;
+  return size;
+}
+
+std::string encode_bundle_raw(const std::vector<BundleImage>& images, std::string into) {
+  into.clear();
+  into.reserve(bundle_raw_bytes(images));
+  for (const auto& image : images) into.append(image.bytes.data(), image.bytes.size());
+  return into;
 }
 
 std::string bundle_index_json(const std::vector<BundleImage>& images) {

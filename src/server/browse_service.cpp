@@ -879,14 +879,15 @@ HttpResponse BrowseService::respond_bundle(const ProductState& state, const back
     case protocol::BundleFormat::raw:
       entry->wire.content_type = "application/octet-stream";
       entry->bundle_index = protocol::bundle_index_json(parts);
-      body = protocol::encode_bundle_raw(parts);
+      body = protocol::encode_bundle_raw(parts, body_pool_.acquire(protocol::bundle_raw_bytes(parts)));
       break;
     case protocol::BundleFormat::json:
       entry->wire.content_type = "application/json";
       body = protocol::encode_bundle_json(parts, body_provenance(entry->provenance_header));
       break;
   }
-  entry->body = protocol::SharedBytes::of(std::make_shared<const std::string>(std::move(body)));
+  // Back to the body pool once neither the cache nor a response holds it.
+  entry->body = protocol::SharedBytes::of(body_pool_.share(std::move(body)));
   HttpResponse response = bundle_response(*entry, state.route->cache_control, state.etag);
   timing.lap("encode");
   store_image(state.key, std::move(entry));

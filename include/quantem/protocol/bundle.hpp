@@ -37,7 +37,11 @@ std::string base64_encode(std::string_view bytes);
 std::string encode_bundle_json(const std::vector<BundleImage>& images, const std::string& provenance_json);
 
 // The raw bundle's body: the images' bytes back to back, in order.
-std::string encode_bundle_raw(const std::vector<BundleImage>& images);
+// Written into `into` (its contents dropped, its capacity reused: a recycled
+// body pays no page faults).
+std::string encode_bundle_raw(const std::vector<BundleImage>& images, std::string into = {});
+// The bytes encode_bundle_raw writes.
+std::size_t bundle_raw_bytes(const std::vector<BundleImage>& images);
 // The raw bundle's index, the x-quantem-images header: a compact JSON array,
 // per image {"mode","shape":[rows,columns],"dtype","value_divisor","offset","bytes"}
 // (offset and bytes locate the image in the body).

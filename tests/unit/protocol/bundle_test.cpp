@@ -158,6 +158,13 @@ TEST(BundleRaw, TheBytesBackToBackAndAnIndexThatLocatesEachImage) {
   const TwoImages two;
   const std::string body = encode_bundle_raw(two.images);
   EXPECT_EQ(body, two.counts + two.floats);
+  EXPECT_EQ(bundle_raw_bytes(two.images), body.size());
+  // Into a recycled body: its old contents dropped, its memory reused.
+  std::string recycled(4096, 'x');
+  const char* memory = recycled.data();
+  const std::string again = encode_bundle_raw(two.images, std::move(recycled));
+  EXPECT_EQ(again, body);
+  EXPECT_EQ(again.data(), memory);
   const auto index = nlohmann::json::parse(bundle_index_json(two.images));
   ASSERT_EQ(index.size(), 2u);
   EXPECT_EQ(index[0]["mode"], "BF");
