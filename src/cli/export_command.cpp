@@ -119,11 +119,6 @@ class ProgressWatcher {
 };
 
 nlohmann::ordered_json report_document(const exporter::ExportReport& report, const std::string& backend_name) {
-  nlohmann::ordered_json stages = {{"read", report.seconds.read},
-                                   {"encode", report.seconds.encode},
-                                   {"write", report.seconds.write},
-                                   {"finish", report.seconds.finish},
-                                   {"total", report.seconds.total}};
   return {{"master", report.master_path},
           {"folder", report.folder},
           {"name", report.name},
@@ -137,7 +132,7 @@ nlohmann::ordered_json report_document(const exporter::ExportReport& report, con
           {"output_bytes", report.output_bytes},
           {"source_bytes", report.source_bytes},
           {"dense_bytes", report.dense_bytes},
-          {"seconds", stages}};
+          {"seconds", exporter::stage_seconds_document<nlohmann::ordered_json>(report.seconds)}};
 }
 
 }  // namespace

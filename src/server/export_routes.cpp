@@ -36,16 +36,6 @@ const char* job_state_name(JobState state) {
   return "unknown";
 }
 
-json stage_seconds(const exporter::ExportStageSeconds& seconds) {
-  return {{"read", seconds.read},
-          {"encode", seconds.encode},
-          {"write", seconds.write},
-          {"write_index", seconds.write_index},
-          {"write_starved", seconds.write_starved},
-          {"finish", seconds.finish},
-          {"total", seconds.total}};
-}
-
 // A job id as the routes name it (decimal); 0, never an id, when malformed.
 std::uint64_t job_number(const std::string& id) {
   if (id.empty() || id.size() > 19 || id.find_first_not_of("0123456789") != std::string::npos) return 0;
@@ -228,7 +218,7 @@ json ExportJobs::document(const Job& job) const {
                      {"output_bytes", report.output_bytes},
                      {"source_bytes", report.source_bytes},
                      {"encoder", report.encoder},
-                     {"seconds", stage_seconds(report.seconds)}};
+                     {"seconds", exporter::stage_seconds_document<json>(report.seconds)}};
   }
   if (job.error_status != 0) doc["error"] = {{"status", job.error_status}, {"detail", job.error_detail}};
   return doc;

@@ -68,6 +68,19 @@ struct ExportStageSeconds {
   double total = 0.0;
 };
 
+// The stage clocks as a JSON object (nlohmann's json or ordered_json): the
+// job's result and the CLI's report carry the same fields.
+template <class Json>
+Json stage_seconds_document(const ExportStageSeconds& seconds) {
+  return Json{{"read", seconds.read},
+              {"encode", seconds.encode},
+              {"write", seconds.write},
+              {"write_index", seconds.write_index},
+              {"write_starved", seconds.write_starved},
+              {"finish", seconds.finish},
+              {"total", seconds.total}};
+}
+
 struct ExportReport {
   std::string name;         // "<stem>_<plan>"
   std::string folder;       // <output_folder>/<name>, absolute
