@@ -446,86 +446,91 @@ struct StreamOutput {
                    8) {}
 };
 
-// One thread per stream; encodes the quad backwards with one state per quad
-// position. kWrite = false (measure) counts the words and keeps the first
-// geometry.kept_words of them, in emission order, in the scratch. kWrite = true copies
-// a stream's kept words in read order (last emitted first) when they are all
-// there, and otherwise encodes the stream again, storing 4 words per 8 bytes.
-// grid: (stream blocks, groups)
-template <class T, bool kWrite>
-__global__ void __launch_bounds__(device::tuning::kAnsEncodeThreads)
-    encode_streams_kernel(const T* __restrict__ frames, EncodeGeometry geometry, EncodeScratch s, std::uint8_t* output,
-                          const std::uint64_t* group_offsets) {
-  __shared__ std::uint32_t tables[kAnsClassCount * kAnsAlphabetSize];  // frequency | cdf << 16
-  __shared__ std::uint64_t reciprocals[kAnsProbabilityScale + 1];     // frequency_reciprocal(f), by frequency
-  const std::uint32_t group = blockIdx.y;
-  const std::uint64_t table_base = std::uint64_t{group} * kAnsClassCount * kAnsAlphabetSize;
-  for (std::uint32_t i = threadIdx.x; i < kAnsClassCount * kAnsAlphabetSize; i += blockDim.x)
-    tables[i] = s.d_tables[table_base + i];
-  for (std::uint32_t f = threadIdx.x; f <= kAnsProbabilityScale; f += blockDim.x) reciprocals[f] = frequency_reciprocal(f);
-  __syncthreads();
-  const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
-  const bool valid = stream < geometry.layout.stream_count;
-  const std::uint64_t stream_index = std::uint64_t{group} * geometry.layout.stream_count + stream;
-  std::uint64_t* kept = s.d_kept_words + stream_index * (geometry.kept_words / 4);
-
-  StreamOutput out(nullptr, 0);
-  if constexpr (kWrite) {
-    std::uint8_t* const streams_base = output + group_offsets[group] + geometry.layout.stream_data_offset;
-    const std::uint32_t words = valid ? s.d_stream_words[stream_index] : 0;
-    const bool copied = valid && words <= geometry.kept_words;
-    // The warp copies its lanes' kept streams one after the other, lane l the
-    // units l, l + 32, ... of each (coalesced; one thread per stream would
-    // walk its own stream alone), with the kept words in read order (last
-    // emitted first).
-    for (std::uint32_t lanes = __ballot_sync(device::kFullWarp, copied); lanes != 0; lanes &= lanes - 1) {
-      const std::uint32_t owner = __ffs(lanes) - 1;
-      const std::uint32_t owner_words = __shfl_sync(device::kFullWarp, words, owner);
-      const std::uint64_t owner_index = __shfl_sync(device::kFullWarp, stream_index, owner);
-      const StreamOutput target(streams_base + s.d_stream_offsets[owner_index], owner_words);
-      const auto* kept_halves =
-          reinterpret_cast<const std::uint16_t*>(s.d_kept_words + owner_index * (geometry.kept_words / 4));
-      for (std::uint32_t u = threadIdx.x % 32; u < target.unit_count; u += 32) {
-        std::uint64_t unit = 0;
+// The write pass: the warp copies its lanes' kept streams one after the
+// other, lane l the units l, l + 32, ... of each (coalesced; one thread per
+// stream would walk its own stream alone), with the kept words in read order
+// (last emitted first). `copied`: this lane's stream was kept whole.
+__device__ __forceinline__ void copy_kept_streams(const EncodeGeometry& geometry, const EncodeScratch& s,
+                                         std::uint8_t* streams_base, std::uint64_t stream_index, std::uint32_t words,
+                                         bool copied) {
+  for (std::uint32_t lanes = __ballot_sync(device::kFullWarp, copied); lanes != 0; lanes &= lanes - 1) {
+    const std::uint32_t owner = __ffs(lanes) - 1;
+    const std::uint32_t owner_words = __shfl_sync(device::kFullWarp, words, owner);
+    const std::uint64_t owner_index = __shfl_sync(device::kFullWarp, stream_index, owner);
+    const StreamOutput target(streams_base + s.d_stream_offsets[owner_index], owner_words);
+    const auto* kept_halves =
+        reinterpret_cast<const std::uint16_t*>(s.d_kept_words + owner_index * (geometry.kept_words / 4));
+    for (std::uint32_t u = threadIdx.x % 32; u < target.unit_count; u += 32) {
+      std::uint64_t unit = 0;
 #pragma unroll
-        for (std::uint32_t t = 0; t < 4; ++t) {
-          const std::uint32_t index = 4 * u + t;  // read position
-          if (index < owner_words) unit |= std::uint64_t{kept_halves[owner_words - 1 - index]} << (16 * t);
-        }
-        target.units[u] = unit;
+      for (std::uint32_t t = 0; t < 4; ++t) {
+        const std::uint32_t index = 4 * u + t;  // read position
+        if (index < owner_words) unit |= std::uint64_t{kept_halves[owner_words - 1 - index]} << (16 * t);
       }
-      if (threadIdx.x % 32 == owner) *target.states = s.d_final_states[owner_index];
+      target.units[u] = unit;
     }
-    if (!valid || copied) return;
-    out = StreamOutput(streams_base + s.d_stream_offsets[stream_index], words);
-  } else {
-    if (!valid) return;
+    if (threadIdx.x % 32 == owner) *target.states = s.d_final_states[owner_index];
   }
+}
 
-  const std::uint32_t frame_count = frames_in_group(geometry, group);
-  const std::uint32_t class_scale = s.d_class_params[2 * group];
+// A stream's quad as the encoder sees it: its pixels (an absent one points at
+// pixel 0, never encoded), their class tables' offsets and shifts.
+struct EncodeQuad {
   std::uint32_t pixels[4];
-  const std::uint32_t present = device::ans_device::quad_pixels(stream, geometry.layout.quad_cols, geometry.rows, geometry.cols, pixels);
-  const std::uint8_t* classes = s.d_classes + std::uint64_t{group} * geometry.pixels_padded;
+  std::uint32_t present;
   std::uint32_t table_offset[4];
   std::uint32_t shift[4];
+};
+
+__device__ __forceinline__ EncodeQuad encode_quad(const EncodeGeometry& geometry, const EncodeScratch& s, std::uint32_t group,
+                                         std::uint32_t stream) {
+  EncodeQuad quad;
+  const std::uint32_t class_scale = s.d_class_params[2 * group];
+  quad.present =
+      device::ans_device::quad_pixels(stream, geometry.layout.quad_cols, geometry.rows, geometry.cols, quad.pixels);
+  const std::uint8_t* classes = s.d_classes + std::uint64_t{group} * geometry.pixels_padded;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const bool here = ((present >> k) & 1u) != 0;
-    const std::uint32_t cls = here ? classes[pixels[k]] : 0u;
-    table_offset[k] = cls * kAnsAlphabetSize;
-    shift[k] = class_shift(cls, class_scale);
-    if (!here) pixels[k] = pixels[0];  // a valid address; the value is never encoded
+    const bool here = ((quad.present >> k) & 1u) != 0;
+    const std::uint32_t cls = here ? classes[quad.pixels[k]] : 0u;
+    quad.table_offset[k] = cls * kAnsAlphabetSize;
+    quad.shift[k] = class_shift(cls, class_scale);
+    if (!here) quad.pixels[k] = quad.pixels[0];  // a valid address; the value is never encoded
   }
+  return quad;
+}
 
+// The measure pass's seek point at frame f: a decoder about to decode frame f
+// holds these states; its next word is the one emitted before all `emitted`
+// so far: index word_count - emitted, which seek_word_index_kernel writes once
+// word_count is known.
+__device__ __forceinline__ void record_seek_point(const EncodeGeometry& geometry, std::uint32_t group, std::uint32_t stream,
+                                         std::uint32_t point, const std::uint32_t state[4], std::uint32_t emitted) {
+  std::uint32_t* at = geometry.seek_table +
+                      (std::uint64_t{group} * geometry.seek_points + point - 1) * 5 * geometry.layout.stream_count +
+                      stream;
+#pragma unroll
+  for (std::uint32_t k = 0; k < 4; ++k) at[std::uint64_t{k} * geometry.layout.stream_count] = state[k];
+  at[std::uint64_t{4} * geometry.layout.stream_count] = emitted;
+}
+
+// Encodes the stream's quad backwards over the group's frames, one state per
+// quad position, into `sink`; the measure pass records the seek points.
+// Write pass: the words packed 4 to a unit of `out` in read order (last
+// emitted first). Measure pass: each kept word stored in `kept_halves` as it
+// comes, predicated, no branch (the units are little-endian, so word i of a
+// stream is its kept halves' element i; packing into units with the address
+// and shift recomputed at every emit was a large share of the kernel's
+// instructions: `scripts/device/run.sh profile`, source part). Returns the
+// words emitted.
+template <class T, bool kWrite>
+__device__ __forceinline__ std::uint32_t encode_stream_frames(const T* group_frames, const EncodeGeometry& geometry,
+                                                              std::uint32_t group, std::uint32_t stream,
+                                                              const EncodeQuad& quad, const std::uint32_t* tables,
+                                                              const std::uint64_t* reciprocals, const StreamOutput& out,
+                                                              std::uint16_t* kept_halves, std::uint32_t state[4]) {
   std::uint32_t emitted = 0;
   std::uint64_t pending = 0;  // write pass: the 4-word unit being filled
-  // Measure pass: each kept word stored as it comes, predicated, no branch.
-  // The units are little-endian, so word i of a stream is its kept halves'
-  // element i. (Packing four words into a unit before storing it, with the
-  // unit's address and the word's shift recomputed at every emit, was a large
-  // share of the kernel's instructions: `scripts/device/run.sh profile`, source part.)
-  std::uint16_t* const kept_halves = reinterpret_cast<std::uint16_t*>(kept);
   auto emit = [&](std::uint32_t word) {
     if constexpr (kWrite) {
       if (word == kAnsNoWord) return;
@@ -542,8 +547,7 @@ __global__ void __launch_bounds__(device::tuning::kAnsEncodeThreads)
       emitted += emitted_one ? 1u : 0u;
     }
   };
-  const T* group_frames = frames + std::uint64_t{group} * geometry.frames_per_group * geometry.pixels;
-  std::uint32_t state[4] = {kAnsStateLower, kAnsStateLower, kAnsStateLower, kAnsStateLower};
+  const std::uint32_t frame_count = frames_in_group(geometry, group);
   // Measure pass: the seek points of this stream, highest first (the frames
   // are encoded last to first). point 0: none left.
   std::uint32_t point = !kWrite && geometry.seek_frames != 0 ? (frame_count - 1) / geometry.seek_frames : 0;
@@ -552,7 +556,7 @@ __global__ void __launch_bounds__(device::tuning::kAnsEncodeThreads)
   const T* frame_row = group_frames + std::uint64_t{frame_count - 1} * geometry.pixels;
   std::uint32_t next[4];
 #pragma unroll
-  for (int k = 0; k < 4; ++k) next[k] = __ldg(frame_row + pixels[k]);
+  for (int k = 0; k < 4; ++k) next[k] = __ldg(frame_row + quad.pixels[k]);
   for (std::uint32_t f = frame_count; f-- > 0;) {
     std::uint32_t value[4];
 #pragma unroll
@@ -560,33 +564,67 @@ __global__ void __launch_bounds__(device::tuning::kAnsEncodeThreads)
     if (f > 0) {  // the previous frame's values load while this frame encodes
       frame_row -= geometry.pixels;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) next[k] = __ldg(frame_row + pixels[k]);
+      for (int k = 0; k < 4; ++k) next[k] = __ldg(frame_row + quad.pixels[k]);
     }
 #pragma unroll
     for (int k = 3; k >= 0; --k) {
-      if (!((present >> k) & 1u)) continue;
+      if (!((quad.present >> k) & 1u)) continue;
       encode_value<(sizeof(T) > 2)>(
-          state[k], value[k], shift[k],
+          state[k], value[k], quad.shift[k],
           [&](std::uint32_t& x, std::uint32_t symbol) {
-            const std::uint32_t entry = tables[table_offset[k] + symbol];
+            const std::uint32_t entry = tables[quad.table_offset[k] + symbol];
             const std::uint32_t frequency = entry & 0xffffu;
             return encode_symbol_reciprocal(x, frequency, entry >> 16, reciprocals[frequency]);
           },
           emit);
     }
     if (!kWrite && point != 0 && f == point_frame) {
-      // A decoder about to decode frame f holds these states; its next word
-      // is the one emitted before all `emitted` so far: index word_count -
-      // emitted, which seek_word_index_kernel writes once word_count is known.
-      std::uint32_t* at = geometry.seek_table +
-                          (std::uint64_t{group} * geometry.seek_points + point - 1) * 5 * geometry.layout.stream_count + stream;
-#pragma unroll
-      for (std::uint32_t k = 0; k < 4; ++k) at[std::uint64_t{k} * geometry.layout.stream_count] = state[k];
-      at[std::uint64_t{4} * geometry.layout.stream_count] = emitted;
+      record_seek_point(geometry, group, stream, point, state, emitted);
       --point;
       point_frame -= geometry.seek_frames;
     }
   }
+  return emitted;
+}
+
+// One thread per stream; encodes the quad backwards with one state per quad
+// position. kWrite = false (measure) counts the words and keeps the first
+// geometry.kept_words of them, in emission order, in the scratch. kWrite = true copies
+// a stream's kept words in read order (last emitted first) when they are all
+// there, and otherwise encodes the stream again, storing 4 words per 8 bytes.
+// grid: (stream blocks, groups)
+template <class T, bool kWrite>
+__global__ void __launch_bounds__(device::tuning::kAnsEncodeThreads, device::tuning::kAnsEncodeMinBlocksPerSm)
+    encode_streams_kernel(const T* __restrict__ frames, EncodeGeometry geometry, EncodeScratch s, std::uint8_t* output,
+                          const std::uint64_t* group_offsets) {
+  __shared__ std::uint32_t tables[kAnsClassCount * kAnsAlphabetSize];  // frequency | cdf << 16
+  __shared__ std::uint64_t reciprocals[kAnsProbabilityScale + 1];     // frequency_reciprocal(f), by frequency
+  const std::uint32_t group = blockIdx.y;
+  const std::uint64_t table_base = std::uint64_t{group} * kAnsClassCount * kAnsAlphabetSize;
+  for (std::uint32_t i = threadIdx.x; i < kAnsClassCount * kAnsAlphabetSize; i += blockDim.x)
+    tables[i] = s.d_tables[table_base + i];
+  for (std::uint32_t f = threadIdx.x; f <= kAnsProbabilityScale; f += blockDim.x) reciprocals[f] = frequency_reciprocal(f);
+  __syncthreads();
+  const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
+  const bool valid = stream < geometry.layout.stream_count;
+  const std::uint64_t stream_index = std::uint64_t{group} * geometry.layout.stream_count + stream;
+  auto* kept_halves = reinterpret_cast<std::uint16_t*>(s.d_kept_words + stream_index * (geometry.kept_words / 4));
+  StreamOutput out(nullptr, 0);
+  if constexpr (kWrite) {
+    std::uint8_t* const streams_base = output + group_offsets[group] + geometry.layout.stream_data_offset;
+    const std::uint32_t words = valid ? s.d_stream_words[stream_index] : 0;
+    const bool copied = valid && words <= geometry.kept_words;
+    copy_kept_streams(geometry, s, streams_base, stream_index, words, copied);
+    if (!valid || copied) return;
+    out = StreamOutput(streams_base + s.d_stream_offsets[stream_index], words);
+  } else {
+    if (!valid) return;
+  }
+  const EncodeQuad quad = encode_quad(geometry, s, group, stream);
+  const T* group_frames = frames + std::uint64_t{group} * geometry.frames_per_group * geometry.pixels;
+  std::uint32_t state[4] = {kAnsStateLower, kAnsStateLower, kAnsStateLower, kAnsStateLower};
+  const std::uint32_t emitted = encode_stream_frames<T, kWrite>(group_frames, geometry, group, stream, quad, tables,
+                                                                reciprocals, out, kept_halves, state);
   if constexpr (kWrite) {
     *out.states = uint4{state[0], state[1], state[2], state[3]};
     // The unit holding word 0 is stored; a partial last-emitted unit was stored

@@ -35,6 +35,10 @@ inline constexpr int kAnsCountThreads = 256;
 // At most 255: the symbol counts keep 8-bit counters per pixel and slice.
 inline constexpr std::uint32_t kAnsCountFramesPerSlice = 255;
 inline constexpr int kAnsEncodeThreads = 128;
+// encode_streams_kernel: at least 8 CTAs (1,024 threads) per SM, so at most 64
+// registers a thread (without the bound the compiler takes up to 74 and fewer
+// CTAs fit).
+inline constexpr int kAnsEncodeMinBlocksPerSm = 8;
 inline constexpr int kAnsScanThreads = 1024;
 // The batch's pattern sum (add_pattern_sum_kernel): one thread per pixel.
 inline constexpr int kAnsPatternSumThreads = 256;

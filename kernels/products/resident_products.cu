@@ -260,6 +260,13 @@ __global__ void binned_slot_max_kernel(const std::uint64_t* __restrict__ slot_su
   }
 }
 
+// A warp's sum of one moment: a 32-bit redux when every warp sum fits 32
+// bits (`narrow`), else 64-bit shuffles.
+__device__ __forceinline__ unsigned long long warp_moment_sum(unsigned long long lane_value, bool narrow) {
+  return narrow ? __reduce_add_sync(0xffffffffu, static_cast<std::uint32_t>(lane_value))
+                : device::warp_sum_u64(lane_value);
+}
+
 // grid: (stream blocks, groups). Like the codec's masked sum: per frame a warp
 // reduces its lanes' three sums, one lane per frame keeps them and adds them
 // to the CTA's per-frame sums in shared memory every 32 frames; at the end the
@@ -273,11 +280,8 @@ __global__ void __launch_bounds__(tuning::kMomentsThreads)
   auto* table = reinterpret_cast<std::uint32_t*>(shared);
   auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
   auto* frame_sums = reinterpret_cast<unsigned long long*>(shared + table_shared_bytes(blockDim.x));
-  const OpenedGroup opened = open_group(p, blockIdx.y);
-  if (!opened.valid) {
-    if (threadIdx.x == 0 && error != nullptr) atomicOr(error, 1u);
-    return;
-  }
+  const OpenedGroup opened = open_group_or_flag(p, blockIdx.y, error);
+  if (!opened.valid) return;
   const std::uint32_t frames = opened.frame_count;
   for (std::uint32_t i = threadIdx.x; i < 3 * frames; i += blockDim.x) frame_sums[i] = 0;
   group_decode_tables(p, opened, blockIdx.y, table, cdf_scratch);  // ends with __syncthreads()
@@ -320,15 +324,9 @@ __global__ void __launch_bounds__(tuning::kMomentsThreads)
           lane_row += static_cast<unsigned long long>(row_weight[k]) * value;
           lane_col += static_cast<unsigned long long>(col_weight[k]) * value;
         }
-        if (narrow) {
-          lane_total = __reduce_add_sync(0xffffffffu, static_cast<std::uint32_t>(lane_total));
-          lane_row = __reduce_add_sync(0xffffffffu, static_cast<std::uint32_t>(lane_row));
-          lane_col = __reduce_add_sync(0xffffffffu, static_cast<std::uint32_t>(lane_col));
-        } else {
-          lane_total = device::warp_sum_u64(lane_total);
-          lane_row = device::warp_sum_u64(lane_row);
-          lane_col = device::warp_sum_u64(lane_col);
-        }
+        lane_total = warp_moment_sum(lane_total, narrow);
+        lane_row = warp_moment_sum(lane_row, narrow);
+        lane_col = warp_moment_sum(lane_col, narrow);
         if (lane == j) {
           mine_total = lane_total;
           mine_row = lane_row;

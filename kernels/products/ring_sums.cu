@@ -107,6 +107,23 @@ __device__ void frame_moments_of(const T* frame, std::uint32_t pixels, const Fra
   }
 }
 
+// The CTA copies one frame into shared memory (16-byte loads when it is aligned).
+template <class T>
+__device__ __forceinline__ void stage_frame(const T* frame, std::uint32_t frame_pixels, T* staged) {
+  const std::uint64_t bytes = std::uint64_t{frame_pixels} * sizeof(T);
+  const auto* source = reinterpret_cast<const std::uint8_t*>(frame);
+  auto* target = reinterpret_cast<std::uint8_t*>(staged);
+  if ((reinterpret_cast<std::uintptr_t>(source) & 15u) == 0) {
+    const std::uint64_t vectors = bytes / 16;
+    for (std::uint64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
+      reinterpret_cast<uint4*>(target)[v] = __ldg(reinterpret_cast<const uint4*>(source) + v);
+    }
+    for (std::uint64_t b = vectors * 16 + threadIdx.x; b < bytes; b += blockDim.x) target[b] = source[b];
+  } else {
+    for (std::uint32_t p = threadIdx.x; p < frame_pixels; p += blockDim.x) staged[p] = frame[p];
+  }
+}
+
 // One CTA per frame. Each warp takes a contiguous share of the pixels sorted
 // by ring and reads it 128 at a time (lane l the 4 pixels from 4l: one 16-byte
 // index load each): when the chunk's first and last pixels lie in the same
@@ -133,18 +150,7 @@ __global__ void __launch_bounds__(tuning::kRingSumThreads)
   const T* frame = frames + std::uint64_t{blockIdx.x} * frame_pixels;
   if constexpr (kStaged) {
     T* staged = reinterpret_cast<T*>(shared_bytes + (std::size_t{ring_count} * sizeof(Bin) + 15) / 16 * 16);
-    const std::uint64_t bytes = std::uint64_t{frame_pixels} * sizeof(T);
-    const auto* source = reinterpret_cast<const std::uint8_t*>(frame);
-    auto* target = reinterpret_cast<std::uint8_t*>(staged);
-    if ((reinterpret_cast<std::uintptr_t>(source) & 15u) == 0) {
-      const std::uint64_t vectors = bytes / 16;
-      for (std::uint64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
-        reinterpret_cast<uint4*>(target)[v] = __ldg(reinterpret_cast<const uint4*>(source) + v);
-      }
-      for (std::uint64_t b = vectors * 16 + threadIdx.x; b < bytes; b += blockDim.x) target[b] = source[b];
-    } else {
-      for (std::uint32_t p = threadIdx.x; p < frame_pixels; p += blockDim.x) staged[p] = frame[p];
-    }
+    stage_frame(frame, frame_pixels, staged);
     frame = staged;
   }
   __syncthreads();

@@ -222,6 +222,25 @@ int main(int argc, char** argv) {
         return split;
       };
       row["masked_sum_u32_bf_stages"] = stages_ms([&](int) { (void)resident->masked_sum_u32(g, disk); });
+      // The masked products of one plan as the viewer asks them (BF, ABF
+      // r/2..r, ADF r..3r about the same centre): each alone, then together
+      // in one masked_sums_u32 call (one decode pass).
+      auto annulus = [&](double inner, double outer) {
+        std::vector<std::uint8_t> mask(g.detector_pixels());
+        for (std::uint64_t r = 0; r < g.detector_rows; ++r)
+          for (std::uint64_t c = 0; c < g.detector_cols; ++c) {
+            const double dr = static_cast<double>(r) + 0.5 - static_cast<double>(g.detector_rows) / 2.0;
+            const double dc = static_cast<double>(c) + 0.5 - static_cast<double>(g.detector_cols) / 2.0;
+            const double d2 = dr * dr + dc * dc;
+            mask[r * g.detector_cols + c] = d2 > inner * inner && d2 <= outer * outer ? 1 : 0;
+          }
+        return mask;
+      };
+      const std::vector<std::vector<std::uint8_t>> products = {disk, annulus(15.5, 31.0), annulus(31.0, 93.0)};
+      row["masked_sum_u32_abf"] = time_ms([&](int) { (void)resident->masked_sum_u32(g, products[1]); });
+      row["masked_sum_u32_adf"] = time_ms([&](int) { (void)resident->masked_sum_u32(g, products[2]); });
+      row["masked_sums_u32_bf_abf_adf"] = time_ms([&](int) { (void)resident->masked_sums_u32(g, products); });
+      row["masked_sums_u32_bf_abf_adf_stages"] = stages_ms([&](int) { (void)resident->masked_sums_u32(g, products); });
       auto new_position = [&](int i) {
         const std::uint64_t k = (static_cast<std::uint64_t>(i) * 7919 + 1000) % (g.scan_rows * g.scan_cols);
         (void)resident->frame(g, k / g.scan_cols, k % g.scan_cols);
