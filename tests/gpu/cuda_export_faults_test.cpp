@@ -4,11 +4,9 @@
 // mid-write all leave nothing that looks finished; the same faults on the CPU
 // resident are in tests/unit/export and tests/integration. The sources are
 // written by synth (no Python on the GPU machines).
-#include <fcntl.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,32 +28,20 @@
 #include "quantem/core/error.hpp"
 #include "quantem/export/export.hpp"
 #include "quantem/synth/synth.hpp"
+#include "export_folders.hpp"
 #include "test_support.hpp"
-
-extern char** environ;
 
 namespace quantem::exporter {
 namespace {
 
 namespace fs = std::filesystem;
+using test::folder_entries;
+using test::nothing_finished_looking;
 using test::TempDir;
+using test::wait_for_partial_data;
 
 constexpr const char* kDelayVariable = "QUANTEM_EXPORT_BATCH_DELAY_MS_FOR_TESTING";
 constexpr const char* kBatchPositionsVariable = "QUANTEM_EXPORT_BATCH_POSITIONS_FOR_TESTING";
-
-std::vector<std::string> folder_entries(const std::string& folder) {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(folder)) names.push_back(entry.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-bool nothing_finished_looking(const std::string& folder) {
-  for (const auto& name : folder_entries(folder)) {
-    if (name[0] != '.') return false;
-  }
-  return true;
-}
 
 std::string write_source(const TempDir& dir) {
   synth::SynthOptions options;
@@ -186,41 +172,9 @@ std::string cli_binary() {
 }
 
 pid_t spawn_cli(const std::vector<std::string>& arguments, const std::vector<std::string>& extra_env) {
-  std::vector<std::string> args = {cli_binary()};
-  args.insert(args.end(), arguments.begin(), arguments.end());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
-  env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
-  std::vector<char*> envp;
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-  pid_t pid = -1;
-  EXPECT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data()), 0);
-  posix_spawn_file_actions_destroy(&actions);
+  const pid_t pid = test::spawn_quietly(cli_binary(), arguments, extra_env);
+  EXPECT_GT(pid, 0);
   return pid;
-}
-
-// Some hidden incomplete folder in `folder` holds a data file.
-bool wait_for_partial_data(const std::string& folder, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::error_code error;
-    for (const auto& entry : fs::directory_iterator(folder, error)) {
-      if (entry.path().filename().string()[0] != '.' || !entry.is_directory()) continue;
-      for (const auto& inner : fs::directory_iterator(entry.path(), error)) {
-        if (inner.path().filename().string().find("_data_") != std::string::npos) return true;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
 }
 
 int wait_exit(pid_t pid) {

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon.hpp"
+#include "export_folders.hpp"
 
 namespace {
 
@@ -36,12 +37,7 @@ void write_source(const std::string& folder, const std::string& stem, const std:
   ASSERT_EQ(result.status, 0);
 }
 
-std::vector<std::string> entries(const std::string& folder) {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(folder)) names.push_back(entry.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
+std::vector<std::string> entries(const std::string& folder) { return quantem::test::folder_entries(folder); }
 
 void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 

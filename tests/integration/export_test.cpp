@@ -18,8 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon.hpp"
+#include "export_folders.hpp"
 
-extern char** environ;
 
 namespace {
 
@@ -27,7 +27,9 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using quantem::test::Daemon;
 using quantem::test::run_quantem;
+using quantem::test::nothing_finished_looking;
 using quantem::test::TempDir;
+using quantem::test::wait_for_partial_data;
 
 constexpr const char* kDelayVariable = "QUANTEM_EXPORT_BATCH_DELAY_MS_FOR_TESTING";
 
@@ -37,59 +39,13 @@ void write_source(const std::string& folder, const std::string& stem, const std:
   ASSERT_EQ(result.status, 0);
 }
 
-std::vector<std::string> entries(const std::string& folder) {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(folder)) names.push_back(entry.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-// Nothing in `folder` that a catalog would list (every name hidden).
-bool nothing_finished_looking(const std::string& folder) {
-  for (const auto& name : entries(folder)) {
-    if (name[0] != '.') return false;
-  }
-  return true;
-}
+std::vector<std::string> entries(const std::string& folder) { return quantem::test::folder_entries(folder); }
 
 // Starts the CLI without waiting; returns its pid.
 pid_t spawn_quantem(const std::vector<std::string>& arguments, const std::string& env_entry) {
-  std::vector<std::string> args = {quantem::test::quantem_binary()};
-  args.insert(args.end(), arguments.begin(), arguments.end());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
-  env_strings.push_back(env_entry);
-  std::vector<char*> envp;
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid = -1;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-  EXPECT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data()), 0);
-  posix_spawn_file_actions_destroy(&actions);
+  const pid_t pid = quantem::test::spawn_quietly(quantem::test::quantem_binary(), arguments, {env_entry});
+  EXPECT_GT(pid, 0);
   return pid;
-}
-
-// Waits until some hidden incomplete folder in `folder` holds a data file.
-bool wait_for_partial_data(const std::string& folder, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::error_code error;
-    for (const auto& entry : fs::directory_iterator(folder, error)) {
-      const std::string name = entry.path().filename().string();
-      if (name[0] != '.' || !entry.is_directory()) continue;
-      for (const auto& inner : fs::directory_iterator(entry.path(), error)) {
-        if (inner.path().filename().string().find("_data_") != std::string::npos) return true;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
 }
 
 class ExportCli : public ::testing::Test {

@@ -34,6 +34,7 @@
 #include "quantem/core/error.hpp"
 #include "quantem/export/export.hpp"
 #include "quantem/plan/plan.hpp"
+#include "export_folders.hpp"
 #include "test_support.hpp"
 
 namespace quantem::exporter {
@@ -99,12 +100,7 @@ json reference_check(const std::string& source_master, const ExportReport& repor
   return json::parse(result.output);
 }
 
-std::vector<std::string> folder_entries(const std::string& folder) {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(folder)) names.push_back(entry.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
+using test::folder_entries;
 
 class ExportRoundTrip : public ::testing::TestWithParam<RoundTrip> {};
 
