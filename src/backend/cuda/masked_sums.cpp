@@ -78,7 +78,6 @@ std::vector<std::optional<std::vector<std::uint32_t>>> CudaResident::compute_mas
       masks.push_back(&binned_masks[i]);
     }
     narrow_mask_pass(g, mask_pass(g, masks), images);
-    stage_lap("mask");  // source masks, ring splits, stream entries
   }
   return images;
 }
@@ -92,6 +91,7 @@ std::optional<std::vector<std::uint32_t>> CudaResident::compute_masked_sum_u32(
 
 void CudaResident::narrow_mask_pass(const plan::PlanGeometry& g, const MaskPass& pass,
                                     std::vector<std::optional<std::vector<std::uint32_t>>>& images) {
+  stage_lap("mask");  // the pass built: source masks, ring splits, stream entries
   const RegionSpan span = region_span(g);
   const kernels::AnsResidentView groups = view_of_groups(span.first_group, span.end_group);
   const std::uint64_t base_frame = span.first_group * frames_per_group_;
