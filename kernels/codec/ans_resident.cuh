@@ -146,4 +146,32 @@ __device__ inline OpenedGroup open_group_or_flag(const ResidentParams& p, std::u
   return opened;
 }
 
+// A CTA's dynamic shared memory when it sums per frame of one group: the
+// decode tables, the CDF scratch they are built in (table_shared_bytes), then
+// the per-frame sums.
+struct GroupSumsShared {
+  std::uint32_t* table;
+  std::uint16_t* cdf_scratch;
+  unsigned long long* frame_sums;
+};
+
+__device__ inline GroupSumsShared group_sums_shared(std::uint8_t* shared) {
+  auto* table = reinterpret_cast<std::uint32_t*>(shared);
+  return {table, reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries),
+          reinterpret_cast<unsigned long long*>(shared + table_shared_bytes(blockDim.x))};
+}
+
+// The prologue of a kernel that sums per frame of the CTA's group
+// (blockIdx.y): the group opened (a malformed one flagged: the CTA returns on
+// !valid), `sums_per_frame` x frame_count per-frame sums zeroed and the decode
+// tables in place. Ends with __syncthreads() when valid; call from every thread.
+__device__ inline OpenedGroup open_group_for_sums(const ResidentParams& p, std::uint32_t* error,
+                                                  const GroupSumsShared& shared, std::uint32_t sums_per_frame) {
+  const OpenedGroup opened = open_group_or_flag(p, blockIdx.y, error);
+  if (!opened.valid) return opened;
+  for (std::uint32_t i = threadIdx.x; i < sums_per_frame * opened.frame_count; i += blockDim.x) shared.frame_sums[i] = 0;
+  group_decode_tables(p, opened, blockIdx.y, shared.table, shared.cdf_scratch);
+  return opened;
+}
+
 }  // namespace quantem::kernels::device::ans_resident

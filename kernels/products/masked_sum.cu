@@ -266,14 +266,12 @@ __global__ void __launch_bounds__(device::tuning::kAnsMaskedSumThreads)
                       const std::uint32_t* __restrict__ quads, std::uint32_t active_streams,
                       std::uint32_t padded_streams, std::uint32_t segments, std::uint32_t mask_count,
                       unsigned long long* sums, std::uint64_t sums_stride, std::uint32_t* error) {
-  extern __shared__ __align__(16) std::uint8_t shared[];
-  auto* table = reinterpret_cast<std::uint32_t*>(shared);
-  auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
-  auto* frame_sums = reinterpret_cast<unsigned long long*>(shared + table_shared_bytes(blockDim.x));
-  const OpenedGroup opened = open_group_or_flag(p, blockIdx.y, error);
+  extern __shared__ __align__(16) std::uint8_t shared_bytes[];
+  const GroupSumsShared shared = group_sums_shared(shared_bytes);
+  const OpenedGroup opened = open_group_for_sums(p, error, shared, mask_count);
   if (!opened.valid) return;
-  for (std::uint32_t f = threadIdx.x; f < mask_count * opened.frame_count; f += blockDim.x) frame_sums[f] = 0;
-  group_decode_tables(p, opened, blockIdx.y, table, cdf_scratch);  // ends with __syncthreads()
+  const std::uint32_t* table = shared.table;
+  unsigned long long* frame_sums = shared.frame_sums;
   const SegmentItem item = segment_item(p, active_streams, padded_streams, segments, opened.frame_count);
   if (__any_sync(0xffffffffu, item.active)) {
     std::uint32_t stream = 0, stream_quads = 0;

@@ -276,15 +276,13 @@ __global__ void __launch_bounds__(tuning::kMomentsThreads)
                          const std::uint32_t* __restrict__ col_weights, bool narrow_weights,
                          unsigned long long* total, unsigned long long* row_moment, unsigned long long* col_moment,
                          std::uint32_t* error) {
-  extern __shared__ __align__(16) std::uint8_t shared[];
-  auto* table = reinterpret_cast<std::uint32_t*>(shared);
-  auto* cdf_scratch = reinterpret_cast<std::uint16_t*>(table + dev::kDecodeTableEntries);
-  auto* frame_sums = reinterpret_cast<unsigned long long*>(shared + table_shared_bytes(blockDim.x));
-  const OpenedGroup opened = open_group_or_flag(p, blockIdx.y, error);
+  extern __shared__ __align__(16) std::uint8_t shared_bytes[];
+  const GroupSumsShared shared = group_sums_shared(shared_bytes);
+  const OpenedGroup opened = open_group_for_sums(p, error, shared, 3);
   if (!opened.valid) return;
   const std::uint32_t frames = opened.frame_count;
-  for (std::uint32_t i = threadIdx.x; i < 3 * frames; i += blockDim.x) frame_sums[i] = 0;
-  group_decode_tables(p, opened, blockIdx.y, table, cdf_scratch);  // ends with __syncthreads()
+  const std::uint32_t* table = shared.table;
+  unsigned long long* frame_sums = shared.frame_sums;
 
   const std::uint32_t stream = blockIdx.x * blockDim.x + threadIdx.x;
   const bool active = stream < p.stream_count;
