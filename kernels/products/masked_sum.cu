@@ -204,24 +204,6 @@ __device__ inline void sum_frames_wide(dev::StreamReader& reader, const std::uin
   }
 }
 
-// The frames of one stream's segment summed for the masks in `present`, into
-// the per-frame sums from mask `first_mask` on (32-bit sums for 16-bit
-// groups, 64-bit for 32-bit groups).
-template <int Masks>
-__device__ __forceinline__ void sum_frames(dev::StreamReader& reader, const std::uint32_t* table,
-                                           const std::uint32_t class_offset[4], const std::uint32_t shift[4],
-                                           bool raw_bits, const QuadKeeps<Masks>& keeps, std::uint32_t present,
-                                           const SegmentItem& item, std::uint32_t frame_count,
-                                           std::uint32_t raw_words, void* frame_sums, std::uint32_t first_mask) {
-  if (raw_words == 1) {
-    sum_frames_narrow<Masks>(reader, table, class_offset, shift, raw_bits, keeps, present, item.begin, item.end,
-                             frame_count, static_cast<std::uint32_t*>(frame_sums) + first_mask * frame_count);
-  } else {
-    sum_frames_wide<Masks>(reader, table, class_offset, shift, raw_bits, keeps, present, item.begin, item.end,
-                           frame_count, static_cast<unsigned long long*>(frame_sums) + first_mask * frame_count);
-  }
-}
-
 // One active stream's segment: opened (and sought), summed for every mask, and
 // checked to end cleanly (the last segment) or exactly at the next seek point.
 template <int Masks>
@@ -244,16 +226,14 @@ __device__ inline void sum_stream_segment(const ResidentParams& p, const OpenedG
     dev::no_quad(class_offset, shift, reader);
   }
   const bool raw_bits = __any_sync(0xffffffffu, (shift[0] | shift[1] | shift[2] | shift[3]) != 0);
+  const QuadKeeps<Masks> keeps(stream_quads);
   const std::uint32_t present = warp_masks_present<Masks>(stream_quads);
-  if (Masks > 1 && __popc(present) == 1) {
-    // The warp counts for one mask only (most warps: one mask's edge): the
-    // one-mask loop, into that mask's sums.
-    const std::uint32_t m = __ffs(present) - 1;
-    sum_frames<1>(reader, table, class_offset, shift, raw_bits, QuadKeeps<1>((stream_quads >> (4 * m)) & 0xfu), 1u,
-                  item, frame_count, header.raw_words, frame_sums, m);
+  if (header.raw_words == 1) {
+    sum_frames_narrow<Masks>(reader, table, class_offset, shift, raw_bits, keeps, present, item.begin, item.end,
+                             frame_count, static_cast<std::uint32_t*>(frame_sums));
   } else {
-    sum_frames<Masks>(reader, table, class_offset, shift, raw_bits, QuadKeeps<Masks>(stream_quads), present, item,
-                      frame_count, header.raw_words, frame_sums, 0);
+    sum_frames_wide<Masks>(reader, table, class_offset, shift, raw_bits, keeps, present, item.begin, item.end,
+                           frame_count, static_cast<unsigned long long*>(frame_sums));
   }
   if (item.active && error != nullptr) {
     const bool bad = item.end == frame_count
